@@ -25,14 +25,25 @@ from typing import Any
 
 import torch
 
-from core.generation import CACHES, COMPILE_MODES, LOOPS, GenerationOptions, TokenEvent, encode_prompt, run
+from core.generation import (
+    ALL_LOOPS,
+    CACHES,
+    COMPILE_MODES,
+    LOOPS,
+    NO_CHECK,
+    STEP_GRAPH,
+    GenerationOptions,
+    TokenEvent,
+    encode_prompt,
+    run,
+)
 from core.models import DEFAULT_MODEL, LoadedModel, load_model
 from core.timeline import StepClock, Timings, percentile
 
 SCHEMA = "syncscope.bench/1"
 HF = "hf"
 HF_DEFERRED = "hf-deferred"
-CONTESTANTS = (*LOOPS, HF, HF_DEFERRED)
+CONTESTANTS = (*ALL_LOOPS, HF, HF_DEFERRED)
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
@@ -102,7 +113,7 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
              listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool]) -> dict[str, Any]:
     if stop():
         raise Cancelled("cancelled")
-    if name in LOOPS:
+    if name in ALL_LOOPS:
         options = GenerationOptions(**{**request.options.__dict__, "loop": name})
         result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
@@ -151,7 +162,9 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     if options.compile != "off":
         from transformers import CompileConfig
 
-        config.compile_config = CompileConfig(mode=options.compile)
+        # generate() cannot take our step-graph; its closest equivalent is inductor with CUDA graphs.
+        mode = "reduce-overhead" if options.compile == STEP_GRAPH else options.compile
+        config.compile_config = CompileConfig(mode=mode)
     if options.seed is not None:
         torch.manual_seed(options.seed)
     clock = StepClock(loaded.device, 1)
@@ -256,7 +269,7 @@ def _mean_gap(runs: list[dict[str, Any]]) -> float | None:
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
     out = {}
     pipelined = summary.get("pipelined", {}).get("tokens_per_s")
-    for other in ("naive", HF, HF_DEFERRED):
+    for other in ("naive", NO_CHECK, HF, HF_DEFERRED):
         base = summary.get(other, {}).get("tokens_per_s")
         if pipelined and base:
             out[f"pipelined/{other}"] = pipelined / base
@@ -310,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--hf", action="store_true", help="add transformers' generate() as a contestant")
     p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
+    p.add_argument("--no-check", action="store_true",
+                   help="add the upper-bound baseline that never checks EOS while running")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
     return p
@@ -327,7 +342,8 @@ def request_from_args(args: argparse.Namespace) -> BenchRequest:
         streams=args.streams, do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, eos_token_id=eos, ignore_eos=args.ignore_eos,
     )
-    contestants = (*LOOPS, *([HF] if args.hf else []), *([HF_DEFERRED] if args.hf_deferred else []))
+    contestants = (*LOOPS, *([NO_CHECK] if args.no_check else []), *([HF] if args.hf else []),
+                   *([HF_DEFERRED] if args.hf_deferred else []))
     return BenchRequest(prompt=prompt, options=options, trials=args.trials, contestants=contestants,
                         stream=args.stream)
 

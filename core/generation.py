@@ -20,9 +20,12 @@ from core.models import LoadedModel
 from core.timeline import StepClock, Timings
 
 LOOPS = ("naive", "pipelined")
+NO_CHECK = "no-check"  # baseline, not a loop anyone should ship: never looks at EOS while running (upper bound)
+ALL_LOOPS = (*LOOPS, NO_CHECK)
 CACHES = ("dynamic", "static")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+STEP_GRAPH = "step-graph"  # the whole decode step (inductor kernels) captured in one CUDA graph
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", STEP_GRAPH)
+CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune", STEP_GRAPH)
 STATIC_CACHE_BUCKET = 256
 WARMUP_STEPS = 4
 
@@ -55,7 +58,7 @@ class GenerationOptions:
     ignore_eos: bool = False
 
     def validate(self) -> None:
-        _require(self.loop in LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(LOOPS)}")
+        _require(self.loop in ALL_LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(ALL_LOOPS)}")
         _require(self.cache in CACHES, f"unknown cache {self.cache!r}; use one of: {', '.join(CACHES)}")
         _require(self.compile in COMPILE_MODES,
                  f"unknown compile mode {self.compile!r}; use one of: {', '.join(COMPILE_MODES)}")
@@ -156,7 +159,11 @@ def _is_int(value: Any) -> bool:
 
 
 def _adapt_to_device(loaded: LoadedModel, options: GenerationOptions, notices: list[str]) -> GenerationOptions:
-    if loaded.device.type != "cuda" and options.compile in CUDA_GRAPH_COMPILE_MODES:
+    if loaded.device.type != "cuda" and options.compile == STEP_GRAPH:
+        notices.append("compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA GPU; "
+                       "running without compile (mode 'off') on the CPU")
+        options = _replace(options, compile="off")
+    elif loaded.device.type != "cuda" and options.compile in CUDA_GRAPH_COMPILE_MODES:
         notices.append(f"compile={options.compile} uses CUDA graphs, which need an NVIDIA GPU; "
                        "compiled without them (mode 'default') on the CPU")
         options = _replace(options, compile="default")
@@ -241,6 +248,28 @@ class DecodeState:
     out: torch.Tensor         # [max_steps, B]
     done: torch.Tensor        # [max_steps] bool: all sequences finished after this step
     mask: torch.Tensor        # [B, cache length] attention mask: prompt padding, then ones
+    step: torch.Tensor        # [1] index of the step being computed, kept on the device for CUDA graphs
+
+    @classmethod
+    def allocate(cls, batch: int, mask_len: int, out_rows: int, device: torch.device) -> DecodeState:
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype, device=device)
+
+        return cls(tokens=zeros(batch), positions=zeros(batch), unfinished=zeros(batch, dtype=torch.bool),
+                   out=zeros(out_rows, batch), done=zeros(out_rows, dtype=torch.bool), mask=zeros(batch, mask_len),
+                   step=zeros(1))
+
+    def fits(self, batch: int, mask_len: int, out_rows: int) -> bool:
+        return self.mask.shape == (batch, mask_len) and self.out.shape[0] >= out_rows
+
+    def reset(self, attention_mask: torch.Tensor) -> None:
+        """Refill in place: a captured CUDA graph keeps pointing at these same buffers."""
+        self.tokens.zero_()
+        self.positions.copy_(attention_mask.sum(dim=1))
+        self.unfinished.fill_(True)
+        self.mask.fill_(1)
+        self.mask[:, : attention_mask.shape[1]] = attention_mask
+        self.step.zero_()
 
 
 class DecodeEngine:
@@ -256,6 +285,7 @@ class DecodeEngine:
         self.compile_mode = options.compile
         self.static_cache = _new_static_cache(loaded, cache_len) if options.cache == "static" else None
         self.forward = _forward_fn(loaded, options.compile)
+        self.step_graph: StepGraph | None = StepGraph() if options.compile == STEP_GRAPH else None
         self.warmed = False
         self._compile_ms_pending = options.compile != "off"
         self.state: DecodeState = None  # type: ignore[assignment]
@@ -288,18 +318,14 @@ class DecodeEngine:
         self.eos_ids = torch.tensor(self.eos_ids_list, dtype=torch.long, device=self.device)
         self.pad = torch.tensor(self.loaded.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
         self.options = options
-        self.generator = _generator(self.device, options)
+        self.generator = _generator(self.device, options, use_default=self.step_graph is not None)
         mask_len = self.cache_len if self.static_cache is not None else width + max_steps
-        mask = torch.ones(batch, mask_len, dtype=torch.long, device=self.device)
-        mask[:, :width] = attention_mask
-        self.state = DecodeState(
-            tokens=torch.zeros(batch, dtype=torch.long, device=self.device),
-            positions=attention_mask.sum(dim=1),
-            unfinished=torch.ones(batch, dtype=torch.bool, device=self.device),
-            out=torch.empty(max_steps, batch, dtype=torch.long, device=self.device),
-            done=torch.empty(max_steps, dtype=torch.bool, device=self.device),
-            mask=mask,
-        )
+        out_rows = max(self.cache_len, max_steps)
+        if self.state is None or not self.state.fits(batch, mask_len, out_rows):
+            self.state = DecodeState.allocate(batch, mask_len, out_rows, self.device)
+            if self.step_graph is not None:
+                self.step_graph.invalidate()
+        self.state.reset(attention_mask)
         self.prompt_width = width
         return cache
 
@@ -316,28 +342,35 @@ class DecodeEngine:
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        self.commit(0, logits)
+        self.commit(logits)
 
     def decode(self, step: int, cache: Any) -> None:
-        """Step >= 1: feed the previous tokens, pick the next ones."""
+        """Step >= 1: feed the previous tokens, pick the next ones (one graph launch in step-graph mode)."""
+        if self.step_graph is not None:
+            self.step_graph.run(lambda: self.decode_body(step, cache))
+        else:
+            self.decode_body(step, cache)
+
+    def decode_body(self, step: int, cache: Any) -> None:
         state = self.state
         kv_len = self.cache_len if self.static_cache is not None else self.prompt_width + step
         logits = self.forward(input_ids=state.tokens[:, None], attention_mask=state.mask[:, :kv_len],
                               position_ids=state.positions[:, None], cache=cache, use_cache=True,
                               logits_to_keep=1).logits[:, -1]
         state.positions.add_(1)
-        self.commit(step, logits)
+        self.commit(logits)
 
-    def commit(self, step: int, logits: torch.Tensor) -> None:
-        """Pick the next tokens, pad finished rows, update the stop flag: no host sync anywhere."""
+    def commit(self, logits: torch.Tensor) -> None:
+        """Pick the next tokens, pad finished rows, write out[step] and done[step]: no host sync anywhere."""
         state, options = self.state, self.options
         tokens = select_next_tokens(logits, options, self.generator)
         tokens = torch.where(state.unfinished, tokens, self.pad)
         if not options.ignore_eos:
             state.unfinished &= ~torch.isin(tokens, self.eos_ids)
-        state.out[step] = tokens
-        torch.logical_not(state.unfinished.any(), out=state.done[step])
+        state.out.index_copy_(0, state.step, tokens[None])
+        state.done.index_copy_(0, state.step, state.unfinished.any().logical_not()[None])
         state.tokens.copy_(tokens)
+        state.step.add_(1)
 
 
 def select_next_tokens(logits: torch.Tensor, options: GenerationOptions, generator: Any) -> torch.Tensor:
@@ -365,11 +398,17 @@ def _top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     return scores.masked_fill(drop, float("-inf"))
 
 
-def _generator(device: torch.device, options: GenerationOptions) -> Any:
+def _generator(device: torch.device, options: GenerationOptions, use_default: bool = False) -> Any:
     if not options.do_sample:
         return None
+    seed = options.seed if options.seed is not None else torch.seed()
+    if use_default:
+        # A graph captures the default CUDA generator and advances its offset on every replay; a private
+        # generator would need registering with each graph. Seeding it here is a side effect on global state.
+        torch.cuda.manual_seed(seed)
+        return None
     generator = torch.Generator(device=device)
-    generator.manual_seed(options.seed if options.seed is not None else torch.seed())
+    generator.manual_seed(seed)
     return generator
 
 
@@ -393,8 +432,11 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         return loaded.model
     if mode not in loaded.compiled_forwards:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        compiled = torch.compile(loaded.model.forward, mode=mode, dynamic=False, fullgraph=False)
-        loaded.compiled_forwards[mode] = _mark_steps(compiled) if mode in CUDA_GRAPH_COMPILE_MODES else compiled
+        # In step-graph mode we capture the graph ourselves, so inductor must not add CUDA graphs of its own.
+        inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
+        compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
+        wants_marks = mode in CUDA_GRAPH_COMPILE_MODES and mode != STEP_GRAPH
+        loaded.compiled_forwards[mode] = _mark_steps(compiled) if wants_marks else compiled
     return loaded.compiled_forwards[mode]
 
 
@@ -416,6 +458,40 @@ def _engine_for(loaded: LoadedModel, shape: torch.Size, options: GenerationOptio
     if key not in loaded.engines:
         loaded.engines[key] = DecodeEngine(loaded, batch, cache_len, options)
     return loaded.engines[key]
+
+
+class StepGraph:
+    """One CUDA graph holding a whole decode step: forward, token choice, EOS masking, output write, stop flag.
+
+    The first call runs the step eagerly twice on a side stream (compiling and warming the kernels), then
+    captures it; every later call is a single `replay()`, so the host launches once per step. The graph points
+    at the engine's persistent buffers and static cache, which every run refills in place.
+    """
+
+    WARM_RUNS = 2
+
+    def __init__(self) -> None:
+        self.graph: Any = None
+
+    def invalidate(self) -> None:
+        self.graph = None
+
+    def run(self, body: Callable[[], None]) -> None:
+        if self.graph is None:
+            self.graph = self._capture(body)
+        self.graph.replay()
+
+    def _capture(self, body: Callable[[], None]) -> Any:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARM_RUNS):
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        return graph
 
 
 def _synchronize(device: torch.device) -> None:
@@ -464,7 +540,7 @@ def _timed_run(
     cache = engine.begin(input_ids, attention_mask, options)
     context = _LoopContext(engine=engine, cache=cache, clock=clock, on_tokens=on_tokens,
                            eos_ids=frozenset(engine.eos_ids_list), ignore_eos=options.ignore_eos)
-    loop = _naive_loop if options.loop == "naive" else _pipelined_loop
+    loop = {"naive": _naive_loop, "pipelined": _pipelined_loop, NO_CHECK: _no_check_loop}[options.loop]
     kept, computed = loop(context, input_ids, attention_mask, options)
     clock.stop()
     return kept, computed, clock
@@ -498,6 +574,21 @@ def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: 
         if _receive(ctx, mirror, seen):
             return seen + 1, last
     return last, last
+
+
+def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   options: GenerationOptions) -> tuple[int, int]:
+    """Upper-bound baseline: all max_new_tokens steps, never asking whether generation is over."""
+    for index in range(options.max_new_tokens):
+        ctx.step(index, input_ids, attention_mask)
+    _synchronize(ctx.engine.device)
+    done = ctx.engine.state.done[: options.max_new_tokens].tolist()
+    kept = next((i + 1 for i, flag in enumerate(done) if flag), options.max_new_tokens)
+    for index in range(kept):
+        if ctx.on_tokens is not None:
+            ctx.deliver(index, ctx.engine.state.out[index].tolist())
+        ctx.clock.known(index)
+    return kept, options.max_new_tokens
 
 
 def _receive(ctx: _LoopContext, mirror: HostMirror, index: int) -> bool:

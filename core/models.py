@@ -43,6 +43,7 @@ SYNTHETIC_SHAPES: dict[str, dict[str, Any]] = {
 TINY_SHAPE: dict[str, Any] = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, vocab_size=49152, max_position_embeddings=2048, tie_word_embeddings=True,
+    initializer_range=0.3,  # wide enough that greedy decoding does not collapse onto one token
 )
 BUILTIN_SPECS = (DEFAULT_MODEL, *(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES), TINY_RANDOM)
 
@@ -116,24 +117,25 @@ def load_model(
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
     with _load_lock:
-        model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code)
+        model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code, target)
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype)
 
 
-def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
+def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool,
+                  device: torch.device) -> tuple[Any, Any]:
     if spec == DEFAULT_MODEL:
         return _load_default(dtype)
     if spec == TINY_RANDOM:
-        return _random_llama(TINY_SHAPE, dtype, seed=0), default_tokenizer()
+        return _random_llama(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), default_tokenizer()
     if spec.startswith(SYNTHETIC_PREFIX):
         shape = spec[len(SYNTHETIC_PREFIX):]
         if shape not in SYNTHETIC_SHAPES:
             known = ", ".join(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES)
             raise ValueError(f"unknown synthetic shape {shape!r}; known shapes: {known}")
-        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0), default_tokenizer()
+        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device), default_tokenizer()
     return _load_pretrained(spec, dtype, trust_remote_code)
 
 
@@ -168,16 +170,16 @@ def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any,
     return model, AutoTokenizer.from_pretrained(spec, **kwargs)
 
 
-def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int) -> Any:
+def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device) -> Any:
+    """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        # Build on the meta device and materialise directly in the target dtype: an 8B fp32 init would need 32 GB.
         with torch.device("meta"):
             model = LlamaForCausalLM._from_config(config, dtype=dtype)
-        model.to_empty(device="cpu")
+        model.to_empty(device=device)
         model.tie_weights()
         _init_random_weights(model, config.initializer_range)
     model.generation_config.eos_token_id = 2
@@ -199,7 +201,7 @@ def _init_random_weights(model: Any, std: float) -> None:
 
 def _reset_rotary(module: Any) -> None:
     """Recompute the rotary frequencies (kept in fp32) that the meta-device construction left empty."""
-    fresh = type(module)(module.config)
+    fresh = type(module)(module.config).to(module.inv_freq.device)
     module.inv_freq = fresh.inv_freq
     module.original_inv_freq = fresh.original_inv_freq
     module.attention_scaling = fresh.attention_scaling

@@ -1,0 +1,30 @@
+"""Shared test helpers: pick EOS ids that make generation stop at chosen steps."""
+
+from core.generation import generate
+
+
+def free_run(loaded, prompt, steps, **kwargs):
+    """The tokens each row produces when EOS is ignored."""
+    return generate(loaded, prompt, max_new_tokens=steps, ignore_eos=True, **kwargs).token_ids
+
+
+def first_new_at(row, position):
+    """A token whose first appearance in `row` is at `position`, or None."""
+    token = row[position]
+    return token if token not in row[:position] else None
+
+
+def eos_for_steps(rows, wanted):
+    """One EOS id per row so that row i stops first at about wanted[i]; returns (eos ids, stop steps)."""
+    eos, stops = [], []
+    for row, target in zip(rows, wanted):
+        for position in range(target, len(row)):
+            token = row[position]
+            if token not in row[:position] and token not in eos:
+                eos.append(token)
+                break
+        else:
+            raise AssertionError("no suitable EOS token found")
+    for row in rows:
+        stops.append(next(i for i, token in enumerate(row) if token in eos))
+    return eos, stops

@@ -1,0 +1,68 @@
+"""The headless benchmark: protocol, report and command line."""
+
+import json
+
+import pytest
+
+from core.bench import BenchRequest, build_report, compare, format_table, main, synthetic_prompt
+from core.generation import GenerationOptions
+
+
+def test_compare_alternates_order_and_checks_identity(tiny):
+    events = []
+    request = BenchRequest(prompt="Hello there", options=GenerationOptions(max_new_tokens=8, ignore_eos=True),
+                           trials=3, contestants=("naive", "pipelined", "hf"))
+    report = compare(tiny, request, on_event=events.append)
+    orders = [[r["contestant"] for r in report["runs"] if r["trial"] == t] for t in range(3)]
+    assert orders[0] == ["naive", "pipelined", "hf"] and orders[1] == ["hf", "pipelined", "naive"]
+    assert report["all_identical"] is True
+    assert set(report["summary"]) == {"naive", "pipelined", "hf"}
+    assert report["summary"]["naive"]["trials"] == 3
+    assert report["ratios"]["pipelined/naive"] > 0
+    assert set(report["warmup"]) == {"naive", "pipelined", "hf"}
+    assert {e["type"] for e in events} >= {"phase", "tokens", "run"}
+    assert "naive" in format_table(report)
+    json.dumps(report)  # JSON-ready
+
+
+def test_identity_check_can_fail(tiny):
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=6), trials=1)
+    timings = {"tokens_per_s": 1.0, "step_ms": [], "total_ms": 1.0, "ttft_ms": 1.0}
+    runs = [{"contestant": "naive", "trial": 0, "token_ids": [[1, 2]], "timings": timings},
+            {"contestant": "pipelined", "trial": 0, "token_ids": [[1, 3]], "timings": timings}]
+    report = build_report(tiny, request, runs, warmups={})
+    assert report["identical"] == {"naive": True, "pipelined": False}
+    assert report["all_identical"] is False
+
+
+def test_cli_writes_json_and_prints_table(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["--model", "tiny-random", "--device", "cpu", "--prompt-tokens", "12", "--max-new-tokens", "6",
+                 "--trials", "2", "--ignore-eos", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["schema"] == "syncscope.bench/1"
+    assert report["request"]["prompt"] == synthetic_prompt(12)
+    assert len(report["runs"]) == 4
+    assert "pipelined/naive" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lag", "0"], "lag"),
+        (["--max-new-tokens", "0"], "max_new_tokens"),
+        (["--trials", "0"], "trials"),
+        (["--batch", "0"], "batch"),
+        (["--model", "synthetic:nope"], "unknown synthetic shape"),
+        (["--cache", "paged"], "invalid choice"),
+        (["--max-new-tokens", "many"], "invalid int value"),
+        (["--prompt", " "], "prompt is empty"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_nonzero(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["--model", "tiny-random", "--device", "cpu", *argv]))
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err

@@ -1,0 +1,71 @@
+"""Model loading: specs, devices, dtypes and clear errors."""
+
+import pytest
+import torch
+
+from core.models import BUILTIN_SPECS, SYNTHETIC_SHAPES, load_model, resolve_dtype
+
+
+def test_tiny_random_is_a_small_llama_with_the_default_tokenizer(tiny):
+    assert tiny.model.config.num_hidden_layers == 2
+    assert tiny.device.type == "cpu" and tiny.dtype == torch.float32
+    assert tiny.tokenizer.chat_template
+    assert tiny.tokenizer.pad_token_id is not None
+
+
+def test_synthetic_smollm2_has_the_real_parameter_count():
+    loaded = load_model("synthetic:smollm2-135m", device="cpu", dtype="bf16")
+    assert loaded.num_parameters == 134_515_008  # the offline SmolLM2-135M-Instruct has exactly this many
+    assert loaded.dtype == torch.bfloat16
+    rotary = loaded.model.model.rotary_emb.inv_freq
+    assert rotary.dtype == torch.float32 and torch.isfinite(rotary).all() and rotary[0] == 1.0
+
+
+@pytest.mark.parametrize(("shape", "billions"), [("llama-1b", 1.236), ("llama-8b", 8.030)])
+def test_synthetic_shapes_match_the_real_sizes(shape, billions):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(**SYNTHETIC_SHAPES[shape]))
+    params = sum(p.numel() for p in model.parameters())
+    assert abs(params / 1e9 - billions) < 0.01
+
+
+def test_default_spec_listed_first():
+    assert BUILTIN_SPECS[0] == "smollm2-135m-instruct"
+    assert "tiny-random" in BUILTIN_SPECS
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "no model spec"),
+        ("synthetic:llama-70b", "unknown synthetic shape"),
+        ("/tmp", "not a model directory"),
+        ("no-such-org/no-such-model", "could not load model .*Tried"),
+    ],
+)
+def test_unknown_spec_is_a_clear_error(spec, message):
+    with pytest.raises(ValueError, match=message):
+        load_model(spec, device="cpu")
+
+
+def test_cuda_request_without_gpu_is_clear():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        load_model("tiny-random", device="cuda")
+
+
+def test_dtype_names():
+    cpu = torch.device("cpu")
+    assert resolve_dtype(None, cpu) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("int3", cpu)
+
+
+def test_remote_code_model_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
+    with pytest.raises(ValueError, match="could not load model"):
+        load_model(str(tmp_path), device="cpu")
