@@ -1,0 +1,194 @@
+"""The page in headless Chromium: Run fills both panes, the charts render, the summary says identical; Replay.
+
+Also makes the README screenshots (not a test):
+    python -m tests.test_dashboard_browser cpu                      # docs/dashboard-cpu.png, real default model
+    python -m tests.test_dashboard_browser replay benchmarks/results/h200.json   # docs/dashboard-replay-h200.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest_dashboard import ServedApp, bench_report, serve, serving_app
+
+
+@pytest.fixture(scope="module")
+def served_app():
+    yield from serving_app()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+PLOTS = ("plot-tokens", "plot-device", "plot-steps", "plot-gap")
+TIMEOUT_MS = 90_000
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.browser
+
+
+def launch_browser(playwright: Any) -> Any:
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_browser(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any, served_app: ServedApp) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(served_app.url)
+    page.wait_for_selector("#run-btn")
+    yield page
+    context.close()
+
+
+def click_run_and_wait(page: Any) -> None:
+    page.click("#run-btn")
+    page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed|Not started/)",
+                           timeout=TIMEOUT_MS)
+
+
+def pane_text(page: Any, name: str) -> str:
+    return page.locator(f"#{name}-text textarea").input_value()
+
+
+def plots_rendered(page: Any, ids: tuple[str, ...]) -> None:
+    for plot in ids:
+        page.locator(f"#{plot} .js-plotly-plot").first.wait_for(state="visible", timeout=TIMEOUT_MS)
+
+
+def test_run_fills_both_panes_draws_charts_and_says_identical(page):
+    click_run_and_wait(page)
+    assert "Done" in page.inner_text("#status")
+    naive, pipelined = pane_text(page, "naive"), pane_text(page, "pipelined")
+    assert naive.strip() and naive == pipelined
+    assert "tok/s" in page.inner_text("#naive-rate") and "tok/s" in page.inner_text("#pipelined-rate")
+    page.wait_for_function("document.querySelector('#headline')?.innerText.includes('outputs identical: yes')")
+    summary = page.inner_text("#summary")
+    assert "naive" in summary and "pipelined" in summary
+    plots_rendered(page, PLOTS)
+    assert page.locator("#plot-tokens .js-plotly-plot .scatterlayer .trace").count() >= 2
+    assert "No NVIDIA GPU" in page.inner_text("#banner")
+
+
+def test_bad_input_shows_a_message_in_the_page(page):
+    page.locator("#prompt textarea").fill("   ")
+    click_run_and_wait(page)
+    assert "prompt is empty" in page.inner_text("#status")
+
+
+def test_replay_shows_a_saved_report(page, served_app, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench_report(served_app.runner, trials=2)))
+    open_replay(page, path)
+    assert "tiny-random" in page.inner_text("#replay-status")
+    assert "outputs identical: yes" in page.inner_text("#replay-headline")
+    assert "pipelined" in page.inner_text("#replay-summary")
+
+
+def open_replay(page: Any, path: Path) -> None:
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-upload input[type=file]").set_input_files(str(path))
+    page.wait_for_function("document.querySelector('#replay-status')?.innerText.match(/Showing|Cannot/)",
+                           timeout=TIMEOUT_MS)
+    plots_rendered(page, tuple(f"replay-{p}" for p in PLOTS))
+
+
+# ---------------------------------------------------------------------------------------------- screenshots
+
+def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
+    """A real run of `model` on the CPU, then the whole page."""
+    from playwright.sync_api import sync_playwright
+
+    from dashboard.runner import Runner, RunSettings
+
+    runner = Runner(None, device="cpu")
+    runner.load(model, timeout=600)
+    settings = RunSettings(model=model, max_new_tokens=max_new_tokens, trials=trials, ignore_eos=True)
+    app = serve(runner, defaults=settings)
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_browser(playwright)
+            page = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
+            page.set_default_timeout(600_000)
+            page.goto(app.url)
+            page.wait_for_selector("#run-btn")
+            click_run_and_wait(page)
+            plots_rendered(page, PLOTS)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(out), full_page=True)
+            browser.close()
+    finally:
+        app.demo.close()
+        runner.close()
+
+
+def screenshot_replay(report: Path, out: Path) -> None:
+    """The Replay tab showing `report` (no model is loaded for this)."""
+    from playwright.sync_api import sync_playwright
+
+    from dashboard.runner import Runner
+
+    runner = Runner(None, device="cpu")
+    app = serve(runner)
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_browser(playwright)
+            page = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
+            page.set_default_timeout(120_000)
+            page.goto(app.url)
+            page.wait_for_selector("#run-btn")
+            open_replay(page, report)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(out), full_page=True)
+            browser.close()
+    finally:
+        app.demo.close()
+        runner.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from core.models import DEFAULT_MODEL
+
+    parser = argparse.ArgumentParser(prog="python -m tests.test_dashboard_browser", description="README screenshots")
+    sub = parser.add_subparsers(dest="what", required=True)
+    cpu = sub.add_parser("cpu", help="run the real default model on the CPU and screenshot the page")
+    cpu.add_argument("--model", default=DEFAULT_MODEL)
+    cpu.add_argument("--max-new-tokens", type=int, default=48)
+    cpu.add_argument("--trials", type=int, default=1)
+    cpu.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard-cpu.png")
+    replay = sub.add_parser("replay", help="open a core.bench JSON in the Replay tab and screenshot it")
+    replay.add_argument("report", type=Path)
+    replay.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard-replay-h200.png")
+    args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.what == "cpu":
+        screenshot_cpu(args.out, args.model, args.max_new_tokens, args.trials)
+    else:
+        screenshot_replay(args.report, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

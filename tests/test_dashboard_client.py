@@ -1,0 +1,170 @@
+"""The app served in-process on a free port, driven through its API with gradio_client; and app.py's flags."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+import app
+from tests.conftest_dashboard import TINY, bench_report, free_port, serving_app
+
+
+@pytest.fixture(scope="module")
+def served_app():
+    yield from serving_app()
+
+
+OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
+           "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
+           "report_file", "banner")
+REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot")
+
+
+def form(prompt: str = "Hello there", **changes) -> list:
+    values = {"model": TINY, "prompt": prompt, "max_new_tokens": 16, "batch": 1, "trials": 1, "ignore_eos": False,
+              "static_cache": False, "compile": "off", "lag": 1, "streams": "1", "include_hf": False,
+              "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    values.update(changes)
+    return list(values.values())
+
+
+def run(url: str, prompt: str = "Hello there", **changes) -> dict:
+    client = Client(url, verbose=False)
+    return dict(zip(OUTPUTS, client.predict(*form(prompt, **changes), api_name="/run")))
+
+
+def test_a_run_gives_both_texts_identical_under_greedy(served_app):
+    out = run(served_app.url)
+    assert out["status"].startswith("**Done in")
+    assert out["naive_text"] and out["naive_text"] == out["pipelined_text"]
+    assert "tok/s" in out["naive_rate"] and "tok/s" in out["pipelined_rate"]
+    assert "outputs identical: yes" in out["headline"]
+    assert [row[0] for row in out["summary"]["data"]] == ["naive", "pipelined"]
+    assert out["command"].startswith("python -m core.bench --model tiny-random")
+    for key in ("tokens_plot", "device_plot", "steps_plot", "gap_plot"):
+        figure = json.loads(out[key]["plot"])
+        assert out[key]["type"] == "plotly" and figure["data"], key
+    rows = list(csv.DictReader(Path(out["csv"]).read_text().splitlines()))
+    assert rows[-1]["status"] == "done" and rows[-1]["identical"] == "yes"
+    assert json.loads(Path(out["report_file"]).read_text())["all_identical"]
+    assert "No NVIDIA GPU" in out["banner"]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"prompt": "   "}, "the prompt is empty"),
+    ({"max_new_tokens": 0}, "max new tokens must be between 1"),
+    ({"batch": 0}, "batch size must be between 1"),
+    ({"lag": 0}, "pipeline lag must be between 1"),
+    ({"model": "   "}, "no model chosen"),
+])
+def test_bad_input_gets_a_clear_message(served_app, changes, message):
+    out = run(served_app.url, **changes)
+    assert out["status"].startswith("**Not started:**") and message in out["status"]
+
+
+def test_failures_are_shown_and_the_app_keeps_serving(served_app):
+    out = run(served_app.url, model="/no/such/model/dir")
+    assert out["status"].startswith("**Failed:") and "still using tiny-random" in out["status"]
+    assert run(served_app.url)["status"].startswith("**Done in")
+
+
+def test_several_users_get_their_own_results_one_at_a_time(served_app):
+    prompts = ["The first user asks about cats.", "The second user asks about ships.", "A third asks nothing."]
+    results: dict[str, dict] = {}
+
+    def user(prompt: str) -> None:
+        results[prompt] = run(served_app.url, prompt)
+
+    threads = [threading.Thread(target=user, args=(p,)) for p in prompts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    texts = {p: results[p]["naive_text"] for p in prompts}
+    assert len(set(texts.values())) == len(prompts), "each user sees the text of their own prompt"
+    assert all(results[p]["naive_text"] == results[p]["pipelined_text"] for p in prompts)
+    assert all(len(results[p]["history"]["data"]) == 1 for p in prompts), "history is per session"
+
+
+def test_replay_opens_a_bench_report(served_app, tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(bench_report(served_app.runner, trials=2)))
+    client = Client(served_app.url, verbose=False)
+    out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay")))
+    assert out["status"].startswith("Showing the uploaded file: `tiny-random` on cpu")
+    assert "outputs identical: yes" in out["headline"]
+    assert json.loads(out["tokens_plot"]["plot"])["data"]
+
+
+def test_replay_refuses_other_files(served_app, tmp_path):
+    path = tmp_path / "not-a-report.json"
+    path.write_text('{"hello": "world"}')
+    client = Client(served_app.url, verbose=False)
+    status = client.predict(handle_file(str(path)), api_name="/replay")[0]
+    assert "Cannot open this file" in status and "not a syncscope benchmark report" in status
+
+
+def test_cancel_without_a_run(served_app):
+    assert Client(served_app.url, verbose=False).predict(api_name="/cancel") == "Nothing to cancel."
+
+
+# ------------------------------------------------------------------------------------------------- app.py
+
+def args(*argv: str) -> argparse.Namespace:
+    return app.build_parser().parse_args(list(argv))
+
+
+def test_defaults_bind_loopback_on_7860():
+    parsed = args()
+    assert (parsed.host, parsed.port, parsed.share, parsed.auth) == ("127.0.0.1", 7860, False, None)
+    assert app.exposure_warning(parsed) is None and app.allowed_models(parsed) is None
+
+
+@pytest.mark.parametrize("argv", [("--share",), ("--host", "0.0.0.0"), ("--host", "10.1.2.3")])
+def test_exposed_without_auth_warns_loudly_and_limits_models(argv):
+    parsed = args(*argv, "--model", "my-org/my-model")
+    assert "WITHOUT --auth" in app.exposure_warning(parsed)
+    allowed = app.allowed_models(parsed)
+    assert "my-org/my-model" in allowed and TINY in allowed and "evil/other" not in allowed
+    assert app.allowed_models(args(*argv, "--allow-any-model")) is None
+    assert app.exposure_warning(args(*argv, "--auth", "me:pw")) is None
+
+
+@pytest.mark.parametrize("value", ["nopassword", ":pw", "user:"])
+def test_bad_auth_is_refused(value):
+    with pytest.raises(ValueError, match="user:password"):
+        app.parse_auth(value)
+    assert app.parse_auth("me:se:cret") == ("me", "se:cret")
+
+
+def test_share_without_network_keeps_serving_locally():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port),
+                             "--share"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=Path(app.__file__).parent)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            lines.append(line)
+            if "still serving locally" in line or "Running on public URL" in line or time.monotonic() > deadline:
+                break
+        text = "".join(lines)
+        assert "WARNING: serving on a public share link WITHOUT --auth" in text
+        if "Running on public URL" in text:
+            pytest.skip("this machine can reach Gradio's share servers")
+        assert "still serving locally" in text
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        assert client.predict(api_name="/cancel") == "Nothing to cancel."
+    finally:
+        proc.terminate()
+        proc.wait(30)

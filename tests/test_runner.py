@@ -1,0 +1,255 @@
+"""The headless runner: same path as core.bench, streaming, cancel, queue, failed loads, validation, history."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.bench import Cancelled, build_parser, request_from_args
+from dashboard.runner import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    HISTORY_FIELDS,
+    RunSettings,
+    cli_command,
+    parse_report,
+    public_report,
+    timeline_from_report,
+)
+from tests.conftest_dashboard import FAST, TINY, bench_report, make_runner, running_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_runner():
+    yield from running_tiny()
+
+
+LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=True, trials=5)
+
+
+def finish(runner, job, timeout=60):
+    assert job.wait(timeout), f"job {job.id} still {job.state}"
+    return runner.snapshot(job)
+
+
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_greedy_run_streams_identical_texts(tiny_runner):
+    job = tiny_runner.submit(FAST, owner="a")
+    snap = finish(tiny_runner, job)
+    assert job.state == DONE, job.error
+    panes = snap["panes"]
+    assert panes["naive"]["text"] and panes["naive"]["text"] == panes["pipelined"]["text"]
+    assert panes["naive"]["tokens_per_s"] > 0 and panes["pipelined"]["tokens_per_s"] > 0
+    report = job.report
+    assert report["all_identical"] and report["request"]["stream"] is True
+    assert report["summary"]["naive"]["new_tokens"] == 16
+    assert set(snap["series"]) == {"naive", "pipelined"}
+
+
+def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
+    job = tiny_runner.submit(FAST.__class__(**{**FAST.__dict__, "trials": 2}))
+    finish(tiny_runner, job)
+    spans = job.report["dashboard"]["spans"]
+    assert [s["phase"] for s in spans[:2]] == ["warmup", "warmup"]
+    assert [s["contestant"] for s in spans[2:]] == ["naive", "pipelined", "pipelined", "naive"]
+    for earlier, later in itertools.pairwise(spans):
+        assert earlier["t1"] <= later["t0"] + 1e-9
+
+
+def test_seeded_sampling_is_identical_between_loops(tiny_runner):
+    settings = RunSettings(prompt="Once upon a time", model=TINY, max_new_tokens=16, sample=True, seed=7,
+                           temperature=0.8, top_k=50, top_p=0.9)
+    assert tiny_runner.run(settings)["all_identical"]
+
+
+def test_the_cli_command_rebuilds_the_same_request():
+    settings = RunSettings(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, sample=True, seed=5,
+                           temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
+                           include_hf=True, ignore_eos=True)
+    request, _ = settings.to_request()
+    argv = shlex.split(cli_command(settings, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv)) == request
+
+
+def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
+    job = tiny_runner.submit(LONG)
+    assert wait_until(lambda: tiny_runner.snapshot(job)["panes"]["naive"]["tokens"] > 0 or
+                      tiny_runner.snapshot(job)["panes"]["pipelined"]["tokens"] > 0)
+    asked = time.monotonic()
+    assert tiny_runner.cancel(job.id)
+    assert job.wait(2.0), "still running 2 s after cancel"
+    assert time.monotonic() - asked < 2.0
+    assert job.state == CANCELLED and tiny_runner.snapshot(job)["status"] == "Cancelled."
+    assert tiny_runner.run(FAST)["all_identical"], "the next run works"
+
+
+def test_cancel_while_queued_drops_the_job(tiny_runner):
+    first = tiny_runner.submit(LONG, owner="first")
+    second = tiny_runner.submit(FAST, owner="second")
+    assert tiny_runner.position(second) == 1
+    assert tiny_runner.cancel(second.id, owner="second")
+    assert second.state == CANCELLED and second.wait(0)
+    assert not tiny_runner.cancel(first.id, owner="someone else")
+    assert tiny_runner.cancel(first.id, owner="first")
+    first.wait(30)
+    with pytest.raises(Cancelled):
+        tiny_runner.run(LONG, timeout=0.5)
+
+
+def test_queue_serializes_runs_and_reports_positions(tiny_runner):
+    jobs = [tiny_runner.submit(FAST, owner=f"user{i}") for i in range(3)]
+    positions = [tiny_runner.position(job) for job in jobs]
+    assert positions == sorted(positions) and positions[-1] >= 2
+    queued = tiny_runner.snapshot(jobs[-1])
+    assert queued["state"] in ("queued", "running", "done")
+    if queued["state"] == "queued":
+        assert "ahead of yours in the queue" in queued["status"]
+    for job in jobs:
+        finish(tiny_runner, job)
+    windows = sorted((job.t0, job.t_end) for job in jobs)
+    for (_, end), (start, _) in itertools.pairwise(windows):
+        assert end <= start, "two runs overlapped on the device"
+    assert all(job.report["all_identical"] for job in jobs)
+
+
+def test_one_run_per_user_at_a_time(tiny_runner):
+    job = tiny_runner.submit(LONG, owner="eager")
+    with pytest.raises(ValueError, match="already have a run"):
+        tiny_runner.submit(FAST, owner="eager")
+    tiny_runner.cancel(job.id)
+    job.wait(30)
+
+
+def test_failed_model_load_keeps_the_previous_model(tiny_runner):
+    with pytest.raises(ValueError, match=r"could not load model 'no-such-org/no-such-model'.*still using tiny-random"):
+        tiny_runner.load("no-such-org/no-such-model", timeout=60)
+    assert tiny_runner.model_spec == TINY
+    failed = tiny_runner.submit(RunSettings(prompt="hi", model="/definitely/not/a/model", max_new_tokens=4))
+    finish(tiny_runner, failed)
+    assert failed.state == FAILED and "still using tiny-random" in failed.error
+    assert tiny_runner.run(FAST)["all_identical"]
+
+
+def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
+    too_long = RunSettings(prompt="word " * 3000, model=TINY, max_new_tokens=16)
+    job = tiny_runner.submit(too_long)
+    finish(tiny_runner, job)
+    assert job.state == FAILED and "exceeds the model's context" in job.error
+    assert tiny_runner.run(FAST)["all_identical"]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"prompt": ""}, "prompt is empty"),
+    ({"prompt": "   \n"}, "prompt is empty"),
+    ({"prompt": "x" * 20_001}, "characters long"),
+    ({"max_new_tokens": 0}, "max new tokens must be between 1 and 4096, got 0"),
+    ({"max_new_tokens": -3}, "max new tokens must be between"),
+    ({"max_new_tokens": 10**9}, "max new tokens must be between"),
+    ({"max_new_tokens": "lots"}, "max new tokens must be a number"),
+    ({"max_new_tokens": None}, "max new tokens is empty"),
+    ({"max_new_tokens": 2.5}, "max new tokens must be a whole number"),
+    ({"max_new_tokens": float("nan")}, "finite"),
+    ({"batch": 0}, "batch size must be between 1 and 64"),
+    ({"batch": 100_000}, "batch size must be between 1 and 64"),
+    ({"lag": 0}, "pipeline lag must be between 1"),
+    ({"trials": 0}, "trials must be between 1"),
+    ({"streams": 3}, "streams must be between 1 and 2"),
+    ({"temperature": 0}, "temperature must be in (0"),
+    ({"top_p": 1.5}, "top-p must be in (0, 1]"),
+    ({"top_k": -1}, "top-k must be between 0"),
+    ({"seed": True}, "seed must be a number"),
+    ({"compile": "turbo"}, "unknown compile mode 'turbo'"),
+])
+def test_bad_settings_give_clear_messages(changes, message):
+    with pytest.raises(ValueError) as caught:
+        RunSettings(**{**FAST.__dict__, **changes}).to_request()
+    assert message in str(caught.value)
+
+
+def test_numbers_from_a_form_are_accepted():
+    request, _ = RunSettings(prompt="hi", max_new_tokens=32.0, batch="2", lag="3", streams=2.0).to_request()
+    assert request.options.max_new_tokens == 32 and request.prompt == ["hi", "hi"] and request.options.lag == 3
+
+
+def test_compile_turns_the_static_cache_on_visibly():
+    request, notices = RunSettings(prompt="hi", compile="default").to_request()
+    assert request.options.cache == "static"
+    assert any("StaticCache" in n for n in notices)
+
+
+def test_unknown_and_disallowed_models_are_refused():
+    runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False)
+    try:
+        with pytest.raises(ValueError, match="not allowed on this dashboard"):
+            runner.submit(RunSettings(prompt="hi", model="evil/remote-code-model"))
+        with pytest.raises(ValueError, match="no model chosen"):
+            runner.check_model("  ")
+        assert runner.model_choices()[-1] == TINY
+    finally:
+        runner.close()
+
+
+def test_history_downloads_hold_run_data_only(tiny_runner):
+    secret = "my secret prompt text"
+    tiny_runner.run(RunSettings(prompt=secret, model=TINY, max_new_tokens=8))
+    job = tiny_runner.submit(RunSettings(prompt=secret, model=TINY, max_new_tokens=8), owner="alice")
+    finish(tiny_runner, job)
+    rows = list(csv.DictReader(io.StringIO(tiny_runner.history_csv("alice"))))
+    assert len(rows) == 1 and tuple(rows[0]) == HISTORY_FIELDS
+    assert rows[0]["status"] == "done" and rows[0]["identical"] == "yes" and float(rows[0]["naive_tok_s"]) > 0
+    data = json.loads(tiny_runner.history_json("alice"))
+    assert data["schema"] == "syncscope.history/1" and len(data["runs"]) == 1
+    everything = tiny_runner.history_csv() + tiny_runner.history_json()
+    assert secret not in everything
+    assert "host" not in public_report(job.report)["environment"]
+
+
+def test_csv_cells_cannot_become_formulas():
+    from dashboard.runner import history_csv
+
+    text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["model"].startswith("'=") and row["error"].startswith("'-")
+
+
+def test_a_bench_report_replays_as_a_timeline(tiny_runner):
+    report = json.loads(json.dumps(bench_report(tiny_runner, trials=2)))
+    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
+    spans = timeline["spans"]
+    assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
+    assert set(timeline["series"]) == {"naive", "pipelined"}
+    assert timeline["monitor"]["samples"] == []
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "not a syncscope benchmark report"),
+    (b'{"schema": "syncscope.bench/1", "summary": {}, "runs": "x"}', "no valid 'runs'"),
+])
+def test_replay_refuses_what_is_not_a_report(data, message):
+    with pytest.raises(ValueError, match=message):
+        parse_report(data)
+
+
+def test_runner_imports_neither_gradio_nor_plotly():
+    code = "import sys, dashboard.runner, core.gpu_monitor; print(sorted({'gradio', 'plotly'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
