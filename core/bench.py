@@ -94,11 +94,31 @@ def compare(
         for position, name in enumerate(order):
             emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial})
             listener = _token_listener(emit, name, trial) if request.stream or on_event else None
+            graphs_before = compiled_graph_count()
             outcome = _run_one(loaded, request, name, listener, stop)
-            entry = {"contestant": name, "trial": trial, "order": position, **outcome}
+            entry = {"contestant": name, "trial": trial, "order": position, **outcome,
+                     "graphs_compiled": compiled_graph_count() - graphs_before}
             runs.append(entry)
             emit({"type": "run", **entry})
     return build_report(loaded, request, runs, warmups)
+
+
+def compiled_graph_count() -> int:
+    """How many graphs torch.compile has produced in this process: a timed run should add none."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
+    """Index of the first token where two results differ (over all rows), or None when identical."""
+    for row_a, row_b in zip(a, b):
+        for index, (x, y) in enumerate(zip(row_a, row_b)):
+            if x != y:
+                return index
+        if len(row_a) != len(row_b):
+            return min(len(row_a), len(row_b))
+    return None if len(a) == len(b) else 0
 
 
 def _token_listener(emit: Callable[[BenchEvent], None], name: str, trial: int) -> Callable[[TokenEvent], None]:
@@ -219,7 +239,9 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
                  warmups: dict[str, dict[str, Any]]) -> dict[str, Any]:
     summary = {name: summarize([r for r in runs if r["contestant"] == name]) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
-    identical = {name: all(r["token_ids"] == reference for r in runs if r["contestant"] == name)
+    for entry in runs:
+        entry["first_difference"] = first_difference(entry["token_ids"], reference)
+    identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
                  for name in request.contestants}
     return {
         "schema": SCHEMA,

@@ -245,8 +245,7 @@ class DecodeState:
     tokens: torch.Tensor      # [B] the token each sequence feeds into the next step
     positions: torch.Tensor   # [B] its position id
     unfinished: torch.Tensor  # [B] bool
-    out: torch.Tensor         # [max_steps, B]
-    done: torch.Tensor        # [max_steps] bool: all sequences finished after this step
+    record: torch.Tensor      # [max_steps, B + 1]: each step's tokens, then its stop flag (all finished)
     mask: torch.Tensor        # [B, cache length] attention mask: prompt padding, then ones
     step: torch.Tensor        # [1] index of the step being computed, kept on the device for CUDA graphs
 
@@ -256,11 +255,18 @@ class DecodeState:
             return torch.zeros(*shape, dtype=dtype, device=device)
 
         return cls(tokens=zeros(batch), positions=zeros(batch), unfinished=zeros(batch, dtype=torch.bool),
-                   out=zeros(out_rows, batch), done=zeros(out_rows, dtype=torch.bool), mask=zeros(batch, mask_len),
-                   step=zeros(1))
+                   record=zeros(out_rows, batch + 1), mask=zeros(batch, mask_len), step=zeros(1))
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.record[:, :-1]
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.record[:, -1]
 
     def fits(self, batch: int, mask_len: int, out_rows: int) -> bool:
-        return self.mask.shape == (batch, mask_len) and self.out.shape[0] >= out_rows
+        return self.mask.shape == (batch, mask_len) and self.record.shape[0] >= out_rows
 
     def reset(self, attention_mask: torch.Tensor) -> None:
         """Refill in place: a captured CUDA graph keeps pointing at these same buffers."""
@@ -367,8 +373,9 @@ class DecodeEngine:
         tokens = torch.where(state.unfinished, tokens, self.pad)
         if not options.ignore_eos:
             state.unfinished &= ~torch.isin(tokens, self.eos_ids)
-        state.out.index_copy_(0, state.step, tokens[None])
-        state.done.index_copy_(0, state.step, state.unfinished.any().logical_not()[None])
+        # Tokens and stop flag share one row, so the pipelined loop moves them with a single copy.
+        finished = state.unfinished.any().logical_not().long()
+        state.record.index_copy_(0, state.step, torch.cat((tokens, finished[None]))[None])
         state.tokens.copy_(tokens)
         state.step.add_(1)
 
@@ -610,8 +617,9 @@ class HostMirror:
     def __init__(self, device: torch.device, max_steps: int, batch: int, streams: int):
         cuda = device.type == "cuda"
         self.cuda = cuda
-        self.tokens = torch.empty(max_steps, batch, dtype=torch.long, pin_memory=cuda)
-        self.done = torch.empty(max_steps, dtype=torch.bool, pin_memory=cuda)
+        self.rows = torch.empty(max_steps, batch + 1, dtype=torch.long, pin_memory=cuda)
+        self.tokens = self.rows[:, :-1]
+        self.done = self.rows[:, -1]
         self.copy_stream = torch.cuda.Stream(device) if cuda and streams == 2 else None
         self.events: list[Any] = [torch.cuda.Event() for _ in range(max_steps)] if cuda else []
         self.ready: list[Any] = [torch.cuda.Event() for _ in range(max_steps)] if self.copy_stream else []
@@ -630,16 +638,14 @@ class HostMirror:
     def send(self, index: int) -> None:
         state = self.state
         if self.copy_stream is None:
-            self.tokens[index].copy_(state.out[index], non_blocking=True)
-            self.done[index].copy_(state.done[index], non_blocking=True)
+            self.rows[index].copy_(state.record[index], non_blocking=True)
             if self.cuda:
                 self.events[index].record()
             return
         self.ready[index].record()
         with torch.cuda.stream(self.copy_stream):
             self.copy_stream.wait_event(self.ready[index])
-            self.tokens[index].copy_(state.out[index], non_blocking=True)
-            self.done[index].copy_(state.done[index], non_blocking=True)
+            self.rows[index].copy_(state.record[index], non_blocking=True)
             self.events[index].record(self.copy_stream)
 
     def wait(self, index: int) -> None:

@@ -63,23 +63,24 @@ def test_device_timeline(smol_gpu):
     assert 0 < t.ttft_gpu_ms <= t.ttft_ms
 
 
-def _sync_warnings(loaded, loop):
-    generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=32, ignore_eos=True)  # warm
+def _sync_warnings(loaded, loop, steps):
+    generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, ignore_eos=True)  # warm
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=32, ignore_eos=True)
+            generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, ignore_eos=True)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return [w for w in caught if "synchroniz" in str(w.message).lower()]
+    return len([w for w in caught if "synchroniz" in str(w.message).lower()])
 
 
 def test_pipelined_loop_does_not_sync_per_step(smol_gpu):
-    naive = _sync_warnings(smol_gpu, "naive")
-    piped = _sync_warnings(smol_gpu, "pipelined")
-    assert len(naive) >= 32
-    assert len(piped) < 8, [str(w.message) for w in piped[:3]]
+    """Per-run set-up and the final read may sync; what must not grow with the number of steps does not."""
+    naive_growth = _sync_warnings(smol_gpu, "naive", 64) - _sync_warnings(smol_gpu, "naive", 32)
+    piped_growth = _sync_warnings(smol_gpu, "pipelined", 64) - _sync_warnings(smol_gpu, "pipelined", 32)
+    assert naive_growth >= 32
+    assert piped_growth == 0
 
 
 def test_bench_on_cuda_with_hf_contestants(smol_gpu):
