@@ -6,6 +6,10 @@ A *timeline* is what `dashboard.runner` hands out live and rebuilds for a saved 
      "monitor": {"kind" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "util_pct", "mem_used_mb",
                  "power_w", "sm_clock_mhz"}]}}
 with every time in seconds since the run started. A *report* is the JSON of `python -m core.bench --json`.
+
+Figures are written as plain dicts and wrapped once. Plotly's per-property validation costs 10-100 ms per figure,
+and live charts are rebuilt in the process whose other thread is timing the decode loop, so it is off by default
+(`VALIDATE`); the tests build every figure with it on.
 """
 
 from __future__ import annotations
@@ -15,54 +19,64 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import plotly.io as pio
 
-COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "hf": "#1f77b4", "hf-deferred": "#9467bd"}
+COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "no-check": "#ff7f0e", "hf": "#1f77b4",
+          "hf-deferred": "#9467bd"}
 LOOPS = ("naive", "pipelined")
 WARMUP_COLOR = "#9e9e9e"
 HEIGHT = 330
 MAX_POINTS = 20_000
 MAX_LABELLED_SPANS = 8
+VALIDATE = False
+_TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
+
+Spec = dict[str, Any]
 
 
 def color(name: str) -> str:
     return COLORS.get(name, "#7f7f7f")
 
 
-def _layout(fig: go.Figure, title: str, height: int = HEIGHT, **extra: Any) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 15}}, height=height, template="plotly_white",
-                      margin={"l": 55, "r": 55, "t": 60, "b": 45},
-                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"},
-                      **extra)
-    return fig
+def figure(data: list[Spec], layout: Spec, title: str, height: int = HEIGHT) -> go.Figure:
+    """Wrap trace and layout dicts, with the page's common look."""
+    base = {"title": {"text": title, "font": {"size": 15}}, "height": height, "template": _TEMPLATE,
+            "margin": {"l": 55, "r": 55, "t": 60, "b": 45},
+            "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"}}
+    return go.Figure(data=data, layout={**base, **layout}, _validate=VALIDATE)
 
 
 def empty_figure(title: str, message: str) -> go.Figure:
     """A placeholder that says what will appear, or why nothing can."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font={"size": 13, "color": "#666"})
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    note = {"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+            "font": {"size": 13, "color": "#666"}}
+    return figure([], {"annotations": [note], "xaxis": {"visible": False}, "yaxis": {"visible": False}}, title)
 
 
-def shade_spans(fig: go.Figure, spans: Sequence[dict[str, Any]], labels: bool = True, **where: Any) -> None:
-    """Shade each loop's span in its colour (warm-ups in grey) so curves can be read against who was running."""
+def span_shapes(spans: Sequence[dict[str, Any]], labels: bool = True, xref: str = "x",
+                yref: str = "y domain") -> tuple[list[Spec], list[Spec]]:
+    """Shapes shading each loop's span in its colour (warm-ups in grey), and their labels."""
     labelled = labels and len(spans) <= MAX_LABELLED_SPANS
-    warmup_labelled = False
+    shapes, notes, warmup_labelled = [], [], False
     for span in spans:
         if span.get("t1") is None or span["t1"] <= span["t0"]:
             continue
         warm = span["phase"] == "warmup"
-        text = None
+        shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": span["t0"], "x1": span["t1"], "y0": 0,
+                       "y1": 1, "fillcolor": WARMUP_COLOR if warm else color(span["contestant"]),
+                       "opacity": 0.08 if warm else 0.13, "line": {"width": 0}, "layer": "below"})
         if labelled and not (warm and warmup_labelled):
-            text = "warm-up" if warm else span["contestant"]
             warmup_labelled = warmup_labelled or warm
-        label = {"annotation_text": text, "annotation_position": "top left",
-                 "annotation_font": {"size": 10, "color": "#555"}} if text else {}
-        fig.add_vrect(x0=span["t0"], x1=span["t1"], fillcolor=WARMUP_COLOR if warm else color(span["contestant"]),
-                      opacity=0.08 if warm else 0.13, line_width=0, layer="below", **label, **where)
+            notes.append({"text": "warm-up" if warm else span["contestant"], "xref": xref, "yref": yref,
+                          "x": span["t0"], "y": 1, "xanchor": "left", "yanchor": "top", "showarrow": False,
+                          "font": {"size": 10, "color": "#555"}})
+    return shapes, notes
+
+
+def line(x: list[Any], y: list[Any], name: str, line_color: str, dash: str = "solid", width: float = 2,
+         **extra: Any) -> Spec:
+    return {"type": "scatter", "mode": "lines", "x": x, "y": y, "name": name,
+            "line": {"color": line_color, "dash": dash, "width": width}, **extra}
 
 
 def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
@@ -71,54 +85,49 @@ def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
     series = timeline.get("series") or {}
     if not any(s.get("t") for s in series.values()):
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
-    fig = go.Figure()
-    for name, s in series.items():
-        fig.add_trace(go.Scatter(x=s["t"], y=s["tokens_per_s"], name=name, mode="lines",
-                                 line={"color": color(name), "width": 2}, connectgaps=False))
-    shade_spans(fig, timeline.get("spans") or [])
-    fig.update_xaxes(title_text="seconds since the run started")
-    fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
-    return _layout(fig, title)
+    data = [line(s["t"], s["tokens_per_s"], name, color(name), connectgaps=False) for name, s in series.items()]
+    shapes, notes = span_shapes(timeline.get("spans") or [])
+    layout = {"shapes": shapes, "annotations": notes, "xaxis": {"title": {"text": "seconds since the run started"}},
+              "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"}}
+    return figure(data, layout, title)
 
 
 def device_figure(timeline: dict[str, Any]) -> go.Figure:
     """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU)."""
     monitor = timeline.get("monitor") or {}
     samples = monitor.get("samples") or []
-    kind = monitor.get("kind", "none")
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
-    gpu = kind == "nvml"
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
-                        specs=[[{"secondary_y": True}], [{"secondary_y": True}]])
+    gpu = monitor.get("kind") == "nvml"
     t = [s["t"] for s in samples]
-    _add_line(fig, t, samples, "util_pct", "GPU util %" if gpu else "CPU util %", "#ff7f0e", 1, False)
+    wanted = [("util_pct", "GPU util %" if gpu else "CPU util %", "#ff7f0e", "x", "y", "solid")]
     if gpu:
-        _add_line(fig, t, samples, "sm_clock_mhz", "SM clock MHz", "#8c564b", 1, True, dash="dot")
-        _add_line(fig, t, samples, "mem_used_mb", "memory used MiB", "#17becf", 2, False)
-        _add_line(fig, t, samples, "power_w", "power W", "#bcbd22", 2, True)
+        wanted += [("sm_clock_mhz", "SM clock MHz", "#8c564b", "x", "y2", "dot"),
+                   ("mem_used_mb", "memory used MiB", "#17becf", "x2", "y3", "solid"),
+                   ("power_w", "power W", "#bcbd22", "x2", "y4", "solid")]
     else:
-        _add_line(fig, t, samples, "mem_used_mb", "process RSS MiB", "#17becf", 2, False)
-    shade_spans(fig, timeline.get("spans") or [], row=1, col=1)
-    shade_spans(fig, timeline.get("spans") or [], labels=False, row=2, col=1)
-    fig.update_yaxes(title_text="util %", range=[0, 105], row=1, col=1, secondary_y=False)
-    fig.update_yaxes(title_text="MiB", row=2, col=1, secondary_y=False)
+        wanted.append(("mem_used_mb", "process RSS MiB", "#17becf", "x2", "y3", "solid"))
+    data = []
+    for key, name, line_color, xaxis, yaxis, dash in wanted:
+        values = [s.get(key) for s in samples]
+        if any(v is not None for v in values):
+            data.append(line(t, values, name, line_color, dash=dash, xaxis=xaxis, yaxis=yaxis))
+    top_shapes, notes = span_shapes(timeline.get("spans") or [], xref="x", yref="y domain")
+    bottom_shapes, _ = span_shapes(timeline.get("spans") or [], labels=False, xref="x2", yref="y3 domain")
+    right = {"side": "right", "showgrid": False}
+    layout = {
+        "shapes": top_shapes + bottom_shapes, "annotations": notes,
+        "xaxis": {"anchor": "y", "matches": "x2", "showticklabels": False},
+        "xaxis2": {"anchor": "y3", "title": {"text": "seconds since the run started"}},
+        "yaxis": {"domain": [0.45, 1.0], "range": [0, 105], "title": {"text": "util %"}},
+        "yaxis3": {"domain": [0.0, 0.36], "anchor": "x2", "title": {"text": "MiB"}},
+    }
     if gpu:
-        fig.update_yaxes(title_text="MHz", row=1, col=1, secondary_y=True, showgrid=False)
-        fig.update_yaxes(title_text="W", row=2, col=1, secondary_y=True, showgrid=False)
-    fig.update_xaxes(title_text="seconds since the run started", row=2, col=1)
-    title = "GPU (NVML, coarse: share of each sample period with any kernel running)" if gpu else \
-        "CPU utilization (no NVIDIA GPU on this server)"
-    return _layout(fig, title, height=HEIGHT + 60)
-
-
-def _add_line(fig: go.Figure, t: list[float], samples: list[dict[str, Any]], key: str, name: str, line_color: str,
-              row: int, secondary: bool, dash: str = "solid") -> None:
-    values = [s.get(key) for s in samples]
-    if all(v is None for v in values):
-        return
-    fig.add_trace(go.Scatter(x=t, y=values, name=name, mode="lines", line={"color": line_color, "dash": dash}),
-                  row=row, col=1, secondary_y=secondary)
+        layout["yaxis2"] = {"overlaying": "y", "title": {"text": "MHz"}, **right}
+        layout["yaxis4"] = {"overlaying": "y3", "anchor": "x2", "title": {"text": "W"}, **right}
+    title = ("GPU (NVML, coarse: share of each sample period with any kernel running)" if gpu else
+             "CPU utilization (no NVIDIA GPU on this server)")
+    return figure(data, layout, title, height=HEIGHT + 60)
 
 
 def device_clock(report: dict[str, Any]) -> str:
@@ -136,13 +145,11 @@ def step_latency_figure(report: dict[str, Any]) -> go.Figure:
              for name in LOOPS}
     if not any(steps.values()):
         return empty_figure(title, "Per-step latencies appear here after a run.")
-    fig = go.Figure()
-    for name, values in steps.items():
-        if values:
-            fig.add_trace(go.Histogram(x=values, name=name, marker_color=color(name), opacity=0.6, nbinsx=60))
-    fig.update_xaxes(title_text="ms per decode step")
-    fig.update_yaxes(title_text="steps")
-    return _layout(fig, title, barmode="overlay")
+    data = [{"type": "histogram", "x": values, "name": name, "marker": {"color": color(name)}, "opacity": 0.6,
+             "nbinsx": 60} for name, values in steps.items() if values]
+    layout = {"barmode": "overlay", "xaxis": {"title": {"text": "ms per decode step"}},
+              "yaxis": {"title": {"text": "steps"}}}
+    return figure(data, layout, title)
 
 
 def gap_figure(report: dict[str, Any]) -> go.Figure:
@@ -151,18 +158,17 @@ def gap_figure(report: dict[str, Any]) -> go.Figure:
     key = "gpu_gap_ms" if gpu else "step_ms"
     title = ("GPU idle gap before each step (CUDA events, median trial)" if gpu else
              "Host time per step (host clock; no CUDA events on the CPU)")
-    fig = go.Figure()
+    data = []
     for name in LOOPS:
         run = representative_run(report, name)
         values = run["timings"].get(key, []) if run else []
         if values:
-            fig.add_trace(go.Scatter(x=list(range(1, len(values) + 1)), y=values, name=name, mode="lines",
-                                     line={"color": color(name), "width": 1.5}))
-    if not fig.data:
+            data.append(line(list(range(1, len(values) + 1)), values, name, color(name), width=1.5))
+    if not data:
         return empty_figure(title, "Per-step timings appear here after a run.")
-    fig.update_xaxes(title_text="decode step")
-    fig.update_yaxes(title_text="idle ms" if gpu else "ms", rangemode="tozero")
-    return _layout(fig, title)
+    layout = {"xaxis": {"title": {"text": "decode step"}},
+              "yaxis": {"title": {"text": "idle ms" if gpu else "ms"}, "rangemode": "tozero"}}
+    return figure(data, layout, title)
 
 
 def representative_run(report: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -189,3 +195,14 @@ def all_figures(timeline: dict[str, Any], report: dict[str, Any] | None) -> tupl
     """The four charts of the page: tokens/s, device, step latency, idle gap."""
     report = report or {}
     return tokens_per_s_figure(timeline), device_figure(timeline), step_latency_figure(report), gap_figure(report)
+
+
+def warm_up() -> None:
+    """Build each kind of figure once, so plotly's lazy imports do not land in the middle of a timed run."""
+    spans = [{"contestant": "naive", "phase": "trial", "trial": 0, "t0": 0.0, "t1": 1.0}]
+    sample = {"t": 0.0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
+    run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
+    timeline = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
+                "monitor": {"kind": "nvml", "samples": [sample]}}
+    for fig in all_figures(timeline, {"runs": [run]}):
+        fig.to_json()

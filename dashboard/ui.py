@@ -337,6 +337,7 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
     config = PageConfig(defaults=defaults or RunSettings(), replay_files={p.name: Path(p) for p in replay_files},
                         live_interval_s=live_interval_s, chart_interval_s=chart_interval_s)
     app = Dashboard(runner, config)
+    charts.warm_up()
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")

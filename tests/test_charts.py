@@ -11,6 +11,12 @@ from dashboard.runner import timeline_from_report
 from tests.conftest_dashboard import FAST, bench_report, running_tiny
 
 
+@pytest.fixture(autouse=True)
+def validated(monkeypatch):
+    """Build every figure with plotly's validation on: the specs must be valid plotly."""
+    monkeypatch.setattr(charts, "VALIDATE", True)
+
+
 @pytest.fixture(scope="module")
 def tiny_runner():
     yield from running_tiny()
@@ -133,3 +139,11 @@ def test_real_reports_draw_all_four_charts(tiny_runner, source):
         assert names(device)[0] in ("CPU util %", "GPU util %")
     for fig in (tokens, device, steps, gap):
         json.loads(fig.to_json())
+
+
+def test_unvalidated_figures_match_validated_ones(monkeypatch):
+    timeline = {"series": SERIES, "spans": SPANS,
+                "monitor": {"kind": "nvml", "description": "H200", "samples": nvml_samples()}}
+    validated = [json.loads(f.to_json()) for f in charts.all_figures(timeline, gpu_report())]
+    monkeypatch.setattr(charts, "VALIDATE", False)
+    assert [json.loads(f.to_json()) for f in charts.all_figures(timeline, gpu_report())] == validated
