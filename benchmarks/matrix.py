@@ -140,7 +140,7 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="core")
-    parser.add_argument("--only", default=None, help="run only cases whose name contains one of these comma-separated texts")
+    parser.add_argument("--only", default=None, help="comma-separated name fragments to run")
     parser.add_argument("--out", default="results", help="folder for one JSON per case and summary.json")
     parser.add_argument("--deadline-s", type=float, default=None, help="start no case after this many seconds")
     args = parser.parse_args()
