@@ -17,7 +17,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from core.bench import DEFAULT_PROMPT
 from core.generation import COMPILE_MODES
-from core.models import BUILTIN_SPECS, DEFAULT_MODEL
+from core.models import BUILTIN_SPECS, DEFAULT_MODEL, resolve_device, resolve_dtype
+from dashboard.runner import Runner, RunSettings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = "20mb"
@@ -87,9 +88,22 @@ def allowed_models(args: argparse.Namespace) -> set[str] | None:
     return {*BUILTIN_SPECS, *(args.model or [])}
 
 
-def run_defaults(args: argparse.Namespace, model: str) -> object:
-    from dashboard.runner import RunSettings
+def check_args(args: argparse.Namespace) -> RunSettings:
+    """The run form's defaults; ValueError (one readable line) for a bad device, dtype, port or run option."""
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    try:
+        device = resolve_device(args.device)
+    except RuntimeError as exc:  # torch.device() on a string it does not know
+        raise ValueError(f"unknown device {args.device!r}: use cpu, cuda or cuda:N ({exc})") from None
+    resolve_dtype(args.dtype, device)
+    model = (args.model or [DEFAULT_MODEL])[0]
+    settings = run_defaults(args, model)
+    settings.to_request()
+    return settings
 
+
+def run_defaults(args: argparse.Namespace, model: str) -> RunSettings:
     return RunSettings(prompt=args.prompt, model=model, max_new_tokens=args.max_new_tokens, batch=args.batch,
                        trials=args.trials, ignore_eos=args.ignore_eos,
                        static_cache=args.static_cache or args.compile != "off", compile=args.compile, lag=args.lag,
@@ -100,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         auth = parse_auth(args.auth)
+        defaults = check_args(args)
     except ValueError as exc:
         sys.stderr.write(f"app.py: error: {exc}\n")
         return 2
@@ -107,13 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         sys.stderr.write(warning + "\n")
 
-    from dashboard.runner import Runner
-    from dashboard.ui import CSS, build_demo
+    from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
-    model = (args.model or [DEFAULT_MODEL])[0]
+    model = defaults.model
     runner = Runner(model, device=args.device, dtype=args.dtype, allowed_models=allowed_models(args))
     print(f"Loading {model} in the background; the page shows its progress.")
-    demo = build_demo(runner, defaults=run_defaults(args, model), replay_files=sorted(RESULTS_DIR.glob("*.json")))
+    demo = build_demo(runner, defaults=defaults, replay_files=sorted(RESULTS_DIR.glob("*.json")))
     demo.queue(default_concurrency_limit=4, max_size=64)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                 max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,

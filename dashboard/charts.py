@@ -53,8 +53,8 @@ def empty_figure(title: str, message: str) -> go.Figure:
     return figure([], {"annotations": [note], "xaxis": {"visible": False}, "yaxis": {"visible": False}}, title)
 
 
-def span_shapes(spans: Sequence[dict[str, Any]], labels: bool = True, xref: str = "x",
-                yref: str = "y domain") -> tuple[list[Spec], list[Spec]]:
+def span_shapes(spans: Sequence[dict[str, Any]], labels: bool = True, xref: str = "x", yref: str = "y domain",
+                label_at: str = "top") -> tuple[list[Spec], list[Spec]]:
     """Shapes shading each loop's span in its colour (warm-ups in grey), and their labels."""
     labelled = labels and len(spans) <= MAX_LABELLED_SPANS
     shapes, notes, warmup_labelled = [], [], False
@@ -68,7 +68,8 @@ def span_shapes(spans: Sequence[dict[str, Any]], labels: bool = True, xref: str 
         if labelled and not (warm and warmup_labelled):
             warmup_labelled = warmup_labelled or warm
             notes.append({"text": "warm-up" if warm else span["contestant"], "xref": xref, "yref": yref,
-                          "x": span["t0"], "y": 1, "xanchor": "left", "yanchor": "top", "showarrow": False,
+                          "x": span["t0"], "y": 1 if label_at == "top" else 0, "xanchor": "left",
+                          "yanchor": label_at, "showarrow": False,
                           "font": {"size": 10, "color": "#555"}})
     return shapes, notes
 
@@ -87,7 +88,8 @@ def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
     data = [line(s["t"], s["tokens_per_s"], name, color(name), connectgaps=False) for name, s in series.items()]
     shapes, notes = span_shapes(timeline.get("spans") or [])
-    layout = {"shapes": shapes, "annotations": notes, "xaxis": {"title": {"text": "seconds since the run started"}},
+    layout = {"shapes": shapes, "annotations": notes,
+              "xaxis": {"title": {"text": "seconds since the run started"}, **_time_range(timeline)},
               "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"}}
     return figure(data, layout, title)
 
@@ -112,13 +114,13 @@ def device_figure(timeline: dict[str, Any]) -> go.Figure:
         values = [s.get(key) for s in samples]
         if any(v is not None for v in values):
             data.append(line(t, values, name, line_color, dash=dash, xaxis=xaxis, yaxis=yaxis))
-    top_shapes, notes = span_shapes(timeline.get("spans") or [], xref="x", yref="y domain")
+    top_shapes, notes = span_shapes(timeline.get("spans") or [], xref="x", yref="y domain", label_at="bottom")
     bottom_shapes, _ = span_shapes(timeline.get("spans") or [], labels=False, xref="x2", yref="y3 domain")
     right = {"side": "right", "showgrid": False}
     layout = {
         "shapes": top_shapes + bottom_shapes, "annotations": notes,
         "xaxis": {"anchor": "y", "matches": "x2", "showticklabels": False},
-        "xaxis2": {"anchor": "y3", "title": {"text": "seconds since the run started"}},
+        "xaxis2": {"anchor": "y3", "title": {"text": "seconds since the run started"}, **_time_range(timeline)},
         "yaxis": {"domain": [0.45, 1.0], "range": [0, 105], "title": {"text": "util %"}},
         "yaxis3": {"domain": [0.0, 0.36], "anchor": "x2", "title": {"text": "MiB"}},
     }
@@ -128,6 +130,12 @@ def device_figure(timeline: dict[str, Any]) -> go.Figure:
     title = ("GPU (NVML, coarse: share of each sample period with any kernel running)" if gpu else
              "CPU utilization (no NVIDIA GPU on this server)")
     return figure(data, layout, title, height=HEIGHT + 60)
+
+
+def _time_range(timeline: dict[str, Any]) -> Spec:
+    """The whole run on the x axis, so the tokens/s and device charts line up."""
+    end = timeline.get("t_end")
+    return {"range": [0, end]} if end else {}
 
 
 def device_clock(report: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ import io
 import itertools
 import json
 import shlex
+import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.bench import HF, BenchRequest, Cancelled, compare
-from core.generation import COMPILE_MODES, LOOPS, GenerationOptions
+from core.generation import COMPILE_MODES, LOOPS, NO_CHECK, GenerationOptions
 from core.gpu_monitor import GpuMonitor, nvml_index
 from core.models import BUILTIN_SPECS, DEFAULT_MODEL, LoadedModel, load_model
 
@@ -67,6 +69,7 @@ class RunSettings:
     streams: Any = 1
     trials: Any = 1
     include_hf: bool = False
+    include_no_check: bool = False
 
     def to_request(self) -> tuple[BenchRequest, list[str]]:
         """The BenchRequest this asks for, plus notices about what was adjusted; ValueError with a clear message."""
@@ -88,7 +91,7 @@ class RunSettings:
             top_k=whole("top-k", self.top_k, 0, 1_000_000), top_p=real("top-p", self.top_p, 0.0, 1.0, open_low=True),
             seed=whole("seed", self.seed, 0, 2**63 - 1), ignore_eos=bool(self.ignore_eos),
         )
-        contestants = (*LOOPS, *([HF] if self.include_hf else []))
+        contestants = (*LOOPS, *([NO_CHECK] if self.include_no_check else []), *([HF] if self.include_hf else []))
         request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
                                trials=whole("trials", self.trials, 1, MAX_TRIALS), contestants=contestants,
                                stream=True)
@@ -151,7 +154,8 @@ def cli_command(settings: RunSettings, model: str, device: str | None = None, dt
     if o.do_sample:
         parts += ["--sample", "--temperature", f"{o.temperature:g}", "--top-k", str(o.top_k), "--top-p", f"{o.top_p:g}"]
     parts += ["--ignore-eos"] if o.ignore_eos else []
-    parts += ["--trials", str(request.trials), *(["--hf"] if HF in request.contestants else []), "--stream"]
+    parts += ["--trials", str(request.trials), *(["--no-check"] if NO_CHECK in request.contestants else []),
+              *(["--hf"] if HF in request.contestants else []), "--stream"]
     return shlex.join(parts)
 
 
@@ -571,6 +575,8 @@ class LiveView:
         pane.window.append((stamp, 0))
 
     def _on_tokens(self, event: dict[str, Any]) -> None:
+        if event["contestant"] == NO_CHECK:  # it hands over all its tokens at the end: no live rate to show
+            return
         pane = self.panes.setdefault(event["contestant"], PaneState())
         tokens = event["tokens"]
         count = sum(1 for token in tokens if token is not None)
@@ -778,7 +784,8 @@ def timeline_from_report(report: dict[str, Any]) -> dict[str, Any]:
         length = timings["total_ms"] / 1000
         spans.append({"contestant": run["contestant"], "phase": "trial", "trial": run["trial"], "t0": cursor,
                       "t1": cursor + length})
-        _append_rates(series.setdefault(run["contestant"], {"t": [], "tokens_per_s": []}), timings, cursor)
+        if run["contestant"] != NO_CHECK:  # its tokens all become known at the end: no rate curve
+            _append_rates(series.setdefault(run["contestant"], {"t": [], "tokens_per_s": []}), timings, cursor)
         cursor += length
     return {"t_end": cursor, "series": series, "spans": spans, "monitor": _no_monitor()}
 
@@ -799,8 +806,8 @@ def _append_rates(target: dict[str, list[float | None]], timings: dict[str, Any]
 
 
 def _no_monitor() -> dict[str, Any]:
-    return {"kind": "none", "description": "this report has no utilization samples (core.bench does not record "
-                                           "them; reports saved from the dashboard do)", "samples": []}
+    return {"kind": "none", "description": "No utilization samples in this report:<br>core.bench does not record "
+                                           "them; reports saved from the dashboard do.", "samples": []}
 
 
 def parse_report(data: bytes | str, max_bytes: int = 50 * 2**20) -> dict[str, Any]:
@@ -825,3 +832,100 @@ def parse_report(data: bytes | str, max_bytes: int = 50 * 2**20) -> dict[str, An
             raise ValueError(f"the report has no valid {key!r} section")
     return report
 
+
+
+# ---------------------------------------------------------------------- does the watcher change what it watches?
+
+def _ui_like_poller(runner: Runner, job: Job, stop: threading.Event, interval_s: float = 0.25) -> None:
+    """What the page does during a run: a snapshot every tick, the two live charts every second."""
+    try:
+        from dashboard import charts
+    except ImportError:  # plotly missing on a bare GPU server: serialise the snapshot instead
+        charts = None
+    last_chart = 0.0
+    while not stop.wait(interval_s):
+        snap = runner.snapshot(job)
+        if time.monotonic() - last_chart >= 1.0:
+            last_chart = time.monotonic()
+            if charts is not None:
+                charts.tokens_per_s_figure(snap).to_json()
+                charts.device_figure(snap).to_json()
+            else:
+                json.dumps({k: snap[k] for k in ("series", "spans", "monitor")})
+
+
+def watcher_check(runner: Runner, settings: RunSettings, reps: int = 3) -> dict[str, Any]:
+    """Tokens/s of the headless benchmark (`core.bench --stream`, no monitor) against the dashboard's path (the
+    runner with the NVML monitor on and a page-like poller), alternating which goes first, in one process."""
+    request, _ = settings.to_request()
+    results: dict[str, dict[str, list[float]]] = {"headless": {}, "dashboard": {}}
+    report: dict[str, Any] = {}
+    for rep in range(reps):
+        for kind in (("headless", "dashboard") if rep % 2 == 0 else ("dashboard", "headless")):
+            if kind == "headless":
+                if runner.monitor is not None:
+                    runner.monitor.stop()
+                outcome = compare(runner.loaded, request)
+                if runner.monitor is not None:
+                    runner.monitor.start()
+            else:
+                job = runner.submit(settings)
+                stop = threading.Event()
+                poller = threading.Thread(target=_ui_like_poller, args=(runner, job, stop), daemon=True)
+                poller.start()
+                job.wait()
+                stop.set()
+                poller.join()
+                if job.state != DONE:
+                    raise ValueError(job.error or f"the dashboard run ended {job.state}")
+                outcome = report = job.report
+            for name, summary in outcome["summary"].items():
+                results[kind].setdefault(name, []).append(summary["tokens_per_s"])
+    medians = {kind: {name: statistics.median(v) for name, v in per.items()} for kind, per in results.items()}
+    ratios = {name: medians["dashboard"][name] / medians["headless"][name] for name in medians["headless"]}
+    return {"tokens_per_s": results, "median": medians, "dashboard/headless": ratios,
+            "last_dashboard_report": public_report(report)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m dashboard.runner", description=watcher_check.__doc__.split("\n")[0])
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--cache", choices=("dynamic", "static"), default="static")
+    p.add_argument("--compile", choices=COMPILE_MODES, default="reduce-overhead")
+    p.add_argument("--lag", type=int, default=1)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--json", dest="json_path", default=None, help="write the figures and the last report here")
+    args = p.parse_args(argv)
+    settings = RunSettings(prompt=args.prompt, model=args.model, max_new_tokens=args.max_new_tokens,
+                           batch=args.batch, static_cache=args.cache == "static", compile=args.compile, lag=args.lag,
+                           ignore_eos=args.ignore_eos, trials=args.trials)
+    runner = Runner(None, device=args.device, dtype=args.dtype)
+    try:
+        runner.load(args.model)
+        result = watcher_check(runner, settings, args.reps)
+    except ValueError as exc:
+        print(f"dashboard.runner: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        runner.close()
+    for name, ratio in result["dashboard/headless"].items():
+        print(f"{name:<10} headless {result['median']['headless'][name]:9.1f} tok/s   dashboard "
+              f"{result['median']['dashboard'][name]:9.1f} tok/s   dashboard/headless {ratio:.3f}")
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,6 +28,7 @@ from dashboard.runner import (
     Runner,
     RunSettings,
     cli_command,
+    describe_failure,
     headline,
     parse_report,
     public_report,
@@ -44,6 +45,7 @@ EXAMPLE_PROMPTS = (
 )
 UI_COMPILE_MODES = tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs")
 GREEDY, SAMPLED = "greedy", "seeded sampling"
+SUMMARY_WIDTHS = ["13%", "9%", "9%", "9%", "10%", "10%", "9%", "10%", "10%", "11%"]
 HISTORY_COLUMNS = ("run", "status", "model", "batch", "cache", "compile", "lag", "naive_tok_s", "pipelined_tok_s",
                    "hf_tok_s", "speedup", "identical", "clock")
 CSS = """
@@ -72,11 +74,13 @@ shared code, so under greedy decoding both loops produce the same tokens and any
   recompile every step), so choosing a compile mode turns it on.
 - **Compile**: `torch.compile` mode. `reduce-overhead` and `max-autotune` capture CUDA graphs (NVIDIA GPU only; on
   the CPU they fall back to `default`, with a notice). Compilation happens in the untimed warm-up and is reported
-  as *compile ms*.
+  as *compile ms*. `step-graph` captures the whole decode step (inductor kernels) in one CUDA graph.
 - **Pipeline lag**: how many steps after queueing a step the pipelined loop reads its stop flag.
 - **Streams**: 2 puts the device-to-host copies on a second CUDA stream, out of the compute stream's way.
 - **Trials**: timed repetitions after a warm-up, in alternating order; the table shows medians.
 - **Include HF generate**: transformers' own `generate()` with the same cache and compile settings (host-timed).
+- **Include no-check baseline**: a loop that never asks whether generation is over (it runs all max-new-tokens
+  steps and looks at the tokens at the end): the upper bound of what removing the sync can give.
 
 ### Why NVML utilization is coarse
 `nvidia-smi`-style utilization is the share of a sample period (1/6 s to 1 s, by product) in which *any* kernel
@@ -139,13 +143,15 @@ class Dashboard:
     # ---- run
 
     def run(self, model: str, prompt: str, max_new_tokens: Any, batch: Any, trials: Any, ignore_eos: bool,
-            static_cache: bool, compile_mode: str, lag: Any, streams: Any, include_hf: bool, sampling: str,
-            seed: Any, temperature: Any, top_k: Any, top_p: Any, request: gr.Request) -> Iterator[dict]:
+            static_cache: bool, compile_mode: str, lag: Any, streams: Any, include_hf: bool,
+            include_no_check: bool, sampling: str, seed: Any, temperature: Any, top_k: Any, top_p: Any,
+            request: gr.Request) -> Iterator[dict]:
         """Queue a comparison and stream its progress until it finishes."""
         owner = _owner(request)
         settings = RunSettings(prompt=prompt, model=model, max_new_tokens=max_new_tokens, batch=batch,
                                trials=trials, ignore_eos=ignore_eos, static_cache=static_cache,
                                compile=compile_mode, lag=lag, streams=_streams(streams), include_hf=include_hf,
+                               include_no_check=include_no_check,
                                sample=sampling == SAMPLED, seed=seed, temperature=temperature, top_k=top_k,
                                top_p=top_p)
         try:
@@ -153,7 +159,10 @@ class Dashboard:
         except ValueError as exc:
             yield {self.c["status"]: f"**Not started:** {exc}"}
             return
-        yield from self._follow(job, settings, owner)
+        try:
+            yield from self._follow(job, settings, owner)
+        except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
+            yield {self.c["status"]: f"**The page could not show this run:** {describe_failure(exc)}"}
 
     def _follow(self, job: Job, settings: RunSettings, owner: str) -> Iterator[dict]:
         c = self.c
@@ -348,7 +357,7 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
                 app.c = _compare_tab(app, runner, config.defaults, banner)
-            with gr.Tab("Replay", id="replay"):
+            with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
                 app.r = _replay_tab(app, config)
         with gr.Accordion("Explain: the sync, the toggles, and why NVML utilization is coarse", open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
@@ -375,8 +384,9 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
                                                        interactive=False, elem_id=f"{name}-text",
                                                        elem_classes=["pane"])
             c["headline"] = gr.Markdown(elem_id="headline")
-            c["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False,
-                                        elem_id="summary", label="Summary (medians over trials)")
+            c["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=True,
+                                        elem_id="summary", label="Summary (medians over trials)",
+                                        column_widths=SUMMARY_WIDTHS)
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
@@ -421,7 +431,9 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
         with gr.Row():
             lag = gr.Number(d.lag, label="Pipeline lag (steps)", elem_id="lag")
             streams = gr.Radio(["1", "2"], value=str(d.streams), label="Streams", elem_id="streams")
-        include_hf = gr.Checkbox(d.include_hf, label="Include HF generate()", elem_id="include-hf")
+        with gr.Row():
+            include_hf = gr.Checkbox(d.include_hf, label="Include HF generate()", elem_id="include-hf")
+            no_check = gr.Checkbox(d.include_no_check, label="Include no-check baseline", elem_id="include-no-check")
         note = gr.Markdown(elem_id="options-note")
     with gr.Accordion("Sampling", open=False):
         sampling = gr.Radio([GREEDY, SAMPLED], value=SAMPLED if d.sample else GREEDY, label="Decoding",
@@ -437,7 +449,7 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
     static.input(app.on_static, inputs=[static, compile_mode], outputs=[compile_mode, note],
                  api_visibility="private", queue=False)
     return [model, prompt, max_new, batch, trials, ignore_eos, static, compile_mode, lag, streams, include_hf,
-            sampling, seed, temperature, top_k, top_p]
+            no_check, sampling, seed, temperature, top_k, top_p]
 
 
 def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
@@ -452,8 +464,9 @@ def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
                 open_btn = gr.Button("Open", elem_id="replay-open")
     r["status"] = gr.Markdown(elem_id="replay-status")
     r["headline"] = gr.Markdown(elem_id="replay-headline")
-    r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, elem_id="replay-summary",
-                                label="Summary (medians over trials)")
+    r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=True,
+                                elem_id="replay-summary", label="Summary (medians over trials)",
+                                column_widths=SUMMARY_WIDTHS)
     with gr.Row():
         r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
         r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)

@@ -160,7 +160,8 @@ def screenshot_replay(report: Path, out: Path) -> None:
             page.wait_for_selector("#run-btn")
             open_replay(page, report)
             page.wait_for_timeout(1500)
-            page.screenshot(path=str(out), full_page=True)
+            # The tab alone: the banner above it describes this (CPU) server, not the machine in the report.
+            page.locator("#replay-tab").screenshot(path=str(out))
             browser.close()
     finally:
         app.demo.close()

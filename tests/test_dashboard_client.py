@@ -32,7 +32,7 @@ REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot",
 def form(prompt: str = "Hello there", **changes) -> list:
     values = {"model": TINY, "prompt": prompt, "max_new_tokens": 16, "batch": 1, "trials": 1, "ignore_eos": False,
               "static_cache": False, "compile": "off", "lag": 1, "streams": "1", "include_hf": False,
-              "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+              "include_no_check": False, "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     values.update(changes)
     return list(values.values())
 
@@ -168,3 +168,17 @@ def test_share_without_network_keeps_serving_locally():
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--device", "quantum"], "unknown device 'quantum'"),
+    (["--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["--batch", "0"], "batch size must be between 1 and 64"),
+    (["--lag", "0"], "pipeline lag must be between 1"),
+    (["--port", "0"], "--port must be in 1..65535"),
+    (["--auth", "nocolon"], "--auth must look like user:password"),
+])
+def test_bad_flags_exit_with_one_readable_line(argv, message, capsys):
+    assert app.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("app.py: error: ") and message in err and err.count("\n") == 1

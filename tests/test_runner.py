@@ -12,6 +12,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.bench import Cancelled, build_parser, request_from_args
 from dashboard.runner import (
@@ -79,10 +81,17 @@ def test_seeded_sampling_is_identical_between_loops(tiny_runner):
     assert tiny_runner.run(settings)["all_identical"]
 
 
+def test_no_check_baseline_joins_the_summary_but_not_the_live_curve(tiny_runner):
+    job = tiny_runner.submit(RunSettings(**{**FAST.__dict__, "include_no_check": True}))
+    snap = finish(tiny_runner, job)
+    assert job.report["identical"]["no-check"] and "pipelined/no-check" in job.report["ratios"]
+    assert "no-check" not in snap["series"]
+
+
 def test_the_cli_command_rebuilds_the_same_request():
     settings = RunSettings(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, sample=True, seed=5,
                            temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
-                           include_hf=True, ignore_eos=True)
+                           include_hf=True, include_no_check=True, ignore_eos=True)
     request, _ = settings.to_request()
     argv = shlex.split(cli_command(settings, TINY))[3:]
     assert request_from_args(build_parser().parse_args(argv)) == request
@@ -253,3 +262,39 @@ def test_runner_imports_neither_gradio_nor_plotly():
     code = "import sys, dashboard.runner, core.gpu_monitor; print(sorted({'gradio', 'plotly'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+anything = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                     st.text(max_size=12), st.lists(st.integers(), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt=st.one_of(st.text(max_size=40), anything), max_new_tokens=anything, batch=anything, seed=anything,
+       temperature=anything, top_k=anything, top_p=anything, lag=anything, streams=anything, trials=anything,
+       compile_mode=st.one_of(st.sampled_from(["off", "default", "reduce-overhead", "nope"]), anything))
+def test_form_validation_raises_nothing_but_value_errors(prompt, max_new_tokens, batch, seed, temperature, top_k,
+                                                         top_p, lag, streams, trials, compile_mode):
+    form = RunSettings(prompt=prompt, max_new_tokens=max_new_tokens, batch=batch, seed=seed, sample=True,
+                       temperature=temperature, top_k=top_k, top_p=top_p, lag=lag, streams=streams, trials=trials,
+                       compile=compile_mode)
+    try:
+        request, _ = form.to_request()
+    except ValueError as exc:
+        assert str(exc)
+        return
+    request.validate()
+
+
+def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
+    import psutil
+
+    process = psutil.Process()
+    short = RunSettings(prompt="Hello", model=TINY, max_new_tokens=8)
+    for _ in range(10):
+        tiny_runner.run(short)
+    start = process.memory_info().rss
+    for _ in range(100):
+        assert tiny_runner.run(short)["all_identical"]
+    grown_mb = (process.memory_info().rss - start) / 2**20
+    assert grown_mb < 50, f"RSS grew {grown_mb:.0f} MiB over 100 runs"
+    assert len(tiny_runner._jobs) <= 65 and len(tiny_runner.history()) <= 500
