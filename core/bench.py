@@ -416,6 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("core.bench: interrupted\n")
         return 130
+    except Exception as exc:  # a command line answers in one line, not a traceback
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        sys.stderr.write(f"core.bench: error: {type(exc).__name__}: {first_line}\n")
+        return 1
     report["wall_s"] = time.perf_counter() - started
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}), "
           f"{request.trials} trials, options {request.options.cache}/{request.options.compile}")

@@ -36,7 +36,9 @@ class Timings:
     ttft_gpu_ms: float | None = None        # device: prefill start to the first token computed
     gpu_step_ms: list[float] = field(default_factory=list)   # device span of each kept step
     gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
-    gpu_busy_fraction: float | None = None  # share of the device timeline inside a step span
+    # Share of the device timeline inside a step's span. A span includes any wait for the host *within* the step
+    # (eager mode launches kernels one by one), so this measures the waits between steps, not every idle moment.
+    gpu_busy_fraction: float | None = None
 
     @property
     def overshoot_steps(self) -> int:

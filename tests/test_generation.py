@@ -168,7 +168,7 @@ def test_compile_on_cpu_falls_back_visibly(tiny):
     result = generate(tiny, PROMPT, max_new_tokens=4, cache="static", compile="reduce-overhead")
     assert any("CUDA graphs" in notice for notice in result.notices)
     assert result.options.compile == "default"
-    assert result.token_ids == free_run(tiny, PROMPT, 4) or len(result.token_ids[0]) <= 4
+    assert result.token_ids == [free_run(tiny, PROMPT, 4)[0][: len(result.token_ids[0])]]
 
 
 def test_engine_reused_across_runs(tiny):
