@@ -347,6 +347,8 @@ class Runner:
             if self._active is not None:
                 self._active.stop.set()
             self._cond.notify_all()
+        # A daemon thread still inside torch when the interpreter exits aborts the process.
+        self._worker.join(timeout=30)
         if self.monitor is not None:
             self.monitor.stop()
 

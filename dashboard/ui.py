@@ -130,8 +130,9 @@ class Dashboard:
         elif runner.last_load_error:
             lines.append(f"**Model load failed:** {runner.last_load_error}")
         if monitor is not None and not monitor.available:
-            lines.append(f"**No NVIDIA GPU on this server.** {monitor.description} Step times are measured on the "
-                         "host clock; there are no CUDA events, GPU busy % or idle gaps to show.")
+            description = monitor.description.replace("No NVIDIA GPU found", "**No NVIDIA GPU found**", 1)
+            lines.append(f"{description} Step times are measured on the host clock; there are no CUDA events, "
+                         "GPU busy % or idle gaps to show.")
         elif monitor is not None:
             lines.append(f"**GPU:** {monitor.description}.")
         return "  \n".join(lines)
