@@ -34,6 +34,7 @@ from core.generation import (
     STEP_GRAPH,
     GenerationOptions,
     TokenEvent,
+    cut_at_eos,
     encode_prompt,
     run,
 )
@@ -193,7 +194,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
         output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
     clock.stop()
     rows = output[:, input_ids.shape[1]:].tolist()
-    token_ids = _cut_at_eos(rows, [] if options.ignore_eos else _eos_list(loaded, options))
+    token_ids = cut_at_eos(rows, [] if options.ignore_eos else _eos_list(loaded, options))
     total_ms = (clock.t_end - clock.t0) * 1000
     new_tokens = sum(map(len, token_ids))
     timings = Timings(clock="host", total_ms=total_ms, ttft_ms=None, tokens_per_s=new_tokens / (total_ms / 1000),
@@ -206,14 +207,6 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
 def _eos_list(loaded: LoadedModel, options: GenerationOptions) -> list[int]:
     source = options.eos_token_id if options.eos_token_id is not None else loaded.model.generation_config.eos_token_id
     return [source] if isinstance(source, int) else list(source)
-
-
-def _cut_at_eos(rows: list[list[int]], eos: list[int]) -> list[list[int]]:
-    cut = []
-    for row in rows:
-        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
-        cut.append(row[:end])
-    return cut
 
 
 @contextlib.contextmanager

@@ -139,7 +139,7 @@ def run(
     warmup_ms = engine.warm_up(input_ids, attention_mask, options) if not engine.warmed else 0.0
     with torch.inference_mode():
         kept, computed, clock = _timed_run(engine, input_ids, attention_mask, options, on_tokens)
-    token_ids = _trim(engine.state.out[:kept].T.tolist(), engine.eos_ids_list, options.ignore_eos)
+    token_ids = cut_at_eos(engine.state.out[:kept].T.tolist(), [] if options.ignore_eos else engine.eos_ids_list)
     timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
                             warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms))
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
@@ -224,16 +224,10 @@ def _check_length(loaded: LoadedModel, prompt_tokens: int, max_new_tokens: int) 
              f"{prompt_tokens + max_new_tokens} exceeds the model's context of {limit} tokens")
 
 
-def _trim(rows: list[list[int]], eos_ids: list[int], ignore_eos: bool) -> list[list[int]]:
+def cut_at_eos(rows: list[list[int]], eos_ids: Sequence[int]) -> list[list[int]]:
     """Cut each sequence after its first EOS: what follows is padding from the batch."""
-    if ignore_eos:
-        return rows
     stops = set(eos_ids)
-    trimmed = []
-    for row in rows:
-        end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
-        trimmed.append(row[:end])
-    return trimmed
+    return [row[: next((i + 1 for i, token in enumerate(row) if token in stops), len(row))] for row in rows]
 
 
 # ------------------------------------------------------------------------------------------ the shared step
