@@ -105,6 +105,16 @@ def test_replay_opens_a_bench_report(served_app, tmp_path):
     assert json.loads(out["tokens_plot"]["plot"])["data"]
 
 
+def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_app):
+    client = Client(served_app.url, verbose=False)
+    report_file = dict(zip(OUTPUTS, client.predict(*form(), api_name="/run")))["report_file"]
+    out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(report_file), api_name="/replay")))
+    assert out["status"].startswith("Showing the uploaded file")
+    device = json.loads(out["device_plot"]["plot"])
+    assert device["data"] and device["data"][0]["name"] in ("CPU util %", "GPU util %")
+    assert "host" not in json.loads(Path(report_file).read_text())["environment"]
+
+
 def test_replay_refuses_other_files(served_app, tmp_path):
     path = tmp_path / "not-a-report.json"
     path.write_text('{"hello": "world"}')
