@@ -18,7 +18,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from core.bench import DEFAULT_PROMPT
 from core.generation import COMPILE_MODES
 from core.models import BUILTIN_SPECS, DEFAULT_MODEL, resolve_device, resolve_dtype
-from dashboard.runner import Runner, RunSettings
+from dashboard.runner import Runner, RunSettings, parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = "20mb"
@@ -110,6 +110,18 @@ def run_defaults(args: argparse.Namespace, model: str) -> RunSettings:
                        streams=args.streams, include_hf=args.hf)
 
 
+def find_reports(folder: Path) -> dict[str, Path]:
+    """Benchmark reports under `folder` (the Replay tab's bundled results), by path relative to it."""
+    found = {}
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            parse_report(path.read_bytes())
+        except (OSError, ValueError):
+            continue  # summaries and other JSON files
+        found[path.relative_to(folder).as_posix()] = path
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -127,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = defaults.model
     runner = Runner(model, device=args.device, dtype=args.dtype, allowed_models=allowed_models(args))
     print(f"Loading {model} in the background; the page shows its progress.")
-    demo = build_demo(runner, defaults=defaults, replay_files=sorted(RESULTS_DIR.glob("*.json")))
+    demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
     demo.queue(default_concurrency_limit=4, max_size=64)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                 max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,

@@ -42,7 +42,8 @@ def figure(data: list[Spec], layout: Spec, title: str, height: int = HEIGHT) -> 
     """Wrap trace and layout dicts, with the page's common look."""
     base = {"title": {"text": title, "font": {"size": 15}}, "height": height, "template": _TEMPLATE,
             "margin": {"l": 55, "r": 55, "t": 60, "b": 45},
-            "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"}}
+            "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right",
+                       "itemsizing": "constant"}}
     return go.Figure(data=data, layout={**base, **layout}, _validate=VALIDATE)
 
 
@@ -86,12 +87,33 @@ def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
     series = timeline.get("series") or {}
     if not any(s.get("t") for s in series.values()):
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
-    data = [line(s["t"], s["tokens_per_s"], name, color(name), connectgaps=False) for name, s in series.items()]
-    shapes, notes = span_shapes(timeline.get("spans") or [])
+    timed = {name: s for name, s in series.items() if s.get("t")}
+    data = [line(s["t"], s["tokens_per_s"], name, color(name), connectgaps=False) for name, s in timed.items()]
+    spans = timeline.get("spans") or []
+    shapes, notes = span_shapes(spans)
+    for span in _untimed_spans(spans, set(timed)):
+        data.append(_span_legend_entry(span))
     layout = {"shapes": shapes, "annotations": notes,
               "xaxis": {"title": {"text": "seconds since the run started"}, **_time_range(timeline)},
               "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"}}
     return figure(data, layout, title)
+
+
+def _untimed_spans(spans: Sequence[dict[str, Any]], timed: set[str]) -> list[dict[str, Any]]:
+    """The first trial span of each contestant without per-token times (generate() is timed only as a whole)."""
+    firsts: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        if span["phase"] == "trial" and span["contestant"] not in timed and span.get("t1") is not None:
+            firsts.setdefault(span["contestant"], span)
+    return list(firsts.values())
+
+
+def _span_legend_entry(span: dict[str, Any]) -> Spec:
+    # A one-pixel point carries the legend entry: plotly.js leaves traces without data out of the legend.
+    name = span["contestant"]
+    return {"type": "scatter", "mode": "markers", "x": [(span["t0"] + span["t1"]) / 2], "y": [0],
+            "name": f"{name} (span only)", "hoverinfo": "skip",
+            "marker": {"symbol": "square", "size": 1, "color": color(name), "opacity": 0.45}}
 
 
 def device_figure(timeline: dict[str, Any]) -> go.Figure:
@@ -133,9 +155,16 @@ def device_figure(timeline: dict[str, Any]) -> go.Figure:
 
 
 def _time_range(timeline: dict[str, Any]) -> Spec:
-    """The whole run on the x axis, so the tokens/s and device charts line up."""
+    """The same x range on the tokens/s and device charts: the whole run, or only the timed trials when the
+    warm-up (compilation, often seconds against trials of a fraction of one) would squeeze them into a sliver.
+    Double-clicking a chart shows everything."""
     end = timeline.get("t_end")
-    return {"range": [0, end]} if end else {}
+    if not end:
+        return {}
+    starts = [s["t0"] for s in timeline.get("spans") or [] if s["phase"] == "trial"]
+    first_trial = min(starts) if starts else 0.0
+    start = first_trial - 0.02 * (end - first_trial) if first_trial > 0.5 * end else 0.0
+    return {"range": [start, end]}
 
 
 def device_clock(report: dict[str, Any]) -> str:

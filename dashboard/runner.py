@@ -789,6 +789,7 @@ def timeline_from_report(report: dict[str, Any]) -> dict[str, Any]:
         if run["contestant"] != NO_CHECK:  # its tokens all become known at the end: no rate curve
             _append_rates(series.setdefault(run["contestant"], {"t": [], "tokens_per_s": []}), timings, cursor)
         cursor += length
+    series = {name: s for name, s in series.items() if s["t"]}
     return {"t_end": cursor, "series": series, "spans": spans, "monitor": _no_monitor()}
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -341,10 +341,10 @@ def _streams(value: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------------- layout
 
-def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_files: Sequence[Path] = (),
+def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_files: Mapping[str, Path] | None = None,
                live_interval_s: float = 0.25, chart_interval_s: float = 1.0, title: str = "syncscope") -> gr.Blocks:
     """The page for `runner`; launch it with `demo.queue(...)` and `demo.launch(...)` (see app.py)."""
-    config = PageConfig(defaults=defaults or RunSettings(), replay_files={p.name: Path(p) for p in replay_files},
+    config = PageConfig(defaults=defaults or RunSettings(), replay_files=dict(replay_files or {}),
                         live_interval_s=live_interval_s, chart_interval_s=chart_interval_s)
     app = Dashboard(runner, config)
     charts.warm_up()

@@ -58,10 +58,10 @@ def running_tiny() -> Iterator[Runner]:
     runner.close()
 
 
-def serving_app() -> Iterator[ServedApp]:
+def serving_app(**build: Any) -> Iterator[ServedApp]:
     """Body of a `served_app` fixture: the page for a tiny-random runner, served on a free port."""
     runner = make_runner()
-    app = serve(runner)
+    app = serve(runner, **build)
     yield app
     app.demo.close()
     runner.close()

@@ -64,6 +64,24 @@ def test_tokens_per_s_has_one_line_per_loop_and_shaded_spans():
     assert [a.text for a in fig.layout.annotations] == ["warm-up", "naive", "pipelined"]
 
 
+def test_a_long_warm_up_is_left_out_of_view_but_not_out_of_the_data():
+    spans = [{"contestant": "naive", "phase": "warmup", "trial": None, "t0": 0.0, "t1": 20.0},
+             {"contestant": "naive", "phase": "trial", "trial": 0, "t0": 20.0, "t1": 21.0},
+             {"contestant": "pipelined", "phase": "trial", "trial": 0, "t0": 21.0, "t1": 22.0}]
+    fig = charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 22.0})
+    assert fig.layout.xaxis.range[0] == pytest.approx(19.96) and fig.layout.xaxis.range[1] == 22.0
+    assert len(fig.layout.shapes) == 3
+    short = charts.tokens_per_s_figure({"series": SERIES, "spans": SPANS, "t_end": 2.2})
+    assert tuple(short.layout.xaxis.range) == (0.0, 2.2)
+
+
+def test_contestants_without_token_times_get_a_legend_entry_for_their_span():
+    spans = [*SPANS, {"contestant": "hf", "phase": "trial", "trial": 0, "t0": 2.2, "t1": 3.0}]
+    fig = charts.tokens_per_s_figure({"series": SERIES, "spans": spans})
+    assert names(fig) == ["naive", "pipelined", "hf (span only)"]
+    assert list(fig.data[2].x) == [2.6]
+
+
 def test_open_span_is_not_drawn_until_it_ends():
     fig = charts.tokens_per_s_figure({"series": SERIES, "spans": [{**SPANS[1], "t1": None}]})
     assert not fig.layout.shapes

@@ -19,8 +19,10 @@ from tests.conftest_dashboard import TINY, bench_report, free_port, serving_app
 
 
 @pytest.fixture(scope="module")
-def served_app():
-    yield from serving_app()
+def served_app(tmp_path_factory):
+    bundled = tmp_path_factory.mktemp("results") / "tiny-run.json"
+    bundled.write_text(json.dumps({"schema": "syncscope.bench/1", "summary": {}, "runs": []}))
+    yield from serving_app(replay_files={"tiny-run.json": bundled})
 
 
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
@@ -121,6 +123,21 @@ def test_replay_refuses_other_files(served_app, tmp_path):
     client = Client(served_app.url, verbose=False)
     status = client.predict(handle_file(str(path)), api_name="/replay")[0]
     assert "Cannot open this file" in status and "not a syncscope benchmark report" in status
+
+
+def test_bundled_results_open_by_name_only(served_app):
+    client = Client(served_app.url, verbose=False)
+    assert client.predict("tiny-run.json", api_name="/replay_bundled")[0].startswith("Showing tiny-run.json")
+    with pytest.raises(Exception, match="not in the list of choices"):
+        client.predict("../../../etc/passwd", api_name="/replay_bundled")
+
+
+def test_find_reports_lists_reports_only(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "a.json").write_text(json.dumps({"schema": "syncscope.bench/1", "summary": {}, "runs": []}))
+    (tmp_path / "summary.json").write_text("[]")
+    (tmp_path / "broken.json").write_text("{")
+    assert app.find_reports(tmp_path) == {"run/a.json": tmp_path / "run" / "a.json"}
 
 
 def test_cancel_without_a_run(served_app):
