@@ -209,3 +209,30 @@ def test_bad_flags_exit_with_one_readable_line(argv, message, capsys):
     assert app.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("app.py: error: ") and message in err and err.count("\n") == 1
+
+
+def test_the_banner_shows_loading_then_the_model():
+    from core.models import load_model
+    from dashboard.runner import Runner, RunSettings
+    from dashboard.ui import Dashboard, PageConfig
+
+    release = threading.Event()
+
+    def slow_loader(spec, **kwargs):
+        release.wait(30)
+        return load_model(spec, **kwargs)
+
+    runner = Runner(TINY, device="cpu", loader=slow_loader, monitor=False)
+    try:
+        page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
+        assert "**Loading model** `tiny-random`" in page.banner()
+        release.set()
+        runner.load(TINY, timeout=60)
+        assert "**Model:** `tiny-random` on cpu, float32." in page.banner()
+        failing = Runner(None, device="cpu", monitor=False)
+        with pytest.raises(ValueError):
+            failing.load("/no/such/model", timeout=60)
+        assert "**Model load failed:**" in Dashboard(failing, page.config).banner()
+        failing.close()
+    finally:
+        runner.close()
