@@ -249,7 +249,14 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "ratios": ratios(summary),
         "identical": identical,
         "all_identical": all(identical.values()),
+        # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
+        "self_consistent": {name: _self_consistent(runs, name) for name in request.contestants},
     }
+
+
+def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
+    outputs = [r["token_ids"] for r in runs if r["contestant"] == name]
+    return all(ids == outputs[0] for ids in outputs)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -379,9 +386,17 @@ def format_table(report: dict[str, Any]) -> str:
             f"{name:<12} {s['tokens_per_s']:>9.1f} {s['spread']:>6.1%} {_num(s['ttft_ms']):>8} "
             f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
             f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
-            f"{'yes' if report['identical'][name] else 'NO':>5}")
+            f"{_sameness(report, name):>5}")
     rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
+    if not all(report["self_consistent"].values()):
+        rows.append("NO*: this contestant's own trials differ from each other (run-to-run numerics at near-ties)")
     return "\n".join(rows)
+
+
+def _sameness(report: dict[str, Any], name: str) -> str:
+    if report["identical"][name]:
+        return "yes"
+    return "NO" if report["self_consistent"][name] else "NO*"
 
 
 def _num(value: float | None, digits: int = 1) -> str:

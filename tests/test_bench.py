@@ -33,6 +33,9 @@ def test_identity_check_can_fail(tiny):
     report = build_report(tiny, request, runs, warmups={})
     assert report["identical"] == {"naive": True, "pipelined": False}
     assert report["all_identical"] is False
+    assert report["self_consistent"] == {"naive": True, "pipelined": True}
+    runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings})
+    assert build_report(tiny, request, runs, warmups={})["self_consistent"]["pipelined"] is False
 
 
 def test_cli_writes_json_and_prints_table(tmp_path, capsys):
