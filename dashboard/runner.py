@@ -307,9 +307,6 @@ class Runner:
                 self._finish(job, CANCELLED, None)
             return True
 
-    def job(self, job_id: int) -> Job | None:
-        return self._jobs.get(job_id)
-
     def position(self, job: Job) -> int:
         """How many jobs run or wait ahead of this one (0: it is running or next)."""
         with self._cond:
@@ -318,14 +315,10 @@ class Runner:
             ahead = list(self._queue).index(job) if job in self._queue else 0
             return ahead + (1 if self._active is not None else 0)
 
-    def queue_length(self) -> int:
-        with self._cond:
-            return len(self._queue) + (1 if self._active is not None else 0)
-
     def snapshot(self, job: Job) -> dict[str, Any]:
         """Plain data for the UI: state, status line, per-contestant text and tok/s, chart series, report."""
         if job.view is None:
-            return {"id": job.id, "state": job.state, "status": self._status(job), "error": job.error}
+            return {"id": job.id, "state": job.state, "status": status_line(job, self), "error": job.error}
         return job.view.snapshot()
 
     def history(self, owner: str | None = None) -> list[dict[str, Any]]:
@@ -360,9 +353,9 @@ class Runner:
         return GpuMonitor(device_index=nvml_index(index)).start()
 
     def pending(self) -> list[Job]:
-        """The running job, then the queued ones."""
+        """The running job, then the queued ones (a job that just finished is no longer pending)."""
         with self._cond:
-            return [*([self._active] if self._active else []), *self._queue]
+            return [job for job in (self._active, *self._queue) if job is not None and not job.done]
 
     def _enqueue(self, job: Job) -> Job:
         with self._cond:
@@ -449,9 +442,6 @@ class Runner:
         if job.kind == "run" and job.t0 is not None:  # runs cancelled while queued never ran
             self._history.append((job.owner, history_row(job, self)))
         job.finished.set()
-
-    def _status(self, job: Job) -> str:
-        return status_line(job, self)
 
 
 def describe_failure(exc: BaseException) -> str:

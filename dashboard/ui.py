@@ -123,7 +123,7 @@ class Dashboard:
         lines = [f"**Note:** {note}" for note in self.notes]
         if runner.model_spec:
             lines.append(f"**Model:** `{runner.model_spec}` on {runner.device_label()}.")
-        loading = [j for j in runner.pending() if j.state == LOADING or (j.kind == "load" and not j.done)]
+        loading = [j for j in runner.pending() if j.kind == "load" or j.state == LOADING]
         if loading:
             lines.append(f"**Loading model** `{loading[0].model}` (the first load of the default model converts its "
                          "GGUF, ~20 s; later loads take about a second)…")
@@ -138,7 +138,7 @@ class Dashboard:
         return "  \n".join(lines)
 
     def banner_tick(self) -> tuple[str, gr.Timer]:
-        still_loading = any(j.kind == "load" and not j.done for j in self.runner.pending())
+        still_loading = any(j.kind == "load" for j in self.runner.pending())
         return self.banner(), gr.Timer(active=still_loading)
 
     # ---- run
