@@ -671,8 +671,15 @@ def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
         rows.append([name, _r(s.get("tokens_per_s"), 1), _r(_pct(s.get("spread")), 1), _r(s.get("ttft_ms"), 1),
                      _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3), _r(_pct(busy), 1),
                      _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms"), 0),
-                     "yes" if report.get("identical", {}).get(name) else "NO"])
+                     sameness(report, name)])
     return rows
+
+
+def sameness(report: dict[str, Any], name: str) -> str:
+    """yes; NO; or NO* when the contestant's own trials differ (run-to-run numerics at near-ties, not the loop)."""
+    if report.get("identical", {}).get(name):
+        return "yes"
+    return "NO*" if report.get("self_consistent", {}).get(name) is False else "NO"
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -303,7 +303,10 @@ def headline_md(report: dict[str, Any]) -> str:
     ratio = f"**pipelined / naive = {speedup:.3f}×**" if speedup else "pipelined / naive: –"
     identical = "**outputs identical: yes**" if facts["identical"] else "**outputs identical: NO**"
     clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
-    notices = report.get("dashboard", {}).get("notices") or []
+    notices = list(report.get("dashboard", {}).get("notices") or [])
+    if not all(report.get("self_consistent", {}).get(n, True) for n in report.get("summary", {})):
+        notices.append("NO*: that contestant's own trials differ from each other (run-to-run numerics at near-ties "
+                       "of the logits), so a mismatch there is not the loop's doing")
     notes = "".join(f"  \nNote: {n}" for n in notices)
     return f"{ratio} · {identical} · steps timed on the {clock}{notes}"
 

@@ -298,3 +298,14 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     grown_mb = (process.memory_info().rss - start) / 2**20
     assert grown_mb < 50, f"RSS grew {grown_mb:.0f} MiB over 100 runs"
     assert len(tiny_runner._jobs) <= 65 and len(tiny_runner.history()) <= 500
+
+
+def test_a_contestant_that_disagrees_with_itself_is_marked():
+    from dashboard.runner import summary_rows
+
+    report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
+              "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
+                                                                                     "pipelined": True}}
+    assert [row[-1] for row in summary_rows(report)] == ["NO*", "NO"]
+    del report["self_consistent"]
+    assert [row[-1] for row in summary_rows(report)] == ["NO", "NO"]
