@@ -89,7 +89,10 @@ def compare(
     warmups: dict[str, dict[str, Any]] = {}
     for name in request.contestants:
         emit({"type": "phase", "phase": "warmup", "contestant": name})
-        warmups[name] = _warmup_entry(_run_one(loaded, request, name, None, stop))
+        # With should_stop, a do-nothing listener still gets `stop` checked every step, so a cancel lands within
+        # a step even during a long warm-up (which is untimed, so the listener costs nothing that is measured).
+        watcher = (lambda event: None) if should_stop else None
+        warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop))
     for trial in range(request.trials):
         order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
         for position, name in enumerate(order):

@@ -84,7 +84,10 @@ def cache_dir() -> Path:
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} was asked for, but this machine has no CUDA GPU (use 'cpu')")
     return resolved

@@ -61,6 +61,7 @@ def test_cli_writes_json_and_prints_table(tmp_path, capsys):
         (["--cache", "paged"], "invalid choice"),
         (["--max-new-tokens", "many"], "invalid int value"),
         (["--prompt", " "], "prompt is empty"),
+        (["--device", "gpu0"], "unknown device"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_nonzero(argv, message, capsys):

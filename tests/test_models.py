@@ -57,6 +57,11 @@ def test_cuda_request_without_gpu_is_clear():
         load_model("tiny-random", device="cuda")
 
 
+def test_unknown_device_is_clear():
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        load_model("tiny-random", device="gpu0")
+
+
 def test_dtype_names():
     cpu = torch.device("cpu")
     assert resolve_dtype(None, cpu) == torch.float32
