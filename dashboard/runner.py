@@ -311,7 +311,7 @@ class Runner:
             if job is self._active or job.done:
                 return 0
             ahead = list(self._queue).index(job) if job in self._queue else 0
-            return ahead + (1 if self._active is not None else 0)
+            return ahead + (1 if self._active is not None and not self._active.done else 0)
 
     def snapshot(self, job: Job) -> dict[str, Any]:
         """Plain data for the UI: state, status line, per-contestant text and tok/s, chart series, report."""

@@ -109,6 +109,17 @@ def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"], "the next run works"
 
 
+def test_cancel_during_warm_up_lands_within_two_seconds(tiny_runner):
+    long_warmup = RunSettings(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True, trials=1)
+    job = tiny_runner.submit(long_warmup)
+    assert wait_until(lambda: job.state == "running")
+    time.sleep(0.3)  # inside the naive loop's untimed warm-up pass
+    asked = time.monotonic()
+    assert tiny_runner.cancel(job.id)
+    assert job.wait(2.0), "still warming up 2 s after cancel"
+    assert time.monotonic() - asked < 2.0 and job.state == CANCELLED
+
+
 def test_cancel_while_queued_drops_the_job(tiny_runner):
     first = tiny_runner.submit(LONG, owner="first")
     second = tiny_runner.submit(FAST, owner="second")
