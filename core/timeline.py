@@ -68,9 +68,9 @@ class StepClock:
     def for_run(cls, engine: Any, max_steps: int) -> StepClock:
         """Event objects are reused across runs of one engine: creating hundreds per run would cost host time."""
         key = ("clock", max_steps)
-        clock = engine.clock_pool.get(key)
+        clock = engine.reusables.get(key)
         if clock is None:
-            clock = engine.clock_pool[key] = cls(engine.device, max_steps)
+            clock = engine.reusables[key] = cls(engine.device, max_steps)
         return clock
 
     def start(self) -> None:
