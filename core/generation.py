@@ -290,6 +290,9 @@ class DecodeEngine:
         self._compile_ms_pending = options.compile != "off"
         self.state: DecodeState = None  # type: ignore[assignment]
         self.eos_ids_list: list[int] = []
+        self.eos_ids: torch.Tensor | None = None
+        self.pad = torch.tensor(loaded.tokenizer.pad_token_id, dtype=torch.long, device=loaded.device)
+        self.graph_key: tuple = ()
         self.reusables: dict = {}  # events and pinned buffers, allocated once per shape and reused across runs
 
     def take_compile_ms(self, warmup_ms: float) -> float:
@@ -314,9 +317,11 @@ class DecodeEngine:
         batch, width = input_ids.shape
         max_steps = options.max_new_tokens
         cache = self._fresh_cache()
-        self.eos_ids_list = _eos_ids(self.loaded, options.eos_token_id)
-        self.eos_ids = torch.tensor(self.eos_ids_list, dtype=torch.long, device=self.device)
-        self.pad = torch.tensor(self.loaded.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+        eos_ids = _eos_ids(self.loaded, options.eos_token_id)
+        if self.eos_ids is None or eos_ids != self.eos_ids_list:
+            # A new tensor only when the ids change: a captured step graph reads this very memory.
+            self.eos_ids = torch.tensor(eos_ids, dtype=torch.long, device=self.device)
+        self.eos_ids_list = eos_ids
         self.options = options
         self.generator = _generator(self.device, options, use_default=self.step_graph is not None)
         mask_len = self.cache_len if self.static_cache is not None else width + max_steps
@@ -327,6 +332,7 @@ class DecodeEngine:
                 self.step_graph.invalidate()
         self.state.reset(attention_mask)
         self.prompt_width = width
+        self.graph_key = step_graph_key(options, eos_ids, self.state)
         return cache
 
     def _fresh_cache(self) -> Any:
@@ -347,7 +353,7 @@ class DecodeEngine:
     def decode(self, step: int, cache: Any) -> None:
         """Step >= 1: feed the previous tokens, pick the next ones (one graph launch in step-graph mode)."""
         if self.step_graph is not None:
-            self.step_graph.run(lambda: self.decode_body(step, cache))
+            self.step_graph.run(lambda: self.decode_body(step, cache), self.graph_key)
         else:
             self.decode_body(step, cache)
 
@@ -473,13 +479,20 @@ class StepGraph:
 
     def __init__(self) -> None:
         self.graph: Any = None
+        self.key: tuple = ()
 
     def invalidate(self) -> None:
         self.graph = None
 
-    def run(self, body: Callable[[], None]) -> None:
-        if self.graph is None:
+    def needs_capture(self, key: tuple) -> bool:
+        return self.graph is None or key != self.key
+
+    def run(self, body: Callable[[], None], key: tuple) -> None:
+        """Replay; capture first when nothing is captured yet or the step's baked-in choices changed."""
+        if self.needs_capture(key):
+            self.graph = None
             self.graph = self._capture(body)
+            self.key = key
         self.graph.replay()
 
     def _capture(self, body: Callable[[], None]) -> Any:
@@ -493,6 +506,12 @@ class StepGraph:
         with torch.cuda.graph(graph):
             body()
         return graph
+
+
+def step_graph_key(options: GenerationOptions, eos_ids: list[int], state: DecodeState) -> tuple:
+    """What a captured step bakes in besides its buffers: a change in any of these needs a new capture."""
+    return (options.do_sample, options.temperature, options.top_k, options.top_p, options.ignore_eos,
+            tuple(eos_ids), id(state))
 
 
 def _synchronize(device: torch.device) -> None:

@@ -121,3 +121,18 @@ def test_step_graph_seeded_sampling(smol_gpu):
     b = generate(smol_gpu, BATCH[1], loop="pipelined", seed=3, **common)
     c = generate(smol_gpu, BATCH[1], loop="naive", seed=4, **common)
     assert a.token_ids == b.token_ids != c.token_ids
+
+
+def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
+    prompt = BATCH[1]
+    row = free_run(tiny_gpu, prompt, 24, cache="static")[0]
+    common = dict(cache="static", max_new_tokens=24)
+    for extra in (dict(eos_token_id=row[5]), dict(eos_token_id=row[11]), dict(ignore_eos=True),
+                  dict(eos_token_id=row[5]), dict(do_sample=True, seed=1, ignore_eos=True)):
+        graph = generate(tiny_gpu, prompt, loop="pipelined", compile="step-graph", **common, **extra)
+        if extra.get("do_sample"):
+            again = generate(tiny_gpu, prompt, loop="naive", compile="step-graph", **common, **extra)
+            assert graph.token_ids == again.token_ids
+            continue
+        eager = generate(tiny_gpu, prompt, loop="naive", **common, **extra)
+        assert graph.token_ids == eager.token_ids, extra

@@ -197,3 +197,26 @@ def test_no_check_baseline_runs_every_step_but_returns_through_eos(tiny):
     result = generate(tiny, PROMPT, loop="no-check", max_new_tokens=16, eos_token_id=token)
     assert result.token_ids == [row[: row.index(token) + 1]]
     assert result.timings.computed_steps == 16
+
+
+def test_step_graph_is_recaptured_when_baked_in_choices_change(tiny):
+    from core.generation import GenerationOptions, StepGraph, step_graph_key
+
+    graph = StepGraph()
+    graph.graph, graph.key = object(), step_graph_key(GenerationOptions(), [2], "state")
+    assert not graph.needs_capture(step_graph_key(GenerationOptions(lag=3, loop="pipelined"), [2], "state"))
+    for changed in (dict(do_sample=True), dict(temperature=0.5), dict(top_k=5), dict(top_p=0.9),
+                    dict(ignore_eos=True)):
+        assert graph.needs_capture(step_graph_key(GenerationOptions(**changed), [2], "state")), changed
+    assert graph.needs_capture(step_graph_key(GenerationOptions(), [2, 7], "state"))
+    assert graph.needs_capture(step_graph_key(GenerationOptions(), [2], "other state"))
+
+
+def test_eos_tensor_kept_while_the_ids_stay_the_same(tiny):
+    generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=5)
+    engine = next(e for key, e in tiny.engines.items() if key[1] == "static")
+    kept = engine.eos_ids
+    generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=5)
+    assert engine.eos_ids is kept
+    generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=[5, 6])
+    assert engine.eos_ids is not kept and engine.eos_ids.tolist() == [5, 6]
