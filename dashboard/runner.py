@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.bench import HF, BenchRequest, Cancelled, compare
+from core.bench import HF, HF_DEFERRED, BenchRequest, Cancelled, compare
 from core.generation import COMPILE_MODES, LOOPS, NO_CHECK, GenerationOptions
 from core.gpu_monitor import GpuMonitor, nvml_index
 from core.models import BUILTIN_SPECS, DEFAULT_MODEL, LoadedModel, load_model
@@ -69,8 +69,10 @@ class RunSettings:
     include_hf: bool = False
     include_no_check: bool = False
 
-    def to_request(self) -> tuple[BenchRequest, list[str]]:
-        """The BenchRequest this asks for, plus notices about what was adjusted; ValueError with a clear message."""
+    def to_request(self, cuda: bool = False) -> tuple[BenchRequest, list[str]]:
+        """The BenchRequest this asks for, plus notices about what was adjusted; ValueError with a clear message.
+
+        On CUDA, "include HF generate()" also runs generate() with its DeferredStopCheck forced on."""
         notices: list[str] = []
         prompt = _checked_prompt(self.prompt)
         batch = whole("batch size", self.batch, 1, MAX_BATCH)
@@ -89,7 +91,8 @@ class RunSettings:
             top_k=whole("top-k", self.top_k, 0, 1_000_000), top_p=real("top-p", self.top_p, 0.0, 1.0, open_low=True),
             seed=whole("seed", self.seed, 0, 2**63 - 1), ignore_eos=bool(self.ignore_eos),
         )
-        contestants = (*LOOPS, *([NO_CHECK] if self.include_no_check else []), *([HF] if self.include_hf else []))
+        hf = ([HF, HF_DEFERRED] if cuda else [HF]) if self.include_hf else []
+        contestants = (*LOOPS, *([NO_CHECK] if self.include_no_check else []), *hf)
         request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
                                trials=whole("trials", self.trials, 1, MAX_TRIALS), contestants=contestants,
                                stream=True)
@@ -138,9 +141,10 @@ def _checked_prompt(prompt: Any) -> str:
     return prompt
 
 
-def cli_command(settings: RunSettings, model: str, device: str | None = None, dtype: str | None = None) -> str:
+def cli_command(settings: RunSettings, model: str, device: str | None = None, dtype: str | None = None,
+                cuda: bool = False) -> str:
     """The `python -m core.bench` command that reproduces a dashboard run."""
-    request, _ = settings.to_request()
+    request, _ = settings.to_request(cuda)
     o = request.options
     batch = len(request.prompt) if isinstance(request.prompt, list) else 1
     parts = ["python", "-m", "core.bench", "--model", model]
@@ -153,7 +157,8 @@ def cli_command(settings: RunSettings, model: str, device: str | None = None, dt
         parts += ["--sample", "--temperature", f"{o.temperature:g}", "--top-k", str(o.top_k), "--top-p", f"{o.top_p:g}"]
     parts += ["--ignore-eos"] if o.ignore_eos else []
     parts += ["--trials", str(request.trials), *(["--no-check"] if NO_CHECK in request.contestants else []),
-              *(["--hf"] if HF in request.contestants else []), "--stream"]
+              *(["--hf"] if HF in request.contestants else []),
+              *(["--hf-deferred"] if HF_DEFERRED in request.contestants else []), "--stream"]
     return shlex.join(parts)
 
 
@@ -229,6 +234,15 @@ class Runner:
         return self._loaded.spec if self._loaded else None
 
     @property
+    def uses_cuda(self) -> bool:
+        """Whether runs go to a CUDA device (the loaded model's, else the one models will load on)."""
+        if self._loaded is not None:
+            return self._loaded.device.type == "cuda"
+        import torch
+
+        return str(self.device or "cuda").startswith("cuda") and torch.cuda.is_available()
+
+    @property
     def allow_any_model(self) -> bool:
         return self.allowed_models is None
 
@@ -271,7 +285,7 @@ class Runner:
 
     def submit(self, settings: RunSettings, owner: str | None = None) -> Job:
         """Validate and queue a comparison; ValueError with a readable message for bad settings."""
-        request, notices = settings.to_request()
+        request, notices = settings.to_request(self.uses_cuda)
         model = self.check_model(settings.model) if settings.model else None
         if owner is not None and any(j.owner == owner and not j.done for j in self.pending()):
             raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")

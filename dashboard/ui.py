@@ -79,6 +79,8 @@ shared code, so under greedy decoding both loops produce the same tokens and any
 - **Streams**: 2 puts the device-to-host copies on a second CUDA stream, out of the compute stream's way.
 - **Trials**: timed repetitions after a warm-up, in alternating order; the table shows medians.
 - **Include HF generate**: transformers' own `generate()` with the same cache and compile settings (host-timed).
+  On CUDA it also runs `generate()` with its `DeferredStopCheck` forced on (transformers enables it only on Apple's
+  mps): its speed, and whether its tokens match ours, show in the summary.
 - **Include no-check baseline**: a loop that never asks whether generation is over (it runs all max-new-tokens
   steps and looks at the tokens at the end): the upper bound of what removing the sync can give.
 
@@ -212,7 +214,8 @@ class Dashboard:
 
     def _command(self, settings: RunSettings, job: Job) -> str:
         spec = (job.report or {}).get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
-        return cli_command(settings, spec, self.runner.device, self.runner.dtype) + " --json results.json"
+        return (cli_command(settings, spec, self.runner.device, self.runner.dtype, self.runner.uses_cuda)
+                + " --json results.json")
 
     def cancel(self, request: gr.Request) -> str:
         owner = _owner(request)
@@ -436,7 +439,8 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
             lag = gr.Number(d.lag, label="Pipeline lag (steps)", elem_id="lag")
             streams = gr.Radio(["1", "2"], value=str(d.streams), label="Streams", elem_id="streams")
         with gr.Row():
-            include_hf = gr.Checkbox(d.include_hf, label="Include HF generate()", elem_id="include-hf")
+            include_hf = gr.Checkbox(d.include_hf, elem_id="include-hf",
+                                     label="Include HF generate() (on CUDA also with its DeferredStopCheck on)")
             no_check = gr.Checkbox(d.include_no_check, label="Include no-check baseline", elem_id="include-no-check")
         note = gr.Markdown(elem_id="options-note")
     with gr.Accordion("Sampling", open=False):

@@ -97,6 +97,18 @@ def test_the_cli_command_rebuilds_the_same_request():
     assert request_from_args(build_parser().parse_args(argv)) == request
 
 
+def test_hf_option_adds_deferred_stop_check_on_cuda(monkeypatch):
+    import torch
+
+    settings = RunSettings(prompt="Hi", include_hf=True)
+    assert settings.to_request()[0].contestants == ("naive", "pipelined", "hf")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # BenchRequest refuses hf-deferred without CUDA
+    request, _ = settings.to_request(cuda=True)
+    assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
+    argv = shlex.split(cli_command(settings, TINY, cuda=True))[3:]
+    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv)) == request
+
+
 def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
     job = tiny_runner.submit(LONG)
     assert wait_until(lambda: tiny_runner.snapshot(job)["panes"]["naive"]["tokens"] > 0 or
