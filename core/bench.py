@@ -36,6 +36,7 @@ from core.generation import (
     TokenEvent,
     cut_at_eos,
     encode_prompt,
+    resolve_eos_ids,
     run,
 )
 from core.models import DEFAULT_MODEL, LoadedModel, load_model
@@ -179,7 +180,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
         temperature=options.temperature if options.do_sample else None,
         top_k=options.top_k if options.do_sample else None, top_p=options.top_p if options.do_sample else None,
         pad_token_id=loaded.tokenizer.pad_token_id, bos_token_id=loaded.model.generation_config.bos_token_id,
-        eos_token_id=None if options.ignore_eos else _eos_list(loaded, options),
+        eos_token_id=None if options.ignore_eos else (resolve_eos_ids(loaded, options.eos_token_id) or None),
         cache_implementation="static" if options.cache == "static" else None,
         disable_compile=options.compile == "off",
     )
@@ -197,7 +198,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
         output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
     clock.stop()
     rows = output[:, input_ids.shape[1]:].tolist()
-    token_ids = cut_at_eos(rows, [] if options.ignore_eos else _eos_list(loaded, options))
+    token_ids = cut_at_eos(rows, [] if options.ignore_eos else resolve_eos_ids(loaded, options.eos_token_id))
     total_ms = (clock.t_end - clock.t0) * 1000
     new_tokens = sum(map(len, token_ids))
     timings = Timings(clock="host", total_ms=total_ms, ttft_ms=None, tokens_per_s=new_tokens / (total_ms / 1000),
@@ -205,11 +206,6 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
                       ms_per_token_p50=total_ms / max(1, len(rows[0])), ms_per_token_p95=0.0,
                       host_queued_ms=[], host_known_ms=[])
     return token_ids, timings
-
-
-def _eos_list(loaded: LoadedModel, options: GenerationOptions) -> list[int]:
-    source = options.eos_token_id if options.eos_token_id is not None else loaded.model.generation_config.eos_token_id
-    return [source] if isinstance(source, int) else list(source)
 
 
 @contextlib.contextmanager

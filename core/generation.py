@@ -317,7 +317,7 @@ class DecodeEngine:
         batch, width = input_ids.shape
         max_steps = options.max_new_tokens
         cache = self._fresh_cache()
-        eos_ids = _eos_ids(self.loaded, options.eos_token_id)
+        eos_ids = resolve_eos_ids(self.loaded, options.eos_token_id) or [-1]  # -1: matches no token
         if self.eos_ids is None or eos_ids != self.eos_ids_list:
             # A new tensor only when the ids change: a captured step graph reads this very memory.
             self.eos_ids = torch.tensor(eos_ids, dtype=torch.long, device=self.device)
@@ -419,13 +419,14 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
     return generator
 
 
-def _eos_ids(loaded: LoadedModel, override: int | Sequence[int] | None) -> list[int]:
+def resolve_eos_ids(loaded: LoadedModel, override: int | Sequence[int] | None) -> list[int]:
+    """The EOS ids a run stops at: the override, else the model's generation config, else the tokenizer's."""
     source = override if override is not None else loaded.model.generation_config.eos_token_id
     if source is None:
         source = loaded.tokenizer.eos_token_id
     ids = [source] if isinstance(source, int) else list(source or [])
     _require(all(_is_int(i) for i in ids), f"eos_token_id must be a whole number or a list of them, got {override!r}")
-    return ids or [-1]
+    return ids
 
 
 def _new_static_cache(loaded: LoadedModel, cache_len: int) -> Any:
