@@ -372,7 +372,8 @@ class DecodeEngine:
         tokens = select_next_tokens(logits, options, self.generator)
         tokens = torch.where(state.unfinished, tokens, self.pad)
         if not options.ignore_eos:
-            state.unfinished &= ~torch.isin(tokens, self.eos_ids)
+            # Not torch.isin: from about 17 ids on it sorts and calls unique(), a host sync that also breaks capture.
+            state.unfinished &= ~(tokens[:, None] == self.eos_ids).any(dim=1)
         # Tokens and stop flag share one row, so the pipelined loop moves them with a single copy.
         finished = state.unfinished.any().logical_not().long()
         state.record.index_copy_(0, state.step, torch.cat((tokens, finished[None]))[None])
@@ -441,6 +442,8 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
     if mode not in loaded.compiled_forwards:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         # In step-graph mode we capture the graph ourselves, so inductor must not add CUDA graphs of its own.
+        # That mode also turns on coordinate-descent tuning, with which inductor rewrites batch-1 matmuls as
+        # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
         compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
         wants_marks = mode in CUDA_GRAPH_COMPILE_MODES and mode != STEP_GRAPH

@@ -33,6 +33,17 @@ def test_greedy_matches_hf_generate_with_rows_ending_at_different_steps(tiny, ca
         assert [len(ids) for ids in result.token_ids] == [s + 1 for s in stops]
 
 
+def test_a_long_eos_list_stops_each_row_like_generate(tiny):
+    rows = free_run(tiny, BATCH, 24)
+    eos, stops = eos_for_steps(rows, [3, 9, 16])
+    many = [*eos, *range(10**6, 10**6 + 29)]  # 32 ids, as in the batch-32 benchmark row; the extra ones never occur
+    expected = hf_tokens(tiny, BATCH, max_new_tokens=24, cache="static", eos_token_id=many)
+    for loop in ("naive", "pipelined"):
+        result = generate(tiny, BATCH, loop=loop, cache="static", max_new_tokens=24, eos_token_id=many)
+        assert result.token_ids == expected, loop
+        assert [len(ids) for ids in result.token_ids] == [s + 1 for s in stops]
+
+
 @pytest.mark.parametrize("lag", [1, 2, 3, 4])
 @pytest.mark.parametrize("streams", [1, 2])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
