@@ -403,6 +403,14 @@ class Runner:
 
     def _execute(self, job: Job) -> None:
         job.t0 = time.perf_counter()
+        state, error = self._attempt(job)
+        if state != DONE:
+            # The exception's frames held the failed run's tensors; free them before anyone is told it ended,
+            # so the next run (or a caller reading memory) finds the memory back.
+            _free_memory()
+        self._finish(job, state, error)
+
+    def _attempt(self, job: Job) -> tuple[str, str | None]:
         try:
             if job.model and (self._loaded is None or job.model != self._loaded.spec):
                 job.state = LOADING
@@ -410,15 +418,13 @@ class Runner:
             if job.kind == "run":
                 job.state = RUNNING
                 job.report = self._compare(job)
-            self._finish(job, DONE, None)
+            return DONE, None
         except Cancelled:
-            self._finish(job, CANCELLED, None)
+            return CANCELLED, None
         except ValueError as exc:
-            self._finish(job, FAILED, str(exc))
+            return FAILED, str(exc)
         except Exception as exc:  # the app keeps serving whatever a run throws
-            self._finish(job, FAILED, describe_failure(exc))
-        finally:
-            _free_memory(job)
+            return FAILED, describe_failure(exc)
 
     def _load(self, spec: str) -> None:
         try:
@@ -465,9 +471,7 @@ def describe_failure(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def _free_memory(job: Job) -> None:
-    if job.state != FAILED:
-        return
+def _free_memory() -> None:
     gc.collect()
     try:
         import torch

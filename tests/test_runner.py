@@ -187,6 +187,48 @@ def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"]
 
 
+def test_an_out_of_memory_run_frees_its_cache_before_it_reports(tiny_runner, monkeypatch):
+    import weakref
+
+    import torch
+    from transformers import cache_utils
+
+    import core.generation as generation
+    from dashboard.runner import Runner
+
+    caches: list[weakref.ref] = []
+    make_cache = generation._new_static_cache
+
+    def tracked_cache(loaded, length):
+        cache = make_cache(loaded, length)
+        caches.append(weakref.ref(cache))
+        return cache
+
+    allocate = cache_utils.StaticLayer.lazy_initialization
+
+    def allocate_then_run_out(layer, *args, **kwargs):
+        allocate(layer, *args, **kwargs)
+        if layer.keys.shape[0] == 5:  # only the "huge" batch below runs out, after some layers got their memory
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 36.50 GiB")
+
+    alive_when_reported = []
+    finish = Runner._finish
+
+    def finish_and_look(runner, job, state, error):
+        alive_when_reported.append(caches[-1]() is not None)
+        finish(runner, job, state, error)
+
+    monkeypatch.setattr(generation, "_new_static_cache", tracked_cache)
+    monkeypatch.setattr(cache_utils.StaticLayer, "lazy_initialization", allocate_then_run_out)
+    monkeypatch.setattr(Runner, "_finish", finish_and_look)
+    huge = RunSettings(prompt="Hello", model=TINY, max_new_tokens=4, batch=5, ignore_eos=True, static_cache=True)
+    with pytest.raises(ValueError, match="ran out of memory"):
+        tiny_runner.run(huge)
+    assert alive_when_reported == [False]  # its memory was back before anyone was told the run had failed
+    assert tiny_runner.history()[-1]["status"] == FAILED
+    assert tiny_runner.run(FAST)["all_identical"]
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"prompt": ""}, "prompt is empty"),
     ({"prompt": "   \n"}, "prompt is empty"),
