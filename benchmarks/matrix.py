@@ -61,8 +61,9 @@ def core_cases() -> list[Case]:
 
 
 def perf_cases() -> list[Case]:
-    cases = [Case(f"{shape}-step-graph", shape, "static", "step-graph", ("naive", "pipelined", "no-check"))
-             for shape in SHAPES]
+    # hf here is generate() with its own compile (reduce-overhead): the best pipelined mode against HF, same run.
+    cases = [Case(f"{shape}-step-graph", shape, "static", "step-graph",
+                  ("naive", "pipelined", "no-check", "pipelined-again", "hf")) for shape in SHAPES]
     cases += [
         Case("llama-1b-step-graph-b8", "llama-1b", "static", "step-graph", ("naive", "pipelined"), batch=8,
              trials=3, eos_steps=tuple(range(40, 240, 25))),

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ORDER = ("naive", "pipelined", "no-check", "hf", "hf-deferred")
+ORDER = ("naive", "pipelined", "no-check", "pipelined-again", "hf", "hf-deferred")
 CASE_ORDER = ("eager-dynamic", "eager-static", "compiled-static", "step-graph")
 
 
@@ -68,12 +68,12 @@ def table(reports: list[dict[str, Any]]) -> str:
 
 
 def ratio_table(reports: list[dict[str, Any]]) -> str:
-    lines = ["| case | pipelined/naive | pipelined/no-check | pipelined/hf | pipelined/hf-deferred |",
-             "|---|---:|---:|---:|---:|"]
+    keys = ("pipelined/naive", "pipelined/no-check", "pipelined/pipelined-again", "pipelined/hf",
+            "pipelined/hf-deferred")
+    lines = ["| case | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
     for report in reports:
         r = report["ratios"]
-        cells = [f"{r[key]:.3f}" if key in r else "-" for key in
-                 ("pipelined/naive", "pipelined/no-check", "pipelined/hf", "pipelined/hf-deferred")]
+        cells = [f"{r[key]:.3f}" if key in r else "-" for key in keys]
         lines.append(f"| {report['case']['name']} | {' | '.join(cells)} |")
     return "\n".join(lines)
 

@@ -45,7 +45,9 @@ from core.timeline import StepClock, Timings, percentile
 SCHEMA = "syncscope.bench/1"
 HF = "hf"
 HF_DEFERRED = "hf-deferred"
-CONTESTANTS = (*ALL_LOOPS, HF, HF_DEFERRED)
+# An A/A control: the pipelined loop entered a second time. Its ratio to `pipelined` is the run's own noise.
+PIPELINED_AGAIN = "pipelined-again"
+CONTESTANTS = (*ALL_LOOPS, PIPELINED_AGAIN, HF, HF_DEFERRED)
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
@@ -138,8 +140,9 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
              listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool]) -> dict[str, Any]:
     if stop():
         raise Cancelled("cancelled")
-    if name in ALL_LOOPS:
-        options = GenerationOptions(**{**request.options.__dict__, "loop": name})
+    loop = "pipelined" if name == PIPELINED_AGAIN else name
+    if loop in ALL_LOOPS:
+        options = GenerationOptions(**{**request.options.__dict__, "loop": loop})
         result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
                 "notices": result.notices}
@@ -290,7 +293,7 @@ def _mean_gap(runs: list[dict[str, Any]]) -> float | None:
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
     out = {}
     pipelined = summary.get("pipelined", {}).get("tokens_per_s")
-    for other in ("naive", NO_CHECK, HF, HF_DEFERRED):
+    for other in ("naive", NO_CHECK, PIPELINED_AGAIN, HF, HF_DEFERRED):
         base = summary.get(other, {}).get("tokens_per_s")
         if pipelined and base:
             out[f"pipelined/{other}"] = pipelined / base
@@ -346,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
     p.add_argument("--no-check", action="store_true",
                    help="add the upper-bound baseline that never checks EOS while running")
+    p.add_argument("--aa", action="store_true",
+                   help="add the pipelined loop a second time: the ratio between the two is this run's noise")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
     return p
@@ -363,7 +368,8 @@ def request_from_args(args: argparse.Namespace) -> BenchRequest:
         streams=args.streams, do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, eos_token_id=eos, ignore_eos=args.ignore_eos,
     )
-    contestants = (*LOOPS, *([NO_CHECK] if args.no_check else []), *([HF] if args.hf else []),
+    contestants = (*LOOPS, *([NO_CHECK] if args.no_check else []), *([PIPELINED_AGAIN] if args.aa else []),
+                   *([HF] if args.hf else []),
                    *([HF_DEFERRED] if args.hf_deferred else []))
     return BenchRequest(prompt=prompt, options=options, trials=args.trials, contestants=contestants,
                         stream=args.stream)

@@ -70,3 +70,17 @@ def test_cli_bad_input_is_one_line_and_nonzero(argv, message, capsys):
     assert exit_info.value.code != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_aa_control_runs_the_pipelined_loop_twice_and_reports_the_noise_ratio(tiny, capsys):
+    code = main(["--model", "tiny-random", "--device", "cpu", "--prompt-tokens", "8", "--max-new-tokens", "5",
+                 "--trials", "2", "--ignore-eos", "--aa"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "pipelined-again" in out and "pipelined/pipelined-again" in out
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=5, ignore_eos=True), trials=2,
+                           contestants=("pipelined", "pipelined-again"))
+    report = compare(tiny, request)
+    again = [r for r in report["runs"] if r["contestant"] == "pipelined-again"]
+    assert len(again) == 2 and report["identical"]["pipelined-again"]
+    assert report["ratios"]["pipelined/pipelined-again"] > 0
