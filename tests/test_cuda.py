@@ -63,22 +63,27 @@ def test_device_timeline(smol_gpu):
     assert 0 < t.ttft_gpu_ms <= t.ttft_ms
 
 
-def _sync_warnings(loaded, loop, steps):
-    generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, ignore_eos=True)  # warm
+NEVER_EMITTED = list(range(10**6, 10**6 + 32))  # 32 EOS ids outside the vocabulary: checked, never hit
+
+
+def _sync_warnings(loaded, loop, steps, eos):
+    stop = dict(ignore_eos=True) if eos is None else dict(eos_token_id=eos)
+    generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, **stop)  # warm
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, ignore_eos=True)
+            generate(loaded, BATCH[1], loop=loop, cache="static", max_new_tokens=steps, **stop)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return len([w for w in caught if "synchroniz" in str(w.message).lower()])
 
 
-def test_pipelined_loop_does_not_sync_per_step(smol_gpu):
+@pytest.mark.parametrize("eos", [None, NEVER_EMITTED], ids=["ignore-eos", "32-eos-ids"])
+def test_pipelined_loop_does_not_sync_per_step(smol_gpu, eos):
     """Per-run set-up and the final read may sync; what must not grow with the number of steps does not."""
-    naive_growth = _sync_warnings(smol_gpu, "naive", 64) - _sync_warnings(smol_gpu, "naive", 32)
-    piped_growth = _sync_warnings(smol_gpu, "pipelined", 64) - _sync_warnings(smol_gpu, "pipelined", 32)
+    naive_growth = _sync_warnings(smol_gpu, "naive", 64, eos) - _sync_warnings(smol_gpu, "naive", 32, eos)
+    piped_growth = _sync_warnings(smol_gpu, "pipelined", 64, eos) - _sync_warnings(smol_gpu, "pipelined", 32, eos)
     assert naive_growth >= 32
     assert piped_growth == 0
 
@@ -103,6 +108,17 @@ def test_step_graph_equals_eager_in_fp32_and_stops_exactly_at_eos(tiny_gpu, batc
         result = generate(tiny_gpu, prompt, loop=loop, cache="static", compile="step-graph", max_new_tokens=24,
                           eos_token_id=eos, lag=lag)
         assert result.token_ids == eager.token_ids, (loop, lag)
+
+
+def test_step_graph_with_many_eos_ids_captures_and_stops_each_row(tiny_gpu):
+    rows = free_run(tiny_gpu, BATCH, 24, cache="static")
+    eos, stops = eos_for_steps(rows, [4, 10, 17])
+    many = [*eos, *NEVER_EMITTED]  # a batch-32 benchmark row had 32 EOS ids: capture must survive that
+    eager = generate(tiny_gpu, BATCH, loop="naive", cache="static", max_new_tokens=24, eos_token_id=many)
+    assert [len(ids) for ids in eager.token_ids] == [s + 1 for s in stops]
+    graph = generate(tiny_gpu, BATCH, loop="pipelined", cache="static", compile="step-graph", max_new_tokens=24,
+                     eos_token_id=many)
+    assert graph.token_ids == eager.token_ids
 
 
 def test_step_graph_bf16_loops_agree_and_graph_is_reused(smol_gpu):
@@ -136,3 +152,35 @@ def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
             continue
         eager = generate(tiny_gpu, prompt, loop="naive", **common, **extra)
         assert graph.token_ids == eager.token_ids, extra
+
+
+def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works(monkeypatch):
+    from dashboard import runner as runner_module
+    from dashboard.runner import Runner, RunSettings
+
+    # The form caps batch at 64, which cannot fill the H200 with an 8B model; lift the cap to provoke the fault.
+    monkeypatch.setattr(runner_module, "MAX_BATCH", 4096)
+    runner = Runner(None, device="cuda", monitor=False)
+    try:
+        runner.load("synthetic:llama-8b", timeout=600)
+        small = RunSettings(prompt="Hello", max_new_tokens=8, ignore_eos=True, static_cache=True)
+        runner.run(small, timeout=300)
+        baseline = torch.cuda.memory_allocated()
+        huge = RunSettings(prompt="Hello", max_new_tokens=4096, batch=4096, ignore_eos=True, static_cache=True)
+        with pytest.raises(ValueError, match="ran out of memory"):
+            runner.run(huge, timeout=300)
+        assert torch.cuda.memory_allocated() - baseline < 64 * 2**20
+        report = runner.run(small, timeout=300)
+        assert report["identical"]["pipelined"] and report["summary"]["pipelined"]["new_tokens"] == 8
+        assert runner.history()[-2]["status"] == "failed"
+    finally:
+        runner.close()
+
+
+def test_cli_out_of_memory_is_one_line_and_exit_3(capsys):
+    from core.bench import main
+
+    code = main(["--model", "synthetic:smollm2-135m", "--device", "cuda", "--prompt-tokens", "8", "--batch",
+                 "65536", "--max-new-tokens", "4096", "--cache", "static", "--trials", "1", "--ignore-eos"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "out of memory" in err
