@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -142,7 +142,7 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
         raise Cancelled("cancelled")
     loop = "pipelined" if name == PIPELINED_AGAIN else name
     if loop in ALL_LOOPS:
-        options = GenerationOptions(**{**request.options.__dict__, "loop": loop})
+        options = replace(request.options, loop=loop)
         result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
                 "notices": result.notices}

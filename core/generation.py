@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -162,18 +162,14 @@ def _adapt_to_device(loaded: LoadedModel, options: GenerationOptions, notices: l
     if loaded.device.type != "cuda" and options.compile == STEP_GRAPH:
         notices.append("compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA GPU; "
                        "running without compile (mode 'off') on the CPU")
-        options = _replace(options, compile="off")
+        options = replace(options, compile="off")
     elif loaded.device.type != "cuda" and options.compile in CUDA_GRAPH_COMPILE_MODES:
         notices.append(f"compile={options.compile} uses CUDA graphs, which need an NVIDIA GPU; "
                        "compiled without them (mode 'default') on the CPU")
-        options = _replace(options, compile="default")
+        options = replace(options, compile="default")
     if loaded.device.type != "cuda" and options.streams == 2:
         notices.append("streams=2 needs CUDA streams; on the CPU it runs as streams=1")
     return options
-
-
-def _replace(options: GenerationOptions, **changes: Any) -> GenerationOptions:
-    return GenerationOptions(**{**options.__dict__, **changes})
 
 
 def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
@@ -305,7 +301,7 @@ class DecodeEngine:
     def warm_up(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, options: GenerationOptions) -> float:
         """Run a few untimed steps so compilation, CUDA-graph capture and library set-up stay out of the timings."""
         start = time.perf_counter()
-        warm = _replace(options, max_new_tokens=min(options.max_new_tokens, WARMUP_STEPS), loop="naive")
+        warm = replace(options, max_new_tokens=min(options.max_new_tokens, WARMUP_STEPS), loop="naive")
         with torch.inference_mode():
             _timed_run(self, input_ids, attention_mask, warm, None)
         _synchronize(self.device)
