@@ -8,6 +8,7 @@ Also makes the README screenshots (not a test):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest_dashboard import ServedApp, bench_report, serve, serving_app
+from tests.conftest_dashboard import FAST, ServedApp, bench_report, serve, serving_app
 
 
 @pytest.fixture(scope="module")
@@ -116,56 +117,49 @@ def open_replay(page: Any, path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- screenshots
 
-def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
-    """A real run of `model` on the CPU, then the whole page."""
+@contextlib.contextmanager
+def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = FAST) -> Iterator[Any]:
+    """A wide browser page on a freshly served dashboard for `runner`; closes it all, runner included."""
     from playwright.sync_api import sync_playwright
 
+    app = serve(runner, defaults=defaults)
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_browser(playwright)
+            page = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
+            page.set_default_timeout(timeout_ms)
+            page.goto(app.url)
+            page.wait_for_selector("#run-btn")
+            yield page
+            browser.close()
+    finally:
+        app.demo.close()
+        runner.close()
+
+
+def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
+    """A real run of `model` on the CPU, then the whole page."""
     from dashboard.runner import Runner, RunSettings
 
     runner = Runner(None, device="cpu")
     runner.load(model, timeout=600)
     settings = RunSettings(model=model, max_new_tokens=max_new_tokens, trials=trials, ignore_eos=True)
-    app = serve(runner, defaults=settings)
-    try:
-        with sync_playwright() as playwright:
-            browser = launch_browser(playwright)
-            page = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
-            page.set_default_timeout(600_000)
-            page.goto(app.url)
-            page.wait_for_selector("#run-btn")
-            click_run_and_wait(page)
-            plots_rendered(page, PLOTS)
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(out), full_page=True)
-            browser.close()
-    finally:
-        app.demo.close()
-        runner.close()
+    with screenshot_page(runner, 600_000, defaults=settings) as page:
+        click_run_and_wait(page)
+        plots_rendered(page, PLOTS)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(out), full_page=True)
 
 
 def screenshot_replay(report: Path, out: Path) -> None:
     """The Replay tab showing `report` (no model is loaded for this)."""
-    from playwright.sync_api import sync_playwright
-
     from dashboard.runner import Runner
 
-    runner = Runner(None, device="cpu")
-    app = serve(runner)
-    try:
-        with sync_playwright() as playwright:
-            browser = launch_browser(playwright)
-            page = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
-            page.set_default_timeout(120_000)
-            page.goto(app.url)
-            page.wait_for_selector("#run-btn")
-            open_replay(page, report)
-            page.wait_for_timeout(1500)
-            # The tab alone: the banner above it describes this (CPU) server, not the machine in the report.
-            page.locator("#replay-tab").screenshot(path=str(out))
-            browser.close()
-    finally:
-        app.demo.close()
-        runner.close()
+    with screenshot_page(Runner(None, device="cpu"), 120_000) as page:
+        open_replay(page, report)
+        page.wait_for_timeout(1500)
+        # The tab alone: the banner above it describes this (CPU) server, not the machine in the report.
+        page.locator("#replay-tab").screenshot(path=str(out))
 
 
 def main(argv: list[str] | None = None) -> int:
