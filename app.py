@@ -1,52 +1,77 @@
 """Serve the syncscope dashboard: `python app.py` opens http://127.0.0.1:7860 with the offline default model.
 
     python app.py --model synthetic:llama-1b --compile reduce-overhead --ignore-eos --max-new-tokens 256
-    python app.py --share --auth alice:secret      # a public link (where the network allows one)
+    python app.py --model synthetic:llama-8b --tp 2          # tensor parallel over two GPUs
+    python app.py --share --auth alice:secret                 # a public link (where the network allows one)
+
+The model runs in an engine process of its own (one per GPU with --tp), started by this one.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.bench import DEFAULT_PROMPT
-from core.generation import COMPILE_MODES
-from core.models import BUILTIN_SPECS, DEFAULT_MODEL, resolve_device, resolve_dtype
-from dashboard.runner import Runner, RunSettings, parse_report
+from core.options import COMPILE_MODES, DEFAULT_PROMPT
+from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
+from dashboard.reports import parse_report
+from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS, Limits, RunSettings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = "20mb"
+DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
+# Defaults of the run form where no flag sets them: on a GPU, the mode where the per-step sync shows (compiled
+# steps), long enough runs, and enough trials and seconds for a verdict and for NVML to sample each contestant.
+GPU_FORM = RunSettings(max_new_tokens=256, static_cache=True, compile="reduce-overhead", trials=5, min_seconds=2.0)
+CPU_FORM = RunSettings(max_new_tokens=64, trials=3)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"app.py: error: {message}\n")
+        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python app.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", action="append", default=None,
-                   help=f"model to load at start (repeat to offer more; default {DEFAULT_MODEL})")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA when present)")
-    p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the app")
-    p.add_argument("--port", type=int, default=7860)
+    p = _OneLineParser(prog="python app.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", action="append", default=None, metavar="SPEC",
+                   help=f"model to load at start; repeat to offer more (default: {DEFAULT_MODEL})")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA when present, else cpu)")
+    p.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on CUDA, fp32 on the CPU)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallel degree: the model sharded over N GPUs, one engine process each (default: 1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the app "
+                                                       "(default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
     p.add_argument("--share", action="store_true", help="ask Gradio for a public share link")
     p.add_argument("--auth", default=None, metavar="USER:PASS", help="require this login")
     p.add_argument("--allow-any-model", action="store_true",
                    help="when shared or exposed, let visitors load any model spec (default: an allow-list)")
-    run = p.add_argument_group("defaults of the run form")
-    run.add_argument("--prompt", default=DEFAULT_PROMPT)
-    run.add_argument("--max-new-tokens", type=int, default=128)
-    run.add_argument("--batch", type=int, default=1)
-    run.add_argument("--trials", type=int, default=1)
+    p.add_argument("--max-run-seconds", type=float, default=None, metavar="S",
+                   help=f"stop a run after S seconds (default: none locally, {EXPOSED_LIMITS.max_run_s:.0f} when "
+                        "shared or exposed, where the form's limits are smaller too)")
+    run = p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is present, else for "
+                               "the CPU)")
+    run.add_argument("--prompt", default=DEFAULT_PROMPT, help="default: a short-story request, for long answers")
+    run.add_argument("--max-new-tokens", type=int, default=None, help="default: 256 on a GPU, 64 on the CPU")
+    run.add_argument("--batch", type=int, default=1, help="default: 1")
+    run.add_argument("--trials", type=int, default=None, help="default: 5 on a GPU, 3 on the CPU")
+    run.add_argument("--min-seconds", type=float, default=None, help="per contestant; default: 2 on a GPU, 0 on CPU")
     run.add_argument("--ignore-eos", action="store_true")
-    run.add_argument("--static-cache", action="store_true")
-    run.add_argument("--compile", choices=COMPILE_MODES, default="off")
-    run.add_argument("--lag", type=int, default=1)
-    run.add_argument("--streams", type=int, choices=(1, 2), default=1)
+    run.add_argument("--static-cache", action="store_true", help="default: on for a GPU (compile needs it)")
+    run.add_argument("--compile", choices=COMPILE_MODES, default=None,
+                     help="default: reduce-overhead on a GPU, off on the CPU")
+    run.add_argument("--lag", type=int, default=1, help="default: 1")
+    run.add_argument("--streams", type=int, choices=(1, 2), default=1, help="default: 1")
     run.add_argument("--hf", action="store_true", help="include transformers' generate() by default")
     return p
 
@@ -69,45 +94,90 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_exposed(args: argparse.Namespace) -> bool:
+    return bool(args.share or not is_loopback(args.host))
+
+
 def exposure_warning(args: argparse.Namespace) -> str | None:
     """A loud warning when the app is reachable by others without a login."""
-    exposed = args.share or not is_loopback(args.host)
-    if not exposed or args.auth:
+    if not is_exposed(args) or args.auth:
         return None
     how = "a public share link" if args.share else f"address {args.host}"
     bar = "!" * 78
     return (f"{bar}\n!! WARNING: serving on {how} WITHOUT --auth.\n!! Anyone who can reach it can run models on "
-            f"this machine's {'GPU' if _has_cuda() else 'CPU'}.\n!! Add --auth user:password.\n{bar}")
+            f"this machine's {'GPU' if gpu_present(args) else 'CPU'}.\n!! Add --auth user:password.\n{bar}")
 
 
 def allowed_models(args: argparse.Namespace) -> set[str] | None:
     """None (anything) when local or --allow-any-model; else the built-ins and the models named at launch."""
-    exposed = args.share or not is_loopback(args.host)
-    if args.allow_any_model or not exposed:
+    if args.allow_any_model or not is_exposed(args):
         return None
     return {*BUILTIN_SPECS, *(args.model or [])}
+
+
+def limits_for(args: argparse.Namespace) -> Limits:
+    base = EXPOSED_LIMITS if is_exposed(args) else LOCAL_LIMITS
+    return replace(base, max_run_s=args.max_run_seconds) if args.max_run_seconds is not None else base
+
+
+def gpu_present(args: argparse.Namespace) -> bool:
+    """Whether runs will go to an NVIDIA GPU, asked of NVML: this process never initialises CUDA."""
+    if str(args.device or "").startswith("cpu"):
+        return False
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return False
 
 
 def check_args(args: argparse.Namespace) -> RunSettings:
     """The run form's defaults; ValueError (one readable line) for a bad device, dtype, port or run option."""
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
-    try:
-        device = resolve_device(args.device)
-    except RuntimeError as exc:  # torch.device() on a string it does not know
-        raise ValueError(f"unknown device {args.device!r}: use cpu, cuda or cuda:N ({exc})") from None
-    resolve_dtype(args.dtype, device)
-    model = (args.model or [DEFAULT_MODEL])[0]
-    settings = run_defaults(args, model)
-    settings.to_request()
+    device = str(args.device or "auto")
+    if device != "auto" and not (device == "cpu" or device == "cuda" or
+                                 (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"unknown device {args.device!r}: use cpu, cuda or cuda:N")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {args.dtype!r}; use one of: {', '.join(DTYPES)}")
+    if args.tp < 1:
+        raise ValueError(f"--tp must be 1 or more, got {args.tp}")
+    if args.max_run_seconds is not None and args.max_run_seconds <= 0:
+        raise ValueError(f"--max-run-seconds must be > 0, got {args.max_run_seconds:g}")
+    settings = run_defaults(args, (args.model or [DEFAULT_MODEL])[0], gpu_present(args))
+    settings.to_request(limits=limits_for(args))
     return settings
 
 
-def run_defaults(args: argparse.Namespace, model: str) -> RunSettings:
-    return RunSettings(prompt=args.prompt, model=model, max_new_tokens=args.max_new_tokens, batch=args.batch,
-                       trials=args.trials, ignore_eos=args.ignore_eos,
-                       static_cache=args.static_cache or args.compile != "off", compile=args.compile, lag=args.lag,
-                       streams=args.streams, include_hf=args.hf)
+def run_defaults(args: argparse.Namespace, model: str, gpu: bool) -> RunSettings:
+    base = GPU_FORM if gpu else CPU_FORM
+    compile_mode = args.compile if args.compile is not None else base.compile
+    return replace(
+        base, prompt=args.prompt, model=model, batch=args.batch, ignore_eos=args.ignore_eos, lag=args.lag,
+        streams=args.streams, include_hf=args.hf, compile=compile_mode,
+        static_cache=args.static_cache or compile_mode != "off" or (base.static_cache and args.compile is None),
+        max_new_tokens=args.max_new_tokens if args.max_new_tokens is not None else base.max_new_tokens,
+        trials=args.trials if args.trials is not None else base.trials,
+        min_seconds=args.min_seconds if args.min_seconds is not None else base.min_seconds)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """ValueError when something already listens there (Gradio would fail later with a long traceback)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is already in use (another server is running there); "
+                                 f"choose another with --port") from None
+            raise ValueError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def find_reports(folder: Path) -> dict[str, Path]:
@@ -127,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         auth = parse_auth(args.auth)
         defaults = check_args(args)
+        check_port_free(args.host, args.port)
     except ValueError as exc:
         sys.stderr.write(f"app.py: error: {exc}\n")
         return 2
@@ -134,17 +205,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         sys.stderr.write(warning + "\n")
 
+    from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
-    model = defaults.model
-    runner = Runner(model, device=args.device, dtype=args.dtype, allowed_models=allowed_models(args))
-    print(f"Loading {model} in the background; the page shows its progress.")
+    runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp,
+                    allowed_models=allowed_models(args), limits=limits_for(args))
+    print(f"Starting the engine process and loading {defaults.model} in the background; the page shows progress.")
     demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
     demo.queue(default_concurrency_limit=4, max_size=64)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
-                max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,
-                footer_links=["api", "gradio"], inbrowser=False)
-    if args.share and not demo.share_url:
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
+                    max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,
+                    footer_links=["api", "gradio"], inbrowser=False, quiet=True)
+    except OSError as exc:  # the port was taken between the check and the launch
+        sys.stderr.write(f"app.py: error: cannot serve on {args.host}:{args.port}: {exc}\n")
+        runner.close()
+        return 2
+    print(f"Serving on {demo.local_url}" + ("" if args.share else "  (add --share for a public link)"), flush=True)
+    if args.share and demo.share_url:
+        print(f"Public link: {demo.share_url}", flush=True)
+    elif args.share:
         why = ("no share link could be made (Gradio's tunnel needs outbound internet access, which this machine "
                "does not seem to have)")
         demo.dashboard.notes.append(f"Sharing was asked for, but {why}. This page is served locally only.")
@@ -156,15 +236,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         runner.close()
     return 0
-
-
-def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
 
 
 if __name__ == "__main__":

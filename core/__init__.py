@@ -1,9 +1,23 @@
-"""syncscope core: model loading, the naive and pipelined decode loops, timings and the A/B benchmark."""
+"""syncscope core: model loading, the naive and pipelined decode loops, timings and the A/B benchmark.
 
-from core.generation import GenerationOptions, GenerationResult, TokenEvent, generate
-from core.models import BUILTIN_SPECS, DEFAULT_MODEL, LoadedModel, load_model
+The names below load lazily, so that importing a torch-free part of the package (`core.options`, `core.specs`,
+`core.gpu_monitor`) does not import torch: the dashboard's server process never does.
+"""
 
-__all__ = [
-    "BUILTIN_SPECS", "DEFAULT_MODEL", "GenerationOptions", "GenerationResult", "LoadedModel", "TokenEvent",
-    "generate", "load_model",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "GenerationOptions": "core.options", "BUILTIN_SPECS": "core.specs", "DEFAULT_MODEL": "core.specs",
+    "GenerationResult": "core.generation", "TokenEvent": "core.generation", "generate": "core.generation",
+    "LoadedModel": "core.models", "load_model": "core.models",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -15,40 +15,38 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 
-from core.generation import (
+from core.generation import TokenEvent, cut_at_eos, encode_prompt, resolve_eos_ids, run
+from core.models import LoadedModel, load_model
+from core.options import (
     ALL_LOOPS,
     CACHES,
     COMPILE_MODES,
+    DEFAULT_PROMPT,
+    HF,
+    HF_DEFERRED,
     LOOPS,
     NO_CHECK,
+    PIPELINED_AGAIN,
     STEP_GRAPH,
+    BenchRequest,
     GenerationOptions,
-    TokenEvent,
-    cut_at_eos,
-    encode_prompt,
-    resolve_eos_ids,
-    run,
 )
-from core.models import DEFAULT_MODEL, LoadedModel, load_model
-from core.timeline import StepClock, Timings, percentile
+from core.specs import DEFAULT_MODEL
+from core.stats import percentile, spread, verdict, verdict_sentence
+from core.timeline import StepClock, Timings
 
 SCHEMA = "syncscope.bench/1"
-HF = "hf"
-HF_DEFERRED = "hf-deferred"
-# An A/A control: the pipelined loop entered a second time. Its ratio to `pipelined` is the run's own noise.
-PIPELINED_AGAIN = "pipelined-again"
-CONTESTANTS = (*ALL_LOOPS, PIPELINED_AGAIN, HF, HF_DEFERRED)
-DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
 BenchEvent = dict[str, Any]
@@ -58,25 +56,6 @@ class Cancelled(Exception):
     """Raised inside a run when the caller asked it to stop."""
 
 
-@dataclass(frozen=True)
-class BenchRequest:
-    prompt: Any
-    options: GenerationOptions
-    trials: int = 3
-    contestants: tuple[str, ...] = LOOPS
-    stream: bool = False
-
-    def validate(self) -> None:
-        self.options.validate()
-        if not isinstance(self.trials, int) or self.trials < 1:
-            raise ValueError(f"trials must be a whole number >= 1, got {self.trials!r}")
-        if HF_DEFERRED in self.contestants and not torch.cuda.is_available():
-            raise ValueError("hf-deferred needs CUDA: transformers' DeferredStopCheck records CUDA events")
-        unknown = [c for c in self.contestants if c not in CONTESTANTS]
-        if unknown or not self.contestants:
-            raise ValueError(f"unknown contestant(s) {unknown}; use some of: {', '.join(CONTESTANTS)}")
-
-
 def compare(
     loaded: LoadedModel,
     request: BenchRequest,
@@ -84,30 +63,80 @@ def compare(
     on_event: Callable[[BenchEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings."""
+    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings.
+
+    Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured."""
     request.validate()
+    _check_device_for(loaded, request)
     emit = on_event or (lambda event: None)
     stop = should_stop or (lambda: False)
+    streaming = request.stream or on_event is not None
     runs: list[dict[str, Any]] = []
     warmups: dict[str, dict[str, Any]] = {}
-    for name in request.contestants:
-        emit({"type": "phase", "phase": "warmup", "contestant": name})
-        # With should_stop, a do-nothing listener still gets `stop` checked every step, so a cancel lands within
-        # a step even during a long warm-up (which is untimed, so the listener costs nothing that is measured).
-        watcher = (lambda event: None) if should_stop else None
-        warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop))
-    for trial in range(request.trials):
-        order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
-        for position, name in enumerate(order):
-            emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial})
-            listener = _token_listener(emit, name, trial) if request.stream or on_event else None
-            graphs_before = compiled_graph_count()
-            outcome = _run_one(loaded, request, name, listener, stop)
-            entry = {"contestant": name, "trial": trial, "order": position, **outcome,
-                     "graphs_compiled": compiled_graph_count() - graphs_before}
-            runs.append(entry)
-            emit({"type": "run", **entry})
-    return build_report(loaded, request, runs, warmups)
+    with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
+        for name in request.contestants:
+            emit({"type": "phase", "phase": "warmup", "contestant": name, "t": time.perf_counter()})
+            # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
+            # during a long warm-up.
+            watcher = _token_listener(emit, name, None) if streaming or should_stop else None
+            warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop))
+        for trial in _trial_indices(request, runs):
+            order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
+            for position, name in enumerate(order):
+                emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial,
+                      "t": time.perf_counter()})
+                listener = _token_listener(emit, name, trial) if streaming else None
+                graphs_before = compiled_graph_count()
+                outcome = _run_one(loaded, request, name, listener, stop)
+                entry = {"contestant": name, "trial": trial, "order": position, **outcome,
+                         "graphs_compiled": compiled_graph_count() - graphs_before}
+                runs.append(entry)
+                emit({"type": "run", "t": time.perf_counter(), **entry})
+    report = build_report(loaded, request, runs, warmups)
+    if request.deterministic:
+        report["nondeterministic_ops"] = sorted(nondeterministic_ops)
+    return report
+
+
+def _check_device_for(loaded: LoadedModel, request: BenchRequest) -> None:
+    if HF_DEFERRED in request.contestants and loaded.device.type != "cuda":
+        raise ValueError("hf-deferred needs CUDA: transformers' DeferredStopCheck records CUDA events")
+
+
+def _trial_indices(request: BenchRequest, runs: list[dict[str, Any]]) -> Iterator[int]:
+    """0 .. trials-1, then more whole rounds while some contestant has been timed less than min_seconds."""
+    trial = 0
+    while trial < request.trials or _least_timed_s(request, runs) < request.min_seconds:
+        yield trial
+        trial += 1
+
+
+def _least_timed_s(request: BenchRequest, runs: list[dict[str, Any]]) -> float:
+    return min(sum(r["timings"]["total_ms"] for r in runs if r["contestant"] == name) / 1000
+               for name in request.contestants)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[set[str]]:
+    """PyTorch's deterministic algorithms for the duration (warn-only); yields the ops that warned they are not."""
+    seen: set[str] = set()
+    if not enabled:
+        yield seen
+        return
+    import warnings
+
+    # cuBLAS reads this when deterministic algorithms are on; without it PyTorch raises on every matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
+        seen.update(str(w.message).split(" does not have a deterministic")[0] for w in caught
+                    if "deterministic" in str(w.message))
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def compiled_graph_count() -> int:
@@ -128,7 +157,8 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
     return None if len(a) == len(b) else 0
 
 
-def _token_listener(emit: Callable[[BenchEvent], None], name: str, trial: int) -> Callable[[TokenEvent], None]:
+def _token_listener(emit: Callable[[BenchEvent], None], name: str,
+                    trial: int | None) -> Callable[[TokenEvent], None]:
     def listener(event: TokenEvent) -> None:
         emit({"type": "tokens", "contestant": name, "trial": trial, "step": event.step,
               "tokens": event.tokens, "host_time_s": event.host_time_s})
@@ -244,11 +274,13 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "environment": environment(loaded),
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
-                    "contestants": list(request.contestants), "stream": request.stream},
+                    "contestants": list(request.contestants), "stream": request.stream,
+                    "min_seconds": request.min_seconds, "deterministic": request.deterministic},
         "warmup": warmups,
         "runs": runs,
         "summary": summary,
         "ratios": ratios(summary),
+        "verdict": verdict(runs) if {"naive", "pipelined"} <= set(request.contestants) else None,
         "identical": identical,
         "all_identical": all(identical.values()),
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
@@ -267,36 +299,42 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return statistics.median(values) if values else None
 
     rates = [r["timings"]["tokens_per_s"] for r in runs]
+    decode = [r["timings"]["decode_tokens_per_s"] for r in runs if r["timings"].get("decode_tokens_per_s")]
     steps = [ms for r in runs for ms in r["timings"]["step_ms"]]
+    gaps = [g for r in runs for g in r["timings"].get("gpu_gap_ms", [])]
     return {
         "trials": len(runs),
         "tokens_per_s": statistics.median(rates),
         "tokens_per_s_all": rates,
-        "spread": (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0,
+        "spread": spread(rates),
+        "decode_tokens_per_s": statistics.median(decode) if decode else None,
+        "decode_tokens_per_s_all": decode,
+        "decode_spread": spread(decode) if decode else None,
         "total_ms": median_of("total_ms"),
         "ttft_ms": median_of("ttft_ms"),
         "ttft_gpu_ms": median_of("ttft_gpu_ms"),
         "ms_per_token_p50": statistics.median(steps) if steps else median_of("ms_per_token_p50"),
         "ms_per_token_p95": percentile(steps, 95) if steps else None,
         "gpu_busy_fraction": median_of("gpu_busy_fraction"),
-        "gpu_gap_ms_mean": _mean_gap(runs),
+        "gpu_gap_ms_mean": statistics.fmean(gaps) if gaps else None,
+        "gpu_gap_ms_p50": percentile(gaps, 50) if gaps else None,
+        "gpu_gap_ms_p99": percentile(gaps, 99) if gaps else None,
+        "gpu_gap_ms_max": max(gaps) if gaps else None,
         "new_tokens": median_of("new_tokens"),
         "overshoot_steps": median_of("overshoot_steps"),
     }
 
 
-def _mean_gap(runs: list[dict[str, Any]]) -> float | None:
-    gaps = [g for r in runs for g in r["timings"].get("gpu_gap_ms", [])]
-    return statistics.fmean(gaps) if gaps else None
-
-
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """pipelined over each other contestant: end to end, and for the decode phase where both have one."""
     out = {}
-    pipelined = summary.get("pipelined", {}).get("tokens_per_s")
+    pipelined = summary.get("pipelined", {})
     for other in ("naive", NO_CHECK, PIPELINED_AGAIN, HF, HF_DEFERRED):
-        base = summary.get(other, {}).get("tokens_per_s")
-        if pipelined and base:
-            out[f"pipelined/{other}"] = pipelined / base
+        base = summary.get(other, {})
+        if pipelined.get("tokens_per_s") and base.get("tokens_per_s"):
+            out[f"pipelined/{other}"] = pipelined["tokens_per_s"] / base["tokens_per_s"]
+        if pipelined.get("decode_tokens_per_s") and base.get("decode_tokens_per_s"):
+            out[f"decode pipelined/{other}"] = pipelined["decode_tokens_per_s"] / base["decode_tokens_per_s"]
     return out
 
 
@@ -305,14 +343,16 @@ def environment(loaded: LoadedModel) -> dict[str, Any]:
 
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "torch": torch.__version__, "transformers": transformers.__version__,
+            "tp": loaded.tp,
+            "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
 
 
 def model_facts(loaded: LoadedModel) -> dict[str, Any]:
+    """Sizes, and the HBM floor of one batch-1 decode step: each GPU reads its share of the weights once."""
     weight_bytes = loaded.weight_bytes
     return {"spec": loaded.spec, "parameters": loaded.num_parameters, "weight_bytes": weight_bytes,
-            "hbm_floor_ms_per_step": weight_bytes / COPY_BANDWIDTH_BYTES_PER_S * 1000}
+            "hbm_floor_ms_per_step": weight_bytes / loaded.tp / COPY_BANDWIDTH_BYTES_PER_S * 1000}
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -323,12 +363,24 @@ class _OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+class _DefaultsWhereUseful(argparse.HelpFormatter):
+    """Appends "(default: X)" where X says something and the help text does not already give the default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_DefaultsWhereUseful)
     p.add_argument("--model", default=DEFAULT_MODEL, help="built-in spec, HF id or local path")
     p.add_argument("--device", default=None, help="cuda, cpu, cuda:1 ... (default: CUDA when present)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallel over N GPUs (N processes; also works under torchrun)")
     p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
     p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")
@@ -345,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--min-seconds", type=float, default=0.0,
+                   help="more rounds of trials until every contestant has been timed this long")
+    p.add_argument("--deterministic", action="store_true",
+                   help="PyTorch's deterministic algorithms for the run (the report lists ops that have none)")
     p.add_argument("--hf", action="store_true", help="add transformers' generate() as a contestant")
     p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
     p.add_argument("--no-check", action="store_true",
@@ -372,7 +428,7 @@ def request_from_args(args: argparse.Namespace) -> BenchRequest:
                    *([HF] if args.hf else []),
                    *([HF_DEFERRED] if args.hf_deferred else []))
     return BenchRequest(prompt=prompt, options=options, trials=args.trials, contestants=contestants,
-                        stream=args.stream)
+                        stream=args.stream, min_seconds=args.min_seconds, deterministic=args.deterministic)
 
 
 def synthetic_prompt(length: int) -> list[int]:
@@ -384,17 +440,20 @@ def synthetic_prompt(length: int) -> list[int]:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    rows = [f"{'contestant':<12} {'tok/s':>9} {'spread':>7} {'ttft ms':>8} {'ms/tok p50':>10} "
+    rows = [f"{'contestant':<16} {'decode tok/s':>12} {'tok/s':>9} {'spread':>7} {'ttft ms':>8} {'ms/tok p50':>10} "
             f"{'p95':>7} {'busy':>6} {'gap ms':>7} {'same':>5}"]
     for name, s in report["summary"].items():
         rows.append(
-            f"{name:<12} {s['tokens_per_s']:>9.1f} {s['spread']:>6.1%} {_num(s['ttft_ms']):>8} "
+            f"{name:<16} {_num(s.get('decode_tokens_per_s')):>12} {s['tokens_per_s']:>9.1f} "
+            f"{_pct(s['spread'], 1):>7} {_num(s['ttft_ms']):>8} "
             f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
             f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
             f"{_sameness(report, name):>5}")
     rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
+    if report.get("verdict"):
+        rows.append(verdict_sentence(report["verdict"]))
     if not all(report["self_consistent"].values()):
-        rows.append("NO*: this contestant's own trials differ from each other (run-to-run numerics at near-ties)")
+        rows.append("NO*: this contestant's own trials differ from each other (see the report's 'identity' notes)")
     return "\n".join(rows)
 
 
@@ -408,8 +467,8 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
+def _pct(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}%}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,31 +476,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         request = request_from_args(args)
         request.validate()
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
-        started = time.perf_counter()
-        report = compare(loaded, request)
+        check_output_path(args.json_path)
+        if args.tp < 1:
+            raise ValueError(f"--tp must be 1 or more, got {args.tp}")
     except ValueError as exc:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
+    if args.tp > 1 and "WORLD_SIZE" not in os.environ:
+        from core.parallel_launch import run_ranks
+
+        return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:])
+    return run_bench(args, request)
+
+
+def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
+    """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group."""
+    rank = 0
+    try:
+        if args.tp > 1:
+            from core.parallel import init_tensor_parallel
+
+            rank = int(os.environ.get("RANK", 0))
+            init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp)
+        started = time.perf_counter()
+        report = compare(loaded, request)
+    except ValueError as exc:
+        return _fail(rank, str(exc), 2)
     except torch.cuda.OutOfMemoryError:
-        sys.stderr.write("core.bench: error: CUDA out of memory; try a smaller --batch or model\n")
-        return 3
+        return _fail(rank, "CUDA out of memory; try a smaller --batch or model", 3)
     except KeyboardInterrupt:
         sys.stderr.write("core.bench: interrupted\n")
         return 130
     except Exception as exc:  # a command line answers in one line, not a traceback
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        sys.stderr.write(f"core.bench: error: {type(exc).__name__}: {first_line}\n")
-        return 1
-    report["wall_s"] = time.perf_counter() - started
-    print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}), "
-          f"{request.trials} trials, options {request.options.cache}/{request.options.compile}")
+        return _fail(rank, f"{type(exc).__name__}: {first_line}", 1)
+    if rank == 0:
+        report["wall_s"] = time.perf_counter() - started
+        _print_and_write(args, loaded, request, report)
+    return 0
+
+
+def _fail(rank: int, message: str, code: int) -> int:
+    where = f"rank {rank}: " if rank else ""
+    sys.stderr.write(f"core.bench: error: {where}{message}\n")
+    return code
+
+
+def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
+                     report: dict[str, Any]) -> None:
+    tp = f", tensor parallel over {loaded.tp}" if loaded.tp > 1 else ""
+    print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
+          f" {len(report['runs']) // len(request.contestants)} trials, options "
+          f"{request.options.cache}/{request.options.compile}")
     print(format_table(report))
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=1)
         print(f"wrote {args.json_path}")
-    return 0
+
+
+def check_output_path(path: str | None) -> None:
+    """ValueError now, before any work, when the report could not be written there at the end."""
+    if not path:
+        return
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise ValueError(f"--json {path}: that is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--json {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+        raise ValueError(f"--json {path}: no permission to write there")
 
 
 if __name__ == "__main__":

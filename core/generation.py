@@ -17,15 +17,16 @@ from typing import Any
 import torch
 
 from core.models import LoadedModel
+from core.options import (
+    CUDA_GRAPH_COMPILE_MODES,
+    NO_CHECK,
+    STEP_GRAPH,
+    GenerationOptions,
+    is_int,
+    require,
+)
 from core.timeline import StepClock, Timings
 
-LOOPS = ("naive", "pipelined")
-NO_CHECK = "no-check"  # baseline, not a loop anyone should ship: never looks at EOS while running (upper bound)
-ALL_LOOPS = (*LOOPS, NO_CHECK)
-CACHES = ("dynamic", "static")
-STEP_GRAPH = "step-graph"  # the whole decode step (inductor kernels) captured in one CUDA graph
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", STEP_GRAPH)
-CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune", STEP_GRAPH)
 STATIC_CACHE_BUCKET = 256
 WARMUP_STEPS = 4
 
@@ -39,39 +40,6 @@ class TokenEvent:
     step: int
     tokens: tuple[int | None, ...]
     host_time_s: float
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    loop: str = "naive"
-    max_new_tokens: int = 64
-    cache: str = "dynamic"
-    compile: str = "off"
-    lag: int = 1
-    streams: int = 1
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-    eos_token_id: int | Sequence[int] | None = None
-    ignore_eos: bool = False
-
-    def validate(self) -> None:
-        _require(self.loop in ALL_LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(ALL_LOOPS)}")
-        _require(self.cache in CACHES, f"unknown cache {self.cache!r}; use one of: {', '.join(CACHES)}")
-        _require(self.compile in COMPILE_MODES,
-                 f"unknown compile mode {self.compile!r}; use one of: {', '.join(COMPILE_MODES)}")
-        _require(self.compile == "off" or self.cache == "static",
-                 "compile needs cache='static': a dynamic cache changes shape every step and would recompile")
-        _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-                 f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
-        _require(_is_int(self.lag) and self.lag >= 1, f"lag must be a whole number >= 1, got {self.lag!r}")
-        _require(self.streams in (1, 2), f"streams must be 1 or 2, got {self.streams!r}")
-        _require(self.temperature > 0, f"temperature must be > 0, got {self.temperature!r}")
-        _require(_is_int(self.top_k) and self.top_k >= 0, f"top_k must be a whole number >= 0, got {self.top_k!r}")
-        _require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
-        _require(self.seed is None or _is_int(self.seed), f"seed must be a whole number, got {self.seed!r}")
 
 
 @dataclass
@@ -141,22 +109,23 @@ def run(
         kept, computed, clock = _timed_run(engine, input_ids, attention_mask, options, on_tokens)
     token_ids = cut_at_eos(engine.state.out[:kept].T.tolist(), [] if options.ignore_eos else engine.eos_ids_list)
     timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
-                            warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms))
+                            warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms),
+                            rows=len(token_ids))
+    if options.loop == NO_CHECK:
+        _forget_host_observations(timings)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
     return GenerationResult(token_ids=token_ids, texts=texts, prompt_tokens=int(input_ids.shape[1]),
                             options=options, timings=timings, notices=notices)
 
 
+def _forget_host_observations(timings: Timings) -> None:
+    """The no-check loop learns all its tokens at the end, so when each became known says nothing about it."""
+    timings.ttft_ms = timings.decode_tokens = timings.decode_ms = timings.decode_tokens_per_s = None
+    if timings.clock == "host":
+        timings.step_ms, timings.ms_per_token_p50, timings.ms_per_token_p95 = [], None, None
+
+
 # ----------------------------------------------------------------------------------------------- input checks
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
 
 def _adapt_to_device(loaded: LoadedModel, options: GenerationOptions, notices: list[str]) -> GenerationOptions:
     if loaded.device.type != "cuda" and options.compile == STEP_GRAPH:
@@ -186,10 +155,10 @@ def _prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:
     if isinstance(prompt, str):
         return [_encode_text(tokenizer, prompt)]
     items = list(prompt) if isinstance(prompt, Sequence) else None
-    _require(bool(items), "the prompt is empty: give a string, a list of strings, or token ids")
+    require(bool(items), "the prompt is empty: give a string, a list of strings, or token ids")
     if all(isinstance(item, str) for item in items):
         return [_encode_text(tokenizer, text) for text in items]
-    if all(_is_int(item) for item in items):
+    if all(is_int(item) for item in items):
         return [_checked_ids(tokenizer, items)]
     if all(isinstance(item, Sequence) and not isinstance(item, str) for item in items):
         return [_checked_ids(tokenizer, list(item)) for item in items]
@@ -197,7 +166,7 @@ def _prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:
 
 
 def _encode_text(tokenizer: Any, text: str) -> list[int]:
-    _require(bool(text.strip()), "the prompt is empty: type something for the model to answer")
+    require(bool(text.strip()), "the prompt is empty: type something for the model to answer")
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": text}]
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -206,16 +175,16 @@ def _encode_text(tokenizer: Any, text: str) -> list[int]:
 
 
 def _checked_ids(tokenizer: Any, ids: list[Any]) -> list[int]:
-    _require(bool(ids), "a prompt row has no token ids")
+    require(bool(ids), "a prompt row has no token ids")
     vocab = len(tokenizer)
-    _require(all(_is_int(i) and 0 <= i < vocab for i in ids),
+    require(all(is_int(i) and 0 <= i < vocab for i in ids),
              f"token ids must be whole numbers in [0, {vocab}); got {ids[:8]}{'...' if len(ids) > 8 else ''}")
     return [int(i) for i in ids]
 
 
 def _check_length(loaded: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> None:
     limit = loaded.context_length
-    _require(prompt_tokens + max_new_tokens <= limit,
+    require(prompt_tokens + max_new_tokens <= limit,
              f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = "
              f"{prompt_tokens + max_new_tokens} exceeds the model's context of {limit} tokens")
 
@@ -422,7 +391,11 @@ def resolve_eos_ids(loaded: LoadedModel, override: int | Sequence[int] | None) -
     if source is None:
         source = loaded.tokenizer.eos_token_id
     ids = [source] if isinstance(source, int) else list(source or [])
-    _require(all(_is_int(i) for i in ids), f"eos_token_id must be a whole number or a list of them, got {override!r}")
+    require(all(is_int(i) for i in ids), f"eos_token_id must be a whole number or a list of them, got {override!r}")
+    vocab = getattr(loaded.model.config, "vocab_size", None)
+    outside = [i for i in ids if vocab and not 0 <= i < vocab]
+    require(not outside, f"eos_token_id {outside[0] if outside else ''} is outside the model's vocabulary "
+                         f"(ids 0 to {vocab - 1 if vocab else '?'}): the model can never produce it")
     return ids
 
 

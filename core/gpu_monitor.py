@@ -1,12 +1,31 @@
-"""Background sampler of one GPU's utilization, memory, power and SM clock through NVML, with a CPU fallback.
+"""Background sampler of GPU utilization, memory, power and SM clock through NVML, with a CPU fallback.
 
-NVML's utilization is the share of its last sample period (1/6 s to 1 s, depending on the product) in which any
-kernel ran: coarse, and 100% even when a single SM is busy. The per-step CUDA events of core.timeline give the
-exact idle gap; this sampler gives the device-wide picture over time, other processes included.
+NVML's utilization is the share of one driver sample period (1/6 s to 1 s, depending on the product; 200 ms on an
+H200) in which any kernel ran: coarse, and 100% even when a single SM is busy. The per-step CUDA events of
+core.timeline give the exact idle gap; this sampler gives the device-wide picture over time, other processes
+included.
 
-Timestamps come from time.perf_counter, the clock of TokenEvent.host_time_s, so both series share one time axis.
-Without an NVIDIA GPU (or without NVML) the monitor says so plainly and samples CPU utilization and the process's
-resident memory instead.
+The driver keeps its own buffers of utilization, power and clock samples, each stamped in microseconds at the end
+of its period. The reader drains them with nvmlDeviceGetSamples, asking each time only for samples newer than the
+last one seen, so a rare poll loses nothing and every sample keeps the driver's own time. The buffers are short:
+an H200 (driver 580) keeps ~14 s of utilization but only ~2.4 s of power (one sample every 20 ms), so keep
+`interval_s` under ~2 s. Where a GPU keeps no such buffer (NotSupported, or empty when the reader opens, as the SM
+clock's on an H200), the metric is read at each poll instead; where a buffer runs dry (NotFound for a second or
+more: some GPUs stop sampling while idle), it is read at poll time until samples come again, so the series never
+goes dark.
+Device memory has no buffer and is always read at poll time.
+
+Cost, measured on an H200: an instant reading takes ~0.01 ms; nvmlDeviceGetSamples ~2.8 ms for utilization and
+~0.6 ms for power, however many samples it returns. A poll is ~3.5 ms a GPU, nearly all inside the driver, where
+ctypes has released the GIL; `poll_cost_ms()` reports it as measured in this process.
+
+Timestamps are on time.perf_counter, the clock of TokenEvent.host_time_s, so both series share one time axis.
+NVML stamps in microseconds since the epoch (what an H200 on driver 580 does) or, on some drivers, since boot;
+the magnitude tells which. Without an NVIDIA GPU (or without NVML) the monitor says so plainly and samples CPU
+utilization and the process's resident memory instead. An index NVML does not have is left out with a note in
+`description` when another GPU can be read, and gives the CPU fallback, with the reason, when none can.
+
+This module must not import torch: it runs in the dashboard's server process.
 """
 
 from __future__ import annotations
@@ -14,35 +33,57 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 NVML = "nvml"
 CPU = "cpu"
 
+UTIL, MEMORY, POWER, CLOCK = "util_pct", "mem_used_mb", "power_w", "sm_clock_mhz"
 
-@dataclass(frozen=True)
-class Sample:
-    """One reading; None where the metric could not be read. `mem_used_mb` is device memory, or host RSS on CPU."""
+# Microsecond timestamps above this are since the epoch (after 2001); below it, since boot.
+_EPOCH_US = 10**15
+_COST_WINDOW = 100
+
+# An unseen driver sample stamped this long before the previous read, or after now, is on a clock not known here.
+_CLOCK_SLACK_S = 5.0
+# NVML errors that mean a sample buffer is missing for good. Any other (NOT_FOUND: nothing new) only for this poll.
+_UNSUPPORTED = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
+                "NVML_ERROR_NO_PERMISSION")
+
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the value.
+_VALUE_MEMBERS = {"NVML_VALUE_TYPE_DOUBLE": "dVal", "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+                  "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+                  "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal", "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+                  "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal"}
+
+
+class Sample(NamedTuple):
+    """One reading; None where the metric was not read. `mem_used_mb` is device memory, or host RSS on CPU."""
 
     t: float
-    util_pct: float | None
-    mem_used_mb: float | None
-    power_w: float | None
-    sm_clock_mhz: float | None
+    gpu: int | None = None
+    util_pct: float | None = None
+    mem_used_mb: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
 
-    def to_dict(self) -> dict[str, float | None]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
 
 
 class Reader(Protocol):
     kind: str
-    name: str
+    gpus: list[int]
 
-    def read(self) -> Sample: ...
+    def read(self) -> list[Sample]: ...
+
+    def describe(self) -> str: ...
 
     def close(self) -> None: ...
 
@@ -57,68 +98,214 @@ def import_pynvml() -> ModuleType:
     return pynvml
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A metric the driver buffers, and how to read it at poll time where it does not."""
+
+    field: str
+    sampling_type: str  # the pynvml constant naming the buffer
+    scale: float  # from NVML's unit to the sample's
+    instant: Callable[[ModuleType, Any], Any]
+
+
+BUFFERED = (
+    Metric(UTIL, "NVML_GPU_UTILIZATION_SAMPLES", 1.0, lambda nvml, h: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+    Metric(POWER, "NVML_TOTAL_POWER_SAMPLES", 1e-3, lambda nvml, h: nvml.nvmlDeviceGetPowerUsage(h)),  # milliwatts
+    Metric(CLOCK, "NVML_PROCESSOR_CLK_SAMPLES", 1.0,
+           lambda nvml, h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+)
+
+
+@dataclass
+class SampleBuffer:
+    """Where the reader stands in one driver buffer of one GPU."""
+
+    metric: Metric
+    supported: bool = True
+    last_seen_us: int = 0
+    last_read_t: float | None = None  # perf_counter time of the previous read; None until primed
+    last_sample_t: float | None = None  # perf_counter time of the newest sample seen
+    period_s: float | None = None  # the driver's sampling period, from consecutive timestamps
+
+
+@dataclass
+class Gpu:
+    index: int
+    handle: Any
+    name: str
+    buffers: list[SampleBuffer] = field(default_factory=list)
+
+
 class NvmlReader:
-    """Reads one GPU; every metric in its own try, so one unsupported query does not hide the others."""
+    """Reads the GPUs it can open among `indices`; every NVML call in its own try, so one unsupported query does
+    not hide the others."""
 
     kind = NVML
 
-    def __init__(self, nvml: ModuleType, index: int):
+    def __init__(self, nvml: ModuleType, indices: Sequence[int]):
         self.nvml = nvml
+        self._members = {getattr(nvml, name): member for name, member in _VALUE_MEMBERS.items() if hasattr(nvml, name)}
+        self._closed = False
         nvml.nvmlInit()
         try:
-            count = nvml.nvmlDeviceGetCount()
-            if not 0 <= index < count:
-                raise RuntimeError(f"NVML sees {count} GPU(s); there is no GPU {index}")
-            self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            self.name = f"{_text(_safe(lambda: nvml.nvmlDeviceGetName(self.handle)) or 'NVIDIA GPU')} (GPU {index})"
+            self._gpus, self.notes = self._open(list(dict.fromkeys(indices)))
         except Exception:
             _safe(nvml.nvmlShutdown)
             raise
+        self._prime()
 
-    def read(self) -> Sample:
-        nvml, handle = self.nvml, self.handle
-        util = _safe(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        memory = _safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20)
-        power = _safe(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000)  # milliwatts
-        clock = _safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-        return Sample(t=time.perf_counter(), util_pct=_num(util), mem_used_mb=_num(memory), power_w=_num(power),
-                      sm_clock_mhz=_num(clock))
+    @property
+    def gpus(self) -> list[int]:
+        return [gpu.index for gpu in self._gpus]
+
+    def _open(self, indices: list[int]) -> tuple[list[Gpu], list[str]]:
+        count = self.nvml.nvmlDeviceGetCount()
+        gpus, notes = [], []
+        for index in indices:
+            try:
+                gpus.append(self._open_gpu(index, count))
+            except Exception as exc:
+                notes.append(_reason(exc))
+        if not gpus:
+            raise RuntimeError("; ".join(notes))
+        return gpus, notes
+
+    def _open_gpu(self, index: int, count: int) -> Gpu:
+        nvml = self.nvml
+        if not 0 <= index < count:
+            raise RuntimeError(f"NVML sees {count} GPU(s); there is no GPU {index}")
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = _text(_safe(lambda: nvml.nvmlDeviceGetName(handle)) or "NVIDIA GPU")
+        buffers = [SampleBuffer(metric, supported=hasattr(nvml, metric.sampling_type)) for metric in BUFFERED]
+        return Gpu(index, handle, f"{name} (GPU {index})", buffers)
+
+    def _prime(self) -> None:
+        """Skip what the driver buffered before the reader opened; learn which buffers exist, and their period.
+        A buffer with nothing in it is read at poll time from then on: on an H200 (driver 580) the SM clock buffer
+        answers NotFound even from timestamp 0, and each such call costs ~0.5 ms against ~0.01 ms for a reading."""
+        offsets = _clock_offsets()
+        for gpu in self._gpus:
+            for buffer in gpu.buffers:
+                self._drain(gpu, buffer, offsets)
+                buffer.supported = buffer.supported and buffer.last_seen_us > 0
+
+    def read(self) -> list[Sample]:
+        if self._closed:
+            return []
+        offsets = _clock_offsets()
+        samples = [sample for gpu in self._gpus for sample in self._read_gpu(gpu, offsets)]
+        samples.sort(key=_time)
+        return samples
+
+    def _read_gpu(self, gpu: Gpu, offsets: tuple[float, float]) -> list[Sample]:
+        nvml, handle = self.nvml, gpu.handle
+        now = time.perf_counter()
+        polled = {MEMORY: _num(_safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20))}
+        buffered: dict[float, dict[str, float]] = collections.defaultdict(dict)
+        for buffer in gpu.buffers:
+            metric = buffer.metric
+            fresh = self._drain(gpu, buffer, offsets)
+            for t, value in fresh:
+                buffered[t][metric.field] = value
+            if not fresh and (not buffer.supported or _stale(buffer, now)):
+                polled[metric.field] = _num(_safe(lambda m=metric: m.instant(nvml, handle) * m.scale))
+        return [Sample(now, gpu.index, **polled)] + [Sample(t, gpu.index, **fields) for t, fields in buffered.items()]
+
+    def _drain(self, gpu: Gpu, buffer: SampleBuffer, offsets: tuple[float, float]) -> list[tuple[float, float]]:
+        """The buffer's samples newer than the last seen, as (perf_counter time, value), oldest first."""
+        fresh, value_type = self._fetch(gpu, buffer)
+        previous, buffer.last_read_t = buffer.last_read_t, time.perf_counter()
+        if not fresh:
+            return []
+        buffer.last_seen_us = fresh[-1].timeStamp
+        buffer.period_s = _period_s(fresh) or buffer.period_s
+        offset = offsets[0] if fresh[-1].timeStamp > _EPOCH_US else offsets[1]
+        times = [s.timeStamp / 1e6 - offset for s in fresh]
+        # Unseen samples cannot predate the previous read by much, nor lie ahead of now.
+        if previous is not None and not previous - _CLOCK_SLACK_S <= times[-1] <= buffer.last_read_t + _CLOCK_SLACK_S:
+            buffer.supported = False
+            return []
+        buffer.last_sample_t = times[-1]
+        member = self._members.get(value_type, "uiVal")  # NVML returns these three as unsigned int
+        scale = buffer.metric.scale
+        return [(t, float(getattr(s.sampleValue, member)) * scale) for t, s in zip(times, fresh)]
+
+    def _fetch(self, gpu: Gpu, buffer: SampleBuffer) -> tuple[list[Any], int | None]:
+        """Raw samples newer than the last seen, by timestamp, and their value type; none where there are none."""
+        if not buffer.supported:
+            return [], None
+        nvml = self.nvml
+        try:
+            value_type, raw = nvml.nvmlDeviceGetSamples(gpu.handle, getattr(nvml, buffer.metric.sampling_type),
+                                                        buffer.last_seen_us)
+        except Exception as exc:
+            buffer.supported = not (isinstance(exc, AttributeError) or _error_in(nvml, exc, _UNSUPPORTED))
+            return [], None
+        # NVML documents "newer than last_seen" but not the order: filter and sort rather than trust it.
+        return sorted((s for s in raw if s.timeStamp > buffer.last_seen_us), key=lambda s: s.timeStamp), value_type
+
+    def describe(self) -> str:
+        names = ", ".join(gpu.name for gpu in self._gpus)
+        left_out = f" ({'; '.join(self.notes)}: left out)" if self.notes else ""
+        return f"{names} via NVML: {self._util_source()}, {self._power_clock_source()}{left_out}"
+
+    def _buffers(self, metric_field: str) -> list[SampleBuffer]:
+        return [b for gpu in self._gpus for b in gpu.buffers if b.metric.field == metric_field]
+
+    def _util_source(self) -> str:
+        buffers = self._buffers(UTIL)
+        return "utilization " + _source_phrase(buffers, f"from the driver's own samples{_every(buffers)}")
+
+    def _power_clock_source(self) -> str:
+        power, clock = self._buffers(POWER), self._buffers(CLOCK)
+        if _kept(power) == _kept(clock) == "all":
+            return f"power and SM clock from its sample buffers{_every(power, clock)}"
+        if _kept(power) == _kept(clock) == "none":
+            return "power and SM clock read at each poll"
+        return (f"power {_source_phrase(power, 'from its sample buffer' + _every(power))}, "
+                f"SM clock {_source_phrase(clock, 'from its sample buffer' + _every(clock))}")
 
     def close(self) -> None:
-        _safe(self.nvml.nvmlShutdown)
+        if not self._closed:
+            self._closed = True
+            _safe(self.nvml.nvmlShutdown)
 
 
 class CpuReader:
     """System-wide CPU utilization and this process's resident memory."""
 
     kind = CPU
-    name = "CPU"
 
-    def __init__(self) -> None:
+    def __init__(self, reason: str = "no NVML") -> None:
         import psutil
 
+        self.reason = reason
         self.psutil = psutil
         self.process = psutil.Process()
         psutil.cpu_percent(interval=None)  # the first call only starts the measurement window
 
-    def read(self) -> Sample:
+    @property
+    def gpus(self) -> list[int]:
+        return []
+
+    def read(self) -> list[Sample]:
         util = _safe(lambda: self.psutil.cpu_percent(interval=None))
         rss = _safe(lambda: self.process.memory_info().rss / 2**20)
-        return Sample(t=time.perf_counter(), util_pct=_num(util), mem_used_mb=_num(rss), power_w=None,
-                      sm_clock_mhz=None)
+        return [Sample(t=time.perf_counter(), util_pct=_num(util), mem_used_mb=_num(rss))]
+
+    def describe(self) -> str:
+        return f"No NVIDIA GPU found ({self.reason}). Showing CPU utilization and host memory instead."
 
     def close(self) -> None:
         pass
 
 
-def open_reader(index: int = 0, nvml: ModuleType | None = None) -> tuple[Reader, str]:
-    """An NVML reader for GPU `index`, else a CPU reader; the message says which, and why."""
+def open_reader(indices: Sequence[int] = (0,), nvml: ModuleType | None = None) -> Reader:
+    """An NVML reader for the GPUs `indices` (NVML numbering), else a CPU reader that says why."""
     try:
-        reader: Reader = NvmlReader(nvml or import_pynvml(), index)
-        return reader, f"{reader.name} via NVML"
+        return NvmlReader(nvml or import_pynvml(), indices)
     except Exception as exc:
-        reason = str(exc).strip() or type(exc).__name__
-        return CpuReader(), f"No NVIDIA GPU found ({reason}). Showing CPU utilization and host memory instead."
+        return CpuReader(_reason(exc))
 
 
 def nvml_index(cuda_index: int) -> int:
@@ -130,31 +317,49 @@ def nvml_index(cuda_index: int) -> int:
 
 
 class GpuMonitor:
-    """Samples in a daemon thread every `interval_s` into a bounded buffer; `samples()` reads it from any thread."""
+    """Polls in a daemon thread every `interval_s` into a bounded, time-ordered buffer; `samples()` reads it from
+    any thread. The driver buffers its own samples, so a rare poll loses nothing (up to ~2 s, see the module's
+    docstring): `interval_s` sets how fresh the data is, and how often memory is read. An H200 gives ~57 samples a
+    second (power every 20 ms, utilization every 200 ms, two polls), so the default `max_samples` holds ~14 minutes
+    of one GPU."""
 
-    def __init__(self, interval_s: float = 0.25, device_index: int = 0, *, max_samples: int = 20_000,
+    def __init__(self, interval_s: float = 0.5, device_indices: Sequence[int] = (0,), *, max_samples: int = 50_000,
                  nvml: ModuleType | None = None):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        if not device_indices:
+            raise ValueError("device_indices must name at least one GPU")
         self.interval_s = interval_s
-        self.device_index = device_index
+        self.device_indices = list(device_indices)
         self._nvml = nvml
         self._buffer: collections.deque[Sample] = collections.deque(maxlen=max_samples)
-        self._lock = threading.Lock()
+        self._costs: collections.deque[float] = collections.deque(maxlen=_COST_WINDOW)
+        self._lock = threading.Lock()  # the buffer
+        self._poll_lock = threading.Lock()  # the reader: one poll at a time, and none while it closes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reader: Reader | None = None
-        self.description = "not started"
+        self._open = False
 
     @property
     def kind(self) -> str:
-        """'nvml' when an NVIDIA GPU is sampled, 'cpu' for the fallback."""
+        """'nvml' when at least one NVIDIA GPU is read, 'cpu' for the fallback."""
         return self._reader.kind if self._reader else CPU
 
     @property
     def available(self) -> bool:
-        """True when an NVIDIA GPU is being sampled."""
+        """True when an NVIDIA GPU is being read."""
         return self.kind == NVML
+
+    @property
+    def description(self) -> str:
+        """One plain sentence: which GPUs, and where each metric comes from; or why the CPU is shown instead."""
+        return self._reader.describe() if self._reader else "not started"
+
+    @property
+    def gpus(self) -> list[int]:
+        """The NVML indices read; empty on the CPU fallback."""
+        return list(self._reader.gpus) if self._reader else []
 
     @property
     def running(self) -> bool:
@@ -163,21 +368,24 @@ class GpuMonitor:
     def start(self) -> GpuMonitor:
         if self.running:
             return self
-        self._reader, self.description = open_reader(self.device_index, self._nvml)
+        self._ensure_open()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="gpu-monitor", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """End the thread and shut NVML down; the samples stay readable."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5 * self.interval_s + 1)
             self._thread = None
-        if self._reader is not None:
-            self._reader.close()
+        with self._poll_lock:
+            if self._open and self._reader is not None:
+                self._reader.close()
+            self._open = False
 
-    def samples(self, since: float | None = None) -> list[dict[str, float | None]]:
+    def samples(self, since: float | None = None) -> list[dict[str, Any]]:
         """Samples taken at or after `since` (a time.perf_counter value), oldest first."""
         with self._lock:
             if since is None:
@@ -187,8 +395,20 @@ class GpuMonitor:
         return [s.to_dict() for s in recent]
 
     def sample_now(self) -> None:
-        """Take one sample immediately (tests, and the edges of a run)."""
+        """Poll once, now (tests, and the edges of a run); opens NVML if the monitor is not started."""
+        self._ensure_open()
         self._record()
+
+    def poll_cost_ms(self) -> float | None:
+        """Median wall time of one poll in this process, over the last ~100 polls: what the sampler costs."""
+        costs = list(self._costs)
+        return statistics.median(costs) * 1000 if costs else None
+
+    def _ensure_open(self) -> None:
+        with self._poll_lock:
+            if not self._open:
+                self._reader = open_reader(self.device_indices, self._nvml)
+                self._open = True
 
     def _loop(self) -> None:
         self._record()
@@ -196,11 +416,23 @@ class GpuMonitor:
             self._record()
 
     def _record(self) -> None:
-        if self._reader is None:
+        with self._poll_lock:
+            if not self._open or self._reader is None:
+                return
+            start = time.perf_counter()
+            fresh = self._reader.read()
+            self._insert(fresh)
+            self._costs.append(time.perf_counter() - start)
+
+    def _insert(self, fresh: list[Sample]) -> None:
+        """Add time-ordered samples, keeping the buffer ordered: a driver sample can be older than the last poll."""
+        if not fresh:
             return
-        sample = self._reader.read()
         with self._lock:
-            self._buffer.append(sample)
+            tail = []
+            while self._buffer and self._buffer[-1].t > fresh[0].t:
+                tail.append(self._buffer.pop())
+            self._buffer.extend(sorted(tail + fresh, key=_time) if tail else fresh)
 
     def __enter__(self) -> GpuMonitor:
         return self.start()
@@ -209,7 +441,62 @@ class GpuMonitor:
         self.stop()
 
 
-def _safe(read: Any) -> Any:
+def _clock_offsets() -> tuple[float, float]:
+    """Seconds to subtract from an NVML timestamp to put it on perf_counter: (since the epoch, since boot)."""
+    before = time.perf_counter()
+    wall = time.time()
+    boot = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
+    middle = (before + time.perf_counter()) / 2
+    return wall - middle, boot - middle
+
+
+def _stale(buffer: SampleBuffer, now: float) -> bool:
+    """Whether the buffer has run dry (some GPUs stop sampling while idle): nothing for several periods, or a second.
+    Until then a poll that finds nothing new adds no reading: an instant one would repeat the last sample, later."""
+    t = buffer.last_sample_t
+    return t is None or not now - max(1.0, 3 * (buffer.period_s or 0.0)) <= t <= now + _CLOCK_SLACK_S
+
+
+def _period_s(samples: list[Any]) -> float | None:
+    """The driver's sampling period: the median step between consecutive timestamps (microseconds)."""
+    steps = [b.timeStamp - a.timeStamp for a, b in itertools.pairwise(samples)]
+    return statistics.median(steps) / 1e6 if steps else None
+
+
+def _kept(buffers: list[SampleBuffer]) -> str:
+    """Whether the driver keeps these buffers: 'all', 'none' or 'some' (GPUs differ)."""
+    kept = [b.supported for b in buffers]
+    return "all" if all(kept) else "none" if not any(kept) else "some"
+
+
+def _source_phrase(buffers: list[SampleBuffer], buffered: str) -> str:
+    kept = _kept(buffers)
+    if kept == "some":
+        return f"{buffered} where kept, else read at each poll"
+    return buffered if kept == "all" else "read at each poll"
+
+
+def _every(*groups: list[SampleBuffer]) -> str:
+    """' (every ~200 ms and ~20 ms)': the driver's sampling period of each group of buffers, where known."""
+    known = [[b.period_s for b in group if b.supported and b.period_s] for group in groups]
+    periods = [f"~{statistics.median(p) * 1000:.0f} ms" for p in known if p]
+    return f" (every {' and '.join(periods)})" if periods else ""
+
+
+def _error_in(nvml: ModuleType, exc: Exception, names: tuple[str, ...]) -> bool:
+    code = getattr(exc, "value", None)
+    return code is not None and any(code == getattr(nvml, name, None) for name in names)
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).strip() or type(exc).__name__
+
+
+def _time(sample: Sample) -> float:
+    return sample.t
+
+
+def _safe(read: Callable[[], Any]) -> Any:
     try:
         return read()
     except Exception:

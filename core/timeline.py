@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from core.stats import percentile
+
 
 @dataclass
 class Timings:
@@ -27,8 +29,8 @@ class Timings:
     kept_steps: int                 # decode steps whose tokens are in the result
     computed_steps: int             # steps the device ran; the difference is overshoot, discarded
     step_ms: list[float]            # per kept step after the first: time between step completions
-    ms_per_token_p50: float
-    ms_per_token_p95: float
+    ms_per_token_p50: float | None
+    ms_per_token_p95: float | None
     host_queued_ms: list[float]     # per computed step: when the host finished queuing it (from the start)
     host_known_ms: list[float]      # per kept step: when its tokens were known on the host
     warmup_ms: float = 0.0          # untimed warm-up before this run (0 when the engine was already warm)
@@ -39,6 +41,11 @@ class Timings:
     # Share of the device timeline inside a step's span. A span includes any wait for the host *within* the step
     # (eager mode launches kernels one by one), so this measures the waits between steps, not every idle moment.
     gpu_busy_fraction: float | None = None
+    # The decode phase: tokens after each sequence's first, over the host time after the first token was known.
+    # Prefill is shared code, so this is where the loops differ; None where the first token is not observed apart.
+    decode_tokens: int | None = None
+    decode_ms: float | None = None
+    decode_tokens_per_s: float | None = None
 
     @property
     def overshoot_steps(self) -> int:
@@ -96,7 +103,7 @@ class StepClock:
         self.t_end = time.perf_counter()
 
     def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, warmup_ms: float,
-                compile_ms: float) -> Timings:
+                compile_ms: float, rows: int = 1) -> Timings:
         total_ms = (self.t_end - self.t0) * 1000
         known = [(t - self.t0) * 1000 for t in self.known_at[:kept_steps]]
         queued = [(t - self.t0) * 1000 for t in self.queued[:computed_steps]]
@@ -114,6 +121,9 @@ class StepClock:
         if timings.step_ms:
             timings.ms_per_token_p50 = statistics.median(timings.step_ms)
             timings.ms_per_token_p95 = percentile(timings.step_ms, 95)
+        timings.decode_tokens, timings.decode_ms = new_tokens - rows, total_ms - known[0]
+        if timings.decode_ms > 0 and timings.decode_tokens > 0:
+            timings.decode_tokens_per_s = timings.decode_tokens / (timings.decode_ms / 1000)
         return timings
 
     def _add_device_timeline(self, timings: Timings, kept: int) -> None:
@@ -124,10 +134,3 @@ class StepClock:
         timings.gpu_gap_ms = [max(0.0, e.elapsed_time(s)) for e, s in zip(ends, starts[1:])]
         span = starts[0].elapsed_time(ends[-1])
         timings.gpu_busy_fraction = min(1.0, sum(timings.gpu_step_ms) / span) if span > 0 else None
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile; values need not be sorted."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]

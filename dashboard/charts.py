@@ -1,11 +1,14 @@
 """Plotly figures built from plain data (lists and dicts), so they can be tested without a browser.
 
-A *timeline* is what `dashboard.runner` hands out live and rebuilds for a saved report:
+A *timeline* is what the page builds while a run streams, and `dashboard.reports.timeline_from_report` rebuilds
+for a saved report:
     {"series": {name: {"t": [...], "tokens_per_s": [...]}},            # None in both lists separates trials
      "spans": [{"contestant", "phase" ("warmup"|"trial"), "trial", "t0", "t1"}],
-     "monitor": {"kind" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "util_pct", "mem_used_mb",
+     "monitor": {"kind" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
                  "power_w", "sm_clock_mhz"}]}}
-with every time in seconds since the run started. A *report* is the JSON of `python -m core.bench --json`.
+with every time in seconds since the run started. A sample's "gpu" is its NVML index (None on the CPU fallback);
+metrics a sample did not read are None (the driver buffers utilization, power and clock at their own times). A
+*report* is the JSON of `python -m core.bench --json`.
 
 Figures are written as plain dicts and wrapped once. Plotly's per-property validation costs 10-100 ms per figure,
 and live charts are rebuilt in the process whose other thread is timing the decode loop, so it is off by default
@@ -15,21 +18,41 @@ and live charts are rebuilt in the process whose other thread is timing the deco
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "no-check": "#ff7f0e", "hf": "#1f77b4",
-          "hf-deferred": "#9467bd"}
+COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#98df8a", "no-check": "#ff7f0e",
+          "hf": "#1f77b4", "hf-deferred": "#9467bd"}
+DASHES = {"pipelined-again": "dash"}
 LOOPS = ("naive", "pipelined")
 WARMUP_COLOR = "#9e9e9e"
-HEIGHT = 330
+HEIGHT = 360
 MAX_POINTS = 20_000
-MAX_LABELLED_SPANS = 8
 VALIDATE = False
 _TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
+
+# The legend sits at the bottom of the figure, under the x axis title; the title has the top margin to itself.
+MARGIN = {"l": 55, "r": 55, "t": 50, "b": 10}
+LEGEND = {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left",
+          "itemsizing": "constant"}
+TIME_AXIS = {"title": {"text": "seconds since the run started"}, "tickformat": ",.3~f", "exponentformat": "none",
+             "hoverformat": ",.3f"}
+MIN_TIME_SPAN_S = 1.0
+MESSAGE_WIDTH = 65  # characters per line of a placeholder's message
+
+# What a span label needs, to leave out those that would not fit inside their span.
+PLOT_WIDTH_PX = 540  # a chart in half of a 1400 px wide page, less its margins
+LABEL_CHAR_PX = 6
+LABEL_PAD_PX = 4
+
+HIST_BINS = 60
+ROBUST_QUANTILE = 0.99
+ROBUST_FACTOR = 1.2
+MIN_GAP_TOP_MS = 0.1
 
 Spec = dict[str, Any]
 
@@ -38,41 +61,109 @@ def color(name: str) -> str:
     return COLORS.get(name, "#7f7f7f")
 
 
-def figure(data: list[Spec], layout: Spec, title: str, height: int = HEIGHT) -> go.Figure:
+def dash(name: str) -> str:
+    return DASHES.get(name, "solid")
+
+
+def figure(data: list[Spec], layout: Spec, title: str, height: int = HEIGHT, subtitle: str | None = None) -> go.Figure:
     """Wrap trace and layout dicts, with the page's common look."""
-    base = {"title": {"text": title, "font": {"size": 15}}, "height": height, "template": _TEMPLATE,
-            "margin": {"l": 55, "r": 55, "t": 60, "b": 45},
-            "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right",
-                       "itemsizing": "constant"}}
-    return go.Figure(data=data, layout={**base, **layout}, _validate=VALIDATE)
+    heading = {"text": title, "font": {"size": 15}, "yref": "container", "y": 1.0, "yanchor": "top",
+               "pad": {"t": 12}}
+    if subtitle:
+        heading["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#555"}}
+    base = {"title": heading, "height": height, "template": _TEMPLATE, "margin": MARGIN, "legend": LEGEND}
+    # Validation drops empty lists; dropping them here keeps unvalidated figures the same.
+    given = {key: value for key, value in layout.items() if value != []}
+    return go.Figure(data=data, layout={**base, **given}, _validate=VALIDATE)
 
 
 def empty_figure(title: str, message: str) -> go.Figure:
     """A placeholder that says what will appear, or why nothing can."""
-    note = {"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+    note = {"text": wrap(message), "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
             "font": {"size": 13, "color": "#666"}}
     return figure([], {"annotations": [note], "xaxis": {"visible": False}, "yaxis": {"visible": False}}, title)
 
 
-def span_shapes(spans: Sequence[dict[str, Any]], labels: bool = True, xref: str = "x", yref: str = "y domain",
-                label_at: str = "top") -> tuple[list[Spec], list[Spec]]:
-    """Shapes shading each loop's span in its colour (warm-ups in grey), and their labels."""
-    labelled = labels and len(spans) <= MAX_LABELLED_SPANS
-    shapes, notes, warmup_labelled = [], [], False
-    for span in spans:
-        if span.get("t1") is None or span["t1"] <= span["t0"]:
-            continue
+def wrap(message: str, width: int = MESSAGE_WIDTH) -> str:
+    """The message broken onto lines of at most `width` characters at word boundaries, joined by <br>."""
+    paragraphs = message.split("<br>")
+    lines = [line for p in paragraphs for line in textwrap.wrap(p, width, break_long_words=False,
+                                                                  break_on_hyphens=False) or [""]]
+    return "<br>".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ time axis
+
+def span_shapes(spans: Sequence[dict[str, Any]], view: Sequence[float] | None, labels: bool = True, xref: str = "x",
+                yref: str = "y domain", label_at: str = "top") -> tuple[list[Spec], list[Spec]]:
+    """Shapes shading each loop's span in its colour (warm-ups in grey), and labels for the spans wide enough
+    to hold theirs inside the visible range `view`."""
+    drawn = [s for s in spans if s.get("t1") is not None and s["t1"] > s["t0"]]
+    shapes = [{"type": "rect", "xref": xref, "yref": yref, "x0": s["t0"], "x1": s["t1"], "y0": 0, "y1": 1,
+               "fillcolor": WARMUP_COLOR if s["phase"] == "warmup" else color(s["contestant"]),
+               "opacity": 0.08 if s["phase"] == "warmup" else 0.13, "line": {"width": 0}, "layer": "below"}
+              for s in drawn]
+    if not labels or view is None:
+        return shapes, []
+    style = {"xref": xref, "yref": yref, "y": 1 if label_at == "top" else 0, "xanchor": "left", "yanchor": label_at,
+             "showarrow": False, "font": {"size": 10, "color": "#555"}}
+    return shapes, [{"text": text, "x": x, **style} for text, x in _span_labels(drawn, view)]
+
+
+def _span_labels(spans: Sequence[dict[str, Any]], view: Sequence[float]) -> list[tuple[str, float]]:
+    """(text, x) of each label that fits inside its span's visible part after the previous label; the warm-ups
+    in a row share one label, once."""
+    placed: list[tuple[str, float]] = []
+    free_from, warmup_labelled = float("-inf"), False
+    for i, span in enumerate(spans):
         warm = span["phase"] == "warmup"
-        shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": span["t0"], "x1": span["t1"], "y0": 0,
-                       "y1": 1, "fillcolor": WARMUP_COLOR if warm else color(span["contestant"]),
-                       "opacity": 0.08 if warm else 0.13, "line": {"width": 0}, "layer": "below"})
-        if labelled and not (warm and warmup_labelled):
-            warmup_labelled = warmup_labelled or warm
-            notes.append({"text": "warm-up" if warm else span["contestant"], "xref": xref, "yref": yref,
-                          "x": span["t0"], "y": 1 if label_at == "top" else 0, "xanchor": "left",
-                          "yanchor": label_at, "showarrow": False,
-                          "font": {"size": 10, "color": "#555"}})
-    return shapes, notes
+        if warm and warmup_labelled:
+            continue
+        text = "warm-up" if warm else span["contestant"]
+        right = _warmup_run_end(spans, i) if warm else span["t1"]
+        left, right = max(span["t0"], view[0], free_from), min(right, view[1])
+        if right - left >= _label_width_s(text, view):
+            placed.append((text, left))
+            free_from, warmup_labelled = left + _label_width_s(text, view), warmup_labelled or warm
+    return placed
+
+
+def _warmup_run_end(spans: Sequence[dict[str, Any]], first: int) -> float:
+    end = spans[first]["t1"]
+    for span in spans[first + 1:]:
+        if span["phase"] != "warmup":
+            break
+        end = span["t1"]
+    return end
+
+
+def _label_width_s(text: str, view: Sequence[float]) -> float:
+    return (len(text) * LABEL_CHAR_PX + LABEL_PAD_PX) / PLOT_WIDTH_PX * (view[1] - view[0])
+
+
+def time_range(timeline: dict[str, Any]) -> list[float] | None:
+    """The same x range on the tokens/s and device charts: the whole run, or only the timed trials when the
+    warm-up (compilation, often seconds against trials of a fraction of one) would squeeze them into a sliver;
+    never under MIN_TIME_SPAN_S, so a run that has barely started does not zoom to nanoseconds.
+    Double-clicking a chart shows everything."""
+    end = timeline.get("t_end") or _data_end(timeline)
+    if end is None:
+        return None
+    starts = [s["t0"] for s in timeline.get("spans") or [] if s["phase"] == "trial"]
+    first_trial = min(starts) if starts else 0.0
+    start = first_trial - 0.02 * (end - first_trial) if first_trial > 0.5 * end else 0.0
+    return [start, max(end, start + MIN_TIME_SPAN_S)]
+
+
+def _data_end(timeline: dict[str, Any]) -> float | None:
+    times = [t for s in (timeline.get("series") or {}).values() for t in s.get("t") or [] if t is not None]
+    times += [s.get("t1") or s["t0"] for s in timeline.get("spans") or []]
+    times += [s["t"] for s in (timeline.get("monitor") or {}).get("samples") or []]
+    return max(times, default=None)
+
+
+def _time_axis(view: list[float] | None) -> Spec:
+    return {**TIME_AXIS, "range": view} if view else dict(TIME_AXIS)
 
 
 def line(x: list[Any], y: list[Any], name: str, line_color: str, dash: str = "solid", width: float = 2,
@@ -81,6 +172,8 @@ def line(x: list[Any], y: list[Any], name: str, line_color: str, dash: str = "so
             "line": {"color": line_color, "dash": dash, "width": width}, **extra}
 
 
+# ------------------------------------------------------------------------------------------------ tokens/s
+
 def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
     """Tokens/s over time for each contestant (a rate over the last few steps), with the spans shaded."""
     title = "Tokens/s over time"
@@ -88,13 +181,14 @@ def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
     if not any(s.get("t") for s in series.values()):
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
     timed = {name: s for name, s in series.items() if s.get("t")}
-    data = [line(s["t"], s["tokens_per_s"], name, color(name), connectgaps=False) for name, s in timed.items()]
+    data = [line(s["t"], s["tokens_per_s"], name, color(name), dash=dash(name), connectgaps=False)
+            for name, s in timed.items()]
     spans = timeline.get("spans") or []
-    shapes, notes = span_shapes(spans)
+    view = time_range(timeline)
+    shapes, notes = span_shapes(spans, view)
     for span in _untimed_spans(spans, set(timed)):
         data.append(_span_legend_entry(span))
-    layout = {"shapes": shapes, "annotations": notes,
-              "xaxis": {"title": {"text": "seconds since the run started"}, **_time_range(timeline)},
+    layout = {"shapes": shapes, "annotations": notes, "xaxis": _time_axis(view),
               "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"}}
     return figure(data, layout, title)
 
@@ -116,56 +210,99 @@ def _span_legend_entry(span: dict[str, Any]) -> Spec:
             "marker": {"symbol": "square", "size": 1, "color": color(name), "opacity": 0.45}}
 
 
+# ------------------------------------------------------------------------------------------------ device
+
+# (sample key, name with one device, name after "GPU i " with several, colour, x axis, y axis, dash)
+GPU_METRICS = (("util_pct", "GPU util %", "util %", "#ff7f0e", "x", "y", "solid"),
+               ("sm_clock_mhz", "SM clock MHz", "SM clock MHz", "#8c564b", "x", "y2", "dot"),
+               ("mem_used_mb", "memory used MiB", "memory used MiB", "#17becf", "x2", "y3", "solid"),
+               ("power_w", "power W", "power W", "#bcbd22", "x2", "y4", "solid"))
+CPU_METRICS = (("util_pct", "CPU util %", "", "#ff7f0e", "x", "y", "solid"),
+               ("mem_used_mb", "process RSS MiB", "", "#17becf", "x2", "y3", "solid"))
+# The smallest top of each zero-based axis, so a small change stays small: MHz, MiB (1 GiB), W.
+MIN_TOPS = {"sm_clock_mhz": 100.0, "mem_used_mb": 1024.0, "power_w": 50.0}
+NVML_TITLE = "GPU utilization (NVML, coarse)"
+NVML_SUBTITLE = "util % = share of each ~1/6 s sample period in which any kernel ran: coarse"
+CPU_TITLE = "CPU utilization (no NVIDIA GPU on this server)"
+
+
 def device_figure(timeline: dict[str, Any]) -> go.Figure:
-    """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU)."""
+    """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU).
+    One line per GPU and metric, through the samples that read that metric."""
     monitor = timeline.get("monitor") or {}
     samples = monitor.get("samples") or []
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
     gpu = monitor.get("kind") == "nvml"
-    t = [s["t"] for s in samples]
-    wanted = [("util_pct", "GPU util %" if gpu else "CPU util %", "#ff7f0e", "x", "y", "solid")]
-    if gpu:
-        wanted += [("sm_clock_mhz", "SM clock MHz", "#8c564b", "x", "y2", "dot"),
-                   ("mem_used_mb", "memory used MiB", "#17becf", "x2", "y3", "solid"),
-                   ("power_w", "power W", "#bcbd22", "x2", "y4", "solid")]
-    else:
-        wanted.append(("mem_used_mb", "process RSS MiB", "#17becf", "x2", "y3", "solid"))
-    data = []
-    for key, name, line_color, xaxis, yaxis, dash in wanted:
-        values = [s.get(key) for s in samples]
-        if any(v is not None for v in values):
-            data.append(line(t, values, name, line_color, dash=dash, xaxis=xaxis, yaxis=yaxis))
-    top_shapes, notes = span_shapes(timeline.get("spans") or [], xref="x", yref="y domain", label_at="bottom")
-    bottom_shapes, _ = span_shapes(timeline.get("spans") or [], labels=False, xref="x2", yref="y3 domain")
-    right = {"side": "right", "showgrid": False}
+    data, ranges = _device_traces(samples, GPU_METRICS if gpu else CPU_METRICS)
+    view = time_range(timeline)
+    spans = timeline.get("spans") or []
+    top_shapes, notes = span_shapes(spans, view, xref="x", yref="y domain", label_at="bottom")
+    bottom_shapes, _ = span_shapes(spans, view, labels=False, xref="x2", yref="y3 domain")
+    right = {"side": "right", "showgrid": False, "tickmode": "auto", "nticks": 5}
     layout = {
         "shapes": top_shapes + bottom_shapes, "annotations": notes,
         "xaxis": {"anchor": "y", "matches": "x2", "showticklabels": False},
-        "xaxis2": {"anchor": "y3", "title": {"text": "seconds since the run started"}, **_time_range(timeline)},
+        "xaxis2": {"anchor": "y3", **_time_axis(view)},
         "yaxis": {"domain": [0.45, 1.0], "range": [0, 105], "title": {"text": "util %"}},
-        "yaxis3": {"domain": [0.0, 0.36], "anchor": "x2", "title": {"text": "MiB"}},
+        "yaxis3": {"domain": [0.0, 0.36], "anchor": "x2", "title": {"text": "MiB"}, **ranges.get("y3", {})},
     }
     if gpu:
-        layout["yaxis2"] = {"overlaying": "y", "title": {"text": "MHz"}, **right}
-        layout["yaxis4"] = {"overlaying": "y3", "anchor": "x2", "title": {"text": "W"}, **right}
-    title = ("GPU (NVML, coarse: share of each sample period with any kernel running)" if gpu else
-             "CPU utilization (no NVIDIA GPU on this server)")
-    return figure(data, layout, title, height=HEIGHT + 60)
+        layout["yaxis2"] = {"overlaying": "y", "title": {"text": "MHz"}, **right, **ranges.get("y2", {})}
+        layout["yaxis4"] = {"overlaying": "y3", "anchor": "x2", "title": {"text": "W"}, **right,
+                            **ranges.get("y4", {})}
+    layout["margin"] = {**MARGIN, "t": 75} if gpu else MARGIN
+    # Each line past four adds about half a legend row at the bottom.
+    height = HEIGHT + 80 + 12 * max(0, len(data) - 4)
+    return figure(data, layout, NVML_TITLE if gpu else CPU_TITLE, height=height,
+                  subtitle=NVML_SUBTITLE if gpu else None)
 
 
-def _time_range(timeline: dict[str, Any]) -> Spec:
-    """The same x range on the tokens/s and device charts: the whole run, or only the timed trials when the
-    warm-up (compilation, often seconds against trials of a fraction of one) would squeeze them into a sliver.
-    Double-clicking a chart shows everything."""
-    end = timeline.get("t_end")
-    if not end:
-        return {}
-    starts = [s["t0"] for s in timeline.get("spans") or [] if s["phase"] == "trial"]
-    first_trial = min(starts) if starts else 0.0
-    start = first_trial - 0.02 * (end - first_trial) if first_trial > 0.5 * end else 0.0
-    return {"range": [start, end]}
+def _device_traces(samples: list[dict[str, Any]], metrics: Sequence[tuple]) -> tuple[list[Spec], dict[str, Spec]]:
+    """The lines of each metric on each GPU, and a zero-based range for each axis but utilization's."""
+    groups = _by_gpu(samples)
+    data, ranges = [], {}
+    for key, single, several, line_color, xaxis, yaxis, line_dash in metrics:
+        values = []
+        for rank, (index, group) in enumerate(groups.items()):
+            points = [(s["t"], s[key]) for s in group if s.get(key) is not None]
+            if not points:
+                continue
+            name = single if len(groups) == 1 else f"GPU {index} {several}"
+            t, y = (list(v) for v in zip(*points))
+            data.append(line(t, y, name, _shade(line_color, rank), dash=line_dash, xaxis=xaxis, yaxis=yaxis))
+            values += y
+        if values and key in MIN_TOPS:
+            ranges[yaxis] = {"range": zero_based(values, MIN_TOPS[key])}
+    return data, ranges
 
+
+def _by_gpu(samples: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    """Samples by GPU index, time-ordered. With several GPUs, samples of no GPU are left out."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for sample in sorted(samples, key=lambda s: s["t"]):
+        groups.setdefault(sample.get("gpu"), []).append(sample)
+    if len(groups) > 1:
+        groups.pop(None, None)
+    return dict(sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0)))
+
+
+def _shade(hex_color: str, rank: int) -> str:
+    """The colour for the rank-th GPU: the colour itself, then alternately darker and lighter."""
+    if rank == 0:
+        return hex_color
+    amount = min(0.6, 0.25 * ((rank + 1) // 2))
+    target = 0 if rank % 2 else 255
+    channels = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (target - c) * amount):02x}" for c in channels)
+
+
+def zero_based(values: Sequence[float], min_top: float) -> list[float]:
+    """[0, top]: the values with 10% headroom, and never less than min_top, so a constant is a flat line."""
+    return [0.0, max(max(values) * 1.1, min_top)]
+
+
+# ------------------------------------------------------------------------------------------------ report charts
 
 def device_clock(report: dict[str, Any]) -> str:
     """'cuda-events' when the loops were timed on the GPU clock, else 'host'."""
@@ -174,47 +311,94 @@ def device_clock(report: dict[str, Any]) -> str:
 
 
 def step_latency_figure(report: dict[str, Any]) -> go.Figure:
-    """Distribution of per-step latency of both loops over all trials."""
+    """Distribution of per-step latency of every contestant with per-step times, over all trials, on shared bins
+    and a window that leaves far outliers out (and says how many)."""
     gpu = device_clock(report) == "cuda-events"
     clock = "GPU clock, CUDA events" if gpu else "host clock: time between tokens known on the host"
     title = f"Per-step latency ({clock})"
-    steps = {name: _subsample([ms for r in _runs(report, name) for ms in r["timings"].get("step_ms", [])])
-             for name in LOOPS}
-    if not any(steps.values()):
+    steps = {name: values for name in contestants(report)
+             if (values := _subsample([ms for r in _runs(report, name) for ms in r["timings"].get("step_ms") or []]))}
+    if not steps:
         return empty_figure(title, "Per-step latencies appear here after a run.")
+    every = [v for values in steps.values() for v in values]
+    limit = robust_limit(every, [statistics.median(values) for values in steps.values()])
+    bins = shared_bins(every, limit)
     data = [{"type": "histogram", "x": values, "name": name, "marker": {"color": color(name)}, "opacity": 0.6,
-             "nbinsx": 60} for name, values in steps.items() if values]
-    layout = {"barmode": "overlay", "xaxis": {"title": {"text": "ms per decode step"}},
-              "yaxis": {"title": {"text": "steps"}}}
+             "xbins": bins} for name, values in steps.items()]
+    hidden = sum(v >= bins["end"] for v in every)
+    layout = {"barmode": "overlay", "xaxis": {"title": {"text": "ms per decode step"},
+                                              "range": [bins["start"], bins["end"]]},
+              "yaxis": {"title": {"text": "steps"}}, "annotations": _hidden_note(hidden, "step", bins["end"])}
     return figure(data, layout, title)
 
 
+def robust_limit(values: Sequence[float], medians: Sequence[float]) -> float:
+    """The largest value worth showing: the 99th percentile (of the lower rank, so one outlier among a few
+    values is left out) with 20% headroom, but never below any median."""
+    ordered = sorted(values)
+    quantile = ordered[int(ROBUST_QUANTILE * (len(ordered) - 1))]
+    return max(quantile * ROBUST_FACTOR, *medians)
+
+
+def shared_bins(values: Sequence[float], limit: float) -> Spec:
+    """HIST_BINS bins from just below the smallest value to just above the largest one within `limit`."""
+    low, high = min(values), max(v for v in values if v <= limit)
+    width = max(high - low, 0.2 * high, 1e-3)
+    start = max(0.0, low - 0.05 * width)
+    size = (high + 0.05 * width - start) / HIST_BINS
+    return {"start": start, "end": start + HIST_BINS * size, "size": size}
+
+
+def _hidden_note(count: int, unit: str, beyond: float) -> list[Spec]:
+    if not count:
+        return []
+    text = f"{count} {unit}{'s' if count != 1 else ''} > {beyond:.3g} ms not shown"
+    return [{"text": text, "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right", "yanchor": "top",
+             "showarrow": False, "bgcolor": "rgba(255,255,255,0.8)", "font": {"size": 11, "color": "#555"}}]
+
+
 def gap_figure(report: dict[str, Any]) -> go.Figure:
-    """Per-step GPU idle gap of each loop's median trial (CUDA events); on the CPU, host time per step."""
+    """Per-step GPU idle gap of each contestant's median trial (CUDA events); on the CPU, host time per step."""
     gpu = device_clock(report) == "cuda-events"
     key = "gpu_gap_ms" if gpu else "step_ms"
     title = ("GPU idle gap before each step (CUDA events, median trial)" if gpu else
              "Host time per step (host clock; no CUDA events on the CPU)")
     data = []
-    for name in LOOPS:
+    for name in contestants(report):
         run = representative_run(report, name)
-        values = run["timings"].get(key, []) if run else []
+        values = (run["timings"].get(key) or []) if run else []
         if values:
-            data.append(line(list(range(1, len(values) + 1)), values, name, color(name), width=1.5))
+            data.append(line(list(range(1, len(values) + 1)), values, name, color(name), dash=dash(name), width=1.5))
     if not data:
         return empty_figure(title, "Per-step timings appear here after a run.")
+    every = [v for trace in data for v in trace["y"]]
+    limit = robust_limit(every, [statistics.median(trace["y"]) for trace in data])
+    top = max(max(v for v in every if v <= limit) * 1.1, MIN_GAP_TOP_MS)
     layout = {"xaxis": {"title": {"text": "decode step"}},
-              "yaxis": {"title": {"text": "idle ms" if gpu else "ms"}, "rangemode": "tozero"}}
+              "yaxis": {"title": {"text": "idle ms" if gpu else "ms"}, "range": [0, top]},
+              "annotations": _hidden_note(sum(v > top for v in every), "point", top)}
     return figure(data, layout, title)
 
 
 def representative_run(report: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The trial of `name` whose tokens/s is closest to the median (the one behind the summary number)."""
+    """The trial of `name` whose decode tokens/s (else tokens/s) is closest to the median: the one behind the
+    summary number."""
     runs = _runs(report, name)
     if not runs:
         return None
-    middle = statistics.median(r["timings"]["tokens_per_s"] for r in runs)
-    return min(runs, key=lambda r: abs(r["timings"]["tokens_per_s"] - middle))
+    middle = statistics.median(_rate(r) for r in runs)
+    return min(runs, key=lambda r: abs(_rate(r) - middle))
+
+
+def _rate(run: dict[str, Any]) -> float:
+    timings = run["timings"]
+    decode = timings.get("decode_tokens_per_s")
+    return decode if decode is not None else timings["tokens_per_s"]
+
+
+def contestants(report: dict[str, Any]) -> list[str]:
+    """The report's contestants in the order they first ran."""
+    return list(dict.fromkeys(r["contestant"] for r in report.get("runs", []) if r.get("contestant")))
 
 
 def _runs(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
@@ -237,7 +421,7 @@ def all_figures(timeline: dict[str, Any], report: dict[str, Any] | None) -> tupl
 def warm_up() -> None:
     """Build each kind of figure once, so plotly's lazy imports do not land in the middle of a timed run."""
     spans = [{"contestant": "naive", "phase": "trial", "trial": 0, "t0": 0.0, "t1": 1.0}]
-    sample = {"t": 0.0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
+    sample = {"t": 0.0, "gpu": 0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
     run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
     timeline = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
                 "monitor": {"kind": "nvml", "samples": [sample]}}

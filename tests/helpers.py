@@ -28,3 +28,9 @@ def eos_for_steps(rows, wanted):
     for row in rows:
         stops.append(next(i for i, token in enumerate(row) if token in eos))
     return eos, stops
+
+
+def ids_not_in(rows, count, vocab=49152):
+    """`count` token ids inside the vocabulary that none of `rows` contains: EOS ids that are checked, never hit."""
+    seen = {token for row in rows for token in row}
+    return [token for token in range(vocab - 1, 0, -1) if token not in seen][:count]

@@ -1,14 +1,17 @@
-"""Figures from plain data: the expected traces, shading and clock labels, without a browser."""
+"""Figures from plain data: the expected traces, shading, axes and clock labels, without a browser."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import statistics
 
 import pytest
 
+from core.bench import compare
+from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
-from dashboard.runner import timeline_from_report
-from tests.conftest_dashboard import FAST, bench_report, running_tiny
+from dashboard.reports import timeline_from_report
 
 
 @pytest.fixture(autouse=True)
@@ -18,8 +21,9 @@ def validated(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tiny_runner():
-    yield from running_tiny()
+def real_report(tiny):
+    request = BenchRequest(prompt="Hello there", options=GenerationOptions(max_new_tokens=16), trials=2)
+    return json.loads(json.dumps(compare(tiny, request)))
 
 
 SPANS = [
@@ -29,11 +33,16 @@ SPANS = [
 ]
 SERIES = {"naive": {"t": [0.6, 0.8, 1.0], "tokens_per_s": [90.0, 95.0, 92.0]},
           "pipelined": {"t": [1.6, 1.8, 2.0], "tokens_per_s": [140.0, 150.0, 148.0]}}
+CONTESTANTS = ("naive", "pipelined", "no-check", "pipelined-again", "hf")
 
 
-def nvml_samples(n: int = 5) -> list[dict]:
-    return [{"t": i * 0.5, "util_pct": 40.0 + i, "mem_used_mb": 2048.0, "power_w": 200.0 + i,
+def nvml_samples(n: int = 5, gpu: int | None = 0) -> list[dict]:
+    return [{"t": i * 0.5, "gpu": gpu, "util_pct": 40.0 + i, "mem_used_mb": 2048.0, "power_w": 200.0 + i,
              "sm_clock_mhz": 1980.0} for i in range(n)]
+
+
+def nvml(samples: list[dict], **timeline) -> dict:
+    return {"monitor": {"kind": "nvml", "description": "H200", "samples": samples}, **timeline}
 
 
 def timings(clock: str, steps: list[float], gaps: list[float] | None = None, rate: float = 100.0) -> dict:
@@ -41,18 +50,39 @@ def timings(clock: str, steps: list[float], gaps: list[float] | None = None, rat
             "host_known_ms": [], "total_ms": 10.0, "new_tokens": 4, "kept_steps": 4}
 
 
+def run(name: str, trial: int, steps: list[float], gaps: list[float] | None = None, rate: float = 100.0,
+        clock: str = "cuda-events") -> dict:
+    return {"contestant": name, "trial": trial, "order": 0, "timings": timings(clock, steps, gaps, rate)}
+
+
 def gpu_report() -> dict:
-    runs = [{"contestant": "naive", "trial": t, "order": 0,
-             "timings": timings("cuda-events", [2.0, 2.1, 2.2], [0.5, 0.6, 0.7], rate=r)} for t, r in
-            enumerate([100.0, 120.0, 110.0])]
-    runs += [{"contestant": "pipelined", "trial": 0, "order": 1,
-              "timings": timings("cuda-events", [1.5, 1.5, 1.6], [0.0, 0.01, 0.0], rate=150.0)}]
-    return {"runs": runs}
+    runs = [run("naive", t, [2.0, 2.1, 2.2], [0.5, 0.6, 0.7], rate=r) for t, r in enumerate([100.0, 120.0, 110.0])]
+    return {"runs": [*runs, run("pipelined", 0, [1.5, 1.5, 1.6], [0.0, 0.01, 0.0], rate=150.0)]}
 
 
 def names(fig) -> list[str]:
     return [trace.name for trace in fig.data]
 
+
+def busy_timeline() -> dict:
+    """Five contestants with warm-ups, trials, tokens/s series and two GPUs: the most a chart has to show."""
+    spans, cursor = [], 0.0
+    for phase, trial, length in (("warmup", None, 0.4), ("trial", 0, 1.0), ("trial", 1, 1.0)):
+        for name in CONTESTANTS:
+            spans.append({"contestant": name, "phase": phase, "trial": trial, "t0": cursor, "t1": cursor + length})
+            cursor += length
+    series = {name: {"t": [s["t0"] + 0.5 for s in spans if s["contestant"] == name and s["phase"] == "trial"],
+                     "tokens_per_s": [100.0, 110.0]} for name in CONTESTANTS[:4]}
+    samples = nvml_samples(20, gpu=0) + nvml_samples(20, gpu=1)
+    return nvml(samples, series=series, spans=spans, t_end=cursor)
+
+
+def busy_report() -> dict:
+    return {"runs": [run(name, trial, [2.0 + i, 2.1 + i], [0.1, 0.2]) for trial in range(2)
+                     for i, name in enumerate(CONTESTANTS)]}
+
+
+# ------------------------------------------------------------------------------------------------ tokens/s
 
 def test_tokens_per_s_has_one_line_per_loop_and_shaded_spans():
     fig = charts.tokens_per_s_figure({"series": SERIES, "spans": SPANS})
@@ -87,26 +117,134 @@ def test_open_span_is_not_drawn_until_it_ends():
     assert not fig.layout.shapes
 
 
-def test_empty_states_say_what_will_appear():
-    for fig in (charts.tokens_per_s_figure({}), charts.step_latency_figure({}), charts.gap_figure({})):
-        assert not fig.data and fig.layout.annotations[0].text
+def test_the_a_a_control_has_its_own_lighter_dashed_colour():
+    series = {**SERIES, "pipelined-again": {"t": [2.3, 2.4], "tokens_per_s": [150.0, 149.0]}}
+    again = charts.tokens_per_s_figure({"series": series, "spans": SPANS}).data[2]
+    assert again.name == "pipelined-again" and again.line.dash == "dash"
+    assert again.line.color == charts.color("pipelined-again") != charts.color("pipelined")
+    assert charts.color("pipelined-again") != charts.color("unknown")
 
+
+# ------------------------------------------------------------------------------------------------ layout
+
+def test_legends_sit_below_the_plot_and_never_on_the_title():
+    figures = [*charts.all_figures(busy_timeline(), busy_report()), charts.empty_figure("Nothing", "yet")]
+    for fig in figures:
+        legend, title = fig.layout.legend, fig.layout.title
+        assert legend.yref == title.yref == "container"
+        assert (legend.y, legend.yanchor) == (0, "bottom") and legend.orientation == "h"
+        assert (title.y, title.yanchor) == (1, "top")
+
+
+def test_the_busiest_charts_show_every_contestant_and_metric():
+    tokens, device, steps, gap = charts.all_figures(busy_timeline(), busy_report())
+    assert names(tokens) == [*CONTESTANTS[:4], "hf (span only)"]
+    assert tokens.layout.annotations[0].text == "warm-up"  # five short warm-ups in a row share one label
+    assert len(device.data) == 8
+    assert names(steps) == names(gap) == list(CONTESTANTS)
+    assert device.layout.height > charts.device_figure(nvml(nvml_samples())).layout.height  # room for the legend
+
+
+# ------------------------------------------------------------------------------------------------ time axis
+
+def test_time_axis_shows_plain_seconds_and_at_least_one_second():
+    samples = [{**s, "t": s["t"] * 1e-7} for s in nvml_samples()]
+    device = charts.device_figure({"monitor": {"kind": "cpu", "samples": samples}})
+    tokens = charts.tokens_per_s_figure({"series": {"naive": {"t": [1e-7, 2e-7], "tokens_per_s": [1.0, 2.0]}}})
+    for axis in (device.layout.xaxis2, tokens.layout.xaxis):
+        assert axis.exponentformat == "none" and axis.tickformat.endswith("f")
+        assert axis.range[0] == 0 and axis.range[1] - axis.range[0] >= charts.MIN_TIME_SPAN_S
+
+
+def test_time_axis_follows_the_data_when_the_run_has_no_end_yet():
+    fig = charts.device_figure(nvml(nvml_samples(9)))  # samples up to 4 s
+    assert tuple(fig.layout.xaxis2.range) == (0.0, 4.0)
+
+
+def test_span_labels_are_left_out_rather_than_run_together():
+    spans, cursor = [], 0.0
+    for name in ("naive", "pipelined", "no-check") * 3:
+        spans.append({"contestant": name, "phase": "trial", "trial": 0, "t0": cursor, "t1": cursor + 0.1})
+        cursor += 0.1
+    spans.append({"contestant": "naive", "phase": "trial", "trial": 1, "t0": cursor, "t1": 10.0})
+    fig = charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 10.0})
+    assert len(fig.layout.shapes) == len(spans)
+    assert [a.text for a in fig.layout.annotations] == ["naive"] and fig.layout.annotations[0].x == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("length", [0.05, 0.2, 0.4, 0.8, 2.0])
+def test_no_two_span_labels_overlap(length):
+    spans = [{"contestant": name, "phase": "trial", "trial": 0, "t0": i * length, "t1": (i + 1) * length}
+             for i, name in enumerate(["naive", "pipelined", "no-check", "pipelined-again", "hf-deferred", "hf"])]
+    fig = charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 6 * length})
+    view = fig.layout.xaxis.range
+    notes = sorted(fig.layout.annotations, key=lambda a: a.x)
+    seconds_per_char = 7 / 600 * (view[1] - view[0])  # a generous estimate of a 10 px character
+    for a, b in itertools.pairwise(notes):
+        assert a.x + len(a.text) * seconds_per_char <= b.x
+    for note in notes:
+        span = next(s for s in spans if s["t0"] <= note.x < s["t1"])
+        assert note.x + len(note.text) * seconds_per_char <= span["t1"]
+    if length >= 0.8:
+        assert {"naive", "pipelined", "no-check", "hf"} <= {note.text for note in notes}
+
+
+# ------------------------------------------------------------------------------------------------ device
 
 def test_device_figure_with_nvml_shows_util_clock_memory_power():
-    timeline = {"monitor": {"kind": "nvml", "description": "H200", "samples": nvml_samples()}, "spans": SPANS}
-    fig = charts.device_figure(timeline)
+    fig = charts.device_figure(nvml(nvml_samples(), spans=SPANS))
     assert names(fig) == ["GPU util %", "SM clock MHz", "memory used MiB", "power W"]
     assert list(fig.data[0].y) == [40.0, 41.0, 42.0, 43.0, 44.0]
     assert "NVML" in fig.layout.title.text and "coarse" in fig.layout.title.text
+    assert "share of each ~1/6 s sample period in which any kernel ran" in fig.layout.title.subtitle.text
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 2 * len(SPANS)  # both rows
     assert len(fig.layout.annotations) == len(SPANS)  # labelled once
 
 
+def test_samples_without_a_gpu_key_are_one_gpu():
+    samples = [{k: v for k, v in s.items() if k != "gpu"} for s in nvml_samples()]
+    assert names(charts.device_figure(nvml(samples)))[0] == "GPU util %"
+
+
+def test_constant_clock_is_a_flat_line_on_an_axis_from_zero():
+    axis = charts.device_figure(nvml(nvml_samples())).layout.yaxis2
+    assert axis.range[0] == 0 and axis.range[1] >= 1.1 * 1980.0
+
+
+def test_memory_and_power_axes_start_at_zero_and_show_at_least_a_gib():
+    samples = [{**s, "mem_used_mb": 300.0 + 0.06 * (i % 2)} for i, s in enumerate(nvml_samples())]
+    layout = charts.device_figure(nvml(samples)).layout
+    assert layout.yaxis3.range[0] == 0 and layout.yaxis3.range[1] >= 1024
+    assert layout.yaxis4.range[0] == 0 and layout.yaxis4.range[1] >= 204.0
+    big = charts.device_figure(nvml([{**s, "mem_used_mb": 80_000.0} for s in nvml_samples()])).layout.yaxis3
+    assert tuple(big.range) == (0, pytest.approx(88_000.0))
+
+
+def test_several_gpus_get_a_line_per_gpu_and_metric():
+    fig = charts.device_figure(nvml(nvml_samples(gpu=1) + nvml_samples(gpu=0)))
+    assert names(fig) == [f"GPU {i} {m}" for m in ("util %", "SM clock MHz", "memory used MiB", "power W")
+                          for i in (0, 1)]
+    assert fig.data[0].line.color != fig.data[1].line.color
+    assert all(list(trace.x) == [0.0, 0.5, 1.0, 1.5, 2.0] for trace in fig.data)
+
+
+def test_each_metric_is_drawn_through_the_samples_that_have_it():
+    util = [{"t": 0.1 * i, "gpu": 0, "util_pct": 50.0 + i, "mem_used_mb": None, "power_w": None,
+             "sm_clock_mhz": None} for i in range(4)]
+    polls = [{"t": 0.25 * i, "gpu": 0, "util_pct": None, "mem_used_mb": 1000.0, "power_w": None,
+              "sm_clock_mhz": None} for i in range(3)]
+    fig = charts.device_figure(nvml(sorted(util + polls, key=lambda s: s["t"])))
+    assert names(fig) == ["GPU util %", "memory used MiB"]
+    assert list(fig.data[0].x) == [0.0, 0.1, 0.2, 0.30000000000000004] and None not in fig.data[0].y
+    assert list(fig.data[1].x) == [0.0, 0.25, 0.5] and list(fig.data[1].y) == [1000.0] * 3
+
+
 def test_device_figure_without_gpu_says_so_and_shows_cpu():
-    samples = [{**s, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
+    samples = [{**s, "gpu": None, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
     fig = charts.device_figure({"monitor": {"kind": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
     assert names(fig) == ["CPU util %", "process RSS MiB"]
     assert "no NVIDIA GPU" in fig.layout.title.text
+    assert fig.layout.yaxis3.range[0] == 0
 
 
 def test_device_figure_without_samples_shows_the_reason():
@@ -114,12 +252,65 @@ def test_device_figure_without_samples_shows_the_reason():
     assert fig.layout.annotations[0].text == "no samples in this report"
 
 
+# ------------------------------------------------------------------------------------------------ empty states
+
+def test_empty_states_say_what_will_appear():
+    for fig in (charts.tokens_per_s_figure({}), charts.step_latency_figure({}), charts.gap_figure({})):
+        assert not fig.data and fig.layout.annotations[0].text
+
+
+def test_long_empty_messages_wrap_at_word_boundaries():
+    message = ("No NVIDIA GPU found (NVML Shared Library Not Found). Showing CPU utilization and host memory "
+               "instead, sampled every half second while a run goes.")
+    text = charts.empty_figure("Device utilization", message).layout.annotations[0].text
+    lines = text.split("<br>")
+    assert len(lines) > 1 and all(len(line) <= charts.MESSAGE_WIDTH for line in lines)
+    assert " ".join(lines) == message
+
+
+# ------------------------------------------------------------------------------------------------ step latency
+
 def test_step_latency_on_the_gpu_clock():
     fig = charts.step_latency_figure(gpu_report())
     assert names(fig) == ["naive", "pipelined"] and fig.data[0].type == "histogram"
     assert len(fig.data[0].x) == 9  # all three naive trials
     assert "CUDA events" in fig.layout.title.text
+    assert not fig.layout.annotations  # nothing left out
 
+
+def test_histograms_share_bins_and_leave_a_far_outlier_out_of_view():
+    report = {"runs": [run("naive", 0, [2.0 + 0.01 * i for i in range(20)] + [400.0]),
+                       run("pipelined", 0, [1.5 + 0.01 * i for i in range(20)])]}
+    fig = charts.step_latency_figure(report)
+    bins = [trace.xbins.to_plotly_json() for trace in fig.data]
+    assert bins[0] == bins[1] and bins[0]["size"] > 0
+    low, high = fig.layout.xaxis.range
+    assert low <= 1.5 and 2.19 < high < 10
+    assert high == pytest.approx(bins[0]["end"])
+    assert fig.layout.annotations[0].text == f"1 step > {high:.3g} ms not shown"
+
+
+def test_histogram_window_always_holds_every_median():
+    report = {"runs": [run("naive", 0, [1.0] * 200), run("pipelined", 0, [1.0] * 197 + [50.0] * 3),
+                       run("pipelined-again", 0, [30.0] * 3)]}
+    fig = charts.step_latency_figure(report)
+    assert fig.layout.xaxis.range[1] > 30.0 and fig.layout.xaxis.range[0] < 1.0
+
+
+def test_histogram_includes_every_contestant_with_step_times():
+    report = {"runs": [run(name, 0, [1.0 + i, 1.2 + i]) for i, name in enumerate(CONTESTANTS)]}
+    report["runs"][-1]["timings"]["step_ms"] = []  # generate() is timed only as a whole
+    fig = charts.step_latency_figure(report)
+    assert names(fig) == ["naive", "pipelined", "no-check", "pipelined-again"]
+    assert [trace.marker.color for trace in fig.data] == [charts.color(n) for n in names(fig)]
+
+
+def test_long_runs_are_subsampled():
+    report = {"runs": [run("naive", 0, [1.0] * (charts.MAX_POINTS * 3), clock="host")]}
+    assert len(charts.step_latency_figure(report).data[0].x) <= charts.MAX_POINTS
+
+
+# ------------------------------------------------------------------------------------------------ idle gap
 
 def test_gap_uses_cuda_events_of_the_median_trial():
     report = gpu_report()
@@ -128,40 +319,72 @@ def test_gap_uses_cuda_events_of_the_median_trial():
     assert names(fig) == ["naive", "pipelined"]
     assert list(fig.data[0].y) == [0.5, 0.6, 0.7] and list(fig.data[0].x) == [1, 2, 3]
     assert "GPU idle gap" in fig.layout.title.text
+    assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis.range[1] >= 0.7
 
+
+def test_representative_run_prefers_decode_tokens_per_s():
+    report = gpu_report()
+    for r, decode in zip(report["runs"], [300.0, 100.0, 200.0]):
+        r["timings"]["decode_tokens_per_s"] = decode
+    assert charts.representative_run(report, "naive")["trial"] == 2
+
+
+def test_a_gap_outlier_does_not_flatten_the_rest():
+    gaps = [0.5 + 0.01 * (i % 7) for i in range(30)]
+    gaps[12] = 50.0
+    fig = charts.gap_figure({"runs": [run("naive", 0, [2.0] * 30, gaps), run("pipelined", 0, [1.5] * 30, [0.0] * 30)]})
+    low, high = fig.layout.yaxis.range
+    assert low == 0 and 0.56 < high < 5
+    assert fig.layout.annotations[0].text == f"1 point > {high:.3g} ms not shown"
+
+
+def test_gap_of_the_a_a_control_is_dashed():
+    report = {"runs": [run("pipelined", 0, [1.0, 1.1], [0.1, 0.2]), run("pipelined-again", 0, [1.0, 1.1], [0.1, 0.1])]}
+    fig = charts.gap_figure(report)
+    assert names(fig) == ["pipelined", "pipelined-again"] and fig.data[1].line.dash == "dash"
+
+
+def test_all_zero_gaps_still_get_an_axis():
+    fig = charts.gap_figure({"runs": [run("naive", 0, [1.0, 1.0], [0.0, 0.0])]})
+    assert fig.layout.yaxis.range[1] > 0
+
+
+# ------------------------------------------------------------------------------------------------ clocks, reports
 
 def test_host_clock_is_labelled_as_such():
-    report = {"runs": [{"contestant": "naive", "trial": 0, "order": 0, "timings": timings("host", [3.0, 4.0])}]}
+    report = {"runs": [run("naive", 0, [3.0, 4.0], clock="host")]}
     assert "host clock" in charts.step_latency_figure(report).layout.title.text
     gap = charts.gap_figure(report)
     assert "host clock" in gap.layout.title.text and list(gap.data[0].y) == [3.0, 4.0]
 
 
-def test_long_runs_are_subsampled():
-    report = {"runs": [{"contestant": "naive", "trial": 0, "order": 0,
-                        "timings": timings("host", [1.0] * (charts.MAX_POINTS * 3))}]}
-    assert len(charts.step_latency_figure(report).data[0].x) <= charts.MAX_POINTS
-
-
-@pytest.mark.parametrize("source", ["bench", "dashboard"])
-def test_real_reports_draw_all_four_charts(tiny_runner, source):
-    if source == "bench":
-        report = json.loads(json.dumps(bench_report(tiny_runner, trials=2)))
-    else:
-        report = json.loads(json.dumps(tiny_runner.run(FAST)))
+@pytest.mark.parametrize("saved_from", ["bench", "dashboard"])
+def test_real_reports_draw_all_four_charts(real_report, saved_from):
+    report = real_report
+    if saved_from == "dashboard":  # the page saves its live timeline and the monitor's samples with the report
+        samples = [{"t": 0.01 * i, "gpu": None, "util_pct": 30.0, "mem_used_mb": 900.0, "power_w": None,
+                    "sm_clock_mhz": None} for i in range(5)]
+        recorded = {**timeline_from_report(real_report), "monitor": {"kind": "cpu", "samples": samples}}
+        report = {**real_report, "dashboard": recorded}
     timeline = timeline_from_report(report)
     tokens, device, steps, gap = charts.all_figures(timeline, report)
     assert names(tokens) == ["naive", "pipelined"]
     assert names(steps) == ["naive", "pipelined"] and names(gap) == ["naive", "pipelined"]
-    if source == "dashboard":
-        assert names(device)[0] in ("CPU util %", "GPU util %")
+    assert names(device) == (["CPU util %", "process RSS MiB"] if saved_from == "dashboard" else [])
+    assert tokens.layout.xaxis.range[1] >= charts.MIN_TIME_SPAN_S
+    every = [v for r in report["runs"] for v in r["timings"]["step_ms"]]
+    assert steps.layout.xaxis.range[1] >= max(statistics.median(t.x) for t in steps.data)
+    assert steps.layout.xaxis.range[0] <= min(every)
     for fig in (tokens, device, steps, gap):
         json.loads(fig.to_json())
 
 
 def test_unvalidated_figures_match_validated_ones(monkeypatch):
-    timeline = {"series": SERIES, "spans": SPANS,
-                "monitor": {"kind": "nvml", "description": "H200", "samples": nvml_samples()}}
+    timeline = busy_timeline()
     validated = [json.loads(f.to_json()) for f in charts.all_figures(timeline, gpu_report())]
     monkeypatch.setattr(charts, "VALIDATE", False)
     assert [json.loads(f.to_json()) for f in charts.all_figures(timeline, gpu_report())] == validated
+
+
+def test_warm_up_builds_every_figure():
+    charts.warm_up()

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest_dashboard import FAST, ServedApp, bench_report, serve, serving_app
+from tests.conftest import ServedApp, bench_report, fast_settings, serve, serving
 
 
 @pytest.fixture(scope="module")
-def served_app():
-    yield from serving_app()
+def served_app(tiny_runner):
+    yield from serving(tiny_runner)
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -98,9 +98,9 @@ def test_bad_input_shows_a_message_in_the_page(page):
     assert "prompt is empty" in page.inner_text("#status")
 
 
-def test_replay_shows_a_saved_report(page, served_app, tmp_path):
+def test_replay_shows_a_saved_report(page, tiny, tmp_path):
     path = tmp_path / "bench.json"
-    path.write_text(json.dumps(bench_report(served_app.runner, trials=2)))
+    path.write_text(json.dumps(bench_report(tiny, trials=2)))
     open_replay(page, path)
     assert "tiny-random" in page.inner_text("#replay-status")
     assert "outputs identical: yes" in page.inner_text("#replay-headline")
@@ -118,11 +118,11 @@ def open_replay(page: Any, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- screenshots
 
 @contextlib.contextmanager
-def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = FAST) -> Iterator[Any]:
+def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = None) -> Iterator[Any]:
     """A wide browser page on a freshly served dashboard for `runner`; closes it all, runner included."""
     from playwright.sync_api import sync_playwright
 
-    app = serve(runner, defaults=defaults)
+    app = serve(runner, defaults=defaults or fast_settings())
     try:
         with sync_playwright() as playwright:
             browser = launch_browser(playwright)
@@ -139,7 +139,8 @@ def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = FAST) -> Itera
 
 def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
     """A real run of `model` on the CPU, then the whole page."""
-    from dashboard.runner import Runner, RunSettings
+    from dashboard.runner import Runner
+    from dashboard.settings import RunSettings
 
     runner = Runner(None, device="cpu")
     runner.load(model, timeout=600)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -15,38 +17,47 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
-from tests.conftest_dashboard import TINY, bench_report, free_port, serving_app
+from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS
+from tests.conftest import TINY, bench_report, free_port, serving
 
 
 @pytest.fixture(scope="module")
-def served_app(tmp_path_factory):
+def served_app(tiny_runner, tmp_path_factory):
     bundled = tmp_path_factory.mktemp("results") / "tiny-run.json"
     bundled.write_text(json.dumps({"schema": "syncscope.bench/1", "summary": {}, "runs": []}))
-    yield from serving_app(replay_files={"tiny-run.json": bundled})
-
-
-OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
-           "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
-           "report_file", "banner")
-REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot")
+    yield from serving(tiny_runner, replay_files={"tiny-run.json": bundled})
 
 
 def form(prompt: str = "Hello there", **changes) -> list:
-    values = {"model": TINY, "prompt": prompt, "max_new_tokens": 16, "batch": 1, "trials": 1, "ignore_eos": False,
-              "static_cache": False, "compile": "off", "lag": 1, "streams": "1", "include_hf": False,
-              "include_no_check": False, "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    values = {"model": TINY, "prompt": prompt, "max_new_tokens": 16, "batch": 1, "trials": 1, "min_seconds": 0,
+              "ignore_eos": False, "static_cache": False, "compile": "off", "lag": 1, "streams": "1",
+              "include_hf": False, "include_no_check": False, "include_aa": False, "deterministic": False,
+              "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     values.update(changes)
     return list(values.values())
 
 
+def text_of(markdown: str) -> str:
+    """What a Markdown string shows: bold markers, backslash escapes and HTML entities undone."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", markdown.replace("**", "")))
+
+
 def run(url: str, prompt: str = "Hello there", **changes) -> dict:
     client = Client(url, verbose=False)
-    return dict(zip(OUTPUTS, client.predict(*form(prompt, **changes), api_name="/run")))
+    return shown(dict(zip(OUTPUTS, client.predict(*form(prompt, **changes), api_name="/run"))))
+
+
+MARKDOWN_OUTPUTS = ("status", "headline", "banner", "naive_rate", "pipelined_rate")
+
+
+def shown(out: dict) -> dict:
+    """The outputs with each Markdown string as the page shows it."""
+    return {k: text_of(v) if k in MARKDOWN_OUTPUTS and isinstance(v, str) else v for k, v in out.items()}
 
 
 def test_a_run_gives_both_texts_identical_under_greedy(served_app):
     out = run(served_app.url)
-    assert out["status"].startswith("**Done in")
+    assert out["status"].startswith("Done in")
     assert out["naive_text"] and out["naive_text"] == out["pipelined_text"]
     assert "tok/s" in out["naive_rate"] and "tok/s" in out["pipelined_rate"]
     assert "outputs identical: yes" in out["headline"]
@@ -58,7 +69,7 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
     rows = list(csv.DictReader(Path(out["csv"]).read_text().splitlines()))
     assert rows[-1]["status"] == "done" and rows[-1]["identical"] == "yes"
     assert json.loads(Path(out["report_file"]).read_text())["all_identical"]
-    assert ("**GPU:**" if served_app.runner.monitor.available else "No NVIDIA GPU found") in out["banner"]
+    assert ("GPU:" if served_app.runner.monitor.available else "No NVIDIA GPU found") in out["banner"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -70,13 +81,13 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
 ])
 def test_bad_input_gets_a_clear_message(served_app, changes, message):
     out = run(served_app.url, **changes)
-    assert out["status"].startswith("**Not started:**") and message in out["status"]
+    assert out["status"].startswith("Not started:") and message in out["status"]
 
 
 def test_failures_are_shown_and_the_app_keeps_serving(served_app):
     out = run(served_app.url, model="/no/such/model/dir")
-    assert out["status"].startswith("**Failed:") and "still using tiny-random" in out["status"]
-    assert run(served_app.url)["status"].startswith("**Done in")
+    assert out["status"].startswith("Failed:") and "still using tiny-random" in out["status"]
+    assert run(served_app.url)["status"].startswith("Done in")
 
 
 def test_several_users_get_their_own_results_one_at_a_time(served_app):
@@ -97,12 +108,12 @@ def test_several_users_get_their_own_results_one_at_a_time(served_app):
     assert all(len(results[p]["history"]["data"]) == 1 for p in prompts), "history is per session"
 
 
-def test_replay_opens_a_bench_report(served_app, tmp_path):
+def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     path = tmp_path / "report.json"
-    path.write_text(json.dumps(bench_report(served_app.runner, trials=2)))
+    path.write_text(json.dumps(bench_report(tiny, trials=2)))
     client = Client(served_app.url, verbose=False)
-    out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay")))
-    assert out["status"].startswith("Showing the uploaded file: `tiny-random` on cpu")
+    out = shown(dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay"))))
+    assert out["status"].startswith("Showing the uploaded file: tiny-random on cpu")
     assert "outputs identical: yes" in out["headline"]
     assert json.loads(out["tokens_plot"]["plot"])["data"]
 
@@ -121,13 +132,13 @@ def test_replay_refuses_other_files(served_app, tmp_path):
     path = tmp_path / "not-a-report.json"
     path.write_text('{"hello": "world"}')
     client = Client(served_app.url, verbose=False)
-    status = client.predict(handle_file(str(path)), api_name="/replay")[0]
+    status = text_of(client.predict(handle_file(str(path)), api_name="/replay")[0])
     assert "Cannot open this file" in status and "not a syncscope benchmark report" in status
 
 
 def test_bundled_results_open_by_name_only(served_app):
     client = Client(served_app.url, verbose=False)
-    assert client.predict("tiny-run.json", api_name="/replay_bundled")[0].startswith("Showing tiny-run.json")
+    assert text_of(client.predict("tiny-run.json", api_name="/replay_bundled")[0]).startswith("Showing tiny-run.json")
     with pytest.raises(Exception, match="not in the list of choices"):
         client.predict("../../../etc/passwd", api_name="/replay_bundled")
 
@@ -211,28 +222,21 @@ def test_bad_flags_exit_with_one_readable_line(argv, message, capsys):
     assert err.startswith("app.py: error: ") and message in err and err.count("\n") == 1
 
 
-def test_the_banner_shows_loading_then_the_model():
-    from core.models import load_model
-    from dashboard.runner import Runner, RunSettings
+def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
+    from dashboard.runner import Runner
+    from dashboard.settings import RunSettings
     from dashboard.ui import Dashboard, PageConfig
 
-    release = threading.Event()
-
-    def slow_loader(spec, **kwargs):
-        release.wait(30)
-        return load_model(spec, **kwargs)
-
-    runner = Runner(TINY, device="cpu", loader=slow_loader, monitor=False)
+    runner = Runner(TINY, device="cpu", monitor=False)
     try:
         page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
-        assert "**Loading model** `tiny-random`" in page.banner()
-        release.set()
-        runner.load(TINY, timeout=60)
-        assert "**Model:** `tiny-random` on cpu, float32." in page.banner()
-        failing = Runner(None, device="cpu", monitor=False)
-        with pytest.raises(ValueError):
-            failing.load("/no/such/model", timeout=60)
-        assert "**Model load failed:**" in Dashboard(failing, page.config).banner()
-        failing.close()
+        first = text_of(page.banner())
+        assert "Starting the engine process" in first or "Loading model tiny-random" in first
+        runner.load(TINY, timeout=180)
+        assert "Model: tiny-random on cpu, float32." in text_of(page.banner())
+        with pytest.raises(ValueError, match="no such directory"):
+            runner.load("/no/such/model", timeout=60)
+        banner = text_of(page.banner())
+        assert "/no/such/model" not in banner and "Model: tiny-random" in banner
     finally:
         runner.close()

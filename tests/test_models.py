@@ -21,7 +21,7 @@ def test_synthetic_smollm2_has_the_real_parameter_count():
     assert rotary.dtype == torch.float32 and torch.isfinite(rotary).all() and rotary[0] == 1.0
 
 
-@pytest.mark.parametrize(("shape", "billions"), [("llama-1b", 1.236), ("llama-8b", 8.030)])
+@pytest.mark.parametrize(("shape", "billions"), [("llama-1b", 1.236), ("llama-8b", 8.030), ("llama-70b", 70.554)])
 def test_synthetic_shapes_match_the_real_sizes(shape, billions):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -40,9 +40,10 @@ def test_default_spec_listed_first():
     ("spec", "message"),
     [
         ("", "no model spec"),
-        ("synthetic:llama-70b", "unknown synthetic shape"),
+        ("synthetic:llama-700b", "unknown synthetic shape"),
         ("/tmp", "not a model directory"),
-        ("no-such-org/no-such-model", "could not load model .*Tried"),
+        ("/no/such/dir", "no such directory"),
+        ("no-such-org/no-such-model", "could not load model .*not in the local Hugging Face cache"),
     ],
 )
 def test_unknown_spec_is_a_clear_error(spec, message):

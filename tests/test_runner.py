@@ -15,26 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.bench import Cancelled, build_parser, request_from_args
-from dashboard.runner import (
-    CANCELLED,
-    DONE,
-    FAILED,
-    HISTORY_FIELDS,
-    RunSettings,
-    cli_command,
-    parse_report,
-    public_report,
-    timeline_from_report,
-)
-from tests.conftest_dashboard import FAST, TINY, bench_report, make_runner, running_tiny
+from core.bench import build_parser, request_from_args
+from dashboard.jobs import CANCELLED, DONE, FAILED
+from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
+from dashboard.runner import Cancelled
+from dashboard.settings import RunSettings, cli_command
+from tests.conftest import TINY, bench_report, fast_settings, make_runner
 
-
-@pytest.fixture(scope="module")
-def tiny_runner():
-    yield from running_tiny()
-
-
+FAST = fast_settings()
 LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=True, trials=5)
 
 
@@ -66,7 +54,7 @@ def test_greedy_run_streams_identical_texts(tiny_runner):
 
 
 def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
-    job = tiny_runner.submit(FAST.__class__(**{**FAST.__dict__, "trials": 2}))
+    job = tiny_runner.submit(fast_settings(trials=2))
     finish(tiny_runner, job)
     spans = job.report["dashboard"]["spans"]
     assert [s["phase"] for s in spans[:2]] == ["warmup", "warmup"]
@@ -82,7 +70,7 @@ def test_seeded_sampling_is_identical_between_loops(tiny_runner):
 
 
 def test_no_check_baseline_joins_the_summary_but_not_the_live_curve(tiny_runner):
-    job = tiny_runner.submit(RunSettings(**{**FAST.__dict__, "include_no_check": True}))
+    job = tiny_runner.submit(fast_settings(include_no_check=True))
     snap = finish(tiny_runner, job)
     assert job.report["identical"]["no-check"] and "pipelined/no-check" in job.report["ratios"]
     assert "no-check" not in snap["series"]
@@ -93,19 +81,19 @@ def test_the_cli_command_rebuilds_the_same_request():
                            temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
                            include_hf=True, include_no_check=True, ignore_eos=True)
     request, _ = settings.to_request()
-    argv = shlex.split(cli_command(settings, TINY))[3:]
+    argv = shlex.split(cli_command(request, settings.prompt, TINY))[3:]
     assert request_from_args(build_parser().parse_args(argv)) == request
+    extras = RunSettings(prompt="Hi", include_aa=True, min_seconds=1.5, deterministic=True).to_request()[0]
+    argv = shlex.split(cli_command(extras, "Hi", TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv)) == extras
 
 
-def test_hf_option_adds_deferred_stop_check_on_cuda(monkeypatch):
-    import torch
-
+def test_hf_option_adds_deferred_stop_check_on_cuda():
     settings = RunSettings(prompt="Hi", include_hf=True)
     assert settings.to_request()[0].contestants == ("naive", "pipelined", "hf")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # BenchRequest refuses hf-deferred without CUDA
     request, _ = settings.to_request(cuda=True)
     assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
-    argv = shlex.split(cli_command(settings, TINY, cuda=True))[3:]
+    argv = shlex.split(cli_command(request, "Hi", TINY))[3:]
     assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv)) == request
 
 
@@ -187,48 +175,6 @@ def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"]
 
 
-def test_an_out_of_memory_run_frees_its_cache_before_it_reports(tiny_runner, monkeypatch):
-    import weakref
-
-    import torch
-    from transformers import cache_utils
-
-    import core.generation as generation
-    from dashboard.runner import Runner
-
-    caches: list[weakref.ref] = []
-    make_cache = generation._new_static_cache
-
-    def tracked_cache(loaded, length):
-        cache = make_cache(loaded, length)
-        caches.append(weakref.ref(cache))
-        return cache
-
-    allocate = cache_utils.StaticLayer.lazy_initialization
-
-    def allocate_then_run_out(layer, *args, **kwargs):
-        allocate(layer, *args, **kwargs)
-        if layer.keys.shape[0] == 5:  # only the "huge" batch below runs out, after some layers got their memory
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 36.50 GiB")
-
-    alive_when_reported = []
-    finish = Runner._finish
-
-    def finish_and_look(runner, job, state, error):
-        alive_when_reported.append(caches[-1]() is not None)
-        finish(runner, job, state, error)
-
-    monkeypatch.setattr(generation, "_new_static_cache", tracked_cache)
-    monkeypatch.setattr(cache_utils.StaticLayer, "lazy_initialization", allocate_then_run_out)
-    monkeypatch.setattr(Runner, "_finish", finish_and_look)
-    huge = RunSettings(prompt="Hello", model=TINY, max_new_tokens=4, batch=5, ignore_eos=True, static_cache=True)
-    with pytest.raises(ValueError, match="ran out of memory"):
-        tiny_runner.run(huge)
-    assert alive_when_reported == [False]  # its memory was back before anyone was told the run had failed
-    assert tiny_runner.history()[-1]["status"] == FAILED
-    assert tiny_runner.run(FAST)["all_identical"]
-
-
 @pytest.mark.parametrize(("changes", "message"), [
     ({"prompt": ""}, "prompt is empty"),
     ({"prompt": "   \n"}, "prompt is empty"),
@@ -296,15 +242,15 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
 
 
 def test_csv_cells_cannot_become_formulas():
-    from dashboard.runner import history_csv
+    from dashboard.reports import history_csv
 
     text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
     row = next(csv.DictReader(io.StringIO(text)))
     assert row["model"].startswith("'=") and row["error"].startswith("'-")
 
 
-def test_a_bench_report_replays_as_a_timeline(tiny_runner):
-    report = json.loads(json.dumps(bench_report(tiny_runner, trials=2)))
+def test_a_bench_report_replays_as_a_timeline(tiny):
+    report = json.loads(json.dumps(bench_report(tiny, trials=2)))
     timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
     spans = timeline["spans"]
     assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
@@ -323,8 +269,9 @@ def test_replay_refuses_what_is_not_a_report(data, message):
         parse_report(data)
 
 
-def test_runner_imports_neither_gradio_nor_plotly():
-    code = "import sys, dashboard.runner, core.gpu_monitor; print(sorted({'gradio', 'plotly'} & set(sys.modules)))"
+def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
+    code = ("import sys, dashboard.runner, dashboard.settings, dashboard.reports, core.gpu_monitor; "
+            "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -358,15 +305,19 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     for _ in range(10):
         tiny_runner.run(short)
     start = process.memory_info().rss
+    engine = psutil.Process(tiny_runner.engine.pids[0])
+    engine_start = engine.memory_info().rss
     for _ in range(100):
         assert tiny_runner.run(short)["all_identical"]
     grown_mb = (process.memory_info().rss - start) / 2**20
-    assert grown_mb < 50, f"RSS grew {grown_mb:.0f} MiB over 100 runs"
+    assert grown_mb < 50, f"the server's RSS grew {grown_mb:.0f} MiB over 100 runs"
+    engine_grown_mb = (engine.memory_info().rss - engine_start) / 2**20
+    assert engine_grown_mb < 50, f"the engine's RSS grew {engine_grown_mb:.0f} MiB over 100 runs"
     assert len(tiny_runner._jobs) <= 65 and len(tiny_runner.history()) <= 500
 
 
 def test_a_contestant_that_disagrees_with_itself_is_marked():
-    from dashboard.runner import summary_rows
+    from dashboard.reports import summary_rows
 
     report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
               "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,

@@ -1,0 +1,288 @@
+"""The engine process: the model, the decode loops and everything that touches the device, away from the UI.
+
+The dashboard's server starts one of these per GPU rank (`multiprocessing` spawn, so the server never initialises
+CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around its EngineCore:
+
+    requests in (pickled dicts):  {"op": "load", "job", "spec"}  {"op": "run", "job", "spec", "request"}
+                                  {"op": "shutdown"}
+    messages out:                 hello, progress, loaded, events (a batch of core.bench events), done (the
+                                  report), cancelled, failed
+
+A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little else
+while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
+every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
+with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
+HEARTBEAT_S. Neither needs the pipe. Importing this module does not import torch; the process does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.options import BenchRequest
+from core.specs import loading_note
+
+FLUSH_S = 0.05
+FLUSH_EVENTS = 512
+HEARTBEAT_S = 0.5
+CUDA_ERROR_MARKERS = ("CUDA error", "cuBLAS error", "CUBLAS_STATUS", "NCCL error", "device-side assert",
+                      "illegal memory access", "unspecified launch failure")
+RESTART_EXIT_CODE = 3  # the engine exits with this after an error that leaves the device unusable
+
+Send = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What an engine process is started with."""
+
+    device: str | None = None
+    dtype: str | None = None
+    rank: int = 0
+    world_size: int = 1
+    rendezvous: str | None = None  # tcp://host:port for torch.distributed when world_size > 1
+
+
+class EventBatcher:
+    """Collects core.bench events of one job and sends them in batches; what a timed step pays is one append."""
+
+    def __init__(self, send: Send, job: int, stream: bool = True):
+        self.send = send
+        self.job = job
+        self.stream = stream
+        self.pending: list[dict[str, Any]] = []
+        self.last_flush = time.perf_counter()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if not self.stream:
+            return
+        self.pending.append(event)
+        if event["type"] == "tokens":
+            stamp = event["host_time_s"]
+            if stamp - self.last_flush < FLUSH_S and len(self.pending) < FLUSH_EVENTS:
+                return
+            self.last_flush = stamp
+        self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            self.send({"kind": "events", "job": self.job, "events": batch})
+
+
+class EngineCore:
+    """Loads models and runs comparisons for one rank; reports through `send`. Usable in-process (tests)."""
+
+    def __init__(self, send: Send, config: EngineConfig, cancel_flag: Any = None):
+        self.send = send
+        self.config = config
+        self.cancel_flag = cancel_flag
+        self.loaded: Any = None
+        self.must_restart = False
+
+    @property
+    def leader(self) -> bool:
+        return self.config.rank == 0
+
+    def handle(self, request: dict[str, Any]) -> None:
+        op, job = request.get("op"), request.get("job")
+        if op == "load":
+            self._guarded(job, lambda: self._load_reporting(request["spec"], job))
+        elif op == "run":
+            self._guarded(job, lambda: self._run(job, request["spec"], request["request"]))
+        else:
+            self.send({"kind": "failed", "job": job, "error": f"unknown request {op!r}", "category": "bug"})
+
+    # ---- jobs
+
+    def _load_reporting(self, spec: str, job: int) -> None:
+        info = self._load(spec, job)
+        self.send({"kind": "loaded", "job": job, **info})
+        self.send({"kind": "done", "job": job, "report": None})
+
+    def _load(self, spec: str, job: int) -> dict[str, Any]:
+        from core.models import check_spec, load_model
+
+        check_spec(spec)  # a bad spec fails here, before the loaded model is let go
+        self._progress(job, f"Loading model {spec} ({loading_note(spec)})")
+        started = time.perf_counter()
+        self.loaded = None
+        _free_memory()
+        self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype, **self._tp())
+        return {**describe_loaded(self.loaded), "load_s": time.perf_counter() - started}
+
+    def _tp(self) -> dict[str, Any]:
+        return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
+
+    def _run(self, job: int, spec: str | None, request: BenchRequest) -> None:
+        from core.bench import compare
+
+        if spec and (self.loaded is None or self.loaded.spec != spec):
+            self.send({"kind": "loaded", "job": job, **self._load(spec, job)})
+        if self.loaded is None:
+            raise ValueError("no model is loaded")
+        batcher = EventBatcher(self.send, job, stream=self.leader)
+        engines_before = set(self.loaded.engines)
+        try:
+            report = compare(self.loaded, request, on_event=batcher, should_stop=self._stop_check(job))
+        except BaseException:
+            # An engine built by a failed run (an out-of-memory batch, say) would keep its buffers alive.
+            for key in set(self.loaded.engines) - engines_before:
+                del self.loaded.engines[key]
+            raise
+        finally:
+            batcher.flush()
+        self.send({"kind": "done", "job": job, "report": report if self.leader else None})
+
+    def _stop_check(self, job: int) -> Callable[[], bool]:
+        flag = self.cancel_flag
+        if flag is None:
+            return lambda: False
+        return lambda: flag.value == job
+
+    def _progress(self, job: int, text: str) -> None:
+        if self.leader:
+            self.send({"kind": "progress", "job": job, "text": text})
+
+    def _guarded(self, job: int, work: Callable[[], None]) -> None:
+        """Run a job; whatever it raises becomes one message, sent only after the failed run's memory is back."""
+        from core.bench import Cancelled
+
+        outcome: dict[str, Any] | None = None
+        try:
+            work()
+        except Cancelled:
+            outcome = {"kind": "cancelled", "job": job}
+        except ValueError as exc:
+            outcome = {"kind": "failed", "job": job, "error": str(exc), "category": "input"}
+        except Exception as exc:  # the engine reports whatever a run throws, then decides whether it can go on
+            outcome = self._failure(job, exc)
+        if outcome is not None:
+            # The exception's frames held the failed run's tensors; free them before anyone is told it ended.
+            _free_memory()
+            self.send({**outcome, "loaded": self.loaded.spec if self.loaded is not None else None})
+
+    def _failure(self, job: int, exc: Exception) -> dict[str, Any]:
+        name = type(exc).__name__
+        text = str(exc).strip()
+        if "OutOfMemoryError" in name:
+            return {"kind": "failed", "job": job, "category": "oom",
+                    "error": "the device ran out of memory during this run (its memory was freed): "
+                             "try a smaller batch, fewer tokens or a smaller model"}
+        if any(marker in text for marker in CUDA_ERROR_MARKERS):
+            self.must_restart = True  # a CUDA error is sticky: this process's context cannot be used again
+            return {"kind": "failed", "job": job, "category": "device",
+                    "error": f"the GPU reported an error ({first_line(text)}); the engine process is restarting "
+                             "with a fresh CUDA context"}
+        return {"kind": "failed", "job": job, "category": "error",
+                "error": f"{name}: {first_line(text)}" if text else name,
+                "traceback": traceback.format_exc(limit=8)}
+
+
+def describe_loaded(loaded: Any) -> dict[str, Any]:
+    """What the server needs to know of a loaded model: names, sizes, and a tokenizer it can decode with."""
+    import torch
+
+    device = loaded.device
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    tokenizer = loaded.tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    return {
+        "spec": loaded.spec, "device": str(device), "device_type": device.type, "gpu": gpu,
+        "dtype": str(loaded.dtype).replace("torch.", ""), "parameters": loaded.num_parameters,
+        "weight_bytes": loaded.weight_bytes, "tp": getattr(loaded, "tp", 1),
+        "tokenizer_json": backend.to_str() if backend is not None else None,
+        "tokenizer_cleanup": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        and type(backend.model).__name__ != "BPE" if backend is not None else False,
+    }
+
+
+def first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _free_memory() -> None:
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------- the process
+
+def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> None:
+    """The engine process's main: hello, then one request at a time until shutdown or the pipe closes."""
+    _beat_forever(heartbeat)
+    send = _locked_sender(conn)
+    try:
+        _start_distributed(config)
+        send({"kind": "hello", **_hello(config)})
+    except Exception as exc:
+        send({"kind": "failed", "job": None, "category": "start", "error": f"{type(exc).__name__}: {exc}"})
+        raise SystemExit(RESTART_EXIT_CODE) from exc
+    core = EngineCore(send, config, cancel_flag)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            break  # the server went away
+        if request.get("op") == "shutdown":
+            break
+        core.handle(request)
+        if core.must_restart:
+            raise SystemExit(RESTART_EXIT_CODE)
+    _stop_distributed()
+
+
+def _beat_forever(heartbeat: Any) -> None:
+    def beat() -> None:
+        while True:
+            heartbeat.value = time.monotonic()
+            time.sleep(HEARTBEAT_S)
+
+    heartbeat.value = time.monotonic()
+    threading.Thread(target=beat, name="engine-heartbeat", daemon=True).start()
+
+
+def _locked_sender(conn: Any) -> Send:
+    lock = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        with lock:
+            conn.send(message)
+
+    return send
+
+
+def _hello(config: EngineConfig) -> dict[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available() and not str(config.device or "").startswith("cpu")
+    return {"pid": os.getpid(), "rank": config.rank, "world_size": config.world_size, "cuda": cuda,
+            "gpus": torch.cuda.device_count() if cuda else 0, "torch": str(torch.__version__)}
+
+
+def _start_distributed(config: EngineConfig) -> None:
+    if config.world_size <= 1:
+        return
+    from core.parallel import init_tensor_parallel
+
+    init_tensor_parallel(config.rank, config.world_size, config.rendezvous, config.device)
+
+
+def _stop_distributed() -> None:
+    with contextlib.suppress(Exception):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,105 @@
+"""What a run asks for, checked without torch: generation options, benchmark requests and their names.
+
+The dashboard's server process builds and validates these without importing torch; the engine process that runs
+them imports `core.generation` and `core.bench`, which re-export everything here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LOOPS = ("naive", "pipelined")
+NO_CHECK = "no-check"  # baseline, not a loop anyone should ship: never looks at EOS while running (upper bound)
+ALL_LOOPS = (*LOOPS, NO_CHECK)
+CACHES = ("dynamic", "static")
+STEP_GRAPH = "step-graph"  # the whole decode step (inductor kernels) captured in one CUDA graph
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", STEP_GRAPH)
+CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune", STEP_GRAPH)
+
+HF = "hf"
+HF_DEFERRED = "hf-deferred"
+# An A/A control: the pipelined loop entered a second time. Its ratio to `pipelined` is the run's own noise.
+PIPELINED_AGAIN = "pipelined-again"
+CONTESTANTS = (*ALL_LOOPS, PIPELINED_AGAIN, HF, HF_DEFERRED)
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+MAX_MIN_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    loop: str = "naive"
+    max_new_tokens: int = 64
+    cache: str = "dynamic"
+    compile: str = "off"
+    lag: int = 1
+    streams: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    eos_token_id: int | Sequence[int] | None = None
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        require(self.loop in ALL_LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(ALL_LOOPS)}")
+        require(self.cache in CACHES, f"unknown cache {self.cache!r}; use one of: {', '.join(CACHES)}")
+        require(self.compile in COMPILE_MODES,
+                f"unknown compile mode {self.compile!r}; use one of: {', '.join(COMPILE_MODES)}")
+        require(self.compile == "off" or self.cache == "static",
+                "compile needs cache='static': a dynamic cache changes shape every step and would recompile")
+        require(is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+                f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
+        require(is_int(self.lag) and self.lag >= 1, f"lag must be a whole number >= 1, got {self.lag!r}")
+        require(self.streams in (1, 2), f"streams must be 1 or 2, got {self.streams!r}")
+        require(self.temperature > 0, f"temperature must be > 0, got {self.temperature!r}")
+        require(is_int(self.top_k) and self.top_k >= 0, f"top_k must be a whole number >= 0, got {self.top_k!r}")
+        require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
+        require(self.seed is None or is_int(self.seed), f"seed must be a whole number, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One comparison: the prompt, the shared options, which contestants, and how many timed trials.
+
+    `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
+    coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
+    algorithms for the run (and the cuBLAS workspace setting they need)."""
+
+    prompt: Any
+    options: GenerationOptions
+    trials: int = 3
+    contestants: tuple[str, ...] = LOOPS
+    stream: bool = False
+    min_seconds: float = 0.0
+    deterministic: bool = False
+
+    def validate(self) -> None:
+        self.options.validate()
+        require(is_int(self.trials) and self.trials >= 1, f"trials must be a whole number >= 1, got {self.trials!r}")
+        require(isinstance(self.min_seconds, int | float) and not isinstance(self.min_seconds, bool)
+                and 0 <= self.min_seconds <= MAX_MIN_SECONDS,
+                f"min_seconds must be between 0 and {MAX_MIN_SECONDS:g}, got {self.min_seconds!r}")
+        unknown = [c for c in self.contestants if c not in CONTESTANTS]
+        if unknown or not self.contestants:
+            raise ValueError(f"unknown contestant(s) {unknown}; use some of: {', '.join(CONTESTANTS)}")
+        require(len(set(self.contestants)) == len(self.contestants),
+                f"a contestant is named twice: {', '.join(self.contestants)}")
+
+    @property
+    def batch(self) -> int:
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and not all(is_int(p) for p in prompt):
+            return len(prompt)
+        return 1
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,89 @@
+"""Tensor parallelism: one process per GPU (or CPU rank), the model sharded with transformers' own TP plan.
+
+A Llama decoder is sharded the Megatron way by transformers' plan for it (`base_model_tp_plan`): q/k/v and the
+MLP's gate/up projections split by output columns, o_proj and down_proj by input rows (each followed by one
+all-reduce), the embedding and the LM head split over the vocabulary (the head's shards gathered, so every rank
+holds the full logits). No collective is written here: `apply_tensor_parallelism` installs them, and
+torch.distributed runs them (NCCL on GPUs, gloo on the CPU).
+
+Both decode loops run unchanged on every rank. Greedy decoding on replicated logits picks the same token
+everywhere, and seeded sampling draws the same token from the same generator state, so every rank stops at the
+same step with no extra host sync: nothing but the model's own collectives crosses between ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def init_tensor_parallel(rank: int, world_size: int, rendezvous: str | None, device: str | None) -> torch.device:
+    """Join the process group (NCCL on CUDA, gloo on the CPU) and pick this rank's device."""
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    use_cuda = not str(device or "").startswith("cpu") and torch.cuda.is_available()
+    target = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        if local_rank >= torch.cuda.device_count():
+            raise ValueError(f"--tp {world_size} needs {world_size} GPUs; this machine has "
+                             f"{torch.cuda.device_count()}")
+        torch.cuda.set_device(target)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method=rendezvous or "env://",
+                                rank=rank, world_size=world_size, device_id=target if use_cuda else None)
+    return target
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def tp_device(device: str | torch.device | None) -> torch.device:
+    """This rank's device: cuda:LOCAL_RANK on GPUs, the CPU otherwise."""
+    if str(device or "").startswith("cpu") or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", world()[0])))
+
+
+def check_shardable(config: Any, tp: int) -> None:
+    """ValueError when the model's heads or widths do not split evenly over `tp` ranks."""
+    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        value = getattr(config, name, None)
+        if value is not None and value % tp:
+            raise ValueError(f"--tp {tp} does not divide the model's {name} ({value}); use a divisor of it")
+
+
+def shard(model: Any, tp: int, device: torch.device) -> Any:
+    """Apply the model's tensor-parallel plan over a 1-D mesh of `tp` ranks (parameters become DTensor shards)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers.distributed import DistributedConfig
+    from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+
+    check_shardable(model.config, tp)
+    _, size = world()
+    if size != tp:
+        raise ValueError(f"--tp {tp} was asked for, but this process group has {size} ranks")
+    mesh = init_device_mesh(device.type, (tp,))
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = head is not None and head.weight is embedding.weight
+    if tied:  # the plan shards both by name: untie for the sharding, tie the two shards again after
+        head.weight = torch.nn.Parameter(head.weight.detach().clone(), requires_grad=False)
+    plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=tp))
+    apply_tensor_parallelism(model, mesh, plan)
+    if tied:
+        head.weight = embedding.weight
+    model._device_mesh = mesh
+    model._tp_size = tp
+    return model
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a parameter (the tensor itself when it is not distributed)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

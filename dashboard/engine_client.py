@@ -1,0 +1,305 @@
+"""The server's side of the engine processes: start them, talk to them, notice when they die or hang.
+
+One process per tensor-parallel rank (`world_size`), each started with `multiprocessing`'s spawn method, so this
+process never initialises CUDA (it does not even import torch). Requests go to every rank; rank 0's messages go
+to `on_message`. A rank that dies, stops beating its heartbeat, or does not finish a cancelled job within
+`cancel_grace_s` takes the whole group down: `on_lost(job, reason)` says why, and `restart()` starts a fresh
+group. Nothing here decides what to do about a loss; the runner does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engine_process import RESTART_EXIT_CODE, EngineConfig, serve
+
+START_TIMEOUT_S = 300.0
+HANG_S = 15.0
+CANCEL_GRACE_S = 10.0
+WATCH_S = 0.25
+RANKS_APART_S = 10.0  # ranks run in lockstep; one that finished this long before another means the other is stuck
+TERMINAL = ("done", "failed", "cancelled")
+# Keep NVLink multicast off in every engine process (the lent H200 hosts require it; it costs nothing elsewhere).
+CHILD_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+                      "TOKENIZERS_PARALLELISM": "false"}
+
+Message = dict[str, Any]
+
+
+class EngineLost(Exception):
+    """The engine processes are gone (died, hung, or were stopped); the message says why."""
+
+
+@dataclass
+class _Rank:
+    process: Any
+    conn: Any
+    heartbeat: Any
+    hello: Message | None = None
+    reader: threading.Thread | None = field(default=None, repr=False)
+
+
+class EngineClient:
+    """A group of engine processes (one per rank) and the threads that read from them and watch them."""
+
+    def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[int | None, str], None], *,
+                 device: str | None = None, dtype: str | None = None, world_size: int = 1,
+                 hang_s: float = HANG_S, cancel_grace_s: float = CANCEL_GRACE_S,
+                 start_timeout_s: float = START_TIMEOUT_S):
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.device, self.dtype, self.world_size = device, dtype, world_size
+        self.hang_s, self.cancel_grace_s, self.start_timeout_s = hang_s, cancel_grace_s, start_timeout_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._cancel = self._ctx.RawValue("q", 0)
+        self._lock = threading.RLock()
+        self._ranks: list[_Rank] = []
+        self._generation = 0
+        self._started_at = 0.0
+        self._cancel_asked_at: float | None = None
+        self._active_job: int | None = None
+        self._outcomes: dict[int, Message] = {}
+        self._partial_since: float | None = None
+        self._closed = False
+        self.hello_event = threading.Event()
+        self.starts = 0
+        self._watcher = threading.Thread(target=self._watch, name="engine-watch", daemon=True)
+
+    # ---- life cycle
+
+    def start(self) -> None:
+        """Start the processes (returns at once; `hello_event` is set when every rank has said hello)."""
+        with self._lock:
+            self._spawn_group()
+        if not self._watcher.is_alive():
+            self._watcher.start()
+
+    def restart(self) -> None:
+        with self._lock:
+            self._kill_group()
+            if not self._closed:
+                self._spawn_group()
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._closed = True
+            ranks = list(self._ranks)
+            for rank in ranks:
+                _send_quietly(rank.conn, {"op": "shutdown"})
+        deadline = time.monotonic() + timeout
+        for rank in ranks:
+            rank.process.join(max(0.1, deadline - time.monotonic()))
+        with self._lock:
+            self._kill_group()
+
+    @property
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [rank.process.pid for rank in self._ranks if rank.process.pid is not None]
+
+    @property
+    def hello(self) -> Message | None:
+        """Rank 0's hello (pid, cuda, gpus, torch version), once it has arrived."""
+        with self._lock:
+            return self._ranks[0].hello if self._ranks else None
+
+    @property
+    def alive(self) -> bool:
+        with self._lock:
+            return bool(self._ranks) and all(rank.process.is_alive() for rank in self._ranks)
+
+    # ---- work
+
+    def submit(self, request: Message) -> None:
+        """Send a job to every rank; raises EngineLost if the group is down."""
+        with self._lock:
+            if not self.alive:
+                raise EngineLost("the engine process is not running")
+            self._active_job, self._cancel_asked_at = request.get("job"), None
+            self._outcomes, self._partial_since = {}, None
+            for rank in self._ranks:
+                rank.conn.send(request)
+
+    def cancel(self, job: int) -> None:
+        """Ask the running job to stop at its next step; kill the group if it has not within cancel_grace_s."""
+        with self._lock:
+            self._cancel.value = job
+            if self._active_job == job and self._cancel_asked_at is None:
+                self._cancel_asked_at = time.monotonic()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to every rank (tests, and giving up on a hung group)."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    # ---- internals
+
+    def _spawn_group(self) -> None:
+        self._generation += 1
+        self.starts += 1
+        self.hello_event.clear()
+        self._cancel.value = 0
+        self._active_job, self._cancel_asked_at = None, None
+        self._outcomes, self._partial_since = {}, None
+        rendezvous = f"tcp://127.0.0.1:{_free_port()}" if self.world_size > 1 else None
+        saved = {key: os.environ.get(key) for key in CHILD_ENV_DEFAULTS}
+        for key, value in CHILD_ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        try:
+            self._ranks = [self._spawn_rank(rank, rendezvous) for rank in range(self.world_size)]
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+        self._started_at = time.monotonic()
+        for rank in self._ranks:
+            rank.reader = threading.Thread(target=self._read, args=(rank, self._generation),
+                                           name=f"engine-read-{rank.process.pid}", daemon=True)
+            rank.reader.start()
+
+    def _spawn_rank(self, rank: int, rendezvous: str | None) -> _Rank:
+        ours, theirs = self._ctx.Pipe(duplex=True)
+        heartbeat = self._ctx.RawValue("d", 0.0)
+        config = EngineConfig(device=self.device, dtype=self.dtype, rank=rank, world_size=self.world_size,
+                              rendezvous=rendezvous)
+        process = self._ctx.Process(target=serve, args=(theirs, self._cancel, heartbeat, config),
+                                    name=f"syncscope-engine-{rank}", daemon=True)
+        process.start()
+        theirs.close()
+        return _Rank(process=process, conn=ours, heartbeat=heartbeat)
+
+    def _kill_group(self) -> None:
+        ranks, self._ranks = self._ranks, []
+        self._generation += 1  # readers of the old group stop reporting
+        for rank in ranks:
+            if rank.process.is_alive():
+                rank.process.kill()
+        for rank in ranks:
+            rank.process.join(5)
+            rank.conn.close()
+
+    def _read(self, rank: _Rank, generation: int) -> None:
+        while True:
+            try:
+                message = rank.conn.recv()
+            except (EOFError, OSError):
+                break
+            except Exception as exc:  # a message that does not unpickle: treat the engine as broken
+                self._lose(generation, f"sent a message this server could not read ({type(exc).__name__}: {exc})")
+                return
+            self._deliver(rank, generation, message)
+        rank.process.join(2)
+        self._lose(generation, describe_exit(rank.process.exitcode))
+
+    def _deliver(self, rank: _Rank, generation: int, message: Message) -> None:
+        kind = message.get("kind")
+        with self._lock:
+            if generation != self._generation:
+                return
+            index = self._ranks.index(rank)
+            if kind == "hello":
+                rank.hello = message
+                if all(r.hello for r in self._ranks):
+                    self.hello_event.set()
+                return
+            if kind in TERMINAL and message.get("job") is not None:
+                message = self._settle(index, message)
+                if message is None:
+                    return
+            elif index != 0:
+                return
+        self.on_message(message)
+
+    def _settle(self, index: int, message: Message) -> Message | None:
+        """Collect one rank's outcome of the active job; the group's outcome once every rank has reported."""
+        if message["kind"] == "failed" and index:
+            message = {**message, "error": f"rank {index}: {message.get('error')}"}
+        self._outcomes[index] = message
+        if len(self._outcomes) < len(self._ranks):
+            self._partial_since = self._partial_since or time.monotonic()
+            return None
+        outcomes = [self._outcomes[i] for i in sorted(self._outcomes)]
+        self._outcomes, self._partial_since = {}, None
+        self._active_job, self._cancel_asked_at = None, None
+        for kind in ("failed", "cancelled"):
+            found = next((o for o in outcomes if o["kind"] == kind), None)
+            if found:
+                return found
+        return outcomes[0]
+
+    def _lose(self, generation: int, reason: str) -> None:
+        with self._lock:
+            if generation != self._generation or self._closed:
+                return
+            job = self._active_job
+            self._kill_group()
+        self.on_lost(job, reason)
+
+    def _watch(self) -> None:
+        while not self._closed:
+            time.sleep(WATCH_S)
+            reason = self._trouble()
+            if reason:
+                self._lose(self._generation, reason)
+
+    def _trouble(self) -> str | None:
+        with self._lock:
+            if not self._ranks:
+                return None
+            now = time.monotonic()
+            if not self.hello_event.is_set():
+                if now - self._started_at > self.start_timeout_s:
+                    return f"did not start within {self.start_timeout_s:.0f} s"
+                return None
+            for index, rank in enumerate(self._ranks):
+                if now - rank.heartbeat.value > self.hang_s:
+                    return f"stopped responding (rank {index}: no heartbeat for {self.hang_s:.0f} s)"
+            if self._partial_since is not None and now - self._partial_since > RANKS_APART_S:
+                first = next(iter(self._outcomes.values()))
+                return (f"rank {next(iter(self._outcomes))} ended the job ({first['kind']}: "
+                        f"{first.get('error', '')}) while the others kept running for {RANKS_APART_S:.0f} s")
+            if self._cancel_asked_at is not None and now - self._cancel_asked_at > self.cancel_grace_s:
+                return (f"did not stop within {self.cancel_grace_s:.0f} s of the cancel (it was inside a long "
+                        "uninterruptible step such as compilation), so it was stopped and restarted")
+        return None
+
+
+def describe_exit(code: int | None) -> str:
+    """Why a process ended, in words, from its exit code."""
+    if code is None:
+        return "closed its connection but is still running"
+    if code == 0:
+        return "exited"
+    if code == RESTART_EXIT_CODE:
+        return "exited after a device error, to start again with a fresh CUDA context"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        meaning = {"SIGKILL": " (the system's out-of-memory killer sends this when host memory runs out)",
+                   "SIGSEGV": " (a segmentation fault: a crash in native code)",
+                   "SIGABRT": " (aborted by native code)", "SIGTERM": " (asked to terminate)"}.get(name, "")
+        return f"was killed by {name}{meaning}"
+    return f"exited with code {code}"
+
+
+def _send_quietly(conn: Any, message: Message) -> None:
+    with contextlib.suppress(OSError, ValueError, BrokenPipeError):
+        conn.send(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,48 @@
+"""A job: one queued unit of device work (a model load, or a comparison) and what happened to it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.options import BenchRequest
+
+QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"
+FINISHED = (DONE, FAILED, CANCELLED)
+LOAD, RUN = "load", "run"
+
+
+@dataclass
+class Job:
+    """A model load or a comparison; `events` are the engine's bench events as (engine clock time, event)."""
+
+    id: int
+    kind: str  # LOAD or RUN
+    owner: str | None
+    model: str | None
+    prompt: str | None = None
+    request: BenchRequest | None = None
+    notices: list[str] = field(default_factory=list)
+    state: str = QUEUED
+    error: str | None = None
+    report: dict[str, Any] | None = None
+    progress: str | None = None
+    t0: float | None = None
+    t_end: float | None = None
+    internal: bool = False  # a reload after an engine restart: not in anyone's history
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list, repr=False)
+    finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    view: Any = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINISHED
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.finished.wait(timeout)
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        arrived = time.perf_counter()
+        self.events.extend((event.get("t") or event.get("host_time_s") or arrived, event) for event in events)

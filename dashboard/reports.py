@@ -1,0 +1,286 @@
+"""Reports as the page shows them: the summary table, the headline, run history rows, and replaying a saved report.
+
+A report is the JSON of `python -m core.bench --json` (reports saved from the page add a "dashboard" section with
+the live timeline and the NVML samples). Everything here reads plain data; nothing imports torch or gradio.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+import time
+from typing import Any
+
+from core.options import HF, LOOPS, NO_CHECK
+
+RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
+
+SUMMARY_HEADERS = ("contestant", "decode tok/s", "end-to-end tok/s", "spread %", "TTFT ms", "ms/tok p50",
+                   "ms/tok p95", "GPU busy % (CUDA events)", "NVML util %", "idle gap ms", "compile ms",
+                   "same tokens")
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """One row per contestant, in SUMMARY_HEADERS order; None where a number does not exist or means nothing."""
+    nvml = (report.get("dashboard") or {}).get("nvml_by_contestant") or {}
+    rows = []
+    for name, s in report.get("summary", {}).items():
+        warm = report.get("warmup", {}).get(name, {})
+        rows.append([name, _r(s.get("decode_tokens_per_s"), 1), _r(s.get("tokens_per_s"), 1),
+                     _r(_pct(s.get("decode_spread") if s.get("decode_spread") is not None else s.get("spread")), 1),
+                     _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
+                     _r(_pct(s.get("gpu_busy_fraction")), 1), _r((nvml.get(name) or {}).get("util_pct"), 0),
+                     _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms") or None, 0),
+                     sameness(report, name)])
+    return rows
+
+
+def sameness(report: dict[str, Any], name: str) -> str:
+    """yes; NO; or NO* when the contestant's own trials differ (run-to-run numerics, not the loop)."""
+    if report.get("identical", {}).get(name):
+        return "yes"
+    return "NO*" if report.get("self_consistent", {}).get(name) is False else "NO"
+
+
+def clock_of(report: dict[str, Any]) -> str:
+    """'cuda-events' when the loops were timed on the GPU clock, else 'host'."""
+    clocks = {r["timings"].get("clock") for r in report.get("runs", []) if r["contestant"] in LOOPS}
+    return "cuda-events" if clocks == {"cuda-events"} else "host"
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The few facts a run is about: the decode-phase speedup and whether it is beyond noise, identical outputs,
+    and which clock measured the steps."""
+    return {"verdict": report.get("verdict") or {}, "identical": bool(report.get("all_identical")),
+            "self_consistent": all((report.get("self_consistent") or {}).values()), "clock": clock_of(report),
+            "end_to_end": (report.get("ratios") or {}).get("pipelined/naive"),
+            "ttft": {n: (report.get("summary") or {}).get(n, {}).get("ttft_ms") for n in LOOPS}}
+
+
+def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per contestant, the mean of each NVML reading taken inside its timed trials (warm-ups left out)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in {s["contestant"] for s in spans if s["phase"] == "trial"}:
+        windows = [(s["t0"], s["t1"]) for s in spans if s["contestant"] == name and s["phase"] == "trial"]
+        inside = [x for x in samples if any(t0 <= x["t"] <= t1 for t0, t1 in windows)]
+        means = {key: statistics.fmean(v) for key in ("util_pct", "power_w", "sm_clock_mhz")
+                 if (v := [x[key] for x in inside if x.get(key) is not None])}
+        if means:
+            out[name] = {**means, "samples": len(inside)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ history
+
+HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", "max_new_tokens", "batch", "cache",
+                  "compile", "lag", "streams", "sampling", "ignore_eos", "trials", "naive_decode_tok_s",
+                  "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s", "speedup", "verdict",
+                  "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms", "naive_p95_ms",
+                  "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms", "identical",
+                  "clock", "error")
+
+
+def history_row(job_id: int, state: str, request: Any, model: str | None, report: dict[str, Any] | None,
+                error: str | None) -> dict[str, Any]:
+    """Run data only: options and numbers, no prompt text, host names or paths."""
+    row: dict[str, Any] = dict.fromkeys(HISTORY_FIELDS)
+    row.update(run=job_id, finished=time.strftime("%Y-%m-%dT%H:%M:%S"), status=state, model=model, error=error)
+    if request is not None:
+        o = request.options
+        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, cache=o.cache, compile=o.compile,
+                   lag=o.lag, streams=o.streams, ignore_eos=o.ignore_eos, trials=request.trials,
+                   sampling=f"seed {o.seed}, T={o.temperature:g}" if o.do_sample else "greedy")
+    if report:
+        _add_report_numbers(row, report)
+    return row
+
+
+def _add_report_numbers(row: dict[str, Any], report: dict[str, Any]) -> None:
+    env, summary = report.get("environment", {}), report.get("summary", {})
+    verdict = report.get("verdict") or {}
+    row.update(model=report.get("model", {}).get("spec", row["model"]), device=env.get("gpu") or env.get("device"),
+               dtype=env.get("dtype"), tp=env.get("tp", 1), identical="yes" if report.get("all_identical") else "no",
+               speedup=_r(verdict.get("ratio"), 3), verdict=verdict.get("call"), clock=clock_of(report))
+    for name, prefix in (("naive", "naive"), ("pipelined", "pipelined"), (HF, "hf")):
+        s = summary.get(name)
+        if not s:
+            continue
+        row[f"{prefix}_tok_s"] = _r(s["tokens_per_s"], 2)
+        if prefix != "hf":
+            row[f"{prefix}_decode_tok_s"] = _r(s.get("decode_tokens_per_s"), 2)
+            row[f"{prefix}_ttft_ms"] = _r(s.get("ttft_ms"), 2)
+            row[f"{prefix}_p50_ms"] = _r(s.get("ms_per_token_p50"), 3)
+            row[f"{prefix}_p95_ms"] = _r(s.get("ms_per_token_p95"), 3)
+            row[f"{prefix}_gpu_busy_pct"] = _r(_pct(s.get("gpu_busy_fraction")), 1)
+    compiled = [w.get("compile_ms") or 0 for w in report.get("warmup", {}).values()]
+    row["compile_ms"] = _r(max(compiled, default=0) or None, 0)
+
+
+def history_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=HISTORY_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    # A cell starting with = + - @ is a formula to spreadsheet programs.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return value
+
+
+def public_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as offered for download: run data, without the server's host name."""
+    out = dict(report)
+    out["environment"] = {k: v for k, v in report.get("environment", {}).items() if k != "host"}
+    return out
+
+
+def _r(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else fraction * 100
+
+
+# ------------------------------------------------------------------------------- replaying a saved report
+
+def timeline_from_report(report: dict[str, Any]) -> dict[str, Any]:
+    """Chart data for a saved report: the recorded timeline when the dashboard made it, else one rebuilt from
+    the per-step host timestamps, with the runs laid end to end in the order they ran."""
+    recorded = report.get("dashboard")
+    if isinstance(recorded, dict) and "series" in recorded and "spans" in recorded:
+        return {"t_end": recorded.get("t_end"), "series": recorded["series"], "spans": recorded["spans"],
+                "monitor": recorded.get("monitor") or _no_monitor()}
+    cursor, spans = 0.0, []
+    series: dict[str, dict[str, list[float | None]]] = {}
+    for name, warm in report.get("warmup", {}).items():
+        length = (warm.get("total_ms") or 0) / 1000
+        spans.append({"contestant": name, "phase": "warmup", "trial": None, "t0": cursor, "t1": cursor + length})
+        cursor += length
+    for run in sorted(report.get("runs", []), key=lambda r: (r["trial"], r["order"])):
+        timings = run["timings"]
+        length = timings["total_ms"] / 1000
+        spans.append({"contestant": run["contestant"], "phase": "trial", "trial": run["trial"], "t0": cursor,
+                      "t1": cursor + length})
+        if run["contestant"] != NO_CHECK:  # its tokens all become known at the end: no rate curve
+            _append_rates(series.setdefault(run["contestant"], {"t": [], "tokens_per_s": []}), timings, cursor)
+        cursor += length
+    series = {name: s for name, s in series.items() if s["t"]}
+    return {"t_end": cursor, "series": series, "spans": spans, "monitor": _no_monitor()}
+
+
+def _append_rates(target: dict[str, list[float | None]], timings: dict[str, Any], offset: float) -> None:
+    known = [ms / 1000 for ms in timings.get("host_known_ms", [])]
+    if len(known) < 2:
+        return
+    per_step = timings["new_tokens"] / max(1, timings["kept_steps"])
+    if target["t"]:
+        target["t"].append(None)
+        target["tokens_per_s"].append(None)
+    for i in range(1, len(known)):
+        first = max(0, i - RATE_WINDOW)
+        if known[i] > known[first]:
+            target["t"].append(offset + known[i])
+            target["tokens_per_s"].append((i - first) * per_step / (known[i] - known[first]))
+
+
+def _no_monitor() -> dict[str, Any]:
+    return {"kind": "none", "description": "No utilization samples in this report: core.bench does not record "
+                                           "them; reports saved from the dashboard do.", "samples": []}
+
+
+def parse_report(data: bytes | str, max_bytes: int = 50 * 2**20) -> dict[str, Any]:
+    """A complete report from JSON text; ValueError naming the first thing that is missing or wrong.
+
+    Only parses: never opens paths. Every field the page reads is checked here, so a report that passes cannot
+    break the charts or the table later."""
+    if isinstance(data, bytes | bytearray):
+        if len(data) > max_bytes:
+            raise ValueError(f"the file is {len(data) / 2**20:.0f} MB; reports here are limited to "
+                             f"{max_bytes // 2**20} MB")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("the file is not UTF-8 text, so not a report written by core.bench --json") from None
+    try:
+        report = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError("the file nests too deeply to be a report") from None
+    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("syncscope.bench/"):
+        raise ValueError("this JSON is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\"); "
+                         "write one with python -m core.bench ... --json results.json")
+    _check_report(report)
+    return report
+
+
+def _check_report(report: dict[str, Any]) -> None:
+    summary, runs = report.get("summary"), report.get("runs")
+    _expect(isinstance(summary, dict), "no valid 'summary' section")
+    _expect(isinstance(runs, list), "no valid 'runs' section")
+    for name, entry in summary.items():
+        _expect(isinstance(entry, dict) and _is_number(entry.get("tokens_per_s")),
+                f"summary entry {name!r} has no tokens_per_s number")
+    for index, run in enumerate(runs):
+        where = f"run {index}"
+        _expect(isinstance(run, dict), f"{where} is not an object")
+        _expect(isinstance(run.get("contestant"), str), f"{where} has no contestant name")
+        _expect(_is_int(run.get("trial")) and _is_int(run.get("order")), f"{where} has no whole trial/order number")
+        timings = run.get("timings")
+        _expect(isinstance(timings, dict), f"{where} has no timings")
+        for key in ("tokens_per_s", "total_ms"):
+            _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+        for key in ("step_ms", "host_known_ms", "gpu_gap_ms"):
+            values = timings.get(key, [])
+            _expect(isinstance(values, list) and all(_is_number(v) for v in values),
+                    f"{where}'s timings.{key} is not a list of numbers")
+        if timings.get("host_known_ms"):
+            for key in ("new_tokens", "kept_steps"):
+                _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+    for key in ("warmup", "identical", "self_consistent", "ratios", "environment", "model", "request"):
+        _expect(isinstance(report.get(key, {}), dict), f"its {key!r} section is not an object")
+    for name, warm in report.get("warmup", {}).items():
+        _expect(isinstance(warm, dict) and _is_number(warm.get("total_ms", 0)),
+                f"warm-up entry {name!r} has no total_ms number")
+    _check_dashboard_section(report.get("dashboard"))
+
+
+def _check_dashboard_section(recorded: Any) -> None:
+    if recorded is None:
+        return
+    _expect(isinstance(recorded, dict), "its 'dashboard' section is not an object")
+    for span in recorded.get("spans", []):
+        _expect(isinstance(span, dict) and _is_number(span.get("t0")) and isinstance(span.get("contestant"), str)
+                and span.get("phase") in ("warmup", "trial"), "a recorded span is malformed")
+    series = recorded.get("series", {})
+    _expect(isinstance(series, dict) and all(isinstance(s, dict) and isinstance(s.get("t"), list)
+                                             for s in series.values()), "a recorded tokens/s series is malformed")
+    monitor = recorded.get("monitor") or {}
+    _expect(isinstance(monitor, dict) and isinstance(monitor.get("samples", []), list)
+            and all(isinstance(x, dict) and _is_number(x.get("t")) for x in monitor.get("samples", [])),
+            "the recorded device samples are malformed")
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"the report is incomplete or damaged: {problem}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
