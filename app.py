@@ -209,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
     runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp,
-                    allowed_models=allowed_models(args), limits=limits_for(args))
+                    allowed_models=allowed_models(args), limits=limits_for(args),
+                    log=lambda line: print(f"syncscope: {line}", flush=True))
     print(f"Starting the engine process and loading {defaults.model} in the background; the page shows progress.")
     demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
     demo.queue(default_concurrency_limit=4, max_size=64)

@@ -5,8 +5,8 @@ CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around 
 
     requests in (pickled dicts):  {"op": "load", "job", "spec"}  {"op": "run", "job", "spec", "request"}
                                   {"op": "shutdown"}
-    messages out:                 hello, progress, loaded, events (a batch of core.bench events), done (the
-                                  report), cancelled, failed
+    messages out:                 hello, started (a job was received), progress, loaded, events (a batch
+                                  of core.bench events), done (the report), cancelled, failed
 
 A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little else
 while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
@@ -94,6 +94,8 @@ class EngineCore:
 
     def handle(self, request: dict[str, Any]) -> None:
         op, job = request.get("op"), request.get("job")
+        if self.leader:
+            self.send({"kind": "started", "job": job})
         if op == "load":
             self._guarded(job, lambda: self._load_reporting(request["spec"], job))
         elif op == "run":
@@ -140,6 +142,7 @@ class EngineCore:
             raise
         finally:
             batcher.flush()
+        report["engine"] = engine_facts()
         self.send({"kind": "done", "job": job, "report": report if self.leader else None})
 
     def _stop_check(self, job: int) -> Callable[[], bool]:
@@ -203,6 +206,24 @@ def describe_loaded(loaded: Any) -> dict[str, Any]:
         "tokenizer_cleanup": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         and type(backend.model).__name__ != "BPE" if backend is not None else False,
     }
+
+
+def engine_facts() -> dict[str, Any]:
+    """This engine process's memory after a run, and how many graphs torch.compile has made in it so far."""
+    import resource
+
+    import torch
+
+    from core.bench import compiled_graph_count
+
+    facts: dict[str, Any] = {"pid": os.getpid(), "graphs_compiled_total": compiled_graph_count(),
+                             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    with contextlib.suppress(Exception), open(f"/proc/{os.getpid()}/statm") as handle:
+        facts["rss_mib"] = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        facts["gpu_allocated_mib"] = torch.cuda.memory_allocated() / 2**20
+        facts["gpu_reserved_mib"] = torch.cuda.memory_reserved() / 2**20
+    return facts
 
 
 def first_line(text: str) -> str:

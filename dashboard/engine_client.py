@@ -72,6 +72,7 @@ class EngineClient:
         self._closed = False
         self.hello_event = threading.Event()
         self.starts = 0
+        self.start_s: float | None = None  # spawn to every rank's hello (imports included), of the latest start
         self._watcher = threading.Thread(target=self._watch, name="engine-watch", daemon=True)
 
     # ---- life cycle
@@ -151,6 +152,7 @@ class EngineClient:
         self._cancel.value = 0
         self._active_job, self._cancel_asked_at = None, None
         self._outcomes, self._partial_since = {}, None
+        self._started_at = time.monotonic()
         rendezvous = f"tcp://127.0.0.1:{_free_port()}" if self.world_size > 1 else None
         saved = {key: os.environ.get(key) for key in CHILD_ENV_DEFAULTS}
         for key, value in CHILD_ENV_DEFAULTS.items():
@@ -161,7 +163,6 @@ class EngineClient:
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
-        self._started_at = time.monotonic()
         for rank in self._ranks:
             rank.reader = threading.Thread(target=self._read, args=(rank, self._generation),
                                            name=f"engine-read-{rank.process.pid}", daemon=True)
@@ -210,8 +211,11 @@ class EngineClient:
             if kind == "hello":
                 rank.hello = message
                 if all(r.hello for r in self._ranks):
+                    self.start_s = time.monotonic() - self._started_at
                     self.hello_event.set()
-                return
+                    message = {"kind": "ready", "job": None, "start_s": self.start_s}
+                else:
+                    return
             if kind in TERMINAL and message.get("job") is not None:
                 message = self._settle(index, message)
                 if message is None:

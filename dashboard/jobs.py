@@ -32,6 +32,8 @@ class Job:
     t0: float | None = None
     t_end: float | None = None
     internal: bool = False  # a reload after an engine restart: not in anyone's history
+    attempts: int = 0  # times it was sent to an engine that turned out to be gone
+    started: bool = False  # the engine said it received the job
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list, repr=False)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     view: Any = field(default=None, repr=False)

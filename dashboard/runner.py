@@ -14,12 +14,13 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from core.gpu_monitor import GpuMonitor, nvml_index
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, loading_note
 from dashboard.engine_client import EngineClient, EngineLost
-from dashboard.jobs import CANCELLED, DONE, FAILED, LOAD, LOADING, RUN, RUNNING, Job
+from dashboard.jobs import CANCELLED, DONE, FAILED, LOAD, LOADING, QUEUED, RUN, RUNNING, Job
 from dashboard.live_view import LiveView, TextDecoder
 from dashboard.reports import history_csv, history_row, nvml_means
 from dashboard.settings import LOCAL_LIMITS, Limits, RunSettings
@@ -40,9 +41,11 @@ class Runner:
 
     def __init__(self, model: str | None = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None, *,
                  tp: int = 1, allowed_models: set[str] | None = None, monitor: GpuMonitor | bool = True,
-                 max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None):
+                 max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
+                 log: Callable[[str], None] | None = None):
         self.device, self.dtype, self.tp = device, dtype, tp
         self.allowed_models = allowed_models
+        self.log = log or (lambda line: None)
         self.max_queue = max_queue
         self.limits = limits
         self.loaded_info: dict[str, Any] | None = None
@@ -262,9 +265,28 @@ class Runner:
         try:
             self.engine.submit(request)
         except EngineLost as exc:
-            self._finish(job, FAILED, f"the engine process is not running ({exc})")
+            self._retry_after_restart(job, exc)
             return
         self._await(job)
+
+    def _retry_after_restart(self, job: Job, exc: EngineLost) -> None:
+        """The engine died just before this job was sent: back to the queue it goes."""
+        time.sleep(0.5)  # let the reader notice the death and start the new engine
+        if not self._requeue(job):
+            self._finish(job, FAILED, self.engine_trouble or f"the engine process is not running ({exc})")
+
+    def _requeue(self, job: Job) -> bool:
+        """Put a job the engine never received back at the front of the queue (where a reload that follows a
+        restart overtakes it); False after a few attempts."""
+        job.attempts += 1
+        if job.attempts > RESTARTS_ALLOWED:
+            return False
+        with self._cond:
+            job.state, job.t0 = QUEUED, None
+            if job not in self._queue:
+                self._queue.appendleft(job)
+            self._cond.notify_all()
+        return True
 
     def _engine_ready(self, job: Job) -> bool:
         """Wait for the engine's hello (a fresh engine takes seconds to import torch); False if the job ended."""
@@ -279,6 +301,8 @@ class Runner:
     def _await(self, job: Job) -> None:
         limit = self.limits.max_run_s
         while not job.wait(0.25):
+            if job.state == QUEUED:  # sent back to the queue after the engine it was sent to died
+                return
             if limit and job.kind == RUN and time.perf_counter() - (job.t0 or 0) > limit:
                 self.cancel(job.id, reason=f"stopped after {limit:.0f} s: this server limits the length of a run")
 
@@ -287,7 +311,11 @@ class Runner:
     def _on_message(self, message: dict[str, Any]) -> None:
         job = self._jobs.get(message.get("job")) if message.get("job") is not None else None
         kind = message["kind"]
+        if kind == "ready":
+            self.log(f"engine process ready in {message['start_s']:.1f} s (start and imports, {self.tp} rank(s))")
+            return
         if kind == "loaded":
+            self.log(f"loaded {message['spec']} on {message['device']} in {message['load_s']:.1f} s")
             self._loaded(message)
             if job is not None:
                 job.state = RUNNING if job.kind == RUN else job.state
@@ -295,7 +323,9 @@ class Runner:
             if kind == "failed":  # the engine could not start
                 self.engine_trouble = f"the engine process could not start: {message.get('error')}"
             return
-        if kind == "progress":
+        if kind == "started":
+            job.started = True
+        elif kind == "progress":
             job.progress, job.state = message["text"], LOADING
         elif kind == "events":
             job.state = RUNNING
@@ -334,7 +364,9 @@ class Runner:
                  f"; it failed {len(self._losses)} times in {RESTART_WINDOW_S:.0f} s, so it was not restarted")
         self.engine_trouble = f"The engine process {reason}{after}."
         job = self._jobs.get(job_id) if job_id is not None else None
-        if job is not None and not job.done:
+        if job is not None and not job.done and not job.started and restarting:
+            self._requeue(job)  # it never reached the engine: it runs on the new one
+        elif job is not None and not job.done:
             if job.id in self._cancel_requested:
                 self._finish(job, CANCELLED, f"the engine process {reason}")
             else:

@@ -1,0 +1,241 @@
+"""The engine in its own process: what runs where, and what happens when it dies, hangs or will not stop.
+
+Checked from outside where it matters: process ids, /proc/<pid>/maps, signals sent with os.kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+
+from core.engine_process import EngineConfig, EngineCore, EventBatcher
+from dashboard.jobs import CANCELLED, DONE, FAILED
+from dashboard.settings import RunSettings
+from tests.conftest import TINY, fast_settings, make_runner
+
+REPO = Path(__file__).resolve().parent.parent
+LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5)
+
+
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def streaming(runner, job) -> bool:
+    panes = runner.snapshot(job).get("panes", {})
+    return any(p["tokens"] for p in panes.values())
+
+
+# ------------------------------------------------------------------------------------- what runs where
+
+def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_model(tmp_path):
+    script = textwrap.dedent("""
+        import json, os, sys
+        sys.path.insert(0, sys.argv[1])
+        from dashboard.runner import Runner
+        from dashboard.settings import RunSettings
+
+        def maps(pid):
+            with open(f"/proc/{pid}/maps") as handle:
+                return handle.read()
+
+        if __name__ == "__main__":
+            runner = Runner("tiny-random", device="cpu", monitor=False)
+            report = runner.run(RunSettings(prompt="Hello there", model="tiny-random", max_new_tokens=8, trials=1))
+            engine = runner.engine.pids[0]
+            print(json.dumps({"server": os.getpid(), "engine": engine, "identical": report["all_identical"],
+                              "server_torch": "torch" in sys.modules, "server_libtorch": "libtorch" in maps("self"),
+                              "engine_libtorch": "libtorch" in maps(engine),
+                              "engine_parent": int(open(f"/proc/{engine}/stat").read().split()[3])}))
+            runner.close()
+    """)
+    path = tmp_path / "serve_once.py"
+    path.write_text(script)
+    out = subprocess.run([sys.executable, str(path), str(REPO)], capture_output=True, text=True, timeout=240)
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["identical"]
+    assert facts["engine"] != facts["server"] and facts["engine_parent"] == facts["server"]
+    assert facts["engine_libtorch"], "the model runs in the engine process"
+    assert not facts["server_torch"] and not facts["server_libtorch"], "the server never loads torch (nor CUDA)"
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+@pytest.fixture
+def runner():
+    runner = make_runner(monitor=False, engine={"hang_s": 3.0, "cancel_grace_s": 2.0})
+    yield runner
+    runner.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
+def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_runs(runner, sig):
+    running = runner.submit(LONG, owner="first")
+    queued = runner.submit(fast_settings(), owner="second")
+    assert wait_until(lambda: streaming(runner, running))
+    killed_at = time.monotonic()
+    os.kill(runner.engine.pids[0], sig)
+    assert running.wait(5), "the page learns within seconds that the engine died"
+    assert time.monotonic() - killed_at < 5
+    assert running.state == FAILED and signal.Signals(sig).name in running.error
+    assert "a new engine was started" in running.error
+    assert queued.wait(120) and queued.state == DONE, queued.error  # not lost: it ran on the new engine
+    assert runner.run(fast_settings())["all_identical"], "and the next run works"
+    assert runner.history()[-3]["status"] == FAILED
+
+
+def test_a_run_submitted_just_after_the_engine_died_still_runs(runner):
+    os.kill(runner.engine.pids[0], signal.SIGKILL)
+    job = runner.submit(fast_settings())  # before or after the death is noticed: either way it must run
+    assert job.wait(120) and job.state == DONE, job.error
+
+
+def test_a_hung_engine_is_noticed_within_seconds_and_replaced(runner):
+    job = runner.submit(LONG)
+    assert wait_until(lambda: streaming(runner, job))
+    stopped_at = time.monotonic()
+    os.kill(runner.engine.pids[0], signal.SIGSTOP)
+    assert job.wait(10)
+    assert time.monotonic() - stopped_at < 3.0 + 2.0
+    assert job.state == FAILED and "stopped responding" in job.error
+    assert runner.run(fast_settings())["all_identical"]
+
+
+def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch):
+    # Inductor compiling on the CPU is a step of seconds with no token in it: a cancel cannot land inside it.
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    runner = make_runner(monitor=False, engine={"cancel_grace_s": 2.0})
+    try:
+        _cancel_during_compile(runner)
+    finally:
+        runner.close()
+
+
+def _cancel_during_compile(runner):
+    compiling = fast_settings(compile="default", static_cache=True, max_new_tokens=8)
+    job = runner.submit(compiling)
+    assert wait_until(lambda: runner.snapshot(job)["state"] == "running", 60)
+    time.sleep(0.5)
+    asked = time.monotonic()
+    runner.cancel(job.id)
+    assert job.wait(2.0 + 5.0)
+    assert job.state == CANCELLED and "did not stop within 2 s of the cancel" in job.error
+    assert time.monotonic() - asked >= 2.0
+    assert runner.run(fast_settings())["all_identical"]
+
+
+def test_the_server_keeps_answering_while_its_engine_is_down(runner):
+    from tests.conftest import serve
+
+    app = serve(runner)
+    try:
+        from gradio_client import Client
+
+        os.kill(runner.engine.pids[0], signal.SIGKILL)
+        assert Client(app.url, verbose=False).predict(api_name="/cancel") == "Nothing to cancel."
+        assert wait_until(lambda: runner.model_spec == TINY, 120), "the model is loaded again on the new engine"
+    finally:
+        app.demo.close()
+
+
+# ------------------------------------------------------------------------------------ EngineCore in-process
+
+def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
+    import torch
+    from transformers import cache_utils
+
+    import core.generation as generation
+    from core.options import BenchRequest, GenerationOptions
+
+    caches: list[weakref.ref] = []
+    make_cache = generation._new_static_cache
+
+    def tracked_cache(loaded, length):
+        cache = make_cache(loaded, length)
+        caches.append(weakref.ref(cache))
+        return cache
+
+    allocate = cache_utils.StaticLayer.lazy_initialization
+
+    def allocate_then_run_out(layer, *args, **kwargs):
+        allocate(layer, *args, **kwargs)
+        if layer.keys.shape[0] == 5:  # only the "huge" batch below runs out, after some layers got their memory
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 36.50 GiB")
+
+    alive_when_reported = []
+
+    def send(message):
+        if message["kind"] == "failed":
+            alive_when_reported.append(caches[-1]() is not None)
+        sent.append(message)
+
+    sent: list[dict] = []
+    monkeypatch.setattr(generation, "_new_static_cache", tracked_cache)
+    monkeypatch.setattr(cache_utils.StaticLayer, "lazy_initialization", allocate_then_run_out)
+    core = EngineCore(send, EngineConfig(device="cpu"))
+    huge = BenchRequest(prompt=["Hello"] * 5, options=GenerationOptions(max_new_tokens=4, cache="static",
+                                                                          ignore_eos=True), trials=1)
+    core.handle({"op": "run", "job": 1, "spec": TINY, "request": huge})
+    failed = sent[-1]
+    assert failed["kind"] == "failed" and failed["category"] == "oom" and "ran out of memory" in failed["error"]
+    assert alive_when_reported == [False]  # its memory was back before anyone was told the run had failed
+    assert failed["loaded"] == TINY and not core.must_restart
+    small = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
+    core.handle({"op": "run", "job": 2, "spec": TINY, "request": small})
+    assert sent[-1]["kind"] == "done" and sent[-1]["report"]["all_identical"]
+
+
+def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkeypatch):
+    import core.bench as bench
+    from core.options import BenchRequest, GenerationOptions
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    sent: list[dict] = []
+    core = EngineCore(sent.append, EngineConfig(device="cpu"))
+    core.handle({"op": "load", "job": 1, "spec": TINY})
+    monkeypatch.setattr(bench, "compare", broken)
+    request = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=2), trials=1)
+    core.handle({"op": "run", "job": 2, "spec": TINY, "request": request})
+    assert sent[-1]["kind"] == "failed" and sent[-1]["category"] == "device"
+    assert "illegal memory access" in sent[-1]["error"] and core.must_restart
+
+
+def test_a_bad_model_spec_fails_before_the_loaded_model_is_let_go():
+    sent: list[dict] = []
+    core = EngineCore(sent.append, EngineConfig(device="cpu"))
+    core.handle({"op": "load", "job": 1, "spec": TINY})
+    core.handle({"op": "load", "job": 2, "spec": "/no/such/model"})
+    assert sent[-1]["kind"] == "failed" and sent[-1]["category"] == "input" and sent[-1]["loaded"] == TINY
+    assert core.loaded is not None and core.loaded.spec == TINY
+
+
+def test_events_travel_in_batches_not_one_message_per_token():
+    sent: list[dict] = []
+    batcher = EventBatcher(sent.append, job=7)
+    start = time.perf_counter()
+    for step in range(1000):  # 1000 tokens in 20 ms of "engine time"
+        batcher({"type": "tokens", "contestant": "naive", "trial": 0, "step": step, "tokens": (5,),
+                 "host_time_s": start + step * 2e-5})
+    batcher({"type": "run", "contestant": "naive", "trial": 0})
+    assert 1 <= len(sent) <= 3
+    assert sum(len(m["events"]) for m in sent) == 1001 and sent[-1]["events"][-1]["type"] == "run"
+    silent = EventBatcher(sent.append, job=8, stream=False)  # ranks other than 0 send no stream at all
+    silent({"type": "tokens", "host_time_s": 0.0})
+    silent.flush()
+    assert all(m["job"] == 7 for m in sent)
