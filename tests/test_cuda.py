@@ -157,23 +157,21 @@ def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
         assert graph.token_ids == eager.token_ids, extra
 
 
-def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works(monkeypatch):
-    from dashboard import runner as runner_module
-    from dashboard.runner import Runner, RunSettings
+def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works():
+    from dashboard.runner import Runner
+    from dashboard.settings import Limits, RunSettings
 
     # The form caps batch at 64, which cannot fill the H200 with an 8B model; lift the cap to provoke the fault.
-    monkeypatch.setattr(runner_module, "MAX_BATCH", 4096)
-    runner = Runner(None, device="cuda", monitor=False)
+    runner = Runner(None, device="cuda", monitor=False, limits=Limits(batch=4096, max_new_tokens=4096))
     try:
         runner.load("synthetic:llama-8b", timeout=600)
         small = RunSettings(prompt="Hello", max_new_tokens=8, ignore_eos=True, static_cache=True)
-        runner.run(small, timeout=300)
-        baseline = torch.cuda.memory_allocated()
+        baseline = runner.run(small, timeout=300)["engine"]["gpu_allocated_mib"]
         huge = RunSettings(prompt="Hello", max_new_tokens=4096, batch=4096, ignore_eos=True, static_cache=True)
         with pytest.raises(ValueError, match="ran out of memory"):
             runner.run(huge, timeout=300)
-        assert torch.cuda.memory_allocated() - baseline < 64 * 2**20
         report = runner.run(small, timeout=300)
+        assert report["engine"]["gpu_allocated_mib"] - baseline < 64  # MiB: the failed run's cache is gone
         assert report["identical"]["pipelined"] and report["summary"]["pipelined"]["new_tokens"] == 8
         assert runner.history()[-2]["status"] == "failed"
     finally:
