@@ -94,8 +94,7 @@ class EngineCore:
 
     def handle(self, request: dict[str, Any]) -> None:
         op, job = request.get("op"), request.get("job")
-        if self.leader:
-            self.send({"kind": "started", "job": job})
+        self.send({"kind": "started", "job": job})
         if op == "load":
             self._guarded(job, lambda: self._load_reporting(request["spec"], job))
         elif op == "run":

@@ -69,6 +69,7 @@ class EngineClient:
         self._active_job: int | None = None
         self._outcomes: dict[int, Message] = {}
         self._partial_since: float | None = None
+        self._started: set[int] = set()
         self._closed = False
         self.hello_event = threading.Event()
         self.starts = 0
@@ -126,7 +127,7 @@ class EngineClient:
             if not self.alive:
                 raise EngineLost("the engine process is not running")
             self._active_job, self._cancel_asked_at = request.get("job"), None
-            self._outcomes, self._partial_since = {}, None
+            self._outcomes, self._partial_since, self._started = {}, None, set()
             for rank in self._ranks:
                 rank.conn.send(request)
 
@@ -216,7 +217,11 @@ class EngineClient:
                     message = {"kind": "ready", "job": None, "start_s": self.start_s}
                 else:
                     return
-            if kind in TERMINAL and message.get("job") is not None:
+            if kind == "started":
+                self._started.add(index)
+                if len(self._started) < len(self._ranks):
+                    return  # a job has started when every rank has it: one rank alone cannot run it
+            elif kind in TERMINAL and message.get("job") is not None:
                 message = self._settle(index, message)
                 if message is None:
                     return

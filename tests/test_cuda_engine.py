@@ -65,7 +65,7 @@ def test_a_cuda_error_restarts_the_engine_and_the_next_run_works(gpu_runner, tmp
 def test_a_killed_engine_gives_its_gpu_memory_back(gpu_runner):
     gpu_runner.run(fast_settings(static_cache=True))
     pid = gpu_runner.engine.pids[0]
-    long = fast_settings(max_new_tokens=4000, ignore_eos=True, trials=3)
+    long = fast_settings(max_new_tokens=1500, ignore_eos=True, trials=5)
     job = gpu_runner.submit(long)
     time.sleep(3)
     os.kill(pid, signal.SIGKILL)

@@ -239,3 +239,31 @@ def test_events_travel_in_batches_not_one_message_per_token():
     silent({"type": "tokens", "host_time_s": 0.0})
     silent.flush()
     assert all(m["job"] == 7 for m in sent)
+
+
+def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_rank():
+    one = make_runner(monitor=False)
+    try:
+        expected = [r["token_ids"] for r in one.run(fast_settings(trials=2))["runs"]]
+    finally:
+        one.close()
+    runner = make_runner(monitor=False, tp=2)
+    try:
+        assert len(runner.engine.pids) == 2 and runner.loaded_info["tp"] == 2
+        report = runner.run(fast_settings(trials=2))
+        assert [r["token_ids"] for r in report["runs"]] == expected and report["environment"]["tp"] == 2
+        pids = runner.engine.pids
+        os.kill(pids[1], signal.SIGKILL)  # one rank dies: the whole group goes, and a new one starts
+        assert runner.run(fast_settings())["all_identical"]
+        assert not any(_running(pid) for pid in pids), "no process of the old group is left behind"
+    finally:
+        runner.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().split()[2] != "Z"
