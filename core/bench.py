@@ -368,7 +368,8 @@ class _DefaultsWhereUseful(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        if "default" in text or action.default is None or action.default is False or not action.option_strings \
+                or action.default == argparse.SUPPRESS:
             return text
         return f"{text} (default: %(default)s)".strip()
 
@@ -384,19 +385,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
     p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--cache", choices=CACHES, default="dynamic")
-    p.add_argument("--compile", choices=COMPILE_MODES, default="off")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="decode steps per run, at most")
+    p.add_argument("--cache", choices=CACHES, default="dynamic", help="KV cache; compile needs static")
+    p.add_argument("--compile", choices=COMPILE_MODES, default="off",
+                   help="torch.compile mode; step-graph puts the whole decode step in one CUDA graph")
     p.add_argument("--lag", type=int, default=1, help="pipelined loop: steps between queueing and reading")
-    p.add_argument("--streams", type=int, choices=(1, 2), default=1)
+    p.add_argument("--streams", type=int, choices=(1, 2), default=1,
+                   help="2: device-to-host copies on a second CUDA stream")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
+    p.add_argument("--top-k", type=int, default=0, help="with --sample; 0: off")
+    p.add_argument("--top-p", type=float, default=1.0, help="with --sample")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every contestant")
     p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--trials", type=int, default=3, help="timed runs per contestant after the warm-up")
     p.add_argument("--min-seconds", type=float, default=0.0,
                    help="more rounds of trials until every contestant has been timed this long")
     p.add_argument("--deterministic", action="store_true",

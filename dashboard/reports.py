@@ -10,12 +10,14 @@ import csv
 import io
 import json
 import math
+import re
 import statistics
 import time
 from typing import Any
 
 from core.options import HF, LOOPS, NO_CHECK
 
+_NAME = re.compile(r"[\w.+-]{1,64}")
 RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
 
 SUMMARY_HEADERS = ("contestant", "decode tok/s", "end-to-end tok/s", "spread %", "TTFT ms", "ms/tok p50",
@@ -230,12 +232,13 @@ def _check_report(report: dict[str, Any]) -> None:
     _expect(isinstance(summary, dict), "no valid 'summary' section")
     _expect(isinstance(runs, list), "no valid 'runs' section")
     for name, entry in summary.items():
+        _expect(_is_name(name), f"summary key {name[:40]!r} is not a contestant name")
         _expect(isinstance(entry, dict) and _is_number(entry.get("tokens_per_s")),
                 f"summary entry {name!r} has no tokens_per_s number")
     for index, run in enumerate(runs):
         where = f"run {index}"
         _expect(isinstance(run, dict), f"{where} is not an object")
-        _expect(isinstance(run.get("contestant"), str), f"{where} has no contestant name")
+        _expect(_is_name(run.get("contestant")), f"{where} has no contestant name")
         _expect(_is_int(run.get("trial")) and _is_int(run.get("order")), f"{where} has no whole trial/order number")
         timings = run.get("timings")
         _expect(isinstance(timings, dict), f"{where} has no timings")
@@ -279,6 +282,10 @@ def _expect(condition: bool, problem: str) -> None:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(_NAME.fullmatch(value))
 
 
 def _is_int(value: Any) -> bool:

@@ -44,7 +44,8 @@ EXAMPLE_PROMPTS = (
 )
 UI_COMPILE_MODES = tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs")
 GREEDY, SAMPLED = "greedy", "seeded sampling"
-SUMMARY_WIDTHS = ["130px", "100px", "100px", "80px", "80px", "90px", "90px", "110px", "90px", "90px", "90px", "90px"]
+SUMMARY_WIDTHS = ["140px", "130px", "170px", "100px", "90px", "120px", "120px", "230px", "130px", "130px", "120px",
+                  "130px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
                    "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",

@@ -115,6 +115,55 @@ def open_replay(page: Any, path: Path) -> None:
     plots_rendered(page, tuple(f"replay-{p}" for p in PLOTS))
 
 
+EVIL = '<img src=x onerror=alert(1)> <a href="http://evil.example">link</a> <b>bold</b>'
+
+
+def test_a_hostile_model_name_is_shown_as_text_not_html(page):
+    field = page.locator("#model input")
+    field.fill(EVIL)
+    field.press("Enter")
+    click_run_and_wait(page)
+    for where in ("#status", "#banner", "#headline"):
+        assert page.locator(f"{where} img, {where} a, {where} b").count() == 0, where
+    assert "<img src=x onerror=alert(1)>" in page.inner_text("#status")
+    page.wait_for_function("document.querySelector('#model input')?.value === 'tiny-random'")
+
+
+def test_a_hostile_report_replays_as_text(page, tiny, tmp_path):
+    report = bench_report(tiny)
+    report["model"]["spec"], report["created"] = EVIL, '<img src="http://evil.example/x.png">'
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(report))
+    open_replay(page, path)
+    assert page.locator("#replay-status img, #replay-status a, #replay-status b").count() == 0
+    assert "<b>bold</b>" in page.inner_text("#replay-status")
+
+
+def test_run_button_and_live_outputs_are_on_the_first_screen(page):
+    run_box, status_box = page.locator("#run-btn").bounding_box(), page.locator("#status").bounding_box()
+    panes = page.locator("#naive-text").bounding_box()
+    assert run_box["y"] + run_box["height"] <= 1000, "Run is above the fold at 1400x1000"
+    assert status_box["y"] < 1000 and panes["y"] < 1000, "and the status and panes are in view beside it"
+
+
+def test_summary_headers_stay_readable_on_a_phone(browser, served_app):
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(served_app.url)
+        page.wait_for_selector("#run-btn")
+        click_run_and_wait(page)
+        page.locator("#summary").scroll_into_view_if_needed()
+        page.wait_for_function("document.querySelector('#summary')?.innerText.includes('pipelined')")
+        heights = [cell.bounding_box()["height"] for cell in page.locator("#summary thead th").all()]
+        assert heights and max(heights) < 80, f"header cells wrap to {max(heights):.0f} px tall"
+        headers = [cell.inner_text() for cell in page.locator("#summary thead th").all()]
+        assert "decode tok/s" in headers[1], headers
+    finally:
+        context.close()
+
+
 # ---------------------------------------------------------------------------------------------- screenshots
 
 @contextlib.contextmanager

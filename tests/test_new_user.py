@@ -1,0 +1,311 @@
+"""What a new user hits (issue 12): text never becomes HTML, bounded work when exposed, an honest headline, dashes
+where a number means nothing, a readable live view, start-up and CLI errors in one line, and a Replay tab that
+refuses damaged reports in one line."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+import app
+from core.options import BenchRequest, GenerationOptions
+from core.stats import verdict, verdict_sentence
+from dashboard.jobs import CANCELLED
+from dashboard.reports import parse_report, summary_rows
+from dashboard.settings import EXPOSED_LIMITS, Limits, RunSettings
+from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, headline_md, plain
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
+from tests.test_dashboard_client import form, shown, text_of
+
+REPO = Path(__file__).resolve().parent.parent
+EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a> https://evil.example'
+
+
+@pytest.fixture(scope="module")
+def served_app(tiny_runner):
+    yield from serving(tiny_runner)
+
+
+# ------------------------------------------------------------------------------------------ 1. text, not HTML
+
+def test_user_text_is_escaped_for_markdown():
+    shown_text = plain(EVIL)
+    assert "<" not in shown_text and ">" not in shown_text
+    assert "\\*\\*bold\\*\\*" in shown_text and "https\\://evil\\.example" in shown_text
+    assert text_of(shown_text) == EVIL  # the characters survive; only their meaning goes
+
+
+def test_a_model_name_never_reaches_the_page_as_html(served_app):
+    raw = dict(zip(OUTPUTS, Client(served_app.url, verbose=False).predict(*form(model=EVIL), api_name="/run")))
+    assert "<img" not in raw["status"] and "<a " not in raw["status"] and "&lt;img" in raw["status"]
+    assert EVIL not in raw["banner"] and "onerror" not in raw["banner"], "one user's failure is not in the banner"
+    assert raw["model"] == TINY, "the spec that failed to load does not stay selected"
+
+
+def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp_path):
+    report = bench_report(tiny)
+    report["model"]["spec"] = EVIL
+    report["environment"]["gpu"] = "<b>GPU</b>"
+    report["created"] = '<img src="http://evil.example/x.png">'
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(report))
+    out = dict(zip(REPLAY_OUTPUTS, Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+                                                                               api_name="/replay")))
+    assert "<b>" not in out["status"] and "<img" not in out["status"] and "<a " not in out["status"]
+    assert "onerror" in text_of(out["status"])  # shown, as text
+
+
+def test_contestant_names_in_a_report_are_plain_names():
+    report = {"schema": "syncscope.bench/1", "summary": {"<b>x</b>": {"tokens_per_s": 1.0}}, "runs": []}
+    with pytest.raises(ValueError, match="contestant name"):
+        parse_report(json.dumps(report))
+
+
+# ------------------------------------------------------------------------------- 2. bounded work when exposed
+
+def test_exposed_limits_refuse_hours_of_work():
+    with pytest.raises(ValueError, match="max new tokens must be between 1 and 1024"):
+        RunSettings(prompt="hi", max_new_tokens=2000).to_request(limits=EXPOSED_LIMITS)
+    with pytest.raises(ValueError, match="batch size must be between 1 and 8"):
+        RunSettings(prompt="hi", batch=64).to_request(limits=EXPOSED_LIMITS)
+    with pytest.raises(ValueError, match="trials must be between 1 and 10"):
+        RunSettings(prompt="hi", trials=20).to_request(limits=EXPOSED_LIMITS)
+    exposed = app.build_parser().parse_args(["--share"])
+    assert app.limits_for(exposed) == EXPOSED_LIMITS and app.limits_for(exposed).max_run_s == 300
+    assert app.limits_for(app.build_parser().parse_args([])).max_run_s is None
+
+
+def test_a_run_past_the_time_limit_is_stopped_and_says_why():
+    runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
+    try:
+        job = runner.submit(RunSettings(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
+        assert job.wait(30)
+        assert job.state == CANCELLED and "limits the length of a run" in job.error
+    finally:
+        runner.close()
+
+
+def test_the_form_says_what_a_shared_server_allows(tiny_runner):
+    from dashboard.ui import build_demo
+
+    saved = tiny_runner.limits
+    tiny_runner.limits = EXPOSED_LIMITS
+    try:
+        demo = build_demo(tiny_runner, defaults=fast_settings())
+        texts = [b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == "limits"]
+        assert texts and "at most 1024 new tokens, batch 8" in text_of(texts[0])
+    finally:
+        tiny_runner.limits = saved
+
+
+# ------------------------------------------------------------------------------------- 3-5. honest numbers
+
+def runs_with(rates: dict[str, list[float]]) -> list[dict]:
+    return [{"contestant": name, "trial": trial, "timings": {"decode_tokens_per_s": rate, "tokens_per_s": rate}}
+            for name, values in rates.items() for trial, rate in enumerate(values)]
+
+
+def test_one_trial_cannot_tell_a_difference_from_noise():
+    call = verdict(runs_with({"naive": [100.0], "pipelined": [650.0]}))
+    assert call["call"] == "too-few-trials" and call["ratio"] == 6.5
+    assert "cannot tell" in verdict_sentence(call)
+
+
+def test_a_difference_inside_the_spread_is_called_noise():
+    call = verdict(runs_with({"naive": [100.0, 140.0, 60.0], "pipelined": [120.0, 90.0, 110.0]}))
+    assert call["call"] == "within-noise" and "no difference shown" in verdict_sentence(call)
+
+
+def test_a_consistent_difference_beyond_the_spread_is_called():
+    call = verdict(runs_with({"naive": [400.0, 410.0, 405.0], "pipelined": [600.0, 610.0, 605.0]}))
+    assert call["call"] == "faster" and "beyond this run's noise" in verdict_sentence(call)
+
+
+def test_a_noisy_a_a_control_widens_the_noise():
+    rates = {"naive": [500.0, 502.0, 501.0], "pipelined": [520.0, 521.0, 522.0], "pipelined-again": [470, 471, 472]}
+    assert verdict(runs_with(rates))["call"] == "within-noise"
+
+
+def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
+    report = bench_report(tiny, trials=3, ignore_eos=True, max_new_tokens=24)
+    for run in report["runs"]:
+        t = run["timings"]
+        assert t["decode_tokens"] == t["new_tokens"] - 1
+        assert t["decode_ms"] == pytest.approx(t["total_ms"] - t["ttft_ms"])
+        assert t["decode_tokens_per_s"] > t["tokens_per_s"]  # prefill is left out of it
+    assert report["verdict"]["metric"] == "decode_tokens_per_s"
+    text = text_of(headline_md(report))
+    assert text.startswith("pipelined/naive") and "decode-phase tokens/s" in text and "TTFT" in text
+    assert summary_rows(report)[0][1] == round(report["summary"]["naive"]["decode_tokens_per_s"], 1)
+
+
+def test_numbers_that_mean_nothing_are_dashes(tiny):
+    report = bench_report(tiny, include_no_check=True, trials=1)
+    rows = {row[0]: row for row in summary_rows(report)}
+    headers = ("contestant", "decode tok/s", "end-to-end tok/s", "spread %", "TTFT ms")
+    no_check = dict(zip(headers, rows["no-check"]))
+    assert no_check["TTFT ms"] is None and no_check["decode tok/s"] is None
+    assert rows["naive"][3] is None, "one trial has no spread (it is not 0%)"
+    assert rows["naive"][10] is None, "nothing was compiled: no compile time"
+
+
+def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
+    from core.bench import compare
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=8), trials=1, min_seconds=0.3)
+    report = compare(tiny, request)
+    for name in ("naive", "pipelined"):
+        timed = sum(r["timings"]["total_ms"] for r in report["runs"] if r["contestant"] == name) / 1000
+        assert timed >= 0.3
+    assert report["summary"]["naive"]["trials"] > 1
+
+
+def test_nvml_means_per_contestant_come_from_its_timed_spans():
+    from dashboard.reports import nvml_means
+
+    spans = [{"contestant": "naive", "phase": "warmup", "t0": 0.0, "t1": 1.0},
+             {"contestant": "naive", "phase": "trial", "t0": 1.0, "t1": 2.0},
+             {"contestant": "pipelined", "phase": "trial", "t0": 2.0, "t1": 3.0}]
+    samples = [{"t": 0.5, "util_pct": 0.0}, {"t": 1.5, "util_pct": 60.0, "power_w": 300.0},
+               {"t": 2.5, "util_pct": 90.0}, {"t": 2.6, "util_pct": 100.0}]
+    means = nvml_means(samples, spans)
+    assert means["naive"]["util_pct"] == 60.0 and means["naive"]["power_w"] == 300.0
+    assert means["pipelined"] == {"util_pct": 95.0, "samples": 2}
+
+
+# --------------------------------------------------------------------------------------------- 8. live view
+
+def test_the_warm_up_streams_its_text_marked_untimed():
+    from dashboard.jobs import Job
+    from dashboard.live_view import LiveView
+
+    request, _ = fast_settings().to_request()
+    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    view = LiveView(job, lambda: None, None, lambda j: 0)
+    job.add_events([{"type": "phase", "phase": "warmup", "contestant": "naive", "t": 100.1},
+                    {"type": "tokens", "contestant": "naive", "trial": None, "step": 0, "tokens": (5,),
+                     "host_time_s": 100.2}])
+    snap = view.snapshot()
+    assert snap["panes"]["naive"]["warmup"] and snap["panes"]["naive"]["tokens"] == 1
+    assert snap["panes"]["naive"]["tokens_per_s"] is None and "Warming up naive" in snap["status"]
+    assert snap["series"] == {}, "untimed tokens draw no rate"
+
+
+def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
+    client = Client(served_app.url, verbose=False)
+    client.predict(*form(), api_name="/run")
+    job = client.submit(*form(prompt="A second question"), api_name="/run")
+    first = None
+    for update in job:
+        first = dict(zip(OUTPUTS, update))
+        break
+    job.result()
+    assert "appears here when it finishes" in first["headline"]
+    assert first["summary"]["data"] in ([], [[]]) and first["command"] == ""
+
+
+# ----------------------------------------------------------------------------------- 10-12. start-up, CLI
+
+def test_a_port_in_use_is_one_line_and_exit_2(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert app.main(["--port", str(port), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"port {port} on 127.0.0.1 is already in use" in err
+
+
+def test_help_gives_each_default_once():
+    text = app.build_parser().format_help()
+    assert "(default: None)" not in text and "(default ...) (default" not in text
+    assert "(default: 7860)" in text
+    from core.bench import build_parser
+
+    bench_help = build_parser().format_help()
+    assert "(default: None)" not in bench_help and "(default: 128)" in bench_help
+
+
+def test_the_start_line_speaks_of_the_flag_not_of_launch(tmp_path):
+    from tests.conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Serving on" in line:
+                break
+        text = "".join(lines)
+        assert "add --share for a public link" in text and "share=True" not in text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_an_unknown_model_fails_fast_and_names_its_own_loading():
+    from core.models import check_spec
+    from core.specs import loading_note
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"cannot be downloaded|HF_HUB_OFFLINE"):
+        check_spec("no-such-org/no-such-model")
+    assert time.monotonic() - started < 5
+    assert "GGUF" not in loading_note("no-such-org/no-such-model") and "GGUF" in loading_note("smollm2-135m-instruct")
+
+
+def test_a_json_path_that_cannot_be_written_fails_before_any_work(capsys):
+    from core.bench import main
+
+    started = time.monotonic()
+    assert main(["--model", TINY, "--device", "cpu", "--json", "/missing/dir/x.json"]) == 2
+    assert time.monotonic() - started < 2, "refused before the model was loaded"
+    assert "the folder /missing/dir does not exist" in capsys.readouterr().err
+
+
+def test_an_eos_id_outside_the_vocabulary_is_refused(capsys):
+    from core.bench import main
+
+    assert main(["--model", TINY, "--device", "cpu", "--eos-token-id", "999999999", "--max-new-tokens", "2"]) == 2
+    assert "outside the model's vocabulary" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- 13. replay
+
+def damaged_reports(tiny) -> dict[str, str]:
+    good = bench_report(tiny)
+    variants = {}
+    for name, damage in {
+        "run without timings": lambda r: r["runs"][0].pop("timings"),
+        "steps that are text": lambda r: r["runs"][0]["timings"].update(step_ms=["fast"]),
+        "no trial number": lambda r: r["runs"][0].pop("trial"),
+        "summary entry not an object": lambda r: r["summary"].update(naive=3),
+        "warm-up without a number": lambda r: r["warmup"]["naive"].update(total_ms="long"),
+        "recorded spans broken": lambda r: r.update(dashboard={"spans": [{"t0": "x"}], "series": {}}),
+        "infinite rate": lambda r: r["runs"][0]["timings"].update(tokens_per_s=float("inf")),
+    }.items():
+        report = json.loads(json.dumps(good))
+        damage(report)
+        variants[name] = json.dumps(report)
+    return variants
+
+
+def test_every_damaged_report_gets_one_line_and_leaves_the_page_as_it_was(served_app, tiny, tmp_path):
+    client = Client(served_app.url, verbose=False)
+    for name, text in damaged_reports(tiny).items():
+        path = tmp_path / "damaged.json"
+        path.write_text(text)
+        out = shown(dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay"))))
+        assert out["status"].startswith("Cannot open this file: the report is incomplete or damaged"), name
+        assert "\n" not in out["status"].strip(), name
+        unchanged = (None, {"__type__": "update"})
+        assert out["tokens_plot"] in unchanged and out["summary"] in unchanged, f"{name}: the page stays as it was"
