@@ -118,7 +118,7 @@ def plain(text: Any) -> str:
     """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
     '.' too, so that a URL in it does not become a link)."""
     one_line = " ".join(str(text).split())
-    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=True))
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
 @dataclass
@@ -369,8 +369,9 @@ def identity_notes(report: dict[str, Any]) -> list[str]:
     if not drifting:
         return []
     reason = (report.get("identity") or {}).get("reason") or (
-        "its own trials differ from each other: the same code gave different tokens from run to run, so a "
-        "mismatch there is run-to-run numerics (non-deterministic kernels at near-ties of the logits), not the loop")
+        "its own trials differ from each other: the same code gave different tokens from one run to the next, so "
+        "a mismatch there is run-to-run numerics, not the loop (random bf16 weights give near-tied logits, where "
+        "the smallest rounding difference picks another token)")
     return [f"NO* for {', '.join(drifting)}: {reason}"]
 
 
