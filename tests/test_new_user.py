@@ -211,6 +211,21 @@ def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_ap
     assert first["summary"]["data"] in ([], [[]]) and first["command"] == ""
 
 
+def test_the_banner_names_the_model_being_timed_while_the_run_goes():
+    runner = make_runner(monitor=False)
+    app_ = next(serving(runner))
+    try:
+        job = Client(app_.url, verbose=False).submit(*form(model="synthetic:smollm2-135m", max_new_tokens=8),
+                                                     api_name="/run")
+        banners = [dict(zip(OUTPUTS, update))["banner"] for update in job]
+        live = [text_of(b) for b in banners[:-1] if isinstance(b, str)]
+        assert any("Model: synthetic:smollm2-135m" in b for b in live), "named before the run's final update"
+        assert not any("Model: tiny-random" in b for b in live[live.index(next(b for b in live if "smollm2" in b)):])
+    finally:
+        app_.demo.close()
+        runner.close()
+
+
 # ----------------------------------------------------------------------------------- 10-12. start-up, CLI
 
 def test_a_port_in_use_is_one_line_and_exit_2(capsys):
