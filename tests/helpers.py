@@ -1,4 +1,6 @@
-"""Shared test helpers: pick EOS ids that make generation stop at chosen steps."""
+"""Shared test helpers: pick EOS ids that make generation stop at chosen steps; wait for a condition."""
+
+import time
 
 from core.generation import generate
 
@@ -34,3 +36,13 @@ def ids_not_in(rows, count, vocab=49152):
     """`count` token ids inside the vocabulary that none of `rows` contains: EOS ids that are checked, never hit."""
     seen = {token for row in rows for token in row}
     return [token for token in range(vocab - 1, 0, -1) if token not in seen][:count]
+
+
+def wait_until(predicate, timeout=30.0):
+    """True as soon as `predicate()` is, False after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False

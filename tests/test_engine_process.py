@@ -21,18 +21,11 @@ from core.engine_process import EngineConfig, EngineCore, EventBatcher
 from dashboard.jobs import CANCELLED, DONE, FAILED
 from dashboard.settings import RunSettings
 from tests.conftest import TINY, fast_settings, make_runner
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5)
 
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def streaming(runner, job) -> bool:

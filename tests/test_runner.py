@@ -21,6 +21,7 @@ from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timel
 from dashboard.runner import Cancelled
 from dashboard.settings import RunSettings, cli_command
 from tests.conftest import TINY, bench_report, fast_settings, make_runner
+from tests.helpers import wait_until
 
 FAST = fast_settings()
 LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=True, trials=5)
@@ -30,14 +31,6 @@ def finish(runner, job, timeout=60):
     assert job.wait(timeout), f"job {job.id} still {job.state}"
     return runner.snapshot(job)
 
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_greedy_run_streams_identical_texts(tiny_runner):
