@@ -38,6 +38,7 @@ from core.generation import _forward_fn, _new_static_cache, encode_prompt
 from core.models import load_model
 from core.options import BenchRequest, GenerationOptions
 
+STARTED = time.monotonic()
 PROMPTS = ("Write a short story about a lighthouse keeper who finds a message in a bottle.",
            "Explain in three paragraphs how a lighthouse works.", "List ten uses for a paperclip.")
 
@@ -53,9 +54,23 @@ def matrix_cases(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
                            "ignore_eos": batch == 1}
 
 
+def past_deadline(args: argparse.Namespace) -> bool:
+    return bool(args.deadline_s) and time.monotonic() - STARTED > args.deadline_s
+
+
+def save(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Written after every case, so a run cut short by its deadline still leaves what it measured."""
+    if args.out:
+        Path(args.out).write_text(json.dumps(result))
+
+
 def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
     rows, loaded_by_dtype = [], {}
+    result = {"model": args.model, "label": args.label, "env": environment_flags(), "rows": rows, "skipped": []}
     for case in matrix_cases(args):
+        if past_deadline(args):
+            result["skipped"].append(case)
+            continue
         loaded = loaded_by_dtype.get(case["dtype"]) or load_model(args.model, device=args.device, dtype=case["dtype"])
         loaded_by_dtype[case["dtype"]] = loaded
         prompt = list(PROMPTS[: case["batch"]]) if case["batch"] > 1 else PROMPTS[0]
@@ -72,11 +87,20 @@ def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
                "first_difference": {r["contestant"]: r["first_difference"] for r in report["runs"]},
                "report": report}
         rows.append(row)
+        save(args, result)
         print(f"{case['mode']:<16} {case['dtype']:<5} {'sampled' if case['sample'] else 'greedy':<8} "
               f"b{case['batch']} {'ignore-eos' if case['ignore_eos'] else 'eos':<10} "
               f"tokens {row['tokens']}  identical {report['identical']}  "
               f"self-consistent {report['self_consistent']}", flush=True)
-    return {"model": args.model, "rows": rows}
+    if result["skipped"]:
+        print(f"deadline: {len(result['skipped'])} case(s) not run", flush=True)
+    return result
+
+
+def environment_flags() -> dict[str, str]:
+    """The process-wide switches that decide kernels; read once at start, so each variant is its own process."""
+    names = ("CUBLAS_WORKSPACE_CONFIG", "TORCHINDUCTOR_DETERMINISTIC", "CUDA_VISIBLE_DEVICES")
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 # ------------------------------------------------------------------------------------------------- probe
@@ -131,9 +155,13 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     loaded = load_model(args.model, device=args.device, dtype=args.dtypes[0])
     prompt = PROMPTS[0]
     tokens = torch.randint(100, 10100, (args.steps,), generator=torch.Generator().manual_seed(5)).tolist()
-    results: dict[str, Any] = {"model": args.model, "dtype": args.dtypes[0], "steps": args.steps, "variants": {}}
+    results: dict[str, Any] = {"model": args.model, "dtype": args.dtypes[0], "steps": args.steps, "label": args.label,
+                               "env": environment_flags(), "variants": {}, "skipped": []}
     for mode in args.modes:
         for name in args.variants:
+            if past_deadline(args):
+                results["skipped"].append(f"{mode}/{name}")
+                continue
             with variant(name):
                 trials = [teacher_forced_logits(loaded, mode, tokens, prompt) for _ in range(args.repeats)]
             reference = trials[0]
@@ -148,15 +176,100 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
                      "margin_ulps_min": min(margins), "steps_within_4_ulps": sum(m < 4 for m in margins),
                      "margin_ulps_median": sorted(margins)[len(margins) // 2]}
             results["variants"][f"{mode}/{name}"] = entry
+            save(args, results)
             print(f"{mode:<16} {name:<28} identical {entry['bitwise_identical']}  repeats {differing}  "
                   f"top-2 margin (ulps): min {entry['margin_ulps_min']:.2f} median {entry['margin_ulps_median']:.1f}"
                   f" steps<4ulp {entry['steps_within_4_ulps']}/{len(margins)}", flush=True)
     return results
 
 
+# ------------------------------------------------------------------------------------------------- trace
+
+def record_logits_in_every_step() -> None:
+    """Make each decode step also copy its logits into a device buffer (graph-safe: one index_copy_ per step)."""
+    from core import generation
+
+    original = generation.DecodeEngine.commit
+    if getattr(original, "traced", False):
+        return
+
+    def commit(self: Any, logits: torch.Tensor) -> None:
+        trace = getattr(self, "logit_trace", None)
+        if trace is None or trace.shape[1:] != logits.shape:
+            rows = max(self.cache_len, 1024)
+            trace = self.logit_trace = torch.zeros(rows, *logits.shape, dtype=torch.float32, device=logits.device)
+        trace.index_copy_(0, self.state.step, logits.float()[None])
+        original(self, logits)
+
+    commit.traced = True  # type: ignore[attr-defined]
+    generation.DecodeEngine.commit = commit
+
+
+def run_trace(args: argparse.Namespace) -> dict[str, Any]:
+    """The same naive run repeated: the first step whose logits differ from the first run's, bitwise.
+
+    Logits equal up to step k and different at k, with the same tokens fed up to k, mean the forward computed
+    something else from the same history; logits that differ already at step 0 mean the prefill did."""
+    record_logits_in_every_step()
+    loaded = load_model(args.model, device=args.device, dtype=args.dtypes[0])
+    result: dict[str, Any] = {"model": args.model, "dtype": args.dtypes[0], "label": args.label,
+                              "env": environment_flags(), "modes": {}, "skipped": []}
+    for mode in args.modes:
+        if past_deadline(args):
+            result["skipped"].append(mode)
+            continue
+        options = dict(max_new_tokens=args.max_new_tokens, cache="static" if mode != "off" else "dynamic",
+                       compile=mode, ignore_eos=True)
+        runs: list[dict] = []
+        with variant(args.variants[0]):
+            trace_runs(args, loaded, mode, options, runs)
+        result["modes"][mode] = runs
+        save(args, result)
+        for entry in runs[1:]:
+            print(f"{mode:<16} run {entry['run']}: first token difference {entry['first_token_difference']}, "
+                  f"first logits difference at step {entry['first_logits_difference']} "
+                  f"(max |diff| {entry['max_abs_diff_there']}, {entry['entries_differing_there']} of the vocabulary; "
+                  f"top-2 margin there {entry['margin_there']})", flush=True)
+    return result
+
+
+def trace_runs(args: argparse.Namespace, loaded: Any, mode: str, options: dict, runs: list[dict]) -> None:
+    from core.bench import hf_generate
+    from core.generation import generate
+
+    reference = None
+    for index in range(args.runs):
+        if args.interleave_hf and index:
+            hf_generate(loaded, PROMPTS[0], GenerationOptions(**options))
+        out = generate(loaded, PROMPTS[0], loop="naive", **options)
+        engine = next(e for key, e in loaded.engines.items() if key[3] == mode)
+        logits = engine.logit_trace[: args.max_new_tokens, 0].cpu()
+        tokens = out.token_ids[0]
+        if reference is None:
+            reference = (logits, tokens)
+            runs.append({"run": 0})
+            continue
+        runs.append(compare_traces(reference, (logits, tokens)) | {"run": index})
+
+
+def compare_traces(reference: tuple[torch.Tensor, list[int]], other: tuple[torch.Tensor, list[int]]) -> dict:
+    (ref_logits, ref_tokens), (logits, tokens) = reference, other
+    first_token = next((i for i, (a, b) in enumerate(zip(ref_tokens, tokens)) if a != b), None)
+    differs = (ref_logits != logits).flatten(1).any(dim=1)
+    first = int(differs.nonzero()[0]) if bool(differs.any()) else None
+    entry = {"first_token_difference": first_token, "first_logits_difference": first, "max_abs_diff_there": None,
+             "entries_differing_there": None, "margin_there": None}
+    if first is not None:
+        delta = (ref_logits[first] - logits[first]).abs()
+        top = torch.topk(ref_logits[first], 2).values
+        entry.update(max_abs_diff_there=float(delta.max()), entries_differing_there=int((delta > 0).sum()),
+                     margin_there=float(top[0] - top[1]))
+    return entry
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("matrix", "probe"))
+    parser.add_argument("what", choices=("matrix", "probe", "trace"))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--device", default=None)
     parser.add_argument("--modes", nargs="+", default=["step-graph", "reduce-overhead"])
@@ -169,11 +282,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=["default", "deterministic", "math-sdpa"])
     parser.add_argument("--out", default=None)
+    parser.add_argument("--runs", type=int, default=6, help="trace: naive runs per mode")
+    parser.add_argument("--interleave-hf", action="store_true", help="trace: a generate() call between runs")
+    parser.add_argument("--label", default="", help="names this process's variant in the output")
+    parser.add_argument("--deadline-s", type=float, default=0.0, help="skip the cases that would start after this")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    result = run_matrix(args) if args.what == "matrix" else run_probe(args)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result))
+    result = {"matrix": run_matrix, "probe": run_probe, "trace": run_trace}[args.what](args)
+    save(args, result)
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from core import identity
 from core.generation import TokenEvent, cut_at_eos, encode_prompt, resolve_eos_ids, run
 from core.models import LoadedModel, load_model
 from core.options import (
@@ -268,6 +269,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         entry["first_difference"] = first_difference(entry["token_ids"], reference)
     identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
                  for name in request.contestants}
+    self_consistent = {name: _self_consistent(runs, name) for name in request.contestants}
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -284,8 +286,18 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "identical": identical,
         "all_identical": all(identical.values()),
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
-        "self_consistent": {name: _self_consistent(runs, name) for name in request.contestants},
+        "self_consistent": self_consistent,
+        "identity": _identity(loaded, request, runs, identical, self_consistent),
     }
+
+
+def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], identical: dict[str, bool],
+              self_consistent: dict[str, bool]) -> dict[str, Any]:
+    width = encode_prompt(loaded, request.prompt)[0].shape[1]
+    keys = identity.attended_keys(width, request.options, identity.longest_row([r["token_ids"] for r in runs]))
+    return identity.explain(identical, self_consistent, device_type=loaded.device.type,
+                            dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
+                            compile_mode=request.options.compile)
 
 
 def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
@@ -343,7 +355,7 @@ def environment(loaded: LoadedModel) -> dict[str, Any]:
 
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "tp": loaded.tp,
+            "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce or None,
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
 
@@ -403,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-seconds", type=float, default=0.0,
                    help="more rounds of trials until every contestant has been timed this long")
     p.add_argument("--deterministic", action="store_true",
-                   help="PyTorch's deterministic algorithms for the run (the report lists ops that have none)")
+                   help="PyTorch's deterministic algorithms for the run (the report lists ops that have none). "
+                        "On the H200 this did not make bf16 decode reproducible past 256 keys; --dtype fp32 did")
     p.add_argument("--hf", action="store_true", help="add transformers' generate() as a contestant")
     p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
     p.add_argument("--no-check", action="store_true",
@@ -455,8 +468,11 @@ def format_table(report: dict[str, Any]) -> str:
     rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
     if report.get("verdict"):
         rows.append(verdict_sentence(report["verdict"]))
-    if not all(report["self_consistent"].values()):
-        rows.append("NO*: this contestant's own trials differ from each other (see the report's 'identity' notes)")
+    note = identity.footnote(report.get("identity"))
+    if note:
+        rows.append(note)
+    elif not all(report["self_consistent"].values()):
+        rows.append("NO*: this contestant's own trials differ from each other")
     return "\n".join(rows)
 
 
@@ -482,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_path(args.json_path)
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
+        if args.deterministic:  # cuBLAS reads it once, when this process first uses it
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     except ValueError as exc:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
@@ -528,7 +546,7 @@ def _fail(rank: int, message: str, code: int) -> int:
 
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
                      report: dict[str, Any]) -> None:
-    tp = f", tensor parallel over {loaded.tp}" if loaded.tp > 1 else ""
+    tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")

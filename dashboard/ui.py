@@ -20,6 +20,7 @@ from typing import Any
 
 import gradio as gr
 
+from core.identity import footnote
 from core.options import COMPILE_MODES, DEFAULT_PROMPT
 from core.stats import verdict_sentence
 from dashboard import charts
@@ -101,7 +102,8 @@ shared code, so under greedy decoding both loops produce the same tokens and any
   more rounds follow until every contestant has run at least the minimum time, so NVML has samples of each.
 - **A/A control**: the pipelined loop entered twice; the ratio between the two is this run's own noise.
 - **Deterministic algorithms**: PyTorch's deterministic mode for the run (slower); ops without a deterministic
-  version are listed in the report.
+  version are listed in the report. It does not make bf16 runs on a GPU repeat bit for bit once a step attends
+  over more than 256 keys (measured on the H200); fp32 does. The *same* column says why outputs differ.
 - **Include HF generate / no-check baseline**: transformers' own `generate()` (on CUDA also with its
   `DeferredStopCheck` forced on), and a loop that never asks whether generation is over (the upper bound).
 
@@ -364,15 +366,15 @@ def headline_md(report: dict[str, Any]) -> str:
 
 
 def identity_notes(report: dict[str, Any]) -> list[str]:
-    """Why outputs differ, where the report can say: the contestant's own trials differ (run-to-run numerics)."""
+    """Why outputs differ, where the report can say (core.identity); a bare NO* where it cannot."""
+    note = footnote(report.get("identity"))
+    if note:
+        return [note]
     drifting = [n for n, ok in (report.get("self_consistent") or {}).items() if ok is False]
-    if not drifting:
-        return []
-    reason = (report.get("identity") or {}).get("reason") or (
-        "its own trials differ from each other: the same code gave different tokens from one run to the next, so "
-        "a mismatch there is run-to-run numerics, not the loop (random bf16 weights give near-tied logits, where "
-        "the smallest rounding difference picks another token)")
-    return [f"NO* for {', '.join(drifting)}: {reason}"]
+    if drifting:
+        return [f"NO* for {', '.join(drifting)}: its own trials differ from each other (this report does not say "
+                "why: it predates the identity check)"]
+    return []
 
 
 def _table(report: dict[str, Any]) -> list[list[Any]]:

