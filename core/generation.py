@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from core.identity import STATIC_CACHE_BUCKET
 from core.models import LoadedModel
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
     NO_CHECK,
+    ONE_SHOT_ALL_REDUCE,
     STEP_GRAPH,
     GenerationOptions,
     is_int,
@@ -27,7 +29,6 @@ from core.options import (
 )
 from core.timeline import StepClock, Timings
 
-STATIC_CACHE_BUCKET = 256
 WARMUP_STEPS = 4
 
 Prompt = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
@@ -414,7 +415,11 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         # That mode also turns on coordinate-descent tuning, with which inductor rewrites batch-1 matmuls as
         # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
-        compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
+        if mode == STEP_GRAPH and loaded.all_reduce == ONE_SHOT_ALL_REDUCE:
+            options = {**torch._inductor.list_mode_options(inductor_mode), "_collective.auto_select": True}
+            compiled = torch.compile(loaded.model.forward, options=options, dynamic=False, fullgraph=False)
+        else:
+            compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
         wants_marks = mode in CUDA_GRAPH_COMPILE_MODES and mode != STEP_GRAPH
         loaded.compiled_forwards[mode] = _mark_steps(compiled) if wants_marks else compiled
     return loaded.compiled_forwards[mode]

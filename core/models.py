@@ -41,6 +41,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
+    all_reduce: str = ""  # how tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce)
     engines: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
@@ -114,7 +115,13 @@ def load_model(
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
-    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp)
+    all_reduce = ""
+    if tp > 1:
+        from core.parallel import use_one_shot_all_reduce
+
+        all_reduce = use_one_shot_all_reduce(model)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
+                       all_reduce=all_reduce)
 
 
 def check_spec(spec: str | None) -> str:

@@ -103,3 +103,6 @@ def require(condition: bool, message: str) -> None:
 
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+# How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel).
+ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"

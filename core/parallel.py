@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from core.options import ONE_SHOT_ALL_REDUCE
+
 
 def init_tensor_parallel(rank: int, world_size: int, rendezvous: str | None, device: str | None) -> torch.device:
     """Join the process group (NCCL on CUDA, gloo on the CPU) and pick this rank's device."""
@@ -80,6 +82,31 @@ def shard(model: Any, tp: int, device: torch.device) -> Any:
     model._device_mesh = mesh
     model._tp_size = tp
     return model
+
+
+def use_one_shot_all_reduce(model: Any) -> str:
+    """Let step-graph mode do its small all-reduces with PyTorch's one-shot symmetric-memory all-reduce.
+
+    At batch 1 an all-reduce moves a few KB, so its cost is latency: NCCL's is about 15 µs inside a CUDA graph, and
+    a 32-layer model does 65 of them per step. Inductor has its own lowering for this (`_collective.auto_select`):
+    an all-reduce of up to 128 KB becomes `symm_mem.one_shot_all_reduce`, where each GPU reads the others' buffers
+    directly over NVLink. Here symmetric memory is enabled for the group; `generation._forward_fn` turns the
+    lowering on for the step-graph compile only, because CUDA-graph trees (reduce-overhead) refuse the
+    symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked as outputs", seen on the
+    H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns what the model's all-reduces will use."""
+    mesh = getattr(model, "_device_mesh", None)
+    if mesh is None or mesh.device_type != "cuda":
+        return "gloo"
+    if os.environ.get("SYNCSCOPE_TP_ALL_REDUCE", "").strip().lower() == "nccl":
+        return "nccl"
+    try:
+        from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+        for group in {dist.group.WORLD, mesh.get_group()}:
+            enable_symm_mem_for_group(group.group_name)
+    except Exception as exc:  # an older PyTorch, or no peer access between the GPUs: NCCL still works
+        return f"nccl (symmetric memory unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    return ONE_SHOT_ALL_REDUCE
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
