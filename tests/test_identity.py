@@ -60,3 +60,14 @@ def test_the_cli_table_prints_the_reason(tiny):
     report = build_report(tiny, request, runs, warmups={})
     assert report["identity"]["cause"] == UNKNOWN  # tiny-random runs in fp32 on the CPU: nothing measured
     assert "NO* for pipelined: the same code gave different tokens" in format_table(report)
+
+
+def test_the_page_says_why_instead_of_a_bare_no():
+    from dashboard.ui import identity_notes
+
+    report = {"self_consistent": {"naive": True, "pipelined": False}, "identity": drifting_pipelined()}
+    [note] = identity_notes(report)
+    assert note.startswith("NO* for pipelined: ") and "more than 256 keys" in note
+    old = {"self_consistent": {"naive": True, "pipelined": False}}  # a report from before the identity entry
+    assert "does not say why" in identity_notes(old)[0]
+    assert identity_notes({"self_consistent": {"naive": True}}) == []
