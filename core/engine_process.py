@@ -201,6 +201,7 @@ def describe_loaded(loaded: Any) -> dict[str, Any]:
         "spec": loaded.spec, "device": str(device), "device_type": device.type, "gpu": gpu,
         "dtype": str(loaded.dtype).replace("torch.", ""), "parameters": loaded.num_parameters,
         "weight_bytes": loaded.weight_bytes, "tp": getattr(loaded, "tp", 1),
+        "all_reduce": getattr(loaded, "all_reduce", ""),
         "tokenizer_json": backend.to_str() if backend is not None else None,
         "tokenizer_cleanup": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         and type(backend.model).__name__ != "BPE" if backend is not None else False,

@@ -101,6 +101,8 @@ class Runner:
             return "no model loaded"
         label = info["device"] + (f" ({info['gpu']})" if info.get("gpu") else "")
         tp = f", tensor parallel over {info['tp']} GPUs" if info.get("tp", 1) > 1 else ""
+        if tp and info.get("all_reduce"):
+            tp += f" (all-reduce: {info['all_reduce']})"
         return f"{label}, {info['dtype']}{tp}"
 
     def check_model(self, spec: Any) -> str:
