@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from core import identity
-from core.generation import TokenEvent, cut_at_eos, encode_prompt, resolve_eos_ids, run
+from core.generation import TokenEvent, cut_at_eos, encode_prompt, inductor_overrides, resolve_eos_ids, run
 from core.models import LoadedModel, load_model
 from core.options import (
     ALL_LOOPS,
@@ -297,7 +297,13 @@ def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, A
     keys = identity.attended_keys(width, request.options, identity.longest_row([r["token_ids"] for r in runs]))
     return identity.explain(identical, self_consistent, device_type=loaded.device.type,
                             dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
-                            compile_mode=request.options.compile)
+                            compile_mode=request.options.compile,
+                            fused_attention=_fused_attention(loaded, request.options.compile))
+
+
+def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
+    """Whether the decode steps ran a fused attention kernel: everywhere but core.attention's compiled reductions."""
+    return compile_mode == "off" or "compiled decode attention: reduce" not in loaded.transforms
 
 
 def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
@@ -356,6 +362,7 @@ def environment(loaded: LoadedModel) -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce or None,
+            "inductor_options": inductor_overrides() or None, "model_transforms": list(loaded.transforms),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
 
@@ -394,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel over N GPUs (N processes; also works under torchrun)")
+    p.add_argument("--hf-modules", action="store_true",
+                   help="keep transformers' modules as they are: separate q/k/v and gate/up projections, and "
+                        "KV heads copied per query head in compiled steps (default: fused, read in place)")
     p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
     p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")
@@ -425,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the pipelined loop a second time: the ratio between the two is this run's noise")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="after the trials, run one loop more under torch.profiler and write its kernel table "
+                        "and trace here (one set per rank)")
+    p.add_argument("--profile-loop", choices=LOOPS, default="pipelined", help="the loop --profile runs")
     return p
 
 
@@ -496,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         request = request_from_args(args)
         request.validate()
         check_output_path(args.json_path)
+        check_profile_dir(args.profile)
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it
@@ -519,9 +534,10 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
 
             rank = int(os.environ.get("RANK", 0))
             init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp)
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules)
         started = time.perf_counter()
         report = compare(loaded, request)
+        profiled = _profile(loaded, request, args, rank) if args.profile else None
     except ValueError as exc:
         return _fail(rank, str(exc), 2)
     except torch.cuda.OutOfMemoryError:
@@ -535,7 +551,20 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
     if rank == 0:
         report["wall_s"] = time.perf_counter() - started
         _print_and_write(args, loaded, request, report)
+        if profiled is not None:
+            from core.profiling import format_summary
+
+            print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
+            print(format_summary(profiled, profiled["step_ms_p50"], top=12))
     return 0
+
+
+def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespace, rank: int) -> dict[str, Any]:
+    """One more run of the chosen loop under the profiler; every rank runs it (the collectives need them all)."""
+    from core.profiling import profile_run
+
+    return profile_run(lambda: _run_one(loaded, request, args.profile_loop, None, lambda: False), args.profile, rank,
+                       trace=rank == 0)
 
 
 def _fail(rank: int, message: str, code: int) -> int:
@@ -547,6 +576,7 @@ def _fail(rank: int, message: str, code: int) -> int:
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
                      report: dict[str, Any]) -> None:
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
+    tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
@@ -569,6 +599,18 @@ def check_output_path(path: str | None) -> None:
         raise ValueError(f"--json {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
         raise ValueError(f"--json {path}: no permission to write there")
+
+
+def check_profile_dir(path: str | None) -> None:
+    """ValueError now when --profile names a folder that cannot be made or written."""
+    if not path:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--profile {path}: cannot make that folder ({exc.strerror})") from exc
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"--profile {path}: no permission to write there")
 
 
 if __name__ == "__main__":

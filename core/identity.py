@@ -11,7 +11,10 @@ Measured (benchmarks/results/h200-2026-11-29-d, RESULTS.md "Are the loops token-
 - in fp32, all contestants (both loops, no-check, HF generate()) were identical and self-consistent over 300
   tokens (512 keys) in step-graph and reduce-overhead modes, greedy and sampled.
 With bf16 logits, two candidates are often tied or one rounding step apart, so one rounding difference anywhere
-in a step can pick another token from then on.
+in a step can pick another token from then on. The fifth run (h200-2026-11-29-e) placed the drift in the fused
+attention kernel: with compiled decode attention written as reductions (core.attention, "reduce"), every bf16
+trial repeated token for token at 512 keys (Llama-8B and -70B shapes, TP=2, step-graph), and every run with the
+fused kernel drifted. So the explanation below applies where a fused attention kernel ran.
 """
 
 from __future__ import annotations
@@ -36,14 +39,15 @@ def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
 
 
 def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, device_type: str, dtype: str,
-            keys: int, compile_mode: str) -> dict[str, Any]:
-    """{"cause", "reason", "keys"}: cause None when every contestant is identical to the reference."""
+            keys: int, compile_mode: str, fused_attention: bool = True) -> dict[str, Any]:
+    """{"cause", "reason", "keys"}: cause None when every contestant is identical to the reference.
+    `fused_attention`: whether decode steps ran a fused attention kernel (False: core.attention's reductions)."""
     drifting = [name for name, ok in self_consistent.items() if not ok]
     differing = [name for name, ok in identical.items() if not ok and self_consistent.get(name, True)]
     entry: dict[str, Any] = {"cause": None, "reason": None, "keys": keys, "drifting": drifting,
                              "differing": differing}
     half = device_type == "cuda" and dtype in ("bfloat16", "float16")
-    if drifting and half and keys > REPRODUCIBLE_KEYS:
+    if drifting and half and keys > REPRODUCIBLE_KEYS and fused_attention:
         entry["cause"] = HALF_PRECISION_ATTENTION
         entry["reason"] = (
             f"the same code gave different tokens from one trial to the next. On CUDA in {dtype}, a decode step "
@@ -51,8 +55,9 @@ def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, dev
             f"on the H200: repeated runs agree bitwise up to {REPRODUCIBLE_KEYS} keys and drift apart past it, "
             f"with PyTorch's deterministic algorithms on too; fp32 runs are identical). This run attended over "
             f"up to {keys} keys, and {dtype} logits are often tied or one rounding step apart, so one rounding "
-            f"difference picks another token. For a token-identity check use fp32 (--dtype fp32), or keep the "
-            f"prompt plus new tokens within {REPRODUCIBLE_KEYS}.")
+            f"difference picks another token. For a token-identity check use fp32 (--dtype fp32), keep the "
+            f"prompt plus new tokens within {REPRODUCIBLE_KEYS}, or use a compiled mode with the default decode "
+            f"attention (SYNCSCOPE_DECODE_ATTENTION=reduce), whose {dtype} runs repeated on the H200.")
     elif drifting:
         entry["cause"] = UNKNOWN
         entry["reason"] = (

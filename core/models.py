@@ -42,6 +42,7 @@ class LoadedModel:
     dtype: torch.dtype
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
     all_reduce: str = ""  # how tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce)
+    transforms: tuple[str, ...] = ()  # what prepare_for_decode changed in the model's modules
     engines: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
@@ -51,12 +52,25 @@ class LoadedModel:
 
     @property
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        return sum(count for count, _ in _parameter_sizes(self.model))
 
     @property
     def weight_bytes(self) -> int:
         """All ranks' weights together (a DTensor's numel is the whole tensor's)."""
-        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return sum(count * size for count, size in _parameter_sizes(self.model))
+
+
+def _parameter_sizes(model: Any) -> list[tuple[int, int]]:
+    """(elements over all ranks, bytes per element) per parameter, tied ones once; a fused projection (core.fusion)
+    holds one rank's rows."""
+    sizes, seen = [], set()
+    for module in model.modules():
+        ranks = getattr(module, "ranks", 1)
+        for param in module.parameters(recurse=False):
+            if id(param) not in seen:
+                seen.add(id(param))
+                sizes.append((param.numel() * ranks, param.element_size()))
+    return sizes
 
 
 def cache_dir() -> Path:
@@ -96,11 +110,13 @@ def load_model(
     *,
     tp: int = 1,
     trust_remote_code: bool = False,
+    hf_modules: bool = False,
 ) -> LoadedModel:
     """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path.
 
     With tp > 1 this process must be one rank of a process group of that size (core.parallel): it gets its shard
-    of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo."""
+    of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo. Unless `hf_modules`, the model is
+    prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels."""
     spec = check_spec(spec)
     _quiet_transformers()
     if tp > 1:
@@ -115,13 +131,26 @@ def load_model(
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
+    transforms = () if hf_modules else prepare_for_decode(model)
     all_reduce = ""
     if tp > 1:
         from core.parallel import use_one_shot_all_reduce
 
         all_reduce = use_one_shot_all_reduce(model)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
-                       all_reduce=all_reduce)
+                       all_reduce=all_reduce, transforms=transforms)
+
+
+def prepare_for_decode(model: Any) -> tuple[str, ...]:
+    """Fuse q/k/v and gate/up projections (core.fusion) and read grouped KV heads in place in compiled decode
+    steps (core.attention); returns what was changed, for the report."""
+    from core.attention import decode_attention_kernel, use_decode_sdpa
+    from core.fusion import fuse_projections
+
+    changed = [f"fused {name}" for name in fuse_projections(model)]
+    if use_decode_sdpa(model):
+        changed.append(f"compiled decode attention: {decode_attention_kernel()}")
+    return tuple(changed)
 
 
 def check_spec(spec: str | None) -> str:

@@ -185,3 +185,31 @@ def test_cli_out_of_memory_is_one_line_and_exit_3(capsys):
                  "65536", "--max-new-tokens", "4096", "--cache", "static", "--trials", "1", "--ignore-eos"])
     err = capsys.readouterr().err.strip()
     assert code == 3 and len(err.splitlines()) == 1 and "out of memory" in err
+
+
+def test_compiled_blockwise_argmax_is_argmax_on_cuda():
+    from core.generation import _compiled_argmax
+
+    logits = torch.randn(3, 128256, device="cuda").to(torch.bfloat16)
+    logits[1, 40000] = logits[1, 128000] = logits[1].max() + 1  # a tie across blocks: the first wins
+    assert torch.equal(_compiled_argmax()(logits), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "reduce"])
+def test_compiled_decode_attention_matches_sdpa_on_cuda(monkeypatch, kernel):
+    from core.attention import decode_sdpa
+
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", kernel)
+
+    class Attention(torch.nn.Module):
+        num_key_value_groups = 8
+
+    module = Attention().eval()
+    query = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    key, value = (torch.randn(1, 4, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    mask = torch.zeros(1, 1, 1, 512, dtype=torch.bool, device="cuda")
+    mask[..., :300] = True
+    expected = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(),
+                                                                attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    got, _ = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m), dynamic=False)(query, key, value, mask)
+    assert torch.allclose(got.float(), expected, atol=2e-2)

@@ -24,6 +24,7 @@ def test_bf16_on_cuda_past_256_keys_is_named_as_the_attention_kernel():
     entry = drifting_pipelined()
     assert entry["cause"] == HALF_PRECISION_ATTENTION and entry["drifting"] == ["pipelined"]
     assert "512 keys" in entry["reason"] and "fp32" in entry["reason"]
+    assert "SYNCSCOPE_DECODE_ATTENTION=reduce" in entry["reason"]
     assert footnote(entry).startswith("NO* for pipelined: ")
 
 
@@ -31,6 +32,7 @@ def test_what_was_not_measured_is_not_explained_away():
     assert drifting_pipelined(keys=256)["cause"] == UNKNOWN
     assert drifting_pipelined(dtype="float32")["cause"] == UNKNOWN
     assert drifting_pipelined(device_type="cpu")["cause"] == UNKNOWN
+    assert drifting_pipelined(fused_attention=False)["cause"] == UNKNOWN  # the reduction attention repeated
     assert "not identified" in drifting_pipelined(dtype="float32")["reason"]
 
 
@@ -71,3 +73,10 @@ def test_the_page_says_why_instead_of_a_bare_no():
     old = {"self_consistent": {"naive": True, "pipelined": False}}  # a report from before the identity entry
     assert "does not say why" in identity_notes(old)[0]
     assert identity_notes({"self_consistent": {"naive": True}}) == []
+
+
+def test_the_report_knows_which_attention_ran(tiny):
+    from core.bench import _fused_attention
+
+    assert tiny.transforms[-1] == "compiled decode attention: reduce"
+    assert _fused_attention(tiny, "off") and not _fused_attention(tiny, "step-graph")

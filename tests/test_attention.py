@@ -1,0 +1,93 @@
+"""core.attention: compiled decode steps read grouped KV heads in place, with the same result as transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from core.attention import (
+    DECODE_SDPA,
+    _reads_cache_in_place,
+    decode_attention_kernel,
+    decode_sdpa,
+    grouped_decode_attention,
+)
+from core.generation import blockwise_argmax
+from core.models import load_model
+
+
+class _Attention(torch.nn.Module):
+    num_key_value_groups = 2
+
+
+def _inputs() -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 1, 8, generator=generator)
+    key, value = (torch.randn(2, 2, 16, 8, generator=generator) for _ in range(2))
+    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+    mask[0, ..., 10:] = False  # a shorter first sequence: the mask matters
+    return query, key, value, mask
+
+
+def test_compiled_decode_attention_matches_transformers_sdpa():
+    module = _Attention().eval()
+    query, key, value, mask = _inputs()
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.5)
+    compiled = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m, scaling=0.5)[0], backend="eager")
+    assert torch.allclose(compiled(query, key, value, mask), expected, atol=1e-6)
+
+
+def test_the_in_place_path_is_for_compiled_single_token_steps_only():
+    module = _Attention().eval()
+    query, key, _, _ = _inputs()
+    assert not _reads_cache_in_place(module, query, {})  # eager: transformers already packs the heads
+    seen = []
+    torch.compile(lambda q: seen.append(_reads_cache_in_place(module, q, {})) or q, backend="eager")(query)
+    assert seen == [True]
+    seen.clear()
+    torch.compile(lambda q: seen.append(_reads_cache_in_place(module, q, {})) or q, backend="eager")(key)
+    assert seen == [False]  # 16 query positions: a prefill
+
+
+def test_models_load_prepared_for_decode_unless_asked_not_to():
+    prepared = load_model("tiny-random", device="cpu", dtype="fp32")
+    plain = load_model("tiny-random", device="cpu", dtype="fp32", hf_modules=True)
+    assert prepared.transforms == ("fused qkv", "fused gate_up", "compiled decode attention: reduce")
+    assert prepared.model.config._attn_implementation == DECODE_SDPA
+    assert plain.transforms == () and plain.model.config._attn_implementation == "sdpa"
+    assert prepared.weight_bytes == plain.weight_bytes and prepared.num_parameters == plain.num_parameters
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_reduction_form_of_decode_attention_matches_sdpa(dtype):
+    query, key, value, mask = (t.to(dtype) if t.is_floating_point() else t for t in _inputs())
+    expected = F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask,
+                                              enable_gqa=True)
+    got = grouped_decode_attention(query, key, value, mask, None)
+    assert got.dtype == dtype
+    assert torch.allclose(got.float(), expected, atol=1e-6 if dtype == torch.float32 else 1e-2)
+
+
+def test_the_decode_attention_kernel_is_chosen_by_environment(monkeypatch):
+    monkeypatch.delenv("SYNCSCOPE_DECODE_ATTENTION", raising=False)
+    assert decode_attention_kernel() == "reduce"
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "sdpa")
+    assert decode_attention_kernel() == "sdpa"
+    module = _Attention().eval()
+    query, key, value, mask = _inputs()
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask)
+    compiled = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m)[0], backend="eager")
+    assert torch.allclose(compiled(query, key, value, mask), expected, atol=1e-6)
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
+    with pytest.raises(ValueError, match="reduce or sdpa"):
+        decode_attention_kernel()
+
+
+@pytest.mark.parametrize("vocab", [128256, 49152, 1000, 7])
+def test_blockwise_argmax_is_argmax_ties_and_all(vocab):
+    logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(vocab)).to(torch.bfloat16)
+    logits[1, vocab // 3] = logits[1, vocab - 1] = logits[1].max() + 1  # a tie across blocks: the first wins
+    logits[2] = float("-inf")
+    assert torch.equal(blockwise_argmax(logits), logits.argmax(-1))
