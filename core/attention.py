@@ -19,24 +19,27 @@ exactly as for "sdpa".
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-DECODE_SDPA = "syncscope_sdpa"
 DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"
+KERNELS = ("reduce", "sdpa")
+# The name each kernel is registered under with transformers; the model's config names the one it runs.
+IMPLEMENTATIONS = {"reduce": "syncscope_decode_reduce", "sdpa": "syncscope_decode_sdpa"}
 
 
 def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+                is_causal: bool | None = None, kernel: str = "reduce", **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' `sdpa_attention_forward`, with grouped heads read in place when a compiled step decodes."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if _reads_cache_in_place(module, query, kwargs):
-        if decode_attention_kernel() == "reduce":
+        if kernel == "reduce":
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
         else:
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
@@ -50,7 +53,7 @@ def decode_attention_kernel() -> str:
     """"reduce" (grouped_decode_attention, the default) or "sdpa" (PyTorch's fused attention), from
     SYNCSCOPE_DECODE_ATTENTION."""
     choice = os.environ.get(DECODE_ATTENTION_ENV, "").strip().lower() or "reduce"
-    if choice not in ("sdpa", "reduce"):
+    if choice not in KERNELS:
         raise ValueError(f"{DECODE_ATTENTION_ENV} must be reduce or sdpa, got {choice!r}")
     return choice
 
@@ -82,14 +85,16 @@ def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, kwargs: 
             and kwargs.get("softcap") is None and not kwargs.get("output_attentions", False))
 
 
-def use_decode_sdpa(model: Any) -> bool:
-    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa`; False when it uses another."""
+def use_decode_attention(model: Any, kernel: str) -> bool:
+    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` ("reduce" or
+    "sdpa"), fixed for this model from now on; False when the model uses another attention."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return False
-    ALL_ATTENTION_FUNCTIONS.register(DECODE_SDPA, decode_sdpa)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(DECODE_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    model.set_attn_implementation(DECODE_SDPA)
-    return model.config._attn_implementation == DECODE_SDPA
+    for name, implementation in IMPLEMENTATIONS.items():
+        ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))
+        ALL_MASK_ATTENTION_FUNCTIONS.register(implementation, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    model.set_attn_implementation(IMPLEMENTATIONS[kernel])
+    return model.config._attn_implementation == IMPLEMENTATIONS[kernel]

@@ -143,13 +143,15 @@ def load_model(
 
 def prepare_for_decode(model: Any) -> tuple[str, ...]:
     """Fuse q/k/v and gate/up projections (core.fusion) and read grouped KV heads in place in compiled decode
-    steps (core.attention); returns what was changed, for the report."""
-    from core.attention import decode_attention_kernel, use_decode_sdpa
+    steps (core.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was changed, for
+    the report."""
+    from core.attention import decode_attention_kernel, use_decode_attention
     from core.fusion import fuse_projections
 
+    kernel = decode_attention_kernel()
     changed = [f"fused {name}" for name in fuse_projections(model)]
-    if use_decode_sdpa(model):
-        changed.append(f"compiled decode attention: {decode_attention_kernel()}")
+    if use_decode_attention(model, kernel):
+        changed.append(f"compiled decode attention: {kernel}")
     return tuple(changed)
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from core.attention import (
-    DECODE_SDPA,
+    IMPLEMENTATIONS,
     _reads_cache_in_place,
     decode_attention_kernel,
     decode_sdpa,
@@ -31,11 +31,13 @@ def _inputs() -> tuple[torch.Tensor, ...]:
     return query, key, value, mask
 
 
-def test_compiled_decode_attention_matches_transformers_sdpa():
+@pytest.mark.parametrize("kernel", ["reduce", "sdpa"])
+def test_compiled_decode_attention_matches_transformers_sdpa(kernel):
     module = _Attention().eval()
     query, key, value, mask = _inputs()
     expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.5)
-    compiled = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m, scaling=0.5)[0], backend="eager")
+    compiled = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m, scaling=0.5, kernel=kernel)[0],
+                             backend="eager")
     assert torch.allclose(compiled(query, key, value, mask), expected, atol=1e-6)
 
 
@@ -55,7 +57,7 @@ def test_models_load_prepared_for_decode_unless_asked_not_to():
     prepared = load_model("tiny-random", device="cpu", dtype="fp32")
     plain = load_model("tiny-random", device="cpu", dtype="fp32", hf_modules=True)
     assert prepared.transforms == ("fused qkv", "fused gate_up", "compiled decode attention: reduce")
-    assert prepared.model.config._attn_implementation == DECODE_SDPA
+    assert prepared.model.config._attn_implementation == IMPLEMENTATIONS["reduce"]
     assert plain.transforms == () and plain.model.config._attn_implementation == "sdpa"
     assert prepared.weight_bytes == plain.weight_bytes and prepared.num_parameters == plain.num_parameters
 
@@ -70,16 +72,16 @@ def test_the_reduction_form_of_decode_attention_matches_sdpa(dtype):
     assert torch.allclose(got.float(), expected, atol=1e-6 if dtype == torch.float32 else 1e-2)
 
 
-def test_the_decode_attention_kernel_is_chosen_by_environment(monkeypatch):
+def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loads(monkeypatch):
     monkeypatch.delenv("SYNCSCOPE_DECODE_ATTENTION", raising=False)
     assert decode_attention_kernel() == "reduce"
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "sdpa")
     assert decode_attention_kernel() == "sdpa"
-    module = _Attention().eval()
-    query, key, value, mask = _inputs()
-    expected, _ = sdpa_attention_forward(module, query, key, value, mask)
-    compiled = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m)[0], backend="eager")
-    assert torch.allclose(compiled(query, key, value, mask), expected, atol=1e-6)
+    loaded = load_model("tiny-random", device="cpu", dtype="fp32")
+    assert loaded.transforms[-1] == "compiled decode attention: sdpa"
+    assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # later changes do not touch a loaded model
+    assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
     with pytest.raises(ValueError, match="reduce or sdpa"):
         decode_attention_kernel()

@@ -196,10 +196,8 @@ def test_compiled_blockwise_argmax_is_argmax_on_cuda():
 
 
 @pytest.mark.parametrize("kernel", ["sdpa", "reduce"])
-def test_compiled_decode_attention_matches_sdpa_on_cuda(monkeypatch, kernel):
+def test_compiled_decode_attention_matches_sdpa_on_cuda(kernel):
     from core.attention import decode_sdpa
-
-    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", kernel)
 
     class Attention(torch.nn.Module):
         num_key_value_groups = 8
@@ -211,5 +209,6 @@ def test_compiled_decode_attention_matches_sdpa_on_cuda(monkeypatch, kernel):
     mask[..., :300] = True
     expected = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(),
                                                                 attn_mask=mask, enable_gqa=True).transpose(1, 2)
-    got, _ = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m), dynamic=False)(query, key, value, mask)
+    got, _ = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m, kernel=kernel),
+                           dynamic=False)(query, key, value, mask)
     assert torch.allclose(got.float(), expected, atol=2e-2)

@@ -5,6 +5,7 @@ and each gives the same tokens in every trial. Skipped without CUDA or without t
 """
 
 import importlib.util
+import os
 
 import pytest
 
@@ -33,6 +34,19 @@ def real_fp32():
 @pytest.fixture(scope="module")
 def real_bf16():
     return load_model("smollm2-135m-instruct", device="cuda", dtype="bf16")
+
+
+@pytest.fixture(scope="module")
+def real_bf16_fused_attention():
+    saved = os.environ.get("SYNCSCOPE_DECODE_ATTENTION")
+    os.environ["SYNCSCOPE_DECODE_ATTENTION"] = "sdpa"  # read once, when the model loads
+    try:
+        return load_model("smollm2-135m-instruct", device="cuda", dtype="bf16")
+    finally:
+        if saved is None:
+            os.environ.pop("SYNCSCOPE_DECODE_ATTENTION")
+        else:
+            os.environ["SYNCSCOPE_DECODE_ATTENTION"] = saved
 
 
 def identity_report(loaded, prompt, **options) -> dict:
@@ -64,8 +78,18 @@ def test_bf16_within_256_keys_every_trial_agrees_and_the_loops_agree(real_bf16, 
     assert min(lengths) < 128, "every answer ran to the limit: the EOS check was never exercised"
 
 
-def test_bf16_past_256_keys_names_the_cause_when_trials_drift(real_bf16):
+def test_bf16_past_256_keys_repeats_with_the_reduction_attention(real_bf16):
+    """The fifth run's finding on the synthetic 8B and 70B shapes (every bf16 trial repeated at 512 keys with the
+    compiled decode attention written as reductions), for the real model."""
+    assert real_bf16.transforms[-1] == "compiled decode attention: reduce"
     report = identity_report(real_bf16, CHAT, compile="step-graph", max_new_tokens=300, ignore_eos=True)
+    assert report["identity"]["keys"] == 512
+    assert report["self_consistent"] == dict.fromkeys(CONTESTANTS, True), report["identity"]
+
+
+def test_bf16_past_256_keys_names_the_cause_when_the_fused_attention_drifts(real_bf16_fused_attention):
+    report = identity_report(real_bf16_fused_attention, CHAT, compile="step-graph", max_new_tokens=300,
+                             ignore_eos=True)
     assert report["identity"]["keys"] == 512
     if not all(report["self_consistent"].values()):
         assert report["identity"]["cause"] == "half-precision-attention"
