@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on CUDA, fp32 on the CPU)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel degree: the model sharded over N GPUs, one engine process each (default: 1)")
+    p.add_argument("--hf-modules", action="store_true",
+                   help="keep transformers' modules as they are (default: fused projections, compiled decode "
+                        "attention that reads the KV cache in place; see the README)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the app "
                                                        "(default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
@@ -208,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
-    runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp,
+    runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
                     allowed_models=allowed_models(args), limits=limits_for(args),
                     log=lambda line: print(f"syncscope: {line}", flush=True))
     print(f"Starting the engine process and loading {defaults.model} in the background; the page shows progress.")

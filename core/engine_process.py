@@ -49,6 +49,7 @@ class EngineConfig:
     rank: int = 0
     world_size: int = 1
     rendezvous: str | None = None  # tcp://host:port for torch.distributed when world_size > 1
+    hf_modules: bool = False  # load_model(hf_modules=...): transformers' modules as they are
 
 
 class EventBatcher:
@@ -117,7 +118,8 @@ class EngineCore:
         started = time.perf_counter()
         self.loaded = None
         _free_memory()
-        self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype, **self._tp())
+        self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype,
+                                 hf_modules=self.config.hf_modules, **self._tp())
         return {**describe_loaded(self.loaded), "load_s": time.perf_counter() - started}
 
     def _tp(self) -> dict[str, Any]:
@@ -201,7 +203,7 @@ def describe_loaded(loaded: Any) -> dict[str, Any]:
         "spec": loaded.spec, "device": str(device), "device_type": device.type, "gpu": gpu,
         "dtype": str(loaded.dtype).replace("torch.", ""), "parameters": loaded.num_parameters,
         "weight_bytes": loaded.weight_bytes, "tp": getattr(loaded, "tp", 1),
-        "all_reduce": getattr(loaded, "all_reduce", ""),
+        "all_reduce": getattr(loaded, "all_reduce", ""), "transforms": list(getattr(loaded, "transforms", ())),
         "tokenizer_json": backend.to_str() if backend is not None else None,
         "tokenizer_cleanup": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         and type(backend.model).__name__ != "BPE" if backend is not None else False,

@@ -53,11 +53,11 @@ class EngineClient:
 
     def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[int | None, str], None], *,
                  device: str | None = None, dtype: str | None = None, world_size: int = 1,
-                 hang_s: float = HANG_S, cancel_grace_s: float = CANCEL_GRACE_S,
+                 hf_modules: bool = False, hang_s: float = HANG_S, cancel_grace_s: float = CANCEL_GRACE_S,
                  start_timeout_s: float = START_TIMEOUT_S):
         self.on_message = on_message
         self.on_lost = on_lost
-        self.device, self.dtype, self.world_size = device, dtype, world_size
+        self.device, self.dtype, self.world_size, self.hf_modules = device, dtype, world_size, hf_modules
         self.hang_s, self.cancel_grace_s, self.start_timeout_s = hang_s, cancel_grace_s, start_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
         self._cancel = self._ctx.RawValue("q", 0)
@@ -173,7 +173,7 @@ class EngineClient:
         ours, theirs = self._ctx.Pipe(duplex=True)
         heartbeat = self._ctx.RawValue("d", 0.0)
         config = EngineConfig(device=self.device, dtype=self.dtype, rank=rank, world_size=self.world_size,
-                              rendezvous=rendezvous)
+                              rendezvous=rendezvous, hf_modules=self.hf_modules)
         process = self._ctx.Process(target=serve, args=(theirs, self._cancel, heartbeat, config),
                                     name=f"syncscope-engine-{rank}", daemon=True)
         process.start()

@@ -40,10 +40,11 @@ class Runner:
     """Owns the engine processes, the queue of jobs, the NVML sampler and the run history."""
 
     def __init__(self, model: str | None = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None, *,
-                 tp: int = 1, allowed_models: set[str] | None = None, monitor: GpuMonitor | bool = True,
+                 tp: int = 1, hf_modules: bool = False, allowed_models: set[str] | None = None,
+                 monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
                  log: Callable[[str], None] | None = None):
-        self.device, self.dtype, self.tp = device, dtype, tp
+        self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.allowed_models = allowed_models
         self.log = log or (lambda line: None)
         self.max_queue = max_queue
@@ -64,7 +65,7 @@ class Runner:
         self.last_load_error: str | None = None
         self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
         self.engine = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
-                                   **(engine or {}))
+                                   hf_modules=hf_modules, **(engine or {}))
         self.engine.start()
         self._worker = threading.Thread(target=self._work, name="syncscope-runner", daemon=True)
         self._worker.start()
@@ -103,7 +104,8 @@ class Runner:
         tp = f", tensor parallel over {info['tp']} GPUs" if info.get("tp", 1) > 1 else ""
         if tp and info.get("all_reduce"):
             tp += f" (all-reduce: {info['all_reduce']})"
-        return f"{label}, {info['dtype']}{tp}"
+        transforms = f"; {', '.join(info['transforms'])}" if info.get("transforms") else ""
+        return f"{label}, {info['dtype']}{tp}{transforms}"
 
     def check_model(self, spec: Any) -> str:
         """The stripped spec if this runner may load it; ValueError otherwise."""

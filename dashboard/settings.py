@@ -147,13 +147,14 @@ def _checked_prompt(prompt: Any) -> str:
 
 
 def cli_command(request: BenchRequest, prompt: str, model: str, device: str | None = None,
-                dtype: str | None = None, tp: int = 1) -> str:
+                dtype: str | None = None, tp: int = 1, hf_modules: bool = False) -> str:
     """The `python -m core.bench` command that reproduces a dashboard run."""
     o = request.options
     parts = ["python", "-m", "core.bench", "--model", model]
     parts += ["--device", device] if device else []
     parts += ["--dtype", dtype] if dtype else []
     parts += ["--tp", str(tp)] if tp > 1 else []
+    parts += ["--hf-modules"] if hf_modules else []
     parts += ["--prompt", prompt, "--batch", str(request.batch),
               "--max-new-tokens", str(o.max_new_tokens), "--cache", o.cache, "--compile", o.compile,
               "--lag", str(o.lag), "--streams", str(o.streams), "--seed", str(o.seed)]

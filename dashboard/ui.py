@@ -258,7 +258,8 @@ class Dashboard:
         report = job.report or {}
         spec = report.get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
         assert job.request is not None and job.prompt is not None
-        return (cli_command(job.request, job.prompt, spec, self.runner.device, self.runner.dtype, self.runner.tp)
+        return (cli_command(job.request, job.prompt, spec, self.runner.device, self.runner.dtype, self.runner.tp,
+                            self.runner.hf_modules)
                 + " --json results.json")
 
     def cancel(self, request: gr.Request) -> str:

@@ -79,6 +79,9 @@ def test_the_cli_command_rebuilds_the_same_request():
     extras = RunSettings(prompt="Hi", include_aa=True, min_seconds=1.5, deterministic=True).to_request()[0]
     argv = shlex.split(cli_command(extras, "Hi", TINY))[3:]
     assert request_from_args(build_parser().parse_args(argv)) == extras
+    assert not build_parser().parse_args(argv).hf_modules
+    argv = shlex.split(cli_command(extras, "Hi", TINY, tp=2, hf_modules=True))[3:]
+    assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
 
 
 def test_hf_option_adds_deferred_stop_check_on_cuda():
