@@ -511,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         request.validate()
         check_output_path(args.json_path)
         check_profile_dir(args.profile)
+        inductor_overrides()  # a malformed SYNCSCOPE_INDUCTOR_OPTIONS is refused before any work
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it

@@ -1,4 +1,5 @@
-"""core.profiling: kernel kinds from their names, the per-step table, and `--profile` on the command line."""
+"""core.profiling and the CLI options for looking inside a step: kernel kinds, the per-step table, `--profile`,
+inductor options."""
 
 from __future__ import annotations
 
@@ -59,3 +60,12 @@ def test_an_unusable_profile_folder_is_refused_before_any_work(tmp_path, capsys)
     blocker.write_text("")
     assert main(["--model", "tiny-random", "--profile", str(blocker / "sub")]) == 2
     assert "--profile" in capsys.readouterr().err
+
+
+def test_malformed_inductor_options_are_refused_before_any_work(monkeypatch, capsys):
+    monkeypatch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", "{combo_kernels: true}")
+    assert main(["--model", "tiny-random", "--device", "cpu"]) == 2
+    assert "SYNCSCOPE_INDUCTOR_OPTIONS is not valid JSON" in capsys.readouterr().err
+    monkeypatch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", "[1]")
+    assert main(["--model", "tiny-random", "--device", "cpu"]) == 2
+    assert "must be a JSON object" in capsys.readouterr().err
