@@ -12,6 +12,8 @@ compile). There it reads the cache as it is, with one of two kernels (SYNCSCOPE_
   reductions spread over the whole GPU, accumulated in fp32. Side by side in one run on two H200s (Llama-8B, TP=2,
   step-graph, 512-slot cache) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated
   bitwise, where the fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
+- "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
+  work on; correct on the CPU, not yet measured on a GPU;
 - "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
 exactly as for "sdpa".
@@ -27,9 +29,10 @@ import torch
 import torch.nn.functional as F
 
 DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"
-KERNELS = ("reduce", "sdpa")
+KERNELS = ("reduce", "split", "sdpa")
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
-IMPLEMENTATIONS = {"reduce": "syncscope_decode_reduce", "sdpa": "syncscope_decode_sdpa"}
+IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}" for kernel in KERNELS}
+SPLIT_CHUNK = 64  # keys per chunk of split_decode_attention
 
 
 def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -41,6 +44,8 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     if _reads_cache_in_place(module, query, kwargs):
         if kernel == "reduce":
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
+        elif kernel == "split":
+            out = split_decode_attention(query, key, value, attention_mask, scaling)
         else:
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                                  enable_gqa=True)
@@ -50,11 +55,11 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 
 def decode_attention_kernel() -> str:
-    """"reduce" (grouped_decode_attention, the default) or "sdpa" (PyTorch's fused attention), from
-    SYNCSCOPE_DECODE_ATTENTION."""
+    """"reduce" (grouped_decode_attention, the default), "split" (split_decode_attention) or "sdpa" (PyTorch's
+    fused attention), from SYNCSCOPE_DECODE_ATTENTION."""
     choice = os.environ.get(DECODE_ATTENTION_ENV, "").strip().lower() or "reduce"
     if choice not in KERNELS:
-        raise ValueError(f"{DECODE_ATTENTION_ENV} must be reduce or sdpa, got {choice!r}")
+        raise ValueError(f"{DECODE_ATTENTION_ENV} must be one of {', '.join(KERNELS)}, got {choice!r}")
     return choice
 
 
@@ -65,18 +70,48 @@ def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torc
     Scores, softmax and the weighted sum are accumulated in fp32. Shapes: query (B, H, 1, D), key and value
     (B, KV, L, D) with H a multiple of KV; returns (B, H, 1, D)."""
     batch, heads, _, dim = query.shape
+    probs = torch.softmax(_grouped_scores(query, key, attention_mask, scaling), dim=-1)   # (B, KV, G, L)
+    out = (probs[..., None] * value[:, :, None].float()).sum(-2)                         # (B, KV, G, D)
+    return out.reshape(batch, heads, 1, dim).to(query.dtype)
+
+
+def split_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                           attention_mask: torch.Tensor | None, scaling: float | None,
+                           chunk: int = SPLIT_CHUNK) -> torch.Tensor:
+    """`grouped_decode_attention` with the keys split into chunks, as flash-decoding does: each chunk's maximum,
+    exponent sum and weighted values are reduced on their own (chunks times more rows to spread over the GPU), then
+    combined. A cache whose length is not a multiple of `chunk` takes `grouped_decode_attention`."""
+    batch, heads, _, dim = query.shape
+    length = key.shape[2]
+    if length % chunk or length == chunk:
+        return grouped_decode_attention(query, key, value, attention_mask, scaling)
+    chunks = length // chunk
+    scores = _grouped_scores(query, key, attention_mask, scaling).unflatten(-1, (chunks, chunk))  # (B,KV,G,C,c)
+    chunk_max = scores.amax(-1)                                                                   # (B,KV,G,C)
+    shift = torch.where(torch.isneginf(chunk_max), 0.0, chunk_max)  # a fully masked chunk adds nothing
+    weights = torch.exp(scores - shift[..., None])
+    values = value.float().unflatten(2, (chunks, chunk))[:, :, None]                             # (B,KV,1,C,c,D)
+    partial = (weights[..., None] * values).sum(-2)                                               # (B,KV,G,C,D)
+    rescale = torch.exp(chunk_max - chunk_max.amax(-1, keepdim=True))                             # (B,KV,G,C)
+    total = (weights.sum(-1) * rescale).sum(-1)                                                   # (B,KV,G)
+    out = (partial * rescale[..., None]).sum(-2) / total[..., None]                               # (B,KV,G,D)
+    return out.reshape(batch, heads, 1, dim).to(query.dtype)
+
+
+def _grouped_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                    scaling: float | None) -> torch.Tensor:
+    """Scaled, masked fp32 scores of one query token per head against every key: (B, KV, G, L)."""
+    batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     grouped = query.view(batch, kv_heads, heads // kv_heads, 1, dim).float()
     scale = scaling if scaling is not None else dim ** -0.5
-    scores = (grouped * key[:, :, None].float()).sum(-1) * scale          # (B, KV, G, L)
-    if attention_mask is not None:
-        mask = attention_mask
-        if mask.shape[1] == heads and heads != kv_heads:  # one mask row per query head: group them like the heads
-            mask = mask.reshape(batch, kv_heads, heads // kv_heads, -1)
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    probs = torch.softmax(scores, dim=-1)
-    out = (probs[..., None] * value[:, :, None].float()).sum(-2)             # (B, KV, G, D)
-    return out.reshape(batch, heads, 1, dim).to(query.dtype)
+    scores = (grouped * key[:, :, None].float()).sum(-1) * scale
+    if attention_mask is None:
+        return scores
+    mask = attention_mask
+    if mask.shape[1] == heads and heads != kv_heads:  # one mask row per query head: group them like the heads
+        mask = mask.reshape(batch, kv_heads, heads // kv_heads, -1)
+    return scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
 
 
 def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, kwargs: dict[str, Any]) -> bool:
@@ -86,8 +121,8 @@ def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, kwargs: 
 
 
 def use_decode_attention(model: Any, kernel: str) -> bool:
-    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` ("reduce" or
-    "sdpa"), fixed for this model from now on; False when the model uses another attention."""
+    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` (one of KERNELS),
+    fixed for this model from now on; False when the model uses another attention."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 

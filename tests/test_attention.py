@@ -13,6 +13,7 @@ from core.attention import (
     decode_attention_kernel,
     decode_sdpa,
     grouped_decode_attention,
+    split_decode_attention,
 )
 from core.generation import blockwise_argmax
 from core.models import load_model
@@ -31,7 +32,7 @@ def _inputs() -> tuple[torch.Tensor, ...]:
     return query, key, value, mask
 
 
-@pytest.mark.parametrize("kernel", ["reduce", "sdpa"])
+@pytest.mark.parametrize("kernel", ["reduce", "split", "sdpa"])
 def test_compiled_decode_attention_matches_transformers_sdpa(kernel):
     module = _Attention().eval()
     query, key, value, mask = _inputs()
@@ -83,7 +84,7 @@ def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loa
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # later changes do not touch a loaded model
     assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
-    with pytest.raises(ValueError, match="reduce or sdpa"):
+    with pytest.raises(ValueError, match="one of reduce, split, sdpa"):
         decode_attention_kernel()
 
 
@@ -93,3 +94,21 @@ def test_blockwise_argmax_is_argmax_ties_and_all(vocab):
     logits[1, vocab // 3] = logits[1, vocab - 1] = logits[1].max() + 1  # a tie across blocks: the first wins
     logits[2] = float("-inf")
     assert torch.equal(blockwise_argmax(logits), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("valid", [1, 100, 300, 512])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_decode_attention_matches_sdpa_with_fully_masked_chunks_too(dtype, valid):
+    generator = torch.Generator().manual_seed(valid)
+    query = torch.randn(2, 8, 1, 16, generator=generator).to(dtype)
+    key, value = (3 * torch.randn(2, 2, 512, 16, generator=generator).to(dtype) for _ in range(2))
+    mask = torch.zeros(2, 1, 1, 512, dtype=torch.bool)
+    mask[0, ..., :valid] = True
+    mask[1, ..., : max(1, valid // 2)] = True  # chunks past a row's last key are all masked
+    expected = F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask,
+                                              enable_gqa=True)
+    got = split_decode_attention(query, key, value, mask, None)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the output's own rounding
+    assert torch.allclose(got.float(), expected, atol=tolerance, rtol=tolerance)
+    assert torch.equal(split_decode_attention(query, key[:, :, :100], value[:, :, :100], mask[..., :100], None),
+                       grouped_decode_attention(query, key[:, :, :100], value[:, :, :100], mask[..., :100], None))

@@ -1,0 +1,87 @@
+"""Which compiled decode attention is fastest here: the CLI as typed, once per kernel, one after the other.
+
+    python benchmarks/decode_attention.py --out attention.json -- --model synthetic:llama-8b --tp 2 --cache static \\
+        --compile step-graph --prompt-tokens 32 --max-new-tokens 256 --ignore-eos --no-check --trials 5
+
+Everything after `--` goes to `python -m core.bench` unchanged; each kernel (SYNCSCOPE_DECODE_ATTENTION) gets its
+own process, so each run compiles afresh, and the runs share the machine one after the other. The table gives each
+kernel's pipelined decode rate, step time, whether every trial repeated token for token, and its compile time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.attention import DECODE_ATTENTION_ENV, KERNELS  # noqa: E402
+
+
+def run_kernel(kernel: str, bench_args: list[str], folder: Path, timeout_s: float) -> dict[str, Any]:
+    """One `core.bench` run with this decode attention; its report, or why there is none."""
+    report_path = folder / f"{kernel}.json"
+    env = {**os.environ, DECODE_ATTENTION_ENV: kernel}
+    command = [sys.executable, "-m", "core.bench", *bench_args, "--json", str(report_path)]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"kernel": kernel, "error": f"no report within {timeout_s:.0f} s"}
+    if done.returncode != 0 or not report_path.exists():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"kernel": kernel, "error": f"exit code {done.returncode}: {last}"}
+    return {"kernel": kernel, "report": json.loads(report_path.read_text(encoding="utf-8"))}
+
+
+def row(result: dict[str, Any]) -> dict[str, Any]:
+    if "error" in result:
+        return {"kernel": result["kernel"], "error": result["error"]}
+    report = result["report"]
+    pipelined = report["summary"]["pipelined"]
+    return {"kernel": result["kernel"], "decode_tokens_per_s": pipelined["decode_tokens_per_s"],
+            "ms_per_step": pipelined["ms_per_token_p50"], "repeats": all(report["self_consistent"].values()),
+            "compile_s": report["warmup"]["naive"]["compile_ms"] / 1000,
+            "transforms": report["environment"].get("model_transforms")}
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'kernel':<8} {'decode tok/s':>12} {'ms/step':>8} {'repeats':>8} {'compile s':>9}"]
+    for entry in rows:
+        if "error" in entry:
+            lines.append(f"{entry['kernel']:<8} failed: {entry['error']}")
+            continue
+        lines.append(f"{entry['kernel']:<8} {entry['decode_tokens_per_s']:>12.1f} {entry['ms_per_step']:>8.3f} "
+                     f"{'yes' if entry['repeats'] else 'NO':>8} {entry['compile_s']:>9.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS))
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per kernel")
+    parser.add_argument("--out", default=None, help="write the rows and the full reports here (JSON)")
+    args = parser.parse_args(argv[:split])
+    bench_args = argv[split + 1:]
+    if "--compile" not in bench_args:
+        parser.error("give core.bench a --compile mode after --: the kernels differ only in compiled decode steps")
+    with tempfile.TemporaryDirectory() as folder:
+        results = [run_kernel(kernel, bench_args, Path(folder), args.timeout_s) for kernel in args.kernels]
+    rows = [row(result) for result in results]
+    print(format_rows(rows))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"bench_args": bench_args, "rows": rows, "runs": results}, indent=1),
+                                  encoding="utf-8")
+    return 0 if all("error" not in entry for entry in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""benchmarks/decode_attention.py: the CLI once per compiled decode attention kernel, side by side."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "decode_attention.py"
+spec = importlib.util.spec_from_file_location("decode_attention", SCRIPT)
+decode_attention = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(decode_attention)
+
+
+def test_it_needs_a_compile_mode_for_the_kernels_to_matter(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        decode_attention.main(["--", "--model", "tiny-random"])
+    assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err
+
+
+def test_a_failing_kernel_run_is_a_row_that_says_why(tmp_path):
+    result = decode_attention.run_kernel("reduce", ["--model", "no-such-model-here"], tmp_path, timeout_s=120)
+    row = decode_attention.row(result)
+    assert "exit code 2" in row["error"] and "failed: exit code 2" in decode_attention.format_rows([row])
+
+
+@pytest.mark.slow
+def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    code = decode_attention.main(["--out", str(out), "--", "--model", "tiny-random", "--device", "cpu", "--cache",
+                                  "static", "--compile", "default", "--max-new-tokens", "6", "--trials", "1"])
+    assert code == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["kernel"] for r in rows] == ["reduce", "split", "sdpa"]
+    assert all(r["repeats"] and r["decode_tokens_per_s"] > 0 for r in rows)
+    kernels = [r["transforms"][-1].removeprefix("compiled decode attention: ") for r in rows]
+    assert kernels == ["reduce", "split", "sdpa"]
+    assert "split" in capsys.readouterr().out
