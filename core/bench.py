@@ -363,8 +363,20 @@ def environment(loaded: LoadedModel) -> dict[str, Any]:
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce or None,
             "inductor_options": inductor_overrides() or None, "model_transforms": list(loaded.transforms),
+            "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
+
+
+def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:
+    """NVML's facts (driver, clock and power limits, ...) of the GPUs this run used: every rank's, under TP."""
+    if loaded.device.type != "cuda":
+        return []
+    from core.gpu_monitor import gpu_facts, nvml_index
+
+    first = loaded.device.index or 0
+    return gpu_facts([nvml_index(first + offset) for offset in range(loaded.tp)] if loaded.tp > 1
+                     else [nvml_index(first)])
 
 
 def model_facts(loaded: LoadedModel) -> dict[str, Any]:

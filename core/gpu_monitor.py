@@ -308,6 +308,41 @@ def open_reader(indices: Sequence[int] = (0,), nvml: ModuleType | None = None) -
         return CpuReader(_reason(exc))
 
 
+def gpu_facts(indices: Sequence[int], nvml: ModuleType | None = None) -> list[dict[str, Any]]:
+    """What a result depends on beyond the GPU's name, for each GPU `indices` (NVML numbering): driver, clock
+    limits, power limit, temperature and ECC mode; a fact NVML cannot give is None; [] without NVML."""
+    try:
+        nvml = nvml or import_pynvml()
+        nvml.nvmlInit()
+    except Exception:
+        return []
+    try:
+        driver = _safe(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        return [_facts_of(nvml, index, driver) for index in indices]
+    finally:
+        _safe(nvml.nvmlShutdown)
+
+
+def _facts_of(nvml: ModuleType, index: int, driver: str | None) -> dict[str, Any]:
+    handle = _safe(lambda: nvml.nvmlDeviceGetHandleByIndex(index))
+    if handle is None:
+        return {"index": index, "error": "NVML has no GPU with this index"}
+
+    def clock(query: str, kind: str) -> float | None:
+        return _num(_safe(lambda: getattr(nvml, query)(handle, getattr(nvml, kind))))
+
+    power_mw = _num(_safe(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle)))
+    ecc = _safe(lambda: nvml.nvmlDeviceGetEccMode(handle))
+    return {
+        "index": index, "name": _safe(lambda: _text(nvml.nvmlDeviceGetName(handle))), "driver": driver,
+        "max_sm_clock_mhz": clock("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM"),
+        "max_memory_clock_mhz": clock("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM"),
+        "power_limit_w": None if power_mw is None else power_mw / 1000,
+        "temperature_c": _num(_safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
+        "ecc": None if ecc is None else bool(ecc[0]),
+    }
+
+
 def nvml_index(cuda_index: int) -> int:
     """NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES renumbers what torch sees."""
     visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from core.gpu_monitor import CpuReader, GpuMonitor, import_pynvml, nvml_index, open_reader
+from core.gpu_monitor import CpuReader, GpuMonitor, gpu_facts, import_pynvml, nvml_index, open_reader
 
 NOT_SUPPORTED, NOT_FOUND = 3, 6
 POWER, UTIL, CLOCK = 0, 1, 5  # NVML_*_SAMPLES
@@ -389,3 +389,22 @@ def test_importing_the_monitor_does_not_import_torch():
     code = "import sys, core.gpu_monitor; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_gpu_facts_say_what_a_result_depends_on_and_none_for_what_nvml_cannot_tell():
+    nvml = fake_nvml(count=2)
+    nvml.NVML_CLOCK_MEM, nvml.NVML_TEMPERATURE_GPU = 2, 0
+    nvml.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
+    nvml.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980 if kind == nvml.NVML_CLOCK_SM else 3201
+    nvml.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
+    nvml.nvmlDeviceGetTemperature = lambda h, kind: 41 + h[1]
+
+    def no_ecc_query(handle):
+        raise FakeNvmlError("Not Supported", NOT_SUPPORTED)
+
+    nvml.nvmlDeviceGetEccMode = no_ecc_query
+    facts = gpu_facts([0, 1], nvml=nvml)
+    assert facts[1] == {"index": 1, "name": "NVIDIA H200", "driver": "580.95.05", "max_sm_clock_mhz": 1980.0,
+                        "max_memory_clock_mhz": 3201.0, "power_limit_w": 700.0, "temperature_c": 42.0, "ecc": None}
+    assert nvml.calls["shutdown"] == 1
+    assert gpu_facts([0], nvml=fake_nvml(init_error="NVML Shared Library Not Found")) == []
