@@ -21,7 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.options import COMPILE_MODES, DEFAULT_PROMPT
+from core.options import COMPILE_MODES, DEFAULT_PROMPT, HF_MODULES_HELP
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
 from dashboard.reports import parse_report
 from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS, Limits, RunSettings
@@ -49,9 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on CUDA, fp32 on the CPU)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel degree: the model sharded over N GPUs, one engine process each (default: 1)")
-    p.add_argument("--hf-modules", action="store_true",
-                   help="keep transformers' modules as they are (default: fused projections, compiled decode "
-                        "attention that reads the KV cache in place; see the README)")
+    p.add_argument("--hf-modules", action="store_true", help=HF_MODULES_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the app "
                                                        "(default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")

@@ -36,6 +36,7 @@ from core.options import (
     DEFAULT_PROMPT,
     HF,
     HF_DEFERRED,
+    HF_MODULES_HELP,
     LOOPS,
     NO_CHECK,
     PIPELINED_AGAIN,
@@ -413,9 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel over N GPUs (N processes; also works under torchrun)")
-    p.add_argument("--hf-modules", action="store_true",
-                   help="keep transformers' modules as they are: separate q/k/v and gate/up projections, and "
-                        "KV heads copied per query head in compiled steps (default: fused, read in place)")
+    p.add_argument("--hf-modules", action="store_true", help=HF_MODULES_HELP)
     p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
     p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")

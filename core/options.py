@@ -25,6 +25,9 @@ PIPELINED_AGAIN = "pipelined-again"
 CONTESTANTS = (*ALL_LOOPS, PIPELINED_AGAIN, HF, HF_DEFERRED)
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 MAX_MIN_SECONDS = 600.0
+# The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
+HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
+                   "copied per query head in compiled steps (default: fused, and read in place)")
 
 
 @dataclass(frozen=True)
