@@ -13,7 +13,7 @@ compile). There it reads the cache as it is, with one of two kernels (SYNCSCOPE_
   step-graph, 512-slot cache) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated
   bitwise, where the fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
 - "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
-  work on; correct on the CPU, not yet measured on a GPU;
+  work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
 - "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
 exactly as for "sdpa".

@@ -44,6 +44,7 @@ from core.options import (
     BenchRequest,
     GenerationOptions,
 )
+from core.pdl import pdl_choice, pdl_in_effect
 from core.specs import DEFAULT_MODEL
 from core.stats import percentile, spread, verdict, verdict_sentence
 from core.timeline import StepClock, Timings
@@ -274,7 +275,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(loaded),
+        "environment": environment(loaded, request.options.compile),
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
@@ -299,7 +300,8 @@ def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, A
     return identity.explain(identical, self_consistent, device_type=loaded.device.type,
                             dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
                             compile_mode=request.options.compile,
-                            fused_attention=_fused_attention(loaded, request.options.compile))
+                            fused_attention=_fused_attention(loaded, request.options.compile),
+                            pdl=pdl_in_effect(loaded.device, request.options.compile, inductor_overrides()))
 
 
 def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
@@ -357,13 +359,16 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def environment(loaded: LoadedModel) -> dict[str, Any]:
+def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
     import transformers
+
 
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce or None,
-            "inductor_options": inductor_overrides() or None, "model_transforms": list(loaded.transforms),
+            "inductor_options": inductor_overrides() or None,
+            "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_overrides()),
+            "model_transforms": list(loaded.transforms),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
@@ -522,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         request.validate()
         check_output_path(args.json_path)
         check_profile_dir(args.profile)
-        inductor_overrides()  # a malformed SYNCSCOPE_INDUCTOR_OPTIONS is refused before any work
+        inductor_overrides()  # a malformed SYNCSCOPE_INDUCTOR_OPTIONS or SYNCSCOPE_PDL is refused before any work
+        pdl_choice()
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it

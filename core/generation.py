@@ -30,6 +30,7 @@ from core.options import (
     is_int,
     require,
 )
+from core.pdl import pdl_inductor_options
 from core.timeline import StepClock, Timings
 
 WARMUP_STEPS = 4
@@ -443,9 +444,10 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         # That mode also turns on coordinate-descent tuning, with which inductor rewrites batch-1 matmuls as
         # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
-        extra = dict(inductor_overrides())
+        extra = pdl_inductor_options(loaded.device) if mode == STEP_GRAPH else {}
         if mode == STEP_GRAPH and loaded.all_reduce == ONE_SHOT_ALL_REDUCE:
             extra["_collective.auto_select"] = True
+        extra.update(inductor_overrides())
         if extra:
             options = {**torch._inductor.list_mode_options(inductor_mode), **extra}
             compiled = torch.compile(loaded.model.forward, options=options, dynamic=False, fullgraph=False)

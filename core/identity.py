@@ -14,7 +14,9 @@ With bf16 logits, two candidates are often tied or one rounding step apart, so o
 in a step can pick another token from then on. The fifth run (h200-2026-11-29-e) placed the drift in the fused
 attention kernel: with compiled decode attention written as reductions (core.attention, "reduce"), every bf16
 trial repeated token for token at 512 keys (Llama-8B and -70B shapes, TP=2, step-graph), and every run with the
-fused kernel drifted. So the explanation below applies where a fused attention kernel ran.
+fused kernel drifted. So the explanation below applies where a fused attention kernel ran. The sixth run
+(h200-2026-11-29-f) added one more: with inductor's own placement of programmatic-dependent-launch waits
+(core.pdl, SYNCSCOPE_PDL=inductor), Llama-70B bf16 trials drifted where the same run without it repeated bitwise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ STATIC_CACHE_BUCKET = 256  # static caches are sized up to a multiple of this (c
 HALF_PRECISION_ATTENTION = "half-precision-attention"
 UNKNOWN = "unknown"
 GENERATE_KERNELS = "generate-kernels"
+INDUCTOR_PDL = "inductor-pdl"
 
 
 def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
@@ -39,15 +42,23 @@ def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
 
 
 def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, device_type: str, dtype: str,
-            keys: int, compile_mode: str, fused_attention: bool = True) -> dict[str, Any]:
+            keys: int, compile_mode: str, fused_attention: bool = True, pdl: str = "off") -> dict[str, Any]:
     """{"cause", "reason", "keys"}: cause None when every contestant is identical to the reference.
-    `fused_attention`: whether decode steps ran a fused attention kernel (False: core.attention's reductions)."""
+    `fused_attention`: whether decode steps ran a fused attention kernel (False: core.attention's reductions);
+    `pdl`: the programmatic-dependent-launch placement the compile used (core.pdl)."""
     drifting = [name for name, ok in self_consistent.items() if not ok]
     differing = [name for name, ok in identical.items() if not ok and self_consistent.get(name, True)]
     entry: dict[str, Any] = {"cause": None, "reason": None, "keys": keys, "drifting": drifting,
                              "differing": differing}
     half = device_type == "cuda" and dtype in ("bfloat16", "float16")
-    if drifting and half and keys > REPRODUCIBLE_KEYS and fused_attention:
+    if drifting and pdl == "inductor":
+        entry["cause"] = INDUCTOR_PDL
+        entry["reason"] = (
+            "the same code gave different tokens from one trial to the next, with inductor's placement of "
+            "programmatic-dependent-launch waits (SYNCSCOPE_PDL=inductor), which lets a kernel read what an earlier "
+            "kernel wrote before that kernel has finished; on the H200 it made Llama-70B bf16 trials drift where the "
+            "same run without it repeated bitwise. Run with SYNCSCOPE_PDL=safe or off for a token-identity check.")
+    elif drifting and half and keys > REPRODUCIBLE_KEYS and fused_attention:
         entry["cause"] = HALF_PRECISION_ATTENTION
         entry["reason"] = (
             f"the same code gave different tokens from one trial to the next. On CUDA in {dtype}, a decode step "

@@ -3,7 +3,15 @@ cannot, instead of a bare NO."""
 
 from core.bench import BenchRequest, build_report, format_table
 from core.generation import GenerationOptions
-from core.identity import GENERATE_KERNELS, HALF_PRECISION_ATTENTION, UNKNOWN, attended_keys, explain, footnote
+from core.identity import (
+    GENERATE_KERNELS,
+    HALF_PRECISION_ATTENTION,
+    INDUCTOR_PDL,
+    UNKNOWN,
+    attended_keys,
+    explain,
+    footnote,
+)
 
 BOTH = ("naive", "pipelined")
 
@@ -34,6 +42,13 @@ def test_what_was_not_measured_is_not_explained_away():
     assert drifting_pipelined(device_type="cpu")["cause"] == UNKNOWN
     assert drifting_pipelined(fused_attention=False)["cause"] == UNKNOWN  # the reduction attention repeated
     assert "not identified" in drifting_pipelined(dtype="float32")["reason"]
+
+
+def test_drift_with_inductors_pdl_placement_names_it_at_any_length_and_precision():
+    for facts in ({}, {"keys": 256}, {"dtype": "float32"}, {"fused_attention": False}):
+        entry = drifting_pipelined(pdl="inductor", **facts)
+        assert entry["cause"] == INDUCTOR_PDL and "SYNCSCOPE_PDL=safe or off" in entry["reason"], facts
+    assert drifting_pipelined(pdl="safe", keys=256)["cause"] == UNKNOWN  # the safe placement waits for everything
 
 
 def test_a_loop_that_differs_consistently_gets_no_excuse():

@@ -1,0 +1,113 @@
+"""Programmatic dependent launch (PDL) for the kernels of a step-graph decode step: an option, off by default.
+
+A batch-1 decode step is ~450 short kernels (Llama-8B shape, TP=2), each of which normally waits for the one before
+to finish before the GPU schedules its blocks. With PDL (Hopper and newer) a kernel is launched while its
+predecessor still runs and waits inside, at `gdc_wait`, for what it needs; inductor generates that code when
+`triton.enable_pdl` is set. SYNCSCOPE_PDL chooses:
+- "off" (the default);
+- "inductor": inductor's placement, which waits only before an access that depends on the kernel just before, so
+  a kernel can start reading weights while its predecessor finishes. A kernel that reads what an earlier kernel
+  wrote then relies on every kernel in between having waited, and a kernel without loads (a fill) never does;
+- "safe": a wait before each kernel's first memory access, whatever it reads, so a kernel starts only once its
+  predecessor (and by induction every kernel before it) has finished, as without PDL; only launch and block
+  scheduling overlap.
+
+Measured on two H200s (nvidia-h200-x2, TP=2, step-graph, benchmarks/results/h200-2026-11-29-f), it depends on the
+machine. On one, Llama-8B went from 256.2 to 294.3 tok/s with "inductor" (+14.9%, same run), but its Llama-70B bf16
+trials stopped repeating token for token where the same run without PDL repeated bitwise: the hazard above, seen.
+On another, whose Llama-8B ran at 291.3 tok/s without PDL, "safe" ran at 274.6 (-5.7%) and "inductor" at 282.6
+(-3.0%). So PDL stays off unless asked for; the report's `environment.pdl` says which ran.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+PDL_ENV = "SYNCSCOPE_PDL"
+PDL_CHOICES = ("off", "safe", "inductor")
+
+
+def pdl_choice() -> str:
+    """The PDL placement SYNCSCOPE_PDL asks for: "off" (the default), "safe" or "inductor"."""
+    choice = os.environ.get(PDL_ENV, "").strip().lower() or "off"
+    if choice not in PDL_CHOICES:
+        raise ValueError(f"{PDL_ENV} must be one of {', '.join(PDL_CHOICES)}, got {choice!r}")
+    return choice
+
+
+def supports_pdl(device: torch.device | str) -> bool:
+    """PDL needs an NVIDIA GPU of compute capability 9.0 (Hopper) or newer."""
+    device = torch.device(device)
+    return (device.type == "cuda" and torch.version.hip is None and torch.cuda.is_available()
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def pdl_inductor_options(device: torch.device | str, choice: str | None = None) -> dict[str, Any]:
+    """Inductor options that turn PDL on for a compile on `device` (empty when off or unsupported). The safe
+    placement also installs its code generator and adds a no-op graph pass whose id keeps its compiled graphs apart
+    from inductor-placed ones in inductor's on-disk cache."""
+    choice = choice or pdl_choice()
+    if choice == "off" or not supports_pdl(device):
+        return {}
+    if choice == "inductor":
+        return {"triton.enable_pdl": True}
+    install_safe_pdl_placement()
+    return {"triton.enable_pdl": True, "post_grad_custom_post_pass": SafePdlCacheKey()}
+
+
+def pdl_in_effect(device: torch.device | str, compile_mode: str, overrides: dict[str, Any]) -> str:
+    """What a compile in `compile_mode` on `device` gets, for reports: "safe", "inductor", "off" or "unsupported"
+    (PDL is used in step-graph mode only; SYNCSCOPE_INDUCTOR_OPTIONS may still set triton.enable_pdl itself)."""
+    from core.options import STEP_GRAPH
+
+    asked = overrides.get("triton.enable_pdl")
+    if asked is False:
+        return "off"
+    if compile_mode != STEP_GRAPH:
+        return "inductor" if asked else "off"
+    choice = pdl_choice()
+    if choice == "off":
+        return "inductor" if asked else "off"
+    return choice if supports_pdl(device) else "unsupported"
+
+
+def install_safe_pdl_placement() -> None:
+    """Make inductor's Triton kernels wait for their predecessor before their first memory access (idempotent)."""
+    from torch._inductor.codegen.triton import TritonKernel
+
+    if getattr(TritonKernel._handle_pdl_before_access, "_syncscope_safe", False):
+        return
+    TritonKernel._handle_pdl_before_access = _wait_before_any_access
+
+
+def _wait_before_any_access(self: Any, wait_buffer: Any, *dependencies: Any, consider_reads: bool = False) -> None:
+    """Inductor's `_handle_pdl_before_access` without the test for a dependency on the kernel just before: every
+    access gets a wait, and inductor's `_filter_pdl` keeps only the first, hoisted above any loop like inductor's."""
+    if not self._enable_pdl_codegen():
+        return
+    if self.inside_reduction and self.range_trees[-1].is_loop:
+        wait_buffer = self.body
+    wait_buffer.writeline(self.GDC_WAIT)
+
+
+_wait_before_any_access._syncscope_safe = True  # type: ignore[attr-defined]
+
+
+def _custom_graph_pass_base() -> type:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    return CustomGraphPass
+
+
+class SafePdlCacheKey(_custom_graph_pass_base()):  # type: ignore[misc]
+    """A graph pass that changes nothing; its uuid enters inductor's cache key, so a graph compiled with the safe
+    placement is never served to a compile with inductor's own, or the other way round."""
+
+    def __call__(self, graph: torch.fx.graph.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return "syncscope-safe-pdl-1"
