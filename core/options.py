@@ -28,6 +28,9 @@ MAX_MIN_SECONDS = 600.0
 # The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
 HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
                    "copied per query head in compiled steps (default: fused, and read in place)")
+# Environment variables that change what a run computes or how fast (each module that reads one documents it); a
+# command that reproduces a run carries those that are set.
+TUNING_ENV = ("SYNCSCOPE_DECODE_ATTENTION", "SYNCSCOPE_INDUCTOR_OPTIONS", "SYNCSCOPE_PDL", "SYNCSCOPE_TP_ALL_REDUCE")
 
 
 @dataclass(frozen=True)

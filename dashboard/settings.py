@@ -5,7 +5,9 @@ No torch here: the server validates a form without importing it.
 
 from __future__ import annotations
 
+import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ from core.options import (
     LOOPS,
     NO_CHECK,
     PIPELINED_AGAIN,
+    TUNING_ENV,
     BenchRequest,
     GenerationOptions,
 )
@@ -147,9 +150,13 @@ def _checked_prompt(prompt: Any) -> str:
 
 
 def cli_command(request: BenchRequest, prompt: str, model: str, device: str | None = None,
-                dtype: str | None = None, tp: int = 1, hf_modules: bool = False) -> str:
-    """The `python -m core.bench` command that reproduces a dashboard run."""
+                dtype: str | None = None, tp: int = 1, hf_modules: bool = False,
+                environ: Mapping[str, str] | None = None) -> str:
+    """The `python -m core.bench` command that reproduces a dashboard run, after the tuning variables (TUNING_ENV)
+    set in `environ` (default: this process's environment, which the engine processes inherit)."""
     o = request.options
+    environ = os.environ if environ is None else environ
+    assignments = [f"{name}={shlex.quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
     parts = ["python", "-m", "core.bench", "--model", model]
     parts += ["--device", device] if device else []
     parts += ["--dtype", dtype] if dtype else []
@@ -166,4 +173,4 @@ def cli_command(request: BenchRequest, prompt: str, model: str, device: str | No
     parts += ["--deterministic"] if request.deterministic else []
     flags = {NO_CHECK: "--no-check", PIPELINED_AGAIN: "--aa", HF: "--hf", HF_DEFERRED: "--hf-deferred"}
     parts += [flag for name, flag in flags.items() if name in request.contestants]
-    return shlex.join([*parts, "--stream"])
+    return "".join(assignments) + shlex.join([*parts, "--stream"])

@@ -84,6 +84,20 @@ def test_the_cli_command_rebuilds_the_same_request():
     assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
 
 
+def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
+    request = RunSettings(prompt="Hi").to_request()[0]
+    environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
+               "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
+    command = cli_command(request, "Hi", TINY, environ=environ)
+    expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
+    assert command.startswith(expected)
+    assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
+    result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
+                            check=True)
+    assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
+    assert cli_command(request, "Hi", TINY, environ={}).startswith("python -m core.bench")
+
+
 def test_hf_option_adds_deferred_stop_check_on_cuda():
     settings = RunSettings(prompt="Hi", include_hf=True)
     assert settings.to_request()[0].contestants == ("naive", "pipelined", "hf")
