@@ -14,7 +14,9 @@ compile). There it reads the cache as it is, with one of two kernels (SYNCSCOPE_
   bitwise, where the fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
 - "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
   work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
-- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
+- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200);
+- "triton": one hand-written Triton kernel per layer (core.triton_attention), flash-decoding with each KV head's
+  query heads together; correct in Triton's interpreter, not yet measured on a GPU. The CPU runs "reduce" instead.
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
 exactly as for "sdpa".
 """
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"
-KERNELS = ("reduce", "split", "sdpa")
+KERNELS = ("reduce", "split", "sdpa", "triton")
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
 IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}" for kernel in KERNELS}
 SPLIT_CHUNK = 64  # keys per chunk of split_decode_attention
@@ -46,6 +48,12 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
         elif kernel == "split":
             out = split_decode_attention(query, key, value, attention_mask, scaling)
+        elif kernel == "triton" and query.is_cuda:
+            from core.triton_attention import triton_decode_attention
+
+            out = triton_decode_attention(query, key, value, attention_mask, scaling)
+        elif kernel == "triton":  # the CPU has no Triton kernels: the same math as reductions
+            out = grouped_decode_attention(query, key, value, attention_mask, scaling)
         else:
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                                  enable_gqa=True)
@@ -55,8 +63,8 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 
 def decode_attention_kernel() -> str:
-    """"reduce" (grouped_decode_attention, the default), "split" (split_decode_attention) or "sdpa" (PyTorch's
-    fused attention), from SYNCSCOPE_DECODE_ATTENTION."""
+    """"reduce" (grouped_decode_attention, the default), "split" (split_decode_attention), "sdpa" (PyTorch's
+    fused attention) or "triton" (core.triton_attention), from SYNCSCOPE_DECODE_ATTENTION."""
     choice = os.environ.get(DECODE_ATTENTION_ENV, "").strip().lower() or "reduce"
     if choice not in KERNELS:
         raise ValueError(f"{DECODE_ATTENTION_ENV} must be one of {', '.join(KERNELS)}, got {choice!r}")
@@ -128,6 +136,12 @@ def use_decode_attention(model: Any, kernel: str) -> bool:
 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return False
+    if kernel == "triton" and model.device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds "
+                             f"bring along: {exc}") from exc
     for name, implementation in IMPLEMENTATIONS.items():
         ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))
         ALL_MASK_ATTENTION_FUNCTIONS.register(implementation, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])

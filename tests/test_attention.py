@@ -32,7 +32,7 @@ def _inputs() -> tuple[torch.Tensor, ...]:
     return query, key, value, mask
 
 
-@pytest.mark.parametrize("kernel", ["reduce", "split", "sdpa"])
+@pytest.mark.parametrize("kernel", ["reduce", "split", "sdpa", "triton"])
 def test_compiled_decode_attention_matches_transformers_sdpa(kernel):
     module = _Attention().eval()
     query, key, value, mask = _inputs()
@@ -84,7 +84,7 @@ def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loa
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # later changes do not touch a loaded model
     assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
-    with pytest.raises(ValueError, match="one of reduce, split, sdpa"):
+    with pytest.raises(ValueError, match="one of reduce, split, sdpa, triton"):
         decode_attention_kernel()
 
 

@@ -195,7 +195,7 @@ def test_compiled_blockwise_argmax_is_argmax_on_cuda():
     assert torch.equal(_compiled_argmax()(logits), logits.argmax(-1))
 
 
-@pytest.mark.parametrize("kernel", ["sdpa", "reduce", "split"])
+@pytest.mark.parametrize("kernel", ["sdpa", "reduce", "split", "triton"])
 def test_compiled_decode_attention_matches_sdpa_on_cuda(kernel):
     from core.attention import decode_sdpa
 

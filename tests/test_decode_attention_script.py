@@ -33,8 +33,8 @@ def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
                                   "static", "--compile", "default", "--max-new-tokens", "6", "--trials", "1"])
     assert code == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [r["kernel"] for r in rows] == ["reduce", "split", "sdpa"]
+    assert [r["kernel"] for r in rows] == ["reduce", "split", "sdpa", "triton"]
     assert all(r["repeats"] and r["decode_tokens_per_s"] > 0 for r in rows)
     kernels = [r["transforms"][-1].removeprefix("compiled decode attention: ") for r in rows]
-    assert kernels == ["reduce", "split", "sdpa"]
+    assert kernels == ["reduce", "split", "sdpa", "triton"]
     assert "split" in capsys.readouterr().out

@@ -1,0 +1,87 @@
+"""core.triton_attention: the hand-written decode attention against the reduction form, in Triton's interpreter on
+the CPU (where the triton package is installed; PyTorch's CPU wheels do not bring it) and on CUDA."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from core.attention import grouped_decode_attention
+from core.triton_attention import BLOCK_KEYS, split_count
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+
+
+def test_a_long_cache_is_split_over_programs_and_a_short_one_is_not():
+    assert split_count(512) == 1 and split_count(1024) == 1
+    assert split_count(1025) == 2 and split_count(8192) == 8
+    assert split_count(300, split_keys=BLOCK_KEYS) == 5
+
+
+def _case(dtype, batch, heads, kv_heads, length, dim, mask_kind, device="cpu"):
+    generator = torch.Generator().manual_seed(length + heads)
+    query = torch.randn(batch, 1, heads, dim, generator=generator).to(dtype).transpose(1, 2)  # strided, as in HF
+    key, value = (torch.randn(batch, kv_heads, length, dim, generator=generator).to(dtype) for _ in range(2))
+    valid = torch.arange(length) < length - 37
+    if mask_kind == "bool":
+        mask = valid.view(1, 1, 1, length).expand(batch, 1, 1, length)
+    elif mask_kind == "bool-per-head":
+        mask = valid & (torch.rand(batch, heads, 1, length, generator=generator) > 0.3)
+        mask[..., 0] = True
+    elif mask_kind == "additive":
+        mask = torch.where(valid, 0.0, float("-inf")).to(dtype).view(1, 1, 1, length).expand(batch, 1, 1, length)
+    else:
+        mask = None
+    return [t.to(device) if t is not None else None for t in (query, key, value, mask)]
+
+
+CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per program
+    (1, 16, 4, 512, 128, "bool", 1024),  # Llama-8B at TP=2, one program per KV head
+    (2, 8, 2, 200, 64, "additive", 64),  # split over 4 programs, the last one partly past the cache
+    (1, 4, 4, 130, 32, None, 1024),  # no grouping
+    (2, 8, 2, 256, 64, "bool-per-head", 96),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES)
+def test_the_kernels_match_the_reduction_form_in_tritons_interpreter(monkeypatch, dtype, case):
+    import core.triton_attention as module
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module._kernels.cache_clear()  # the interpreter is chosen when the kernels are defined
+    try:
+        batch, heads, kv_heads, length, dim, mask_kind, split_keys = case
+        query, key, value, mask = _case(dtype, batch, heads, kv_heads, length, dim, mask_kind)
+        expected = grouped_decode_attention(query, key, value, mask, None)
+        got = module.run_kernels_directly(query, key, value, mask, dim ** -0.5, split_keys=split_keys)
+        assert got.shape == expected.shape and got.dtype == dtype
+        torch.testing.assert_close(got, expected, atol=1e-6 if dtype == torch.float32 else 4e-3, rtol=0)
+    finally:
+        module._kernels.cache_clear()
+
+
+def test_shapes_it_cannot_take_are_refused_with_the_reason():
+    from core.triton_attention import _launch
+
+    query, key, value, _ = _case(torch.float32, 1, 6, 4, 64, 32, None)
+    with pytest.raises(ValueError, match="query heads a multiple of KV heads"):
+        _launch(query, key, value, None, 1.0, lambda kernel: kernel, (None, None))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+@pytest.mark.parametrize("case", [*CASES, (1, 64, 8, 4096, 128, "bool", 1024)])
+def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
+    from core.triton_attention import triton_decode_attention
+
+    batch, heads, kv_heads, length, dim, mask_kind, _ = case
+    query, key, value, mask = _case(torch.bfloat16, batch, heads, kv_heads, length, dim, mask_kind, device="cuda")
+    expected = grouped_decode_attention(query, key, value, mask, None)
+    compiled = torch.compile(triton_decode_attention, dynamic=False)
+    first = compiled(query, key, value, mask, None)
+    torch.testing.assert_close(first, expected, atol=1.6e-2, rtol=0)
+    assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
