@@ -139,7 +139,10 @@ def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
         t = run["timings"]
         assert t["decode_tokens"] == t["new_tokens"] - 1
         assert t["decode_ms"] == pytest.approx(t["total_ms"] - t["ttft_ms"])
-        assert t["decode_tokens_per_s"] > t["tokens_per_s"]  # prefill is left out of it
+        # Prefill is left out of it: the rate is the decode tokens over the decode time alone. (Whether it is above
+        # the whole-run rate depends on whether prefill took longer than a decode step, which a tiny CPU model
+        # need not do.)
+        assert t["decode_tokens_per_s"] == pytest.approx(t["decode_tokens"] / t["decode_ms"] * 1000)
     assert report["verdict"]["metric"] == "decode_tokens_per_s"
     text = text_of(headline_md(report))
     assert text.startswith("pipelined/naive") and "decode-phase tokens/s" in text and "TTFT" in text
