@@ -1,6 +1,8 @@
 """Why outputs differ: the report names the measured cause (bf16 attention past 256 keys on CUDA), and says when it
 cannot, instead of a bare NO."""
 
+from dataclasses import replace
+
 from core.bench import BenchRequest, build_report, format_table
 from core.generation import GenerationOptions
 from core.identity import (
@@ -95,3 +97,6 @@ def test_the_report_knows_which_attention_ran(tiny):
 
     assert tiny.transforms[-1] == "compiled decode attention: reduce"
     assert _fused_attention(tiny, "off") and not _fused_attention(tiny, "step-graph")
+    for kernel, fused in (("split", False), ("sdpa", True), ("triton", True)):
+        other = replace(tiny, transforms=(*tiny.transforms[:-1], f"compiled decode attention: {kernel}"))
+        assert _fused_attention(other, "step-graph") is fused, kernel
