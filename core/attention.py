@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.triton_attention import triton_decode_attention
+
 DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"
 KERNELS = ("reduce", "split", "sdpa", "triton")
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
@@ -49,8 +51,6 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         elif kernel == "split":
             out = split_decode_attention(query, key, value, attention_mask, scaling)
         elif kernel == "triton" and query.is_cuda:
-            from core.triton_attention import triton_decode_attention
-
             out = triton_decode_attention(query, key, value, attention_mask, scaling)
         elif kernel == "triton":  # the CPU has no Triton kernels: the same math as reductions
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
@@ -142,6 +142,7 @@ def use_decode_attention(model: Any, kernel: str) -> bool:
         except ImportError as exc:
             raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds "
                              f"bring along: {exc}") from exc
+
     for name, implementation in IMPLEMENTATIONS.items():
         ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))
         ALL_MASK_ATTENTION_FUNCTIONS.register(implementation, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])

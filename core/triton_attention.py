@@ -16,6 +16,7 @@ into the step's CUDA graph). Chosen with SYNCSCOPE_DECODE_ATTENTION=triton; the 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from typing import Any
 
@@ -31,7 +32,7 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     multiple of KV, mask None, boolean (True = attend) or additive, shaped (B, 1 or H, 1, L); returns (B, H, 1, D)
     in the query's dtype."""
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    return _decode_attention_op()(query, key, value, attention_mask, scale)
+    return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
 
 
 def split_count(length: int, split_keys: int = SPLIT_KEYS) -> int:
@@ -186,8 +187,11 @@ def run_kernels_directly(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     return _launch(query, key, value, attention_mask, scale, lambda kernel: kernel, _kernels(), split_keys)
 
 
-@functools.cache
-def _decode_attention_op() -> Any:
+def register_triton_decode_attention() -> None:
+    """Register the kernels as the operator `syncscope::triton_decode_attention` (once, when this module is imported
+    where Triton is installed: compiled code cannot create an operator, since dynamo traces into whatever does)."""
+    if hasattr(torch.ops.syncscope, "triton_decode_attention"):
+        return
     from torch.library import triton_op, wrap_triton
 
     @triton_op("syncscope::triton_decode_attention", mutates_args=())
@@ -195,4 +199,6 @@ def _decode_attention_op() -> Any:
            scale: float) -> torch.Tensor:
         return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels())
 
-    return op
+
+if importlib.util.find_spec("triton") is not None:  # PyTorch's CUDA builds bring it; its CPU builds do not
+    register_triton_decode_attention()
