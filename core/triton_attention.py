@@ -5,9 +5,11 @@ H200 at 512 keys (Llama-8B shape, TP=2), and cuDNN's fused kernel takes 9.6 µs.
 0.6 MB of K/V per step); what costs is kernels and their latency. Here one program handles one KV head and all the
 query heads that share it, so each key and value is read once, and streams the keys in blocks with an online
 softmax in fp32. Scores are tensor-core products of the bf16 query and keys, exact in fp32 and summed in fp32; the
-probabilities meet the values in TF32 (flash-attention rounds them to bf16); an fp32 model gets fp32 products. A
-long cache is split over several programs (flash-decoding) and a second small kernel combines their partial
-results; up to SPLIT_KEYS keys it is one kernel. The order of every sum is fixed, so results repeat bitwise.
+probabilities meet the values in TF32 (flash-attention rounds them to bf16); an fp32 model gets fp32 products. At
+batch 1 that is only one program per KV head (4 per GPU for Llama-8B at TP=2), so the keys are split over several
+programs, enough to give every SM one (flash-decoding's heuristic, at least BLOCK_KEYS keys each), and a second
+small kernel combines their partial results; when one program per KV head already fills the GPU it is one kernel.
+The split depends only on the shapes and the GPU, and the order of every sum is fixed, so results repeat bitwise.
 
 It is registered as a `torch.library.triton_op`, which inductor compiles into its graph like its own kernels (and so
 into the step's CUDA graph). Chosen with SYNCSCOPE_DECODE_ATTENTION=triton; the CPU takes "reduce" instead.
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
-SPLIT_KEYS = 1024  # keys per program: a longer cache is split over several programs, then combined
+MAX_SPLITS = 64  # the most programs sharing one KV head's keys
 
 
 def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -35,13 +37,15 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
 
 
-def split_count(length: int, split_keys: int = SPLIT_KEYS) -> int:
-    """How many programs share one KV head's keys."""
-    return max(1, -(-length // split_keys))
+def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
+    """How many keys each program takes, a whole number of blocks: enough programs for `programs_wanted` (the GPU's
+    SM count) over `rows` (batch x KV heads), at most MAX_SPLITS per row, at least one block of keys each."""
+    splits = max(1, min(-(-programs_wanted // rows), MAX_SPLITS, -(-length // BLOCK_KEYS)))
+    return _ceil_to(-(-length // splits), BLOCK_KEYS)
 
 
 def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
-            launch: Any, kernels: tuple[Any, Any], split_keys: int = SPLIT_KEYS) -> torch.Tensor:
+            launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None) -> torch.Tensor:
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
     (`wrap_triton` inside a compile, the kernel itself otherwise)."""
     attend, combine = kernels
@@ -52,7 +56,10 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
                          f"with query heads a multiple of KV heads; got query {tuple(query.shape)}, "
                          f"key {tuple(key.shape)}")
     group = heads // kv_heads
-    split_len = _ceil_to(-(-length // split_count(length, split_keys)), BLOCK_KEYS)  # keys per program
+    if split_keys is None:
+        split_len = keys_per_program(length, batch * kv_heads, _sm_count(query.device))
+    else:
+        split_len = _ceil_to(min(split_keys, length), BLOCK_KEYS)
     splits = -(-length // split_len)
     out = torch.empty((batch, heads, 1, dim), device=query.device, dtype=query.dtype)
     if splits > 1:
@@ -81,6 +88,12 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
             partial, stats, out, splits,
             SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, num_warps=4)
     return out
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1  # Triton's interpreter on the CPU: one program per row unless a test asks for a split
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _interpreted() -> bool:
@@ -182,7 +195,7 @@ def _kernels() -> tuple[Any, Any]:
 
 def run_kernels_directly(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          attention_mask: torch.Tensor | None, scale: float,
-                         split_keys: int = SPLIT_KEYS) -> torch.Tensor:
+                         split_keys: int | None = None) -> torch.Tensor:
     """The two kernels launched as plain Triton calls, outside any compile (tests; Triton's interpreter on the CPU)."""
     return _launch(query, key, value, attention_mask, scale, lambda kernel: kernel, _kernels(), split_keys)
 

@@ -14,15 +14,17 @@ import pytest
 import torch
 
 from core.attention import grouped_decode_attention
-from core.triton_attention import BLOCK_KEYS, split_count
+from core.triton_attention import BLOCK_KEYS, MAX_SPLITS, keys_per_program
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
 
-def test_a_long_cache_is_split_over_programs_and_a_short_one_is_not():
-    assert split_count(512) == 1 and split_count(1024) == 1
-    assert split_count(1025) == 2 and split_count(8192) == 8
-    assert split_count(300, split_keys=BLOCK_KEYS) == 5
+def test_the_keys_are_split_until_every_sm_has_a_program():
+    assert keys_per_program(512, rows=4, programs_wanted=132) == BLOCK_KEYS  # 8B at TP=2: 8 splits of one block
+    assert keys_per_program(4096, rows=4, programs_wanted=132) == 128  # 33 wanted: 32 of two blocks
+    assert keys_per_program(512, rows=256, programs_wanted=132) == 512  # a large batch fills the GPU unsplit
+    assert keys_per_program(100, rows=1, programs_wanted=132) == BLOCK_KEYS  # never less than a block
+    assert -(-65536 // keys_per_program(65536, rows=1, programs_wanted=1000)) == MAX_SPLITS
 
 
 def _case(dtype, batch, heads, kv_heads, length, dim, mask_kind, device="cpu"):
@@ -42,10 +44,10 @@ def _case(dtype, batch, heads, kv_heads, length, dim, mask_kind, device="cpu"):
     return [t.to(device) if t is not None else None for t in (query, key, value, mask)]
 
 
-CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per program
-    (1, 16, 4, 512, 128, "bool", 1024),  # Llama-8B at TP=2, one program per KV head
+CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per program (None: one program per KV head)
+    (1, 16, 4, 512, 128, "bool", None),  # Llama-8B at TP=2 in one kernel
     (2, 8, 2, 200, 64, "additive", 64),  # split over 4 programs, the last one partly past the cache
-    (1, 4, 4, 130, 32, None, 1024),  # no grouping
+    (1, 4, 4, 130, 32, None, None),  # no grouping
     (2, 8, 2, 256, 64, "bool-per-head", 96),
 ]
 
@@ -103,9 +105,9 @@ def test_shapes_it_cannot_take_are_refused_with_the_reason():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
-@pytest.mark.parametrize("case", [*CASES, (1, 64, 8, 4096, 128, "bool", 1024)])
+@pytest.mark.parametrize("case", [*CASES, (1, 64, 8, 4096, 128, "bool", None)])
 def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
-    from core.triton_attention import triton_decode_attention
+    from core.triton_attention import run_kernels_directly, triton_decode_attention
 
     batch, heads, kv_heads, length, dim, mask_kind, _ = case
     query, key, value, mask = _case(torch.bfloat16, batch, heads, kv_heads, length, dim, mask_kind, device="cuda")
@@ -114,3 +116,5 @@ def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
     first = compiled(query, key, value, mask, None)
     torch.testing.assert_close(first, expected, atol=1.6e-2, rtol=0)
     assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
+    unsplit = run_kernels_directly(query, key, value, mask, dim ** -0.5, split_keys=length)  # the one-kernel path
+    torch.testing.assert_close(unsplit, expected, atol=1.6e-2, rtol=0)
