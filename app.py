@@ -21,7 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.options import COMPILE_MODES, DEFAULT_PROMPT, HF_MODULES_HELP
+from core.options import COMPILE_MODES, DEFAULT_PROMPT, HF_MODULES_HELP, check_tuning_environment
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
 from dashboard.reports import parse_report
 from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS, Limits, RunSettings
@@ -198,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         auth = parse_auth(args.auth)
         defaults = check_args(args)
+        check_tuning_environment()  # the engine processes inherit these; a typo fails here, not at the first run
         check_port_free(args.host, args.port)
     except ValueError as exc:
         sys.stderr.write(f"app.py: error: {exc}\n")

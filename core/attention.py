@@ -24,16 +24,15 @@ exactly as for "sdpa".
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from core.options import DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
 from core.triton_attention import triton_decode_attention
 
-DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"
-KERNELS = ("reduce", "split", "sdpa", "triton")
+KERNELS = DECODE_ATTENTION_KERNELS
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
 IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}" for kernel in KERNELS}
 SPLIT_CHUNK = 64  # keys per chunk of split_decode_attention
@@ -65,10 +64,7 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 def decode_attention_kernel() -> str:
     """"reduce" (grouped_decode_attention, the default), "split" (split_decode_attention), "sdpa" (PyTorch's
     fused attention) or "triton" (core.triton_attention), from SYNCSCOPE_DECODE_ATTENTION."""
-    choice = os.environ.get(DECODE_ATTENTION_ENV, "").strip().lower() or "reduce"
-    if choice not in KERNELS:
-        raise ValueError(f"{DECODE_ATTENTION_ENV} must be one of {', '.join(KERNELS)}, got {choice!r}")
-    return choice
+    return env_choice(DECODE_ATTENTION_ENV, KERNELS)
 
 
 def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -43,8 +43,9 @@ from core.options import (
     STEP_GRAPH,
     BenchRequest,
     GenerationOptions,
+    check_tuning_environment,
 )
-from core.pdl import pdl_choice, pdl_in_effect
+from core.pdl import pdl_in_effect
 from core.specs import DEFAULT_MODEL
 from core.stats import percentile, spread, verdict, verdict_sentence
 from core.timeline import StepClock, Timings
@@ -530,8 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         request.validate()
         check_output_path(args.json_path)
         check_profile_dir(args.profile)
-        inductor_overrides()  # a malformed SYNCSCOPE_INDUCTOR_OPTIONS or SYNCSCOPE_PDL is refused before any work
-        pdl_choice()
+        check_tuning_environment()  # a malformed SYNCSCOPE_* tuning variable is refused before any work
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it

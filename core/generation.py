@@ -9,8 +9,6 @@ are discarded. Everything else (prefill, the decode step, cache, compile, sampli
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +25,7 @@ from core.options import (
     ONE_SHOT_ALL_REDUCE,
     STEP_GRAPH,
     GenerationOptions,
+    inductor_options_from_env,
     is_int,
     require,
 )
@@ -34,7 +33,6 @@ from core.pdl import pdl_inductor_options
 from core.timeline import StepClock, Timings
 
 WARMUP_STEPS = 4
-INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"
 
 Prompt = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 
@@ -460,15 +458,7 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
 
 def inductor_overrides() -> dict[str, Any]:
     """Inductor options a user adds to every compile, as JSON in SYNCSCOPE_INDUCTOR_OPTIONS (reported with results)."""
-    raw = os.environ.get(INDUCTOR_OPTIONS_ENV, "").strip()
-    if not raw:
-        return {}
-    try:
-        options = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{INDUCTOR_OPTIONS_ENV} is not valid JSON ({exc.msg}): {raw!r}") from exc
-    require(isinstance(options, dict), f"{INDUCTOR_OPTIONS_ENV} must be a JSON object of inductor options, got {raw!r}")
-    return options
+    return inductor_options_from_env()
 
 
 def _mark_steps(compiled: Callable[..., Any]) -> Callable[..., Any]:

@@ -6,7 +6,9 @@ them imports `core.generation` and `core.bench`, which re-export everything here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +30,17 @@ MAX_MIN_SECONDS = 600.0
 # The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
 HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
                    "copied per query head in compiled steps (default: fused, and read in place)")
-# Environment variables that change what a run computes or how fast (each module that reads one documents it); a
-# command that reproduces a run carries those that are set.
-TUNING_ENV = ("SYNCSCOPE_DECODE_ATTENTION", "SYNCSCOPE_INDUCTOR_OPTIONS", "SYNCSCOPE_PDL", "SYNCSCOPE_TP_ALL_REDUCE")
+# Environment variables that change what a run computes or how fast; a command that reproduces a run carries those
+# that are set. Each is read here, where the CLI and the app check them all before any work
+# (check_tuning_environment); the module that acts on one documents it.
+DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"  # core.attention
+DECODE_ATTENTION_KERNELS = ("reduce", "split", "sdpa", "triton")
+INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.generation
+PDL_ENV = "SYNCSCOPE_PDL"  # core.pdl
+PDL_CHOICES = ("off", "safe", "inductor")
+TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel
+TP_ALL_REDUCE_CHOICES = ("auto", "nccl")
+TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV)
 
 
 @dataclass(frozen=True)
@@ -112,3 +122,34 @@ def is_int(value: Any) -> bool:
 
 # How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel).
 ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"
+
+
+def env_choice(name: str, choices: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """The value of the environment variable `name`, one of `choices` (its first when unset or empty)."""
+    environ = os.environ if environ is None else environ
+    choice = environ.get(name, "").strip().lower() or choices[0]
+    if choice not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {choice!r}")
+    return choice
+
+
+def inductor_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The inductor options a user adds to every compile, a JSON object in SYNCSCOPE_INDUCTOR_OPTIONS."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(INDUCTOR_OPTIONS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{INDUCTOR_OPTIONS_ENV} is not valid JSON ({exc.msg}): {raw!r}") from exc
+    require(isinstance(options, dict), f"{INDUCTOR_OPTIONS_ENV} must be a JSON object of inductor options, got {raw!r}")
+    return options
+
+
+def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a malformed tuning variable (TUNING_ENV) with a one-line reason, before any work starts."""
+    env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, environ)
+    env_choice(PDL_ENV, PDL_CHOICES, environ)
+    env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
+    inductor_options_from_env(environ)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from core.options import ONE_SHOT_ALL_REDUCE
+from core.options import ONE_SHOT_ALL_REDUCE, TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
 
 
 def init_tensor_parallel(rank: int, world_size: int, rendezvous: str | None, device: str | None) -> torch.device:
@@ -97,7 +97,7 @@ def use_one_shot_all_reduce(model: Any) -> str:
     mesh = getattr(model, "_device_mesh", None)
     if mesh is None or mesh.device_type != "cuda":
         return "gloo"
-    if os.environ.get("SYNCSCOPE_TP_ALL_REDUCE", "").strip().lower() == "nccl":
+    if env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) == "nccl":
         return "nccl"
     try:
         from torch.distributed._symmetric_memory import enable_symm_mem_for_group

@@ -21,21 +21,18 @@ On another, whose Llama-8B ran at 291.3 tok/s without PDL, "safe" ran at 274.6 (
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-PDL_ENV = "SYNCSCOPE_PDL"
-PDL_CHOICES = ("off", "safe", "inductor")
+from core.options import PDL_CHOICES, PDL_ENV, STEP_GRAPH, env_choice
+
+__all__ = ["PDL_CHOICES", "PDL_ENV", "pdl_choice", "pdl_in_effect", "pdl_inductor_options", "supports_pdl"]
 
 
 def pdl_choice() -> str:
     """The PDL placement SYNCSCOPE_PDL asks for: "off" (the default), "safe" or "inductor"."""
-    choice = os.environ.get(PDL_ENV, "").strip().lower() or "off"
-    if choice not in PDL_CHOICES:
-        raise ValueError(f"{PDL_ENV} must be one of {', '.join(PDL_CHOICES)}, got {choice!r}")
-    return choice
+    return env_choice(PDL_ENV, PDL_CHOICES)
 
 
 def supports_pdl(device: torch.device | str) -> bool:
@@ -61,8 +58,6 @@ def pdl_inductor_options(device: torch.device | str, choice: str | None = None) 
 def pdl_in_effect(device: torch.device | str, compile_mode: str, overrides: dict[str, Any]) -> str:
     """What a compile in `compile_mode` on `device` gets, for reports: "safe", "inductor", "off" or "unsupported"
     (PDL is used in step-graph mode only; SYNCSCOPE_INDUCTOR_OPTIONS may still set triton.enable_pdl itself)."""
-    from core.options import STEP_GRAPH
-
     asked = overrides.get("triton.enable_pdl")
     if asked is False:
         return "off"

@@ -222,6 +222,14 @@ def test_bad_flags_exit_with_one_readable_line(argv, message, capsys):
     assert err.startswith("app.py: error: ") and message in err and err.count("\n") == 1
 
 
+def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatch, capsys):
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
+    assert app.main(["--port", "7999"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("app.py: error: SYNCSCOPE_DECODE_ATTENTION must be one of reduce, split, sdpa, triton, "
+                   "got 'flash'\n")
+
+
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
     from dashboard.runner import Runner
     from dashboard.settings import RunSettings
