@@ -70,9 +70,13 @@ def pdl_in_effect(device: torch.device | str, compile_mode: str, overrides: dict
 
 
 def install_safe_pdl_placement() -> None:
-    """Make inductor's Triton kernels wait for their predecessor before their first memory access (idempotent)."""
+    """Make inductor's Triton kernels wait for their predecessor before their first memory access (idempotent). It
+    replaces a private method of inductor's code generator, the one that places the waits."""
     from torch._inductor.codegen.triton import TritonKernel
 
+    if not hasattr(TritonKernel, "_handle_pdl_before_access"):
+        raise ValueError(f"{PDL_ENV}=safe needs a PyTorch whose inductor generates PDL code (torch "
+                         f"{torch.__version__} does not); use {PDL_ENV}=off")
     if getattr(TritonKernel._handle_pdl_before_access, "_syncscope_safe", False):
         return
     TritonKernel._handle_pdl_before_access = _wait_before_any_access
