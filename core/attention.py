@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from core.options import DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
-from core.triton_attention import triton_decode_attention
+from core.triton_attention import takes_shapes, triton_decode_attention
 
 KERNELS = DECODE_ATTENTION_KERNELS
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
@@ -49,9 +49,9 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
         elif kernel == "split":
             out = split_decode_attention(query, key, value, attention_mask, scaling)
-        elif kernel == "triton" and query.is_cuda:
+        elif kernel == "triton" and query.is_cuda and takes_shapes(query, key):
             out = triton_decode_attention(query, key, value, attention_mask, scaling)
-        elif kernel == "triton":  # the CPU has no Triton kernels: the same math as reductions
+        elif kernel == "triton":  # the CPU, or a head size the kernels do not take: the same math as reductions
             out = grouped_decode_attention(query, key, value, attention_mask, scaling)
         else:
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,

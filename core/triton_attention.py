@@ -37,6 +37,14 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
 
 
+def takes_shapes(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether the kernels handle these shapes: one query token, query heads a multiple of KV heads, and a head size
+    that is a power of 2 of at least 16 (Llama's 64 and 128 are)."""
+    dim = query.shape[-1]
+    return (query.dim() == 4 and query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0
+            and dim >= 16 and dim & (dim - 1) == 0)
+
+
 def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
     """How many keys each program takes, a whole number of blocks: enough programs for `programs_wanted` (the GPU's
     SM count) over `rows` (batch x KV heads), at most MAX_SPLITS per row, at least one block of keys each."""
@@ -49,9 +57,9 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
     (`wrap_triton` inside a compile, the kernel itself otherwise)."""
     attend, combine = kernels
-    batch, heads, one, dim = query.shape
+    batch, heads, _, dim = query.shape
     _, kv_heads, length, _ = key.shape
-    if one != 1 or heads % kv_heads or dim & (dim - 1) or dim < 16:
+    if not takes_shapes(query, key):
         raise ValueError(f"triton decode attention takes one query token and a power-of-2 head size of at least 16, "
                          f"with query heads a multiple of KV heads; got query {tuple(query.shape)}, "
                          f"key {tuple(key.shape)}")

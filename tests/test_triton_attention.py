@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from core.attention import grouped_decode_attention
-from core.triton_attention import BLOCK_KEYS, MAX_SPLITS, keys_per_program
+from core.triton_attention import BLOCK_KEYS, MAX_SPLITS, keys_per_program, takes_shapes
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -101,6 +101,8 @@ def test_shapes_it_cannot_take_are_refused_with_the_reason():
     query, key, value, _ = _case(torch.float32, 1, 6, 4, 64, 32, None)
     with pytest.raises(ValueError, match="query heads a multiple of KV heads"):
         _launch(query, key, value, None, 1.0, lambda kernel: kernel, (None, None))
+    assert not takes_shapes(*_case(torch.float32, 1, 8, 4, 64, 80, None)[:2])  # head size 80
+    assert takes_shapes(*_case(torch.float32, 1, 8, 4, 64, 64, None)[:2])
 
 
 @pytest.mark.cuda
