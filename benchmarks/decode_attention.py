@@ -2,10 +2,13 @@
 
     python benchmarks/decode_attention.py --out attention.json -- --model synthetic:llama-8b --tp 2 --cache static \\
         --compile step-graph --prompt-tokens 32 --max-new-tokens 256 --ignore-eos --no-check --trials 5
+    python benchmarks/decode_attention.py --kernels reduce triton --pdl off safe -- ...   # four runs
 
-Everything after `--` goes to `python -m core.bench` unchanged; each kernel (SYNCSCOPE_DECODE_ATTENTION) gets its
-own process, so each run compiles afresh, and the runs share the machine one after the other. The table gives each
-kernel's pipelined decode rate, step time, whether every trial repeated token for token, and its compile time.
+Everything after `--` goes to `python -m core.bench` unchanged; each kernel (SYNCSCOPE_DECODE_ATTENTION), and with
+`--pdl` each kernel and programmatic-dependent-launch placement (SYNCSCOPE_PDL), gets its own process, so each run
+compiles afresh (inductor's on-disk caches still serve what the runs share), and the runs share the machine one
+after the other. The table gives each run's pipelined decode rate, step time, whether every trial repeated token
+for token, and its compile time.
 """
 
 from __future__ import annotations
@@ -22,43 +25,50 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.attention import DECODE_ATTENTION_ENV, KERNELS  # noqa: E402
+from core.options import DECODE_ATTENTION_ENV, PDL_CHOICES, PDL_ENV  # noqa: E402
+from core.options import DECODE_ATTENTION_KERNELS as KERNELS  # noqa: E402
 
 
-def run_kernel(kernel: str, bench_args: list[str], folder: Path, timeout_s: float) -> dict[str, Any]:
-    """One `core.bench` run with this decode attention; its report, or why there is none."""
-    report_path = folder / f"{kernel}.json"
-    env = {**os.environ, DECODE_ATTENTION_ENV: kernel}
+def run_kernel(kernel: str, bench_args: list[str], folder: Path, timeout_s: float,
+               pdl: str | None = None) -> dict[str, Any]:
+    """One `core.bench` run with this decode attention (and PDL placement, when given); its report, or why there
+    is none."""
+    name = {"kernel": kernel} if pdl is None else {"kernel": kernel, "pdl": pdl}
+    report_path = folder / f"{kernel}-{pdl or 'inherited'}.json"
+    env = {**os.environ, DECODE_ATTENTION_ENV: kernel, **({PDL_ENV: pdl} if pdl else {})}
     command = [sys.executable, "-m", "core.bench", *bench_args, "--json", str(report_path)]
     try:
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"kernel": kernel, "error": f"no report within {timeout_s:.0f} s"}
+        return {**name, "error": f"no report within {timeout_s:.0f} s"}
     if done.returncode != 0 or not report_path.exists():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"kernel": kernel, "error": f"exit code {done.returncode}: {last}"}
-    return {"kernel": kernel, "report": json.loads(report_path.read_text(encoding="utf-8"))}
+        return {**name, "error": f"exit code {done.returncode}: {last}"}
+    return {**name, "report": json.loads(report_path.read_text(encoding="utf-8"))}
 
 
 def row(result: dict[str, Any]) -> dict[str, Any]:
     if "error" in result:
-        return {"kernel": result["kernel"], "error": result["error"]}
+        return {key: result[key] for key in ("kernel", "pdl", "error") if key in result}
     report = result["report"]
     pipelined = report["summary"]["pipelined"]
-    return {"kernel": result["kernel"], "decode_tokens_per_s": pipelined["decode_tokens_per_s"],
+    return {"kernel": result["kernel"], "pdl": report["environment"].get("pdl"), "pdl_asked": result.get("pdl"),
+            "decode_tokens_per_s": pipelined["decode_tokens_per_s"],
             "ms_per_step": pipelined["ms_per_token_p50"], "repeats": all(report["self_consistent"].values()),
             "compile_s": report["warmup"]["naive"]["compile_ms"] / 1000,
             "transforms": report["environment"].get("model_transforms")}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'kernel':<8} {'decode tok/s':>12} {'ms/step':>8} {'repeats':>8} {'compile s':>9}"]
+    lines = [f"{'kernel':<8} {'pdl':<11} {'decode tok/s':>12} {'ms/step':>8} {'repeats':>8} {'compile s':>9}"]
     for entry in rows:
+        pdl = entry.get("pdl") or "-"
         if "error" in entry:
-            lines.append(f"{entry['kernel']:<8} failed: {entry['error']}")
+            lines.append(f"{entry['kernel']:<8} {pdl:<11} failed: {entry['error']}")
             continue
-        lines.append(f"{entry['kernel']:<8} {entry['decode_tokens_per_s']:>12.1f} {entry['ms_per_step']:>8.3f} "
-                     f"{'yes' if entry['repeats'] else 'NO':>8} {entry['compile_s']:>9.1f}")
+        lines.append(f"{entry['kernel']:<8} {pdl:<11} {entry['decode_tokens_per_s']:>12.1f} "
+                     f"{entry['ms_per_step']:>8.3f} {'yes' if entry['repeats'] else 'NO':>8} "
+                     f"{entry['compile_s']:>9.1f}")
     return "\n".join(lines)
 
 
@@ -67,14 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS))
-    parser.add_argument("--timeout-s", type=float, default=900.0, help="per kernel")
+    parser.add_argument("--pdl", nargs="+", choices=PDL_CHOICES, default=None,
+                        help="also run each kernel with each of these SYNCSCOPE_PDL placements (default: as set)")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     parser.add_argument("--out", default=None, help="write the rows and the full reports here (JSON)")
     args = parser.parse_args(argv[:split])
     bench_args = argv[split + 1:]
     if "--compile" not in bench_args:
         parser.error("give core.bench a --compile mode after --: the kernels differ only in compiled decode steps")
     with tempfile.TemporaryDirectory() as folder:
-        results = [run_kernel(kernel, bench_args, Path(folder), args.timeout_s) for kernel in args.kernels]
+        results = [run_kernel(kernel, bench_args, Path(folder), args.timeout_s, pdl)
+                   for kernel in args.kernels for pdl in (args.pdl or [None])]
     rows = [row(result) for result in results]
     print(format_rows(rows))
     if args.out:

@@ -38,3 +38,16 @@ def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
     kernels = [r["transforms"][-1].removeprefix("compiled decode attention: ") for r in rows]
     assert kernels == ["reduce", "split", "sdpa", "triton"]
     assert "split" in capsys.readouterr().out
+
+
+def test_with_pdl_placements_each_kernel_runs_once_per_placement(tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    code = decode_attention.main(["--kernels", "reduce", "--pdl", "off", "safe", "--out", str(out), "--",
+                                  "--model", "tiny-random", "--device", "cpu", "--cache", "static", "--compile",
+                                  "default", "--max-new-tokens", "4", "--trials", "1"])
+    assert code == 0
+    rows = json.loads(out.read_text())["rows"]
+    # PDL is for step-graph compiles on a GPU: each row says what was asked and what ran.
+    assert [(r["kernel"], r["pdl_asked"], r["pdl"]) for r in rows] == [("reduce", "off", "off"),
+                                                                       ("reduce", "safe", "off")]
+    assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["kernel", "pdl"]
