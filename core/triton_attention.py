@@ -153,7 +153,8 @@ def _kernels() -> tuple[Any, Any]:
                         other=0.0)
             if UPCAST:
                 k = k.to(tl.float32)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32)
+            scores = (scores * scale).to(tl.float32)  # inside a compile `scale` arrives as fp64
             keep = inside[None, :] & real[:, None]
             if HAS_MASK:
                 m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)

@@ -95,6 +95,41 @@ def test_the_operator_traces_with_fake_tensors_as_inside_a_compile():
     assert "torch.ops.syncscope.triton_decode_attention.default" in graph.code
 
 
+def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str]) -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    signature = {name: pointers.get(name) or scalars.get(name) or ("constexpr" if name in constants else "i32")
+                 for name in names}
+    source = ASTSource(fn=kernel, signature=signature,
+                       constexprs={(names.index(name),): value for name, value in constants.items()})
+    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 2})
+
+
+@needs_triton
+@pytest.mark.parametrize("scale_type", ["fp64", "fp32"])  # inside a compile inductor passes a Python float as fp64
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+@pytest.mark.parametrize("single", [True, False])
+def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single):
+    """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
+    from core.triton_attention import _kernels
+
+    attend, combine = _kernels()
+    elements = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16",
+                "mask_ptr": "*i1" if mask_kind == "bool" else "*bf16"}
+    buffers = {"partial_ptr": "*fp32", "stats_ptr": "*fp32"} if not single else {"partial_ptr": "*bf16",
+                                                                                  "stats_ptr": "*bf16"}
+    constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": 8, "GROUP_PAD": 16, "HEAD_DIM": 128,
+                 "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
+                 "PRECISION": "tf32", "UPCAST": False}
+    _compile_for_hopper(attend, {**elements, **buffers}, constants, {"scale": scale_type})
+    if not single:
+        _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
+                            {"SPLITS_PAD": 8, "HEAD_DIM": 128}, {})
+
+
 def test_shapes_it_cannot_take_are_refused_with_the_reason():
     from core.triton_attention import _launch
 
