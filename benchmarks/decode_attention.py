@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from core.options import DECODE_ATTENTION_ENV, PDL_CHOICES, PDL_ENV  # noqa: E402
 from core.options import DECODE_ATTENTION_KERNELS as KERNELS  # noqa: E402
+
+STDERR_TAIL_LINES = 60  # kept with a failed run in --out's "runs"
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)(: |$)")
 
 
 def run_kernel(kernel: str, bench_args: list[str], folder: Path, timeout_s: float,
@@ -42,9 +46,18 @@ def run_kernel(kernel: str, bench_args: list[str], folder: Path, timeout_s: floa
     except subprocess.TimeoutExpired:
         return {**name, "error": f"no report within {timeout_s:.0f} s"}
     if done.returncode != 0 or not report_path.exists():
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**name, "error": f"exit code {done.returncode}: {last}"}
+        return {**name, "error": f"exit code {done.returncode}: {failure_reason(done.stderr)}",
+                "stderr_tail": done.stderr.splitlines()[-STDERR_TAIL_LINES:]}
     return {**name, "report": json.loads(report_path.read_text(encoding="utf-8"))}
+
+
+def failure_reason(stderr: str) -> str:
+    """Why a run failed, from its stderr: the last exception raised, else the last line saying error, else the last
+    line (warnings printed at exit come after the reason, so the last line alone often hides it)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (exceptions or errors or lines or ["no output"])[-1]
 
 
 def row(result: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,16 @@ def test_a_failing_kernel_run_is_a_row_that_says_why(tmp_path):
     assert "exit code 2" in row["error"] and "failed: exit code 2" in decode_attention.format_rows([row])
 
 
+def test_the_reason_for_a_failure_is_the_exception_not_the_warnings_printed_after_it():
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+              "torch._inductor.exc.InductorError: CompilationError: at 46:39: Both operands must be same dtype\n"
+              "core.bench: error: rank 0 of 2 failed (exit code 1); the other ranks were stopped\n"
+              "  warnings.warn('resource_tracker: There appear to be %d '\n")
+    assert decode_attention.failure_reason(stderr).startswith("torch._inductor.exc.InductorError: CompilationError")
+    assert decode_attention.failure_reason("core.bench: error: no model\nwarn\n") == "core.bench: error: no model"
+    assert decode_attention.failure_reason("") == "no output"
+
+
 @pytest.mark.slow
 def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
     out = tmp_path / "attention.json"
