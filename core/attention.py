@@ -7,16 +7,19 @@ routes. Eager decoding packs the query heads onto their KV head (`pack_gqa`), an
 Measured on the H200 (Llama-8B shape, TP=2, 512-slot cache): 64 copy kernels per step, 0.22 ms of a 3.9 ms step.
 
 `decode_sdpa` is transformers' SDPA attention except in that case (one query token, grouped heads, inside a
-compile). There it reads the cache as it is, with one of two kernels (SYNCSCOPE_DECODE_ATTENTION):
-- "reduce" (the default): `grouped_decode_attention`, broadcast products and sums that inductor compiles into
-  reductions spread over the whole GPU, accumulated in fp32. Side by side in one run on two H200s (Llama-8B, TP=2,
-  step-graph, 512-slot cache) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated
-  bitwise, where the fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
+compile). There it reads the cache as it is, with one of these kernels (SYNCSCOPE_DECODE_ATTENTION; the default,
+"auto", takes "triton" on CUDA where Triton is installed and takes the head size, else "reduce"):
+- "triton": one hand-written Triton kernel per layer (core.triton_attention), flash-decoding with each KV head's
+  query heads together. Side by side on two H200s (TP=2, step-graph, 512-slot cache) it decoded Llama-8B at 287.3
+  tok/s against 272.7 with "reduce", and Llama-70B at 51.9 against 49.3 (both with safe PDL), every bf16 trial
+  repeating bitwise (h200-2026-11-30);
+- "reduce": `grouped_decode_attention`, broadcast products and sums that inductor compiles into reductions spread
+  over the whole GPU, accumulated in fp32 (the CPU's kernel). Side by side in one run on two H200s (Llama-8B, TP=2,
+  step-graph) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated bitwise, where the
+  fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
 - "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
   work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
-- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200);
-- "triton": one hand-written Triton kernel per layer (core.triton_attention), flash-decoding with each KV head's
-  query heads together; correct in Triton's interpreter, not yet measured on a GPU. The CPU runs "reduce" instead.
+- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
 exactly as for "sdpa".
 """
@@ -24,13 +27,14 @@ exactly as for "sdpa".
 from __future__ import annotations
 
 import functools
+import importlib.util
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from core.options import DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
-from core.triton_attention import takes_shapes, triton_decode_attention
+from core.options import DECODE_ATTENTION_CHOICES, DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
+from core.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
 
 KERNELS = DECODE_ATTENTION_KERNELS
 # The name each kernel is registered under with transformers; the model's config names the one it runs.
@@ -62,9 +66,21 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 
 def decode_attention_kernel() -> str:
-    """"reduce" (grouped_decode_attention, the default), "split" (split_decode_attention), "sdpa" (PyTorch's
-    fused attention) or "triton" (core.triton_attention), from SYNCSCOPE_DECODE_ATTENTION."""
-    return env_choice(DECODE_ATTENTION_ENV, KERNELS)
+    """"auto" (the default: `resolve_decode_attention` picks when the model is known), "triton"
+    (core.triton_attention), "reduce" (grouped_decode_attention), "split" (split_decode_attention) or "sdpa"
+    (PyTorch's fused attention), from SYNCSCOPE_DECODE_ATTENTION."""
+    return env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES)
+
+
+def resolve_decode_attention(model: Any, kernel: str) -> str:
+    """The kernel "auto" stands for on this model: "triton" on CUDA where Triton is installed and takes the model's
+    head size, else "reduce"; any other choice as it is."""
+    if kernel != "auto":
+        return kernel
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    usable = model.device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    return "triton" if usable and head_size_fits(head_dim) else "reduce"
 
 
 def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -124,14 +140,15 @@ def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, kwargs: 
             and kwargs.get("softcap") is None and not kwargs.get("output_attentions", False))
 
 
-def use_decode_attention(model: Any, kernel: str) -> bool:
-    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` (one of KERNELS),
-    fixed for this model from now on; False when the model uses another attention."""
+def use_decode_attention(model: Any, kernel: str) -> str | None:
+    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` (one of KERNELS, or
+    "auto"), fixed for this model from now on; the kernel it runs, or None when the model uses another attention."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return False
+        return None
+    kernel = resolve_decode_attention(model, kernel)
     if kernel == "triton" and model.device.type == "cuda":
         try:
             import triton  # noqa: F401
@@ -143,4 +160,4 @@ def use_decode_attention(model: Any, kernel: str) -> bool:
         ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))
         ALL_MASK_ATTENTION_FUNCTIONS.register(implementation, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     model.set_attn_implementation(IMPLEMENTATIONS[kernel])
-    return model.config._attn_implementation == IMPLEMENTATIONS[kernel]
+    return kernel if model.config._attn_implementation == IMPLEMENTATIONS[kernel] else None

@@ -17,6 +17,8 @@ trial repeated token for token at 512 keys (Llama-8B and -70B shapes, TP=2, step
 fused kernel drifted. So the explanation below applies where a fused attention kernel ran. The sixth run
 (h200-2026-11-29-f) added one more: with inductor's own placement of programmatic-dependent-launch waits
 (core.pdl, SYNCSCOPE_PDL=inductor), Llama-70B bf16 trials drifted where the same run without it repeated bitwise.
+The hand-written Triton decode attention (core.triton_attention, fixed order of sums) repeated bitwise too
+(h200-2026-11-30: Llama-8B and -70B, TP=2, step-graph, with PDL off and safe).
 """
 
 from __future__ import annotations

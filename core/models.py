@@ -148,9 +148,9 @@ def prepare_for_decode(model: Any) -> tuple[str, ...]:
     from core.attention import decode_attention_kernel, use_decode_attention
     from core.fusion import fuse_projections
 
-    kernel = decode_attention_kernel()
     changed = [f"fused {name}" for name in fuse_projections(model)]
-    if use_decode_attention(model, kernel):
+    kernel = use_decode_attention(model, decode_attention_kernel())
+    if kernel:
         changed.append(f"compiled decode attention: {kernel}")
     return tuple(changed)
 

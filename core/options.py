@@ -35,6 +35,7 @@ HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and g
 # (check_tuning_environment); the module that acts on one documents it.
 DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"  # core.attention
 DECODE_ATTENTION_KERNELS = ("reduce", "split", "sdpa", "triton")
+DECODE_ATTENTION_CHOICES = ("auto", *DECODE_ATTENTION_KERNELS)  # auto: triton on CUDA where it can, else reduce
 INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.generation
 PDL_ENV = "SYNCSCOPE_PDL"  # core.pdl
 PDL_CHOICES = ("off", "safe", "inductor")
@@ -149,7 +150,7 @@ def inductor_options_from_env(environ: Mapping[str, str] | None = None) -> dict[
 
 def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     """Refuse a malformed tuning variable (TUNING_ENV) with a one-line reason, before any work starts."""
-    env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, environ)
+    env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES, environ)
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -12,7 +12,7 @@ small kernel combines their partial results; when one program per KV head alread
 The split depends only on the shapes and the GPU, and the order of every sum is fixed, so results repeat bitwise.
 
 It is registered as a `torch.library.triton_op`, which inductor compiles into its graph like its own kernels (and so
-into the step's CUDA graph). Chosen with SYNCSCOPE_DECODE_ATTENTION=triton; the CPU takes "reduce" instead.
+into the step's CUDA graph). The default on CUDA (SYNCSCOPE_DECODE_ATTENTION=auto or triton); the CPU takes "reduce".
 """
 
 from __future__ import annotations
@@ -40,9 +40,13 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
 def takes_shapes(query: torch.Tensor, key: torch.Tensor) -> bool:
     """Whether the kernels handle these shapes: one query token, query heads a multiple of KV heads, and a head size
     that is a power of 2 of at least 16 (Llama's 64 and 128 are)."""
-    dim = query.shape[-1]
     return (query.dim() == 4 and query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0
-            and dim >= 16 and dim & (dim - 1) == 0)
+            and head_size_fits(query.shape[-1]))
+
+
+def head_size_fits(dim: int) -> bool:
+    """A head size the kernels take: a power of 2 of at least 16."""
+    return dim >= 16 and dim & (dim - 1) == 0
 
 
 def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +15,7 @@ from core.attention import (
     decode_attention_kernel,
     decode_sdpa,
     grouped_decode_attention,
+    resolve_decode_attention,
     split_decode_attention,
 )
 from core.generation import blockwise_argmax
@@ -75,7 +78,7 @@ def test_the_reduction_form_of_decode_attention_matches_sdpa(dtype):
 
 def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loads(monkeypatch):
     monkeypatch.delenv("SYNCSCOPE_DECODE_ATTENTION", raising=False)
-    assert decode_attention_kernel() == "reduce"
+    assert decode_attention_kernel() == "auto"
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "sdpa")
     assert decode_attention_kernel() == "sdpa"
     loaded = load_model("tiny-random", device="cpu", dtype="fp32")
@@ -84,8 +87,32 @@ def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loa
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # later changes do not touch a loaded model
     assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
-    with pytest.raises(ValueError, match="one of reduce, split, sdpa, triton"):
+    with pytest.raises(ValueError, match="one of auto, reduce, split, sdpa, triton"):
         decode_attention_kernel()
+
+
+def _model_on(device: str, head_dim: int) -> SimpleNamespace:
+    config = SimpleNamespace(head_dim=head_dim, hidden_size=head_dim * 8, num_attention_heads=8)
+    return SimpleNamespace(config=config, device=torch.device(device))
+
+
+@pytest.mark.parametrize(("device", "head_dim", "triton_installed", "expected"), [
+    ("cuda", 128, True, "triton"),
+    ("cuda", 64, True, "triton"),
+    ("cuda", 80, True, "reduce"),  # a head size the Triton kernels do not take
+    ("cuda", 128, False, "reduce"),
+    ("cpu", 128, True, "reduce"),
+])
+def test_auto_takes_the_triton_kernel_on_cuda_where_it_can(monkeypatch, device, head_dim, triton_installed,
+                                                          expected):
+    import core.attention as attention
+
+    real_find_spec = attention.importlib.util.find_spec
+    monkeypatch.setattr(attention.importlib.util, "find_spec",
+                        lambda name: (real_find_spec("torch") if triton_installed else None) if name == "triton"
+                        else real_find_spec(name))
+    assert resolve_decode_attention(_model_on(device, head_dim), "auto") == expected
+    assert resolve_decode_attention(_model_on(device, head_dim), "sdpa") == "sdpa"  # an explicit choice stays
 
 
 @pytest.mark.parametrize("vocab", [128256, 49152, 1000, 7])

@@ -226,7 +226,7 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
     assert app.main(["--port", "7999"]) == 2
     err = capsys.readouterr().err
-    assert err == ("app.py: error: SYNCSCOPE_DECODE_ATTENTION must be one of reduce, split, sdpa, triton, "
+    assert err == ("app.py: error: SYNCSCOPE_DECODE_ATTENTION must be one of auto, reduce, split, sdpa, triton, "
                    "got 'flash'\n")
 
 
