@@ -70,7 +70,7 @@ def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, dev
             f"up to {keys} keys, and {dtype} logits are often tied or one rounding step apart, so one rounding "
             f"difference picks another token. For a token-identity check use fp32 (--dtype fp32), keep the "
             f"prompt plus new tokens within {REPRODUCIBLE_KEYS}, or use a compiled mode with the default decode "
-            f"attention (SYNCSCOPE_DECODE_ATTENTION=reduce), whose {dtype} runs repeated on the H200.")
+            f"attention (SYNCSCOPE_DECODE_ATTENTION=auto, triton or reduce), whose {dtype} runs repeated on the H200.")
     elif drifting:
         entry["cause"] = UNKNOWN
         entry["reason"] = (
