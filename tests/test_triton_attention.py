@@ -49,6 +49,7 @@ CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per progr
     (2, 8, 2, 200, 64, "additive", 64),  # split over 4 programs, the last one partly past the cache
     (1, 4, 4, 130, 32, None, None),  # no grouping
     (2, 8, 2, 256, 64, "bool-per-head", 96),
+    (1, 2, 1, 256, 16, "bool", None),  # tiny-random at TP=2: the smallest head size, two heads per KV head
 ]
 
 
@@ -112,22 +113,24 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
 @pytest.mark.parametrize("scale_type", ["fp64", "fp32"])  # inside a compile inductor passes a Python float as fp64
 @pytest.mark.parametrize("mask_kind", ["bool", "additive"])
 @pytest.mark.parametrize("single", [True, False])
-def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single):
+@pytest.mark.parametrize(("dtype", "head_dim", "group"), [("bf16", 128, 8), ("fp32", 16, 2)])  # Llama-8B, tiny
+def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single,
+                                                                               dtype, head_dim, group):
     """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
     from core.triton_attention import _kernels
 
     attend, combine = _kernels()
-    elements = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16",
-                "mask_ptr": "*i1" if mask_kind == "bool" else "*bf16"}
-    buffers = {"partial_ptr": "*fp32", "stats_ptr": "*fp32"} if not single else {"partial_ptr": "*bf16",
-                                                                                  "stats_ptr": "*bf16"}
-    constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": 8, "GROUP_PAD": 16, "HEAD_DIM": 128,
+    elements = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+                "mask_ptr": "*i1" if mask_kind == "bool" else f"*{dtype}"}
+    buffer = "*fp32" if not single else f"*{dtype}"  # a single program is passed the output in their place
+    constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
-                 "PRECISION": "tf32", "UPCAST": False}
-    _compile_for_hopper(attend, {**elements, **buffers}, constants, {"scale": scale_type})
+                 "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False}
+    _compile_for_hopper(attend, {**elements, "partial_ptr": buffer, "stats_ptr": buffer}, constants,
+                        {"scale": scale_type})
     if not single:
-        _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
-                            {"SPLITS_PAD": 8, "HEAD_DIM": 128}, {})
+        _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": f"*{dtype}"},
+                            {"SPLITS_PAD": 8, "HEAD_DIM": head_dim}, {})
 
 
 def test_shapes_it_cannot_take_are_refused_with_the_reason():
