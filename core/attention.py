@@ -73,14 +73,19 @@ def decode_attention_kernel() -> str:
 
 
 def resolve_decode_attention(model: Any, kernel: str) -> str:
-    """The kernel "auto" stands for on this model: "triton" on CUDA where Triton is installed and takes the model's
-    head size, else "reduce"; any other choice as it is."""
-    if kernel != "auto":
+    """The kernel that will run on this model: "auto" and "triton" are "triton" on CUDA where Triton is installed and
+    takes the model's head size, else "reduce" (the same math; the report names what ran). ValueError for "triton"
+    asked for on CUDA without Triton. Any other choice as it is."""
+    if kernel not in ("auto", "triton"):
         return kernel
+    on_cuda = model.device.type == "cuda"
+    installed = importlib.util.find_spec("triton") is not None
+    if kernel == "triton" and on_cuda and not installed:
+        raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds bring "
+                         f"along; it is not installed here")
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    usable = model.device.type == "cuda" and importlib.util.find_spec("triton") is not None
-    return "triton" if usable and head_size_fits(head_dim) else "reduce"
+    return "triton" if on_cuda and installed and head_size_fits(head_dim) else "reduce"
 
 
 def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -149,12 +154,6 @@ def use_decode_attention(model: Any, kernel: str) -> str | None:
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return None
     kernel = resolve_decode_attention(model, kernel)
-    if kernel == "triton" and model.device.type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError as exc:
-            raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds "
-                             f"bring along: {exc}") from exc
 
     for name, implementation in IMPLEMENTATIONS.items():
         ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))

@@ -112,7 +112,12 @@ def test_auto_takes_the_triton_kernel_on_cuda_where_it_can(monkeypatch, device, 
                         lambda name: (real_find_spec("torch") if triton_installed else None) if name == "triton"
                         else real_find_spec(name))
     assert resolve_decode_attention(_model_on(device, head_dim), "auto") == expected
-    assert resolve_decode_attention(_model_on(device, head_dim), "sdpa") == "sdpa"  # an explicit choice stays
+    if device == "cuda" and not triton_installed:
+        with pytest.raises(ValueError, match="needs the triton package"):
+            resolve_decode_attention(_model_on(device, head_dim), "triton")
+    else:  # asked for by name, where it cannot run: the reductions, and the report says so
+        assert resolve_decode_attention(_model_on(device, head_dim), "triton") == expected
+    assert resolve_decode_attention(_model_on(device, head_dim), "sdpa") == "sdpa"  # other choices stay
 
 
 @pytest.mark.parametrize("vocab", [128256, 49152, 1000, 7])

@@ -46,7 +46,7 @@ def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
     assert [r["kernel"] for r in rows] == ["reduce", "split", "sdpa", "triton"]
     assert all(r["repeats"] and r["decode_tokens_per_s"] > 0 for r in rows)
     kernels = [r["transforms"][-1].removeprefix("compiled decode attention: ") for r in rows]
-    assert kernels == ["reduce", "split", "sdpa", "triton"]
+    assert kernels == ["reduce", "split", "sdpa", "reduce"]  # the CPU runs the reductions for "triton"
     assert "split" in capsys.readouterr().out
 
 
