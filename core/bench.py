@@ -77,13 +77,15 @@ def compare(
     streaming = request.stream or on_event is not None
     runs: list[dict[str, Any]] = []
     warmups: dict[str, dict[str, Any]] = {}
+    origin_s = time.perf_counter()  # every run's `started_ms` counts from here, so a trace lays them on one axis
     with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
         for name in request.contestants:
             emit({"type": "phase", "phase": "warmup", "contestant": name, "t": time.perf_counter()})
             # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
             # during a long warm-up.
             watcher = _token_listener(emit, name, None) if streaming or should_stop else None
-            warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop))
+            began_s = time.perf_counter()
+            warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop), began_s, origin_s)
         for trial in _trial_indices(request, runs):
             order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
             for position, name in enumerate(order):
@@ -92,7 +94,8 @@ def compare(
                 listener = _token_listener(emit, name, trial) if streaming else None
                 graphs_before = compiled_graph_count()
                 outcome = _run_one(loaded, request, name, listener, stop)
-                entry = {"contestant": name, "trial": trial, "order": position, **outcome,
+                started_ms = (outcome.pop("started_s") - origin_s) * 1000
+                entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
                          "graphs_compiled": compiled_graph_count() - graphs_before}
                 runs.append(entry)
                 emit({"type": "run", "t": time.perf_counter(), **entry})
@@ -179,10 +182,12 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
         options = replace(request.options, loop=loop)
         result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
-                "notices": result.notices}
+                "notices": result.notices, "started_s": result.started_s}
+    started_s = time.perf_counter()  # generate() has no step timings to place, only its call
     token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": []}
+    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": [],
+            "started_s": started_s}
 
 
 def _stoppable(listener: Callable[[TokenEvent], None] | None,
@@ -198,10 +203,12 @@ def _stoppable(listener: Callable[[TokenEvent], None] | None,
     return guarded
 
 
-def _warmup_entry(outcome: dict[str, Any]) -> dict[str, Any]:
+def _warmup_entry(outcome: dict[str, Any], began_s: float, origin_s: float) -> dict[str, Any]:
+    """The untimed first run: its engine warm-up (compile, capture) and then one whole run, `wall_ms` in all."""
     timings = outcome["timings"]
     return {"total_ms": timings["total_ms"], "engine_warmup_ms": timings["warmup_ms"],
-            "compile_ms": timings["compile_ms"]}
+            "compile_ms": timings["compile_ms"], "started_ms": (began_s - origin_s) * 1000,
+            "wall_ms": (time.perf_counter() - began_s) * 1000}
 
 
 # ------------------------------------------------------------------------------------------- HF generate

@@ -29,6 +29,7 @@ from core.options import (
     is_int,
     require,
 )
+from core.parallel import gather_device_spans
 from core.pdl import pdl_inductor_options
 from core.timeline import StepClock, Timings
 
@@ -56,6 +57,7 @@ class GenerationResult:
     options: GenerationOptions
     timings: Timings
     notices: list[str] = field(default_factory=list)
+    started_s: float = 0.0  # perf_counter when the timed run began: the origin of its timings' host times
 
     @property
     def text(self) -> str:
@@ -115,11 +117,12 @@ def run(
     timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
                             warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms),
                             rows=len(token_ids))
+    timings.rank_device_spans = gather_device_spans(clock.t0, timings.device_start_ms, timings.device_end_ms)
     if options.loop == NO_CHECK:
         _forget_host_observations(timings)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
     return GenerationResult(token_ids=token_ids, texts=texts, prompt_tokens=int(input_ids.shape[1]),
-                            options=options, timings=timings, notices=notices)
+                            options=options, timings=timings, notices=notices, started_s=clock.t0)
 
 
 def _forget_host_observations(timings: Timings) -> None:
@@ -588,13 +591,19 @@ def _naive_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torc
     state = ctx.engine.state
     for index in range(options.max_new_tokens):
         ctx.step(index, input_ids, attention_mask)
+        ctx.clock.waiting(index)
         if ctx.on_tokens is not None:
             ctx.deliver(index, state.out[index].tolist())  # what a streamer does: one more sync
-        finished = bool(state.done[index].item())  # the per-step sync: the host waits for the device here
+        finished = read_stop_flag(state, index)
         ctx.clock.known(index)
         if finished:
             return index + 1, index + 1
     return options.max_new_tokens, options.max_new_tokens
+
+
+def read_stop_flag(state: DecodeState, index: int) -> bool:
+    """The naive loop's per-step sync: the host waits here until the device has computed step `index`."""
+    return bool(state.done[index].item())
 
 
 def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -619,10 +628,13 @@ def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: t
     """Upper-bound baseline: all max_new_tokens steps, never asking whether generation is over."""
     for index in range(options.max_new_tokens):
         ctx.step(index, input_ids, attention_mask)
+    ctx.clock.waiting(0)  # one wait for everything; each later step is read from what it brought back
     _synchronize(ctx.engine.device)
     done = ctx.engine.state.done[: options.max_new_tokens].tolist()
     kept = next((i + 1 for i, flag in enumerate(done) if flag), options.max_new_tokens)
     for index in range(kept):
+        if index:
+            ctx.clock.waiting(index)
         if ctx.on_tokens is not None:
             ctx.deliver(index, ctx.engine.state.out[index].tolist())
         ctx.clock.known(index)
@@ -631,6 +643,7 @@ def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: t
 
 def _receive(ctx: _LoopContext, mirror: HostMirror, index: int) -> bool:
     """Read step `index` from pinned host memory once its copy has landed; True when generation is over."""
+    ctx.clock.waiting(index)
     mirror.wait(index)
     if ctx.on_tokens is not None:
         ctx.deliver(index, mirror.tokens[index].tolist())  # host memory: no device sync

@@ -114,3 +114,24 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def gather_device_spans(start_s: float, device_start_ms: list[float],
+                        device_end_ms: list[float]) -> list[dict[str, Any]]:
+    """Every rank's device spans of one run on rank 0's time base; [] without a process group.
+
+    Each rank's spans count from its own run start (`start_s`, perf_counter). perf_counter is CLOCK_MONOTONIC, one
+    clock for every process of a machine, so the difference of two ranks' starts moves one base onto the other.
+    Called after the run, outside the timed region; every rank must call it for every run (it is a collective)."""
+    _, size = world()
+    if size == 1:
+        return []
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, (start_s, device_start_ms, device_end_ms))
+    origin = gathered[0][0]
+    spans = []
+    for rank, (rank_start_s, starts, ends) in enumerate(gathered):
+        shift_ms = (rank_start_s - origin) * 1000
+        spans.append({"rank": rank, "device_start_ms": [t + shift_ms for t in starts],
+                      "device_end_ms": [t + shift_ms for t in ends]})
+    return spans

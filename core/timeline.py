@@ -4,6 +4,12 @@ On CUDA every step gets a start and an end event on the compute stream. When the
 completes the moment the previous step's work ends (gap 0); when the device waits for the host, it completes
 when the host finally queues the step: the difference is the device's idle gap. Elapsed times are read once,
 after the run. On the CPU only host timestamps exist, and the timings say so (`clock == "host"`).
+
+Device spans are put on the host clock through a reference event: after the start's synchronize the host reads
+perf_counter, records the reference event, waits for it, and reads perf_counter again. The device stamped the event
+inside that interval, so its midpoint stands for the event's host time and half its width bounds the error (drift
+between the two clocks over a run comes on top; benchmarks/clock_alignment.py measures both). Every other event's
+host time is the reference's plus `elapsed_time` from it.
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ class Timings:
     decode_tokens: int | None = None
     decode_ms: float | None = None
     decode_tokens_per_s: float | None = None
+    # The timeline (all ms since this run's start, host clock; see the module docstring for the device spans).
+    host_step_start_ms: list[float] = field(default_factory=list)  # per computed step: the host began queuing it
+    host_wait_start_ms: list[float] = field(default_factory=list)  # per kept step: the host began blocking for it
+    device_start_ms: list[float] = field(default_factory=list)     # per computed step (overshoot included)
+    device_end_ms: list[float] = field(default_factory=list)
+    clock_sync_error_ms: float | None = None                       # bound on the device-to-host alignment
+    rank_device_spans: list[dict[str, Any]] = field(default_factory=list)  # per TP rank, on rank 0's time base
 
     @property
     def overshoot_steps(self) -> int:
@@ -67,9 +80,14 @@ class StepClock:
         if self.cuda:
             self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
             self.ends = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+            self.reference = torch.cuda.Event(enable_timing=True)
+        self.step_started = [0.0] * capacity
         self.queued = [0.0] * capacity
+        self.wait_started = [0.0] * capacity
         self.known_at = [0.0] * capacity
         self.t0 = self.t_end = 0.0
+        self.reference_host_s = 0.0    # host time standing for the reference event (midpoint of its interval)
+        self.reference_error_s = 0.0   # half that interval's width
 
     @classmethod
     def for_run(cls, engine: Any, max_steps: int) -> StepClock:
@@ -83,9 +101,20 @@ class StepClock:
     def start(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
+            self._record_reference()
         self.t0 = time.perf_counter()
 
+    def _record_reference(self) -> None:
+        """The device is idle here, so the event is stamped between the record call and the synchronize's return."""
+        before = time.perf_counter()
+        self.reference.record()
+        self.reference.synchronize()
+        after = time.perf_counter()
+        self.reference_host_s = (before + after) / 2
+        self.reference_error_s = (after - before) / 2
+
     def before_step(self, index: int) -> None:
+        self.step_started[index] = time.perf_counter()
         if self.cuda:
             self.starts[index].record()
 
@@ -93,6 +122,10 @@ class StepClock:
         if self.cuda:
             self.ends[index].record()
         self.queued[index] = time.perf_counter()
+
+    def waiting(self, index: int) -> None:
+        """The host is about to block until step `index`'s tokens are on the host."""
+        self.wait_started[index] = time.perf_counter()
 
     def known(self, index: int) -> None:
         self.known_at[index] = time.perf_counter()
@@ -105,17 +138,19 @@ class StepClock:
     def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, warmup_ms: float,
                 compile_ms: float, rows: int = 1) -> Timings:
         total_ms = (self.t_end - self.t0) * 1000
-        known = [(t - self.t0) * 1000 for t in self.known_at[:kept_steps]]
-        queued = [(t - self.t0) * 1000 for t in self.queued[:computed_steps]]
+        known = self._since_start(self.known_at[:kept_steps])
+        queued = self._since_start(self.queued[:computed_steps])
         timings = Timings(
             clock="cuda-events" if self.cuda else "host", total_ms=total_ms, ttft_ms=known[0],
             tokens_per_s=new_tokens / (total_ms / 1000) if total_ms > 0 else 0.0, new_tokens=new_tokens,
             kept_steps=kept_steps, computed_steps=computed_steps, step_ms=[], ms_per_token_p50=0.0,
             ms_per_token_p95=0.0, host_queued_ms=queued, host_known_ms=known, warmup_ms=warmup_ms,
-            compile_ms=compile_ms,
+            compile_ms=compile_ms, host_step_start_ms=self._since_start(self.step_started[:computed_steps]),
+            host_wait_start_ms=self._since_start(self.wait_started[:kept_steps]),
         )
         if self.cuda:
             self._add_device_timeline(timings, kept_steps)
+            self._add_device_spans(timings, computed_steps)
         else:
             timings.step_ms = [b - a for a, b in itertools.pairwise(known)]
         if timings.step_ms:
@@ -125,6 +160,16 @@ class StepClock:
         if timings.decode_ms > 0 and timings.decode_tokens > 0:
             timings.decode_tokens_per_s = timings.decode_tokens / (timings.decode_ms / 1000)
         return timings
+
+    def _since_start(self, host_times: list[float]) -> list[float]:
+        return [(t - self.t0) * 1000 for t in host_times]
+
+    def _add_device_spans(self, timings: Timings, computed: int) -> None:
+        """Each computed step's device span on the host clock, in ms since the start (read after the run)."""
+        offset_ms = (self.reference_host_s - self.t0) * 1000
+        timings.device_start_ms = [offset_ms + self.reference.elapsed_time(e) for e in self.starts[:computed]]
+        timings.device_end_ms = [offset_ms + self.reference.elapsed_time(e) for e in self.ends[:computed]]
+        timings.clock_sync_error_ms = self.reference_error_s * 1000
 
     def _add_device_timeline(self, timings: Timings, kept: int) -> None:
         starts, ends = self.starts[:kept], self.ends[:kept]
