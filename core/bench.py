@@ -100,6 +100,7 @@ def compare(
                 runs.append(entry)
                 emit({"type": "run", "t": time.perf_counter(), **entry})
     report = build_report(loaded, request, runs, warmups)
+    report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
     if request.deterministic:
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
     return report
@@ -462,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the pipelined loop a second time: the ratio between the two is this run's noise")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
+    p.add_argument("--trace", dest="trace_path", default=None, metavar="PATH",
+                   help="write a Chrome trace-event JSON of every run (host and device lanes; open it in "
+                        "https://ui.perfetto.dev); with --profile, the profiler's kernels on the same time axis")
     p.add_argument("--profile", metavar="DIR", default=None,
                    help="after the trials, run one loop more under torch.profiler and write its kernel table "
                         "and trace here (one set per rank)")
@@ -537,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         request = request_from_args(args)
         request.validate()
         check_output_path(args.json_path)
+        check_output_path(args.trace_path, "--trace")
         check_profile_dir(args.profile)
         check_tuning_environment()  # a malformed SYNCSCOPE_* tuning variable is refused before any work
         if args.tp < 1:
@@ -584,7 +589,32 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
 
             print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
             print(format_summary(profiled, profiled["step_ms_p50"], top=12))
+        if args.trace_path:
+            write_json(args.trace_path, build_trace(report, profiled), "--trace")
     return 0
+
+
+def build_trace(report: dict[str, Any], profiled: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's trace; with a profile, the profiler's events moved onto the report's time axis.
+
+    Kineto stamps events on CLOCK_REALTIME (`ts` µs + `baseTimeNanoseconds`); the report counts from a perf_counter
+    (CLOCK_MONOTONIC) origin. The offset between the two clocks, read right after the profiled run, moves one onto
+    the other."""
+    from core.trace import chrome_trace, merge_profiler_trace
+
+    trace = chrome_trace(report)
+    if profiled and profiled.get("trace_file") and "origin_perf_counter_s" in report:
+        import gzip
+
+        with gzip.open(profiled["trace_file"], "rt", encoding="utf-8") as handle:
+            kineto = json.load(handle)
+        base_ns = int(kineto.get("baseTimeNanoseconds", 0))
+        clock = profiled["clock"]
+        shift_us = (base_ns - clock["offset_ns"]) / 1000 - report["origin_perf_counter_s"] * 1e6
+        merge_profiler_trace(trace, kineto, shift_us)
+        trace["metadata"]["profiler"] = {"file": profiled["trace_file"], "shift_us": shift_us,
+                                         "clock_offset_error_us": clock["error_ns"] / 1000}
+    return trace
 
 
 def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespace, rank: int) -> dict[str, Any]:
@@ -610,23 +640,40 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
           f"{request.options.cache}/{request.options.compile}")
     print(format_table(report))
     if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=1)
-        print(f"wrote {args.json_path}")
+        write_json(args.json_path, report, "--json", indent=1)
 
 
-def check_output_path(path: str | None) -> None:
-    """ValueError now, before any work, when the report could not be written there at the end."""
+def write_json(path: str, data: dict[str, Any], flag: str, indent: int | None = None) -> str:
+    """Write `data` to `path`; when that fails after all the work, one line and the same data in a temporary file
+    that the line names. Returns where it was written."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=indent)
+        print(f"wrote {path}")
+        return path
+    except OSError as exc:
+        import tempfile
+
+        stem = os.path.splitext(os.path.basename(path))[0] or "syncscope"
+        handle, fallback = tempfile.mkstemp(prefix=f"{stem}-", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=indent)
+        sys.stderr.write(f"core.bench: could not write {flag} {path} ({exc.strerror or exc}); wrote {fallback}\n")
+        return fallback
+
+
+def check_output_path(path: str | None, flag: str = "--json") -> None:
+    """ValueError now, before any work, when the file could not be written there at the end."""
     if not path:
         return
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
     if os.path.isdir(target):
-        raise ValueError(f"--json {path}: that is a directory; give a file name")
+        raise ValueError(f"{flag} {path}: that is a directory; give a file name")
     if not os.path.isdir(folder):
-        raise ValueError(f"--json {path}: the folder {folder} does not exist")
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
-        raise ValueError(f"--json {path}: no permission to write there")
+        raise ValueError(f"{flag} {path}: no permission to write there")
 
 
 def check_profile_dir(path: str | None) -> None:

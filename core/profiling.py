@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,13 +122,30 @@ def profile_run(run_once: Callable[[], dict[str, Any]], out_dir: str | Path, ran
                                         encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     if trace:
-        _write_trace(profiler, stem)
+        summary["trace_file"] = _write_trace(profiler, stem)
+        summary["clock"] = realtime_minus_perf_counter_ns()
     return summary
 
 
-def _write_trace(profiler: Any, stem: Path) -> None:
+def realtime_minus_perf_counter_ns(tries: int = 20) -> dict[str, int]:
+    """CLOCK_REALTIME (Kineto's base: a trace's `ts` µs + its `baseTimeNanoseconds` is that clock, checked on torch
+    2.11) minus perf_counter (CLOCK_MONOTONIC), from the tightest of `tries` realtime reads bracketed by two
+    perf_counter reads; `error_ns` is half that bracket."""
+    best: tuple[int, int] | None = None
+    for _ in range(tries):
+        before = time.perf_counter_ns()
+        realtime = time.time_ns()
+        after = time.perf_counter_ns()
+        if best is None or after - before < best[1]:
+            best = (realtime - (before + after) // 2, after - before)
+    offset, width = best
+    return {"offset_ns": offset, "error_ns": width // 2}
+
+
+def _write_trace(profiler: Any, stem: Path) -> str:
     raw = stem.with_name(stem.name + "-trace.json")
     profiler.export_chrome_trace(str(raw))
     with open(raw, "rb") as source, gzip.open(f"{raw}.gz", "wb") as target:
         shutil.copyfileobj(source, target)
     os.remove(raw)
+    return f"{raw}.gz"

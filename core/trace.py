@@ -148,7 +148,7 @@ def _host_events(pid: int, timings: dict[str, Any], start_ms: float) -> Iterable
         return
     for step, end in enumerate(queued):
         begin = step_starts[step] if step < len(step_starts) else end  # old reports: the moment queuing ended
-        yield _span(pid, HOST_TID, _step_name("queue", step), "host.step", start_ms + begin, end - begin,
+        yield _span(pid, HOST_TID, _step_name(step, "queue"), "host.step", start_ms + begin, end - begin,
                     {"step": step})
     for step, at in enumerate(known):
         if step < len(waits):
@@ -163,12 +163,12 @@ def _device_events(pid: int, tid: int, entry: dict[str, Any], start_ms: float, k
     for step, (begin, end) in enumerate(zip(entry["device_start_ms"], entry["device_end_ms"])):
         gap = None if previous_end is None else max(0.0, begin - previous_end)
         previous_end = end
-        yield _span(pid, tid, _step_name("step", step), "device.step", start_ms + begin, end - begin,
+        yield _span(pid, tid, _step_name(step), "device.step", start_ms + begin, end - begin,
                     {"step": step, "gap_before_ms": gap, "overshoot": step >= kept})
 
 
-def _step_name(verb: str, step: int) -> str:
-    return f"{verb} prefill" if step == 0 else f"{verb} step {step}"
+def _step_name(step: int, verb: str = "") -> str:
+    return f"{verb} {'prefill' if step == 0 else f'step {step}'}".strip()
 
 
 def _span(pid: int, tid: int, name: str, cat: str, start_ms: float, dur_ms: float, args: dict[str, Any]) -> Event:
