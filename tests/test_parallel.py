@@ -35,6 +35,35 @@ def test_two_ranks_give_the_tokens_of_one(tmp_path, extra):
     assert two["environment"]["tp"] == 2 and two["all_identical"] and one["all_identical"]
     assert [r["token_ids"] for r in two["runs"]] == [r["token_ids"] for r in one["runs"]]
     assert two["model"]["hbm_floor_ms_per_step"] == pytest.approx(one["model"]["hbm_floor_ms_per_step"] / 2)
+    for run in two["runs"]:  # on the CPU under gloo: an entry per rank, with no device spans in it
+        assert run["timings"]["rank_device_spans"] == [{"rank": rank, "device_start_ms": [], "device_end_ms": []}
+                                                       for rank in (0, 1)]
+    assert all(run["timings"]["rank_device_spans"] == [] for run in one["runs"])
+
+
+def _gather_on_rank(rank: int, init_file: str, out_file: str) -> None:
+    import torch.distributed as dist
+
+    from core.parallel import gather_device_spans
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        # Rank 1's run began 2 s after rank 0's; its spans count from its own start.
+        spans = gather_device_spans(100.0 + 2.0 * rank, [1.0, 3.0], [2.0, 4.0])
+        if rank == 0:
+            Path(out_file).write_text(json.dumps(spans))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_ranks_device_spans_are_moved_onto_rank_0s_time_base(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "spans.json"
+    mp.spawn(_gather_on_rank, args=(str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    assert json.loads(out.read_text()) == [
+        {"rank": 0, "device_start_ms": [1.0, 3.0], "device_end_ms": [2.0, 4.0]},
+        {"rank": 1, "device_start_ms": [2001.0, 2003.0], "device_end_ms": [2002.0, 2004.0]}]
 
 
 def test_a_tp_degree_that_does_not_divide_the_model_is_one_clear_line():
