@@ -23,6 +23,7 @@ import gradio as gr
 from core.identity import footnote
 from core.options import COMPILE_MODES, DEFAULT_PROMPT
 from core.stats import verdict_sentence
+from core.trace import chrome_trace
 from dashboard import charts
 from dashboard.jobs import FAILED, LOAD, LOADING, Job
 from dashboard.reports import (
@@ -51,7 +52,7 @@ HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", 
                    "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
-           "report_file", "banner", "model")
+           "report_file", "trace_file", "banner", "model")
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot")
 CSS = """
 .pane textarea { font-family: ui-monospace, monospace; font-size: 13px; }
@@ -252,6 +253,8 @@ class Dashboard:
         update[c["csv"]] = csv_path
         update[c["json"]] = json_path
         update[c["report_file"]] = self._write_report(owner, report) if report else None
+        update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
+                                            else None)
         return update
 
     def _command(self, job: Job) -> str:
@@ -292,6 +295,11 @@ class Dashboard:
     def _write_report(self, owner: str, report: dict[str, Any]) -> str:
         path = self._owner_dir(owner) / "syncscope-report.json"
         path.write_text(json.dumps(public_report(report), indent=1), encoding="utf-8")
+        return str(path)
+
+    def _write_trace(self, owner: str, report: dict[str, Any]) -> str:
+        path = self._owner_dir(owner) / "syncscope-trace.json"
+        path.write_text(json.dumps(chrome_trace(public_report(report))), encoding="utf-8")
         return str(path)
 
     # ---- option coupling
@@ -475,6 +483,8 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
             c["json"] = gr.DownloadButton("History as JSON", value=None, elem_id="download-json", size="sm")
             c["report_file"] = gr.DownloadButton("Last run's report (JSON, opens in Replay)", value=None,
                                                  elem_id="download-report", size="sm")
+            c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
+                                                elem_id="download-trace", size="sm", visible=False)
     outputs = [c[k] for k in OUTPUTS]
     c["run_btn"].click(app.run, inputs=inputs, outputs=outputs, api_name="run", concurrency_limit=runner.max_queue,
                        concurrency_id="run", show_progress="minimal")

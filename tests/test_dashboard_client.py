@@ -55,6 +55,11 @@ def shown(out: dict) -> dict:
     return {k: text_of(v) if k in MARKDOWN_OUTPUTS and isinstance(v, str) else v for k, v in out.items()}
 
 
+def test_the_trace_download_is_hidden_until_a_run_has_finished(served_app):
+    button = next(b for b in served_app.demo.config["components"] if b["props"].get("elem_id") == "download-trace")
+    assert button["props"]["visible"] is False
+
+
 def test_a_run_gives_both_texts_identical_under_greedy(served_app):
     out = run(served_app.url)
     assert out["status"].startswith("Done in")
@@ -69,6 +74,10 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
     rows = list(csv.DictReader(Path(out["csv"]).read_text().splitlines()))
     assert rows[-1]["status"] == "done" and rows[-1]["identical"] == "yes"
     assert json.loads(Path(out["report_file"]).read_text())["all_identical"]
+    assert out["trace_file"]["visible"] is True  # an update: the button appears with its file
+    trace = json.loads(Path(out["trace_file"]["value"]).read_text())
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} == {"naive", "pipelined"}
+    assert "host" not in trace["metadata"]["environment"]
     assert ("GPU:" if served_app.runner.monitor.available else "No NVIDIA GPU found") in out["banner"]
 
 
