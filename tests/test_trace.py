@@ -267,3 +267,18 @@ def test_on_cuda_every_computed_step_has_a_device_span_on_the_host_clock(loop):
         assert device_begin >= host_begin - timings.clock_sync_error_ms - 0.05
     assert timings.gpu_step_ms == pytest.approx([e - b for b, e in zip(starts, ends)][: timings.kept_steps],
                                                 abs=2e-3)
+
+
+def test_the_clock_alignment_script_runs_on_the_cpu_and_says_what_it_skipped(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "clock.json"
+    done = subprocess.run([sys.executable, "benchmarks/clock_alignment.py", "--seconds", "0.3", "--out", str(out)],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    if result["device"] == "cpu":
+        assert "no CUDA device" in done.stdout and "reference" not in result
+    assert result["drift"]["samples"] and result["drift"]["kineto_bracket_us"] >= 0
