@@ -592,10 +592,12 @@ def _naive_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torc
     for index in range(options.max_new_tokens):
         ctx.step(index, input_ids, attention_mask)
         ctx.clock.waiting(index)
-        if ctx.on_tokens is not None:
-            ctx.deliver(index, state.out[index].tolist())  # what a streamer does: one more sync
+        # What a streamer does: one more sync (the one that blocks, when there is a streamer).
+        tokens = state.out[index].tolist() if ctx.on_tokens is not None else None
         finished = read_stop_flag(state, index)
-        ctx.clock.known(index)
+        ctx.clock.known(index)  # before the watcher's callback, so a wait span is the wait alone
+        if tokens is not None:
+            ctx.deliver(index, tokens)
         if finished:
             return index + 1, index + 1
     return options.max_new_tokens, options.max_new_tokens
@@ -635,9 +637,10 @@ def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: t
     for index in range(kept):
         if index:
             ctx.clock.waiting(index)
-        if ctx.on_tokens is not None:
-            ctx.deliver(index, ctx.engine.state.out[index].tolist())
+        tokens = ctx.engine.state.out[index].tolist() if ctx.on_tokens is not None else None
         ctx.clock.known(index)
+        if tokens is not None:
+            ctx.deliver(index, tokens)
     return kept, options.max_new_tokens
 
 
@@ -645,9 +648,9 @@ def _receive(ctx: _LoopContext, mirror: HostMirror, index: int) -> bool:
     """Read step `index` from pinned host memory once its copy has landed; True when generation is over."""
     ctx.clock.waiting(index)
     mirror.wait(index)
+    ctx.clock.known(index)
     if ctx.on_tokens is not None:
         ctx.deliver(index, mirror.tokens[index].tolist())  # host memory: no device sync
-    ctx.clock.known(index)
     return bool(mirror.done[index])
 
 

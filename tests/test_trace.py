@@ -113,6 +113,15 @@ def test_the_naive_loops_host_waits_add_up_to_the_time_spent_in_its_sync(tiny, m
     assert measured_ms <= sum(waits) <= measured_ms + 0.05 * STEPS
 
 
+@pytest.mark.parametrize("loop", ["naive", "pipelined", "no-check"])
+def test_a_slow_streamer_is_not_counted_as_waiting(tiny, loop):
+    """The watcher's callback runs after the step is marked known: a wait span is the wait, not the streaming."""
+    timings = generate(tiny, "Hello", loop=loop, max_new_tokens=STEPS, ignore_eos=True,
+                       on_tokens=lambda event: time.sleep(0.005)).timings
+    waits = [known - begin for begin, known in zip(timings.host_wait_start_ms, timings.host_known_ms)]
+    assert len(waits) == STEPS and max(waits[1:]) < 4.0, waits
+
+
 # ---------------------------------------------------------------------------------------------- the trace
 
 def test_the_trace_follows_the_format_with_a_process_per_contestant(report):
