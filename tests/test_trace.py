@@ -291,3 +291,34 @@ def test_the_clock_alignment_script_runs_on_the_cpu_and_says_what_it_skipped(tmp
     if result["device"] == "cpu":
         assert "no CUDA device" in done.stdout and "reference" not in result
     assert result["drift"]["samples"] and result["drift"]["kineto_bracket_us"] >= 0
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_on_cuda_the_naive_loops_waits_add_up_to_its_item_calls_and_match_the_device_gaps(monkeypatch):
+    """The real sync: each .item() timed by this test. Waits may exceed it by the clock's reads, at most 0.05 ms a
+    step. And on the device: while the host waits, the device is busy with that step, so every gap before the next
+    step is at least the time from `known` to the next step's device start (within the alignment's bound)."""
+    from core.models import load_model
+
+    loaded = load_model("tiny-random", device="cuda", dtype="fp32")
+    spent: list[float] = []
+    real = generation.read_stop_flag
+
+    def timed(state, index):
+        began = time.perf_counter()
+        flag = real(state, index)
+        spent.append(time.perf_counter() - began)
+        return flag
+
+    generate(loaded, "Hello", loop="naive", max_new_tokens=8, ignore_eos=True)  # warm
+    monkeypatch.setattr(generation, "read_stop_flag", timed)
+    timings = generate(loaded, "Hello", loop="naive", max_new_tokens=32, ignore_eos=True).timings
+    waits = [known - begin for begin, known in zip(timings.host_wait_start_ms, timings.host_known_ms)]
+    measured_ms = sum(spent) * 1000
+    assert measured_ms <= sum(waits) <= measured_ms + 0.05 * len(waits)
+    bound = timings.clock_sync_error_ms
+    for step in range(len(waits) - 1):
+        # The device finished step `step` before the host learned it, and began the next one only once queued.
+        assert timings.device_end_ms[step] <= timings.host_known_ms[step] + bound
+        assert timings.device_start_ms[step + 1] >= timings.host_step_start_ms[step + 1] - bound
