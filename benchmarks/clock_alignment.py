@@ -137,15 +137,19 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                          f"(n={e['n']}; negative = alignment error)")
         d = result["drift"]
         last = d["samples"][-1]
-        lines.append(f"drift over {d['seconds']:.0f} s: {d['seen_minus_predicted_drift_us_per_s']:+.3f} us/s; "
+        lines.append(f"drift over {d['seconds']:.0f} s: {_signed(d['seen_minus_predicted_drift_us_per_s'])} us/s; "
                      f"at the end seen - predicted {last['seen_minus_predicted_us']:.2f} us, "
                      f"record - predicted {last['before_minus_predicted_us']:.2f} us")
     else:
         lines.append(result["skipped"])
     d = result["drift"]
     lines.append(f"kineto (CLOCK_REALTIME - perf_counter) bracket {d['kineto_bracket_us']:.3f} us, drift "
-                 f"{d['kineto_offset_change_drift_us_per_s']:+.3f} us/s over {d['seconds']:.0f} s")
+                 f"{_signed(d['kineto_offset_change_drift_us_per_s'])} us/s over {d['seconds']:.0f} s")
     return lines
+
+
+def _signed(value: float | None) -> str:
+    return "n/a (too few samples)" if value is None else f"{value:+.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
