@@ -115,8 +115,8 @@ def _device_ranks(runs: Iterable[dict[str, Any]]) -> list[int]:
     for run in runs:
         timings = run.get("timings") or {}
         spans = timings.get("rank_device_spans") or []
-        if spans:
-            ranks.update(int(entry["rank"]) for entry in spans)
+        if spans:  # under gloo on the CPU every rank has an entry, with no device spans in it
+            ranks.update(int(entry["rank"]) for entry in spans if entry.get("device_start_ms"))
         elif timings.get("device_start_ms"):
             ranks.add(0)
     return sorted(ranks)

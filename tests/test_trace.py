@@ -190,6 +190,16 @@ def test_device_lanes_hold_one_span_per_computed_step_in_step_order(report, rank
             assert gaps == pytest.approx(expected)
 
 
+def test_cpu_ranks_without_device_spans_get_no_device_lanes(report):
+    cpu_tp = copy.deepcopy(report)
+    for run in cpu_tp["runs"]:
+        run["timings"]["rank_device_spans"] = [{"rank": r, "device_start_ms": [], "device_end_ms": []} for r in (0, 1)]
+    trace = chrome_trace(cpu_tp)
+    check_trace_format(trace)
+    lanes = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
+    assert not any(name.startswith("device") for name in lanes) and any("the device is the host" in n for n in lanes)
+
+
 def test_an_old_report_gives_the_host_spans_and_a_note(report):
     old = copy.deepcopy(report)
     for run in old["runs"]:
