@@ -17,6 +17,7 @@ handful of SVG paths and the figure builds in a few ms (plotly validation off, a
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ MIN_GAP_MS = 1e-4              # idle gaps shorter than 0.1 µs are not drawn
 # step; half the bytes of float64. The stated means are computed in float64.
 COORDINATE = np.float32
 LANE_PX = 46
+LABEL_FONT_PX = 11
+LABEL_CHAR_PX = 6.3            # a lane label's width per character at LABEL_FONT_PX, a little over the real one
+LABEL_PAD_PX = 12
 TOP_LINE_PX = 13               # one line of the statistics block
 TITLE_PX = 34
 BOTTOM_PX = 75                 # x ticks, the range slider and the x title
@@ -50,8 +54,9 @@ WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#424242", "bgcolor": "#e0e0e0", "size": 6, "solidity": 0.35}}
 IDLE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#757575", "bgcolor": "#f5f5f5", "size": 6, "solidity": 0.3}}
-KEY_LINES = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)",
-             "tick: a step's tokens known on the host")
+SPAN_KEY = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)")
+KNOWN_KEY = "black tick: a step's tokens known on the host"
+QUEUED_KEY = "coloured tick: a step queued by the host"
 NBSP = "\u00a0"
 
 
@@ -241,20 +246,27 @@ def lanes_figure(report: dict[str, Any]) -> go.Figure:
     bottom = ticks[-1][0]
     block = _stats_block(trials, view)
     top = TITLE_PX + TOP_LINE_PX * (block.count("<br>") + 1) + 8
+    # The lane labels' margin is set here (automargin only ever widens it), so the statistics block can start at
+    # the figure's left edge rather than the plot's: on a phone the plot is too narrow for it.
+    left = LABEL_PAD_PX + LABEL_CHAR_PX * max(len(_plain(text)) for _, text in ticks)
     layout = {
         "showlegend": False, "shapes": shapes, "hovermode": "closest",
         "annotations": [{"text": block, "xref": "paper", "yref": "paper", "x": 0, "y": 1, "xanchor": "left",
-                         "yanchor": "bottom", "yshift": 6, "align": "left", "showarrow": False,
+                         "yanchor": "bottom", "xshift": 4 - left, "yshift": 6, "align": "left", "showarrow": False,
                          "font": {"family": "ui-monospace, Menlo, Consolas, monospace", "size": 10, "color": "#333"}}],
         "xaxis": {"title": {"text": "ms since the loop's trial started"}, "zeroline": False, "hoverformat": ",.3f",
                   "rangeslider": {"visible": True, "thickness": 0.1}, **({"range": list(view)} if view else {})},
         "yaxis": {"tickvals": [t for t, _ in ticks], "ticktext": [text for _, text in ticks],
                   "range": [bottom + 0.6, -0.6], "fixedrange": True, "showgrid": False, "zeroline": False,
-                  "automargin": True},
-        "margin": {**charts.MARGIN, "t": top, "r": 15},
+                  "automargin": True, "tickfont": {"size": LABEL_FONT_PX}},
+        "margin": {**charts.MARGIN, "t": top, "l": left, "r": 15, "b": 45},
     }
     height = top + int(LANE_PX * (bottom + 1.2)) + BOTTOM_PX
     return charts.figure(data, layout, TITLE, height=height)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", text)
 
 
 def _lane_labels(trial: LoopTrial) -> list[str]:
@@ -317,7 +329,7 @@ def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) 
         lines.append(CPU_LINE)
     errors = [t.sync_error_ms for t in trials if t.sync_error_ms is not None]
     if errors:
-        lines.append(f"GPU spans put on the host clock within ±{max(errors) * 1000:,.1f} µs")
+        lines.append(f"GPU spans on the host clock: ±{max(errors) * 1000:,.1f} µs")
     lines.append(f"{'µs per decode step':<21}{'window':>9}{'trial':>9}".replace(" ", NBSP))
     for trial in trials:
         window = window_means(trial, view) if view else NO_MEANS
@@ -326,7 +338,11 @@ def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) 
         lines += [_row(trial.name, "host wait", _us(window.wait_us), _us(whole.wait_us), label),
                   _row("", "device gap", _us(window.gap_us), _us(whole.gap_us)),
                   _row("", "steps", _steps(window), _steps(whole))]
-    lines += KEY_LINES
+    if any(t.complete for t in trials):
+        lines += SPAN_KEY
+    lines.append(KNOWN_KEY)
+    if not all(t.complete for t in trials):
+        lines.append(QUEUED_KEY)
     return "<br>".join(lines)
 
 

@@ -4,6 +4,7 @@ loops, the waits and gaps drawn, the first view's steps, the stated means, the C
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 import statistics
 import time
@@ -95,6 +96,8 @@ def test_each_loop_has_a_host_lane_and_a_device_lane_naive_above(cuda_report):
     bands = [s for s in fig.layout.shapes if s.yref == "y"]
     assert [b.fillcolor for b in bands] == [charts.COLORS["naive"], charts.COLORS["pipelined"]]
     assert fig.layout.showlegend is False, "the lane labels and colours tell the loops apart"
+    key = fig.layout.annotations[0].text
+    assert all(line in key for line in lanes.SPAN_KEY) and lanes.QUEUED_KEY not in key
 
 
 def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
@@ -234,6 +237,8 @@ def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cud
     assert table["naive"]["host wait"] == ["–", "–"]
     assert table["naive"]["device gap"] == ["–", f"{statistics.fmean(t['gpu_gap_ms']) * 1000:,.1f}"]
     assert fig.layout.xaxis.range is not None, "a first view from the known times"
+    key = fig.layout.annotations[0].text
+    assert lanes.QUEUED_KEY in key and lanes.SPAN_KEY[0] not in key
 
 
 def test_timestamps_that_do_not_fit_together_are_treated_as_missing(cuda_report):
@@ -265,3 +270,31 @@ def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
     runs = view.snapshot()["runs"]
     assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
     assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
+
+
+def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):
+    from dashboard.settings import RunSettings
+    from dashboard.ui import Dashboard, PageConfig
+
+    class FakeJob:
+        id, done = 1, False
+
+        def __init__(self, polls: int):
+            self.answers = iter([False] * polls + [True])
+
+        def wait(self, timeout: float) -> bool:
+            return next(self.answers)
+
+    trials = [[], cuda_report["runs"][:1], cuda_report["runs"][:1], cuda_report["runs"][:2]]
+    snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
+    runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
+                                     "cancel": lambda self, job_id: None})()
+    app = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}, chart_interval_s=1e9))
+    app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
+    following = app._follow(FakeJob(len(trials)), "someone")
+    updates = list(itertools.islice(following, len(trials)))
+    following.close()
+    redrawn = [i for i, update in enumerate(updates) if "lanes_plot" in update]
+    assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
+    assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
+                                                     "pipelined · GPU"]
