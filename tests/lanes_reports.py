@@ -14,10 +14,14 @@ Derived fields (gpu_gap_ms, gpu_step_ms, step_ms, rates) are computed from the s
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
+import json
 import random
 import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 from core.bench import ratios, summarize
@@ -140,3 +144,23 @@ def without_new_fields(full: dict[str, Any]) -> dict[str, Any]:
         for key in NEW_FIELDS:
             run["timings"].pop(key, None)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.lanes_reports",
+                                     description="write a hand-built report with the timeline's fields")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=256, help="kept steps per run (step 0 = prefill)")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true", help="no device spans: the host is the device")
+    parser.add_argument("--ranks", type=int, default=1, help="tensor-parallel ranks")
+    parser.add_argument("--old", action="store_true", help="without the new fields, as written before them")
+    args = parser.parse_args(argv)
+    built = report(args.steps, trials=args.trials, cpu=args.cpu, ranks=args.ranks)
+    args.out.write_text(json.dumps(without_new_fields(built) if args.old else built))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
