@@ -317,7 +317,7 @@ def _ticks(times: np.ndarray, y: float, name: str, tick_color: str) -> Spec:
     """A vertical tick across the lane at each time: one path shape of moves and lines, a single SVG path (see
     _bars). A little transparent, so a zoomed-out trial's ticks do not hide the lane under them."""
     low, high = y - BAR_HALF, y + BAR_HALF
-    path = "".join(f"M{t:.4f},{low:g}V{high:g}" for t in times.tolist())
+    path = "".join(map(f"M{{:.4f}},{low:g}V{high:g}".format, times.tolist()))
     return {"type": "path", "xref": "x", "yref": "y", "path": path, "name": name,
             "line": {"color": tick_color, "width": 1.5}, "opacity": 0.75, "layer": "above"}
 
