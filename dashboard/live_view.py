@@ -87,6 +87,7 @@ class LiveView:
         self.panes: dict[str, PaneState] = {name: PaneState() for name in job.request.contestants} \
             if job.request else {}
         self.spans: list[dict[str, Any]] = []
+        self.runs: list[dict[str, Any]] = []  # each timed trial's run as it ends: the timeline chart's input
         self.phase: dict[str, Any] | None = None
         self.lock = threading.Lock()
 
@@ -97,7 +98,7 @@ class LiveView:
             return {
                 "id": job.id, "state": job.state, "status": status_line(job, self.position(job), self.phase),
                 "position": self.position(job), "error": job.error, "notices": list(job.notices),
-                "model": job.model, "panes": self._panes(), "report": job.report,
+                "model": job.model, "panes": self._panes(), "report": job.report, "runs": list(self.runs),
                 **self.timeline(final=job.done, locked=True),
             }
 
@@ -133,6 +134,7 @@ class LiveView:
             pane = self.panes.setdefault(event["contestant"], PaneState())
             pane.final_text = event["texts"][0] if event.get("texts") else ""
             pane.final_rate = event["timings"].get("decode_tokens_per_s") or event["timings"]["tokens_per_s"]
+            self.runs.append({key: event.get(key) for key in ("contestant", "trial", "order", "timings")})
 
     def _t0(self) -> float:
         return self.job.t0 or 0.0

@@ -24,7 +24,7 @@ from core.identity import footnote
 from core.options import COMPILE_MODES, DEFAULT_PROMPT
 from core.stats import verdict_sentence
 from core.trace import chrome_trace
-from dashboard import charts
+from dashboard import charts, lanes
 from dashboard.jobs import FAILED, LOAD, LOADING, Job
 from dashboard.reports import (
     SUMMARY_HEADERS,
@@ -202,12 +202,13 @@ class Dashboard:
                   c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
                           charts.all_figures({}, None)))
+        update[c["lanes_plot"]] = lanes.lanes_figure({})
         update.update(self._live_update(self.runner.snapshot(job)))
         return update
 
     def _follow(self, job: Job, owner: str) -> Iterator[dict]:
         c = self.c
-        last_chart, model_seen = 0.0, self.runner.model_spec
+        last_chart, model_seen, lanes_runs = 0.0, self.runner.model_spec, 0
         try:
             while not job.wait(self.config.live_interval_s):
                 snap = self.runner.snapshot(job)
@@ -216,6 +217,10 @@ class Dashboard:
                     last_chart = time.monotonic()
                     update[c["tokens_plot"]] = charts.tokens_per_s_figure(snap)
                     update[c["device_plot"]] = charts.device_figure(snap)
+                runs = snap.get("runs") or []
+                if len(runs) != lanes_runs:  # a trial ended: redraw the timeline from the trials so far
+                    lanes_runs = len(runs)
+                    update[c["lanes_plot"]] = lanes.lanes_figure({"runs": runs})
                 if self.runner.model_spec != model_seen:
                     model_seen = self.runner.model_spec
                     update[c["banner"]] = self.banner()
@@ -242,6 +247,7 @@ class Dashboard:
         report = job.report
         figures = charts.all_figures(snap, report)
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
+        update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report) if report else ""
         update[c["summary"]] = _table(report) if report else []
         update[c["command"]] = self._command(job) if report else ""
@@ -349,6 +355,9 @@ class Dashboard:
                   f"trial(s), created {plain(report.get('created', '?'))}.")
         update = {r["status"]: status, r["headline"]: headline_md(report), r["summary"]: _table(report)}
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
+        note = lanes.lanes_note(report)
+        update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
+        update[r["lanes_plot"]] = lanes.lanes_figure(report)
         return update
 
 
@@ -428,6 +437,7 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
                         live_interval_s=live_interval_s, chart_interval_s=chart_interval_s)
     app = Dashboard(runner, config)
     charts.warm_up()
+    lanes.warm_up()
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
@@ -469,6 +479,8 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
+        c["lanes_plot"] = gr.Plot(lanes.lanes_figure({}), elem_id="plot-lanes", show_label=False)
+    with gr.Row():
         c["tokens_plot"] = gr.Plot(charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False)
         c["device_plot"] = gr.Plot(charts.device_figure({"monitor": _idle_monitor(runner)}), elem_id="plot-device",
                                    show_label=False)
@@ -485,7 +497,7 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
                                                  elem_id="download-report", size="sm")
             c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                 elem_id="download-trace", size="sm", visible=False)
-    outputs = [c[k] for k in OUTPUTS]
+    outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
     c["run_btn"].click(app.run, inputs=inputs, outputs=outputs, api_name="run", concurrency_limit=runner.max_queue,
                        concurrency_id="run", show_progress="minimal")
     c["cancel_btn"].click(app.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
@@ -561,13 +573,16 @@ def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
     r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
                                 elem_id="replay-summary", label="Summary (medians over trials)",
                                 column_widths=SUMMARY_WIDTHS, datatype="str")
+    r["lanes_note"] = gr.Markdown(elem_id="replay-lanes-note")
+    with gr.Row():
+        r["lanes_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)
     with gr.Row():
         r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
         r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)
     with gr.Row():
         r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
         r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
-    outputs = [r[k] for k in REPLAY_OUTPUTS]
+    outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["lanes_note"], r["lanes_plot"]]
     upload.upload(app.replay_upload, inputs=[upload], outputs=outputs, api_name="replay")
     if config.replay_files:
         open_btn.click(app.replay_bundled, inputs=[bundled], outputs=outputs, api_name="replay_bundled")

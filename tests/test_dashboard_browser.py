@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -113,6 +114,75 @@ def open_replay(page: Any, path: Path) -> None:
     page.wait_for_function("document.querySelector('#replay-status')?.innerText.match(/Showing|Cannot/)",
                            timeout=TIMEOUT_MS)
     plots_rendered(page, tuple(f"replay-{p}" for p in PLOTS))
+
+
+LANE_LABELS = ["naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU"]
+
+
+def lanes_geometry(page: Any, plot: str) -> dict[str, Any]:
+    """The drawn timeline: its lane labels, and the boxes of the figure, its texts and the page width."""
+    return page.evaluate("""(plot) => {
+        const root = document.querySelector(`#${plot} .js-plotly-plot`);
+        const box = (e) => { const r = e.getBoundingClientRect();
+                             return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+        const texts = [...root.querySelectorAll('.ytick text, .annotation-text, .gtitle, .xtitle')]
+            .map((e) => ({text: e.textContent, ...box(e)}));
+        return {labels: [...root.querySelectorAll('.ytick text')].map((e) => e.textContent),
+                figure: box(root.querySelector('.main-svg')), texts, viewport: window.innerWidth,
+                fills: root.querySelectorAll('.scatterlayer path.js-fill').length};
+    }""", plot)
+
+
+def overlapping(a: dict[str, float], b: dict[str, float]) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+@pytest.mark.parametrize("viewport", [(1400, 1000), (390, 844)], ids=["desktop", "phone"])
+def test_replay_draws_both_loops_lanes_readable(browser, served_app, tmp_path, viewport):
+    from tests.lanes_reports import report
+
+    path = tmp_path / "lanes.json"
+    path.write_text(json.dumps(report(256)))
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(served_app.url)
+        page.wait_for_selector("#run-btn")
+        open_replay(page, path)
+        plots_rendered(page, ("replay-plot-lanes",))
+        page.locator("#replay-plot-lanes").scroll_into_view_if_needed()
+        drawn = lanes_geometry(page, "replay-plot-lanes")
+        assert drawn["labels"] == LANE_LABELS
+        assert drawn["fills"] >= 6, "queue, wait and busy bars of both loops"
+        figure = drawn["figure"]
+        assert figure["right"] <= drawn["viewport"] + 0.5, "the chart fits the page width"
+        for text in drawn["texts"]:
+            assert figure["left"] - 0.5 <= text["left"] and text["right"] <= figure["right"] + 0.5, text
+        for a, b in itertools.combinations(drawn["texts"], 2):
+            assert not overlapping(a, b), (a, b)
+        assert page.inner_text("#replay-lanes-note").strip() == ""
+    finally:
+        context.close()
+
+
+def test_replay_of_an_old_report_says_in_one_line_what_its_timeline_lacks(page, tmp_path):
+    from tests.lanes_reports import report, without_new_fields
+
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(without_new_fields(report(64))))
+    open_replay(page, path)
+    plots_rendered(page, ("replay-plot-lanes",))
+    note = page.inner_text("#replay-lanes-note").strip()
+    assert note.startswith("This report predates per-step host and device timestamps") and "\n" not in note
+    assert lanes_geometry(page, "replay-plot-lanes")["labels"] == ["naive · host", "pipelined · host"]
+
+
+def test_a_run_draws_the_timeline_on_the_compare_tab(page):
+    click_run_and_wait(page)
+    plots_rendered(page, ("plot-lanes",))
+    labels = lanes_geometry(page, "plot-lanes")["labels"]
+    assert labels[0] == "naive · host" and "pipelined · host" in labels, labels
 
 
 EVIL = '<img src=x onerror=alert(1)> <a href="http://evil.example">link</a> <b>bold</b>'

@@ -1,0 +1,312 @@
+"""The timeline chart (dashboard.lanes) from hand-built reports that follow the timeline contract: the lanes of both
+loops, the waits and gaps drawn, the first view's steps, the stated means, the CPU and TP cases, old reports."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from core.bench import summarize
+from dashboard import charts, lanes
+from dashboard.jobs import Job
+from dashboard.live_view import LiveView
+from tests import lanes_reports
+from tests.conftest import TINY, fast_settings
+
+
+@pytest.fixture(autouse=True)
+def validated(monkeypatch):
+    """Build every figure with plotly's validation on: the specs must be valid plotly."""
+    monkeypatch.setattr(charts, "VALIDATE", True)
+
+
+@pytest.fixture(scope="module")
+def cuda_report() -> dict:
+    return lanes_reports.report(256)
+
+
+def lane_labels(fig) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", text) for text in fig.layout.yaxis.ticktext]
+
+
+def trace(fig, name: str):
+    matches = [t for t in fig.data if t.name == name]
+    assert len(matches) == 1, f"{name!r} in {[t.name for t in fig.data]}"
+    return matches[0]
+
+
+def rectangles(bars) -> list[tuple[float, float]]:
+    """(start, end) of each rectangle of a filled bar trace: a comb of four corners per rectangle."""
+    x = np.asarray(bars.x, dtype=np.float64).reshape(-1, 4)
+    y = np.asarray(bars.y, dtype=np.float64).reshape(-1, 4)
+    assert (x[:, 0] == x[:, 1]).all() and (x[:, 2] == x[:, 3]).all()
+    assert (y[:, 0] == y[:, 3]).all() and (y[:, 1] == y[:, 2]).all() and (y[:, 0] != y[:, 1]).all()
+    return [(float(a), float(b)) for a, b in x[:, 1:3]]
+
+
+def tick_times(fig, name: str) -> list[float]:
+    """The time of each vertical tick of the tick shape `name` ("M<t>,<low>V<high>" each)."""
+    shapes = [s for s in fig.layout.shapes if s.name == name]
+    assert len(shapes) == 1, name
+    ticks = re.findall(r"M([-\d.]+),([-\d.]+)V([-\d.]+)", shapes[0].path)
+    assert "".join(f"M{t},{a}V{b}" for t, a, b in ticks) == shapes[0].path
+    return [float(t) for t, _, _ in ticks]
+
+
+def same_spans(drawn: list[tuple[float, float]], starts: list[float], ends: list[float]) -> bool:
+    """The drawn rectangles are these spans, to float32's precision."""
+    expected = list(zip(starts, ends))
+    return len(drawn) == len(expected) and np.allclose(np.array(drawn).reshape(-1, 2), np.array(expected), atol=1e-3)
+
+
+def stated(fig) -> dict[str, dict[str, list[str]]]:
+    """The statistics block as {loop: {"host wait" | "device gap" | "steps": [window, trial]}}."""
+    table: dict[str, dict[str, list[str]]] = {}
+    loop = None
+    for html_line in fig.layout.annotations[0].text.split("<br>"):
+        line = re.sub(r"<[^>]+>", "", html_line).replace(lanes.NBSP, " ")
+        match = re.match(r"^(naive|pipelined)?\s*(host wait|device gap|steps)\s+(\S+)\s+(\S+)$", line)
+        if match:
+            loop = match.group(1) or loop
+            table.setdefault(loop, {})[match.group(2)] = [match.group(3), match.group(4)]
+    return table
+
+
+def steps_in_view(run: dict, view: list[float]) -> list[int]:
+    starts = run["timings"]["host_step_start_ms"]
+    kept = run["timings"]["kept_steps"]
+    return [i for i in range(1, kept) if view[0] <= starts[i] < view[1]]
+
+
+def expected_means(run: dict, steps: list[int]) -> tuple[float, float]:
+    """Mean host wait and device gap in µs over `steps`, straight from the contract's fields."""
+    t = run["timings"]
+    starts, ends = (t["device_start_ms"], t["device_end_ms"]) if t["device_start_ms"] else \
+        (t["host_step_start_ms"], t["host_queued_ms"])
+    wait = statistics.fmean(t["host_known_ms"][i] - t["host_wait_start_ms"][i] for i in steps)
+    gap = statistics.fmean(max(0.0, starts[i] - ends[i - 1]) for i in steps)
+    return wait * 1000, gap * 1000
+
+
+# ------------------------------------------------------------------------------------------------ lanes
+
+def test_each_loop_has_a_host_lane_and_a_device_lane_naive_above(cuda_report):
+    fig = lanes.lanes_figure(cuda_report)
+    assert lane_labels(fig) == ["naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU"]
+    ticktext, tickvals = fig.layout.yaxis.ticktext, fig.layout.yaxis.tickvals
+    assert all(charts.COLORS["naive"] in t for t in ticktext[:2])
+    assert all(charts.COLORS["pipelined"] in t for t in ticktext[2:])
+    top, bottom = fig.layout.yaxis.range
+    assert top > bottom and list(tickvals) == sorted(tickvals), "y runs downwards: naive's lanes on top"
+    bands = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert [b.fillcolor for b in bands] == [charts.COLORS["naive"], charts.COLORS["pipelined"]]
+    assert fig.layout.showlegend is False, "the lane labels and colours tell the loops apart"
+    key = fig.layout.annotations[0].text
+    assert all(line in key for line in lanes.SPAN_KEY) and lanes.QUEUED_KEY not in key
+
+
+def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
+    fig = lanes.lanes_figure(cuda_report)
+    for name in ("naive", "pipelined"):
+        t = charts.representative_run(cuda_report, name)["timings"]
+        queued = rectangles(trace(fig, f"{name} · host queues a step"))
+        assert same_spans(queued, t["host_step_start_ms"], t["host_queued_ms"])
+        waits = rectangles(trace(fig, f"{name} · host blocked waiting"))
+        assert same_spans(waits, t["host_wait_start_ms"], t["host_known_ms"])
+        assert trace(fig, f"{name} · host blocked waiting").fillpattern.shape == "/"
+        assert tick_times(fig, f"{name} · tokens known") == pytest.approx(t["host_known_ms"], abs=1e-3)
+
+
+def test_naive_has_a_device_gap_at_every_step_and_pipelined_none(cuda_report):
+    fig = lanes.lanes_figure(cuda_report)
+    naive = charts.representative_run(cuda_report, "naive")["timings"]
+    busy = rectangles(trace(fig, "naive · GPU busy"))
+    assert same_spans(busy, naive["device_start_ms"], naive["device_end_ms"])
+    idle = rectangles(trace(fig, "naive · GPU idle"))
+    assert len(idle) == naive["computed_steps"] - 1
+    assert same_spans(idle, naive["device_end_ms"], naive["device_start_ms"][1:])
+    assert trace(fig, "naive · GPU idle").fillpattern.shape == "/", "gaps are hatched"
+    assert rectangles(trace(fig, "pipelined · GPU idle")) == []
+    pipelined = charts.representative_run(cuda_report, "pipelined")["timings"]
+    assert len(rectangles(trace(fig, "pipelined · GPU busy"))) == pipelined["computed_steps"], "overshoot included"
+
+
+# ------------------------------------------------------------------------------------------------ first view
+
+@pytest.mark.parametrize("kept", [64, 256, 4096])
+def test_the_first_view_holds_10_to_20_decode_steps_of_each_loop_from_the_middle(kept):
+    report = lanes_reports.report(kept, trials=1)
+    fig = lanes.lanes_figure(report)
+    view = list(fig.layout.xaxis.range)
+    for name in ("naive", "pipelined"):
+        run = charts.representative_run(report, name)
+        steps = steps_in_view(run, view)
+        assert 10 <= len(steps) <= 20, (name, len(steps))
+        assert 0.25 * kept <= statistics.median(steps) <= 0.75 * kept, "from the middle of the trial"
+    assert fig.layout.xaxis.rangeslider.visible, "the range slider reaches the whole trial"
+    last_known = max(run["timings"]["host_known_ms"][-1] for run in report["runs"])
+    drawn_to = max(np.max(np.asarray(t.x, dtype=float)) for t in fig.data if len(t.x))
+    assert drawn_to >= last_known - 1e-3, "all steps drawn"
+
+
+def test_a_4096_step_trial_is_a_few_traces_and_builds_fast(monkeypatch):
+    report = lanes_reports.report(4096, trials=3)
+    fig = lanes.lanes_figure(report)
+    assert len(fig.data) == 8, "per loop: queue and wait bars; busy and idle bars per device lane"
+    assert len(fig.layout.shapes) == 4, "per loop: a band and one path of token-known ticks"
+    for bars in fig.data:  # plotly.js draws one SVG path per gap-separated segment: 4096 of them took seconds
+        assert not np.isnan(np.asarray(bars.x, dtype=float)).any(), bars.name
+    monkeypatch.setattr(charts, "VALIDATE", False)
+    lanes.lanes_figure(report)
+    best = min(_seconds(lambda: lanes.lanes_figure(report)) for _ in range(3))
+    assert best < 0.1, f"{best * 1000:.0f} ms to build the figure of a 4096-step run"
+
+
+def _seconds(work) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------------------------ stated means
+
+def test_the_stated_means_are_the_datas_over_the_window_and_the_trial(cuda_report):
+    fig = lanes.lanes_figure(cuda_report)
+    table = stated(fig)
+    view = list(fig.layout.xaxis.range)
+    for name in ("naive", "pipelined"):
+        run = charts.representative_run(cuda_report, name)
+        window = steps_in_view(run, view)
+        whole = list(range(1, run["timings"]["kept_steps"]))
+        for column, steps in ((0, window), (1, whole)):
+            wait, gap = expected_means(run, steps)
+            assert table[name]["host wait"][column] == f"{wait:,.1f}"
+            assert table[name]["device gap"][column] == f"{gap:,.1f}"
+            assert table[name]["steps"][column] == f"{steps[0]}-{steps[-1]}"
+    assert float(table["naive"]["host wait"][0]) > 100 and float(table["naive"]["device gap"][0]) > 100
+    assert float(table["pipelined"]["host wait"][0]) < 10 and table["pipelined"]["device gap"] == ["0.0", "0.0"]
+
+
+def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
+    means = lanes.lanes_means(cuda_report)
+    for name in ("naive", "pipelined"):
+        run = charts.representative_run(cuda_report, name)
+        assert means[name]["trial"].gap_us == pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
+    single = lanes_reports.report(128, trials=1)
+    for name in ("naive", "pipelined"):
+        assert lanes.lanes_means(single)[name]["trial"].gap_us == \
+            pytest.approx(single["summary"][name]["gpu_gap_ms_mean"] * 1000, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ CPU, TP, old
+
+def test_on_the_cpu_the_device_lane_is_the_hosts_compute_and_says_so():
+    report = lanes_reports.report(64, cpu=True)
+    fig = lanes.lanes_figure(report)
+    assert lane_labels(fig) == ["naive · host", "naive · CPU", "pipelined · host", "pipelined · CPU"]
+    assert "device = host (CPU)" in fig.layout.annotations[0].text.replace(lanes.NBSP, " ")
+    run = charts.representative_run(report, "naive")
+    t = run["timings"]
+    compute = rectangles(trace(fig, "naive · host computes (device = host)"))
+    assert same_spans(compute, t["host_step_start_ms"], t["host_queued_ms"])
+    wait, gap = expected_means(run, list(range(1, t["kept_steps"])))
+    assert stated(fig)["naive"]["host wait"][1] == f"{wait:,.1f}"
+    assert stated(fig)["naive"]["device gap"][1] == f"{gap:,.1f}"
+    assert not any("GPU" in label for label in lane_labels(fig))
+
+
+def test_tensor_parallel_gets_one_device_lane_per_rank():
+    report = lanes_reports.report(64, ranks=2)
+    fig = lanes.lanes_figure(report)
+    assert lane_labels(fig) == ["naive · host", "naive · GPU 0", "naive · GPU 1", "pipelined · host",
+                                "pipelined · GPU 0", "pipelined · GPU 1"]
+    rank1 = charts.representative_run(report, "naive")["timings"]["rank_device_spans"][1]
+    assert same_spans(rectangles(trace(fig, "naive · GPU 1 busy")), rank1["device_start_ms"], rank1["device_end_ms"])
+    assert len(rectangles(trace(fig, "naive · GPU 1 idle"))) == 63
+    # The stated gap is rank 0's, the one the summary's idle gap measures.
+    run = charts.representative_run(report, "naive")
+    assert lanes.lanes_means(report)["naive"]["trial"].gap_us == \
+        pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
+
+
+def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cuda_report):
+    old = lanes_reports.without_new_fields(cuda_report)
+    assert lanes.lanes_note(cuda_report) is None
+    note = lanes.lanes_note(old)
+    assert note == lanes.OLD_REPORT_NOTE and "\n" not in note
+    fig = lanes.lanes_figure(old)
+    assert lane_labels(fig) == ["naive · host", "pipelined · host"]
+    t = charts.representative_run(old, "naive")["timings"]
+    assert tick_times(fig, "naive · step queued") == pytest.approx(t["host_queued_ms"], abs=1e-3)
+    assert tick_times(fig, "naive · tokens known") == pytest.approx(t["host_known_ms"], abs=1e-3)
+    table = stated(fig)
+    assert table["naive"]["host wait"] == ["–", "–"]
+    assert table["naive"]["device gap"] == ["–", f"{statistics.fmean(t['gpu_gap_ms']) * 1000:,.1f}"]
+    assert fig.layout.xaxis.range is not None, "a first view from the known times"
+    key = fig.layout.annotations[0].text
+    assert lanes.QUEUED_KEY in key and lanes.SPAN_KEY[0] not in key
+
+
+def test_timestamps_that_do_not_fit_together_are_treated_as_missing(cuda_report):
+    broken = copy.deepcopy(cuda_report)
+    for run in broken["runs"]:
+        run["timings"]["host_step_start_ms"] = run["timings"]["host_step_start_ms"][:-3]
+    assert lanes.lanes_note(broken) == lanes.OLD_REPORT_NOTE
+    assert lane_labels(lanes.lanes_figure(broken)) == ["naive · host", "pipelined · host"]
+
+
+def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
+    empty = lanes.lanes_figure({})
+    assert not empty.data and "after each loop's first trial" in empty.layout.annotations[0].text
+    report = lanes_reports.report(32, trials=1, loops=("naive",))
+    assert lane_labels(lanes.lanes_figure({"runs": report["runs"]})) == ["naive · host", "naive · GPU"]
+    assert lanes.lanes_note({"runs": []}) is None
+
+
+# ------------------------------------------------------------------------------------------------ live
+
+def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
+    request, _ = fast_settings().to_request()
+    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    view = LiveView(job, lambda: None, None, lambda j: 0)
+    assert view.snapshot()["runs"] == []
+    naive = charts.representative_run(cuda_report, "naive")
+    job.add_events([{"type": "phase", "phase": "trial", "contestant": "naive", "trial": 0, "t": 100.1},
+                    {"type": "run", "t": 100.5, **naive}])
+    runs = view.snapshot()["runs"]
+    assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
+    assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
+
+
+def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):
+    from dashboard.settings import RunSettings
+    from dashboard.ui import Dashboard, PageConfig
+
+    class FakeJob:
+        id, done = 1, False
+
+        def __init__(self, polls: int):
+            self.answers = iter([False] * polls + [True])
+
+        def wait(self, timeout: float) -> bool:
+            return next(self.answers)
+
+    trials = [[], cuda_report["runs"][:1], cuda_report["runs"][:1], cuda_report["runs"][:2]]
+    snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
+    runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
+                                     "cancel": lambda self, job_id: None})()
+    app = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}, chart_interval_s=1e9))
+    app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
+    following = app._follow(FakeJob(len(trials)), "someone")
+    updates = list(itertools.islice(following, len(trials)))
+    following.close()
+    redrawn = [i for i, update in enumerate(updates) if "lanes_plot" in update]
+    assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
+    assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
+                                                     "pipelined · GPU"]
