@@ -605,10 +605,12 @@ def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: 
     for index in range(last):
         ctx.step(index, input_ids, attention_mask)
         mirror.send(index)
-        seen = index - options.lag
-        if seen >= 0 and _receive(ctx, mirror, seen):
+        # The first token is read as soon as prefill's copy lands, before step 1 is queued: the time to first token
+        # is naive's, for the price of one wait (on a GPU, one launch gap before step 1) per run, not per step.
+        seen = index - options.lag if index > 0 else 0
+        if (index == 0 or seen > 0) and _receive(ctx, mirror, seen):
             return seen + 1, index + 1
-    for seen in range(max(0, last - options.lag), last):
+    for seen in range(max(1, last - options.lag), last):
         if _receive(ctx, mirror, seen):
             return seen + 1, last
     return last, last
