@@ -108,7 +108,14 @@ def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
     form = form_for(cuda, args)
     request, notices = form.to_request(cuda=cuda)
     request = replace(request, contestants=CONTESTANTS)
-    comparisons = []
+    comparisons: list[dict[str, Any]] = []
+    header = {"schema": "syncscope.aa_false_positive/1", "model": args.model, "device": str(loaded.device),
+              "gpu": torch.cuda.get_device_name(loaded.device) if cuda else None, "torch": torch.__version__,
+              "settings": {"max_new_tokens": request.options.max_new_tokens, "cache": request.options.cache,
+                           "compile": request.options.compile, "trials": request.trials,
+                           "min_seconds": request.min_seconds, "stream": request.stream,
+                           "prompt_is_default": form.prompt == DEFAULT_PROMPT, "contestants": list(CONTESTANTS)},
+              "torch_threads": torch.get_num_threads(), "notices": notices, "load_s": load_s}
     for index in range(args.comparisons):
         t0 = time.perf_counter()
         report = compare(loaded, request)
@@ -117,15 +124,13 @@ def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
         c = comparisons[-1]
         print(f"A/A {index + 1:>3}/{args.comparisons}: ratio {c['ratio']:.3f}  old {c['old']:<14} new {c['new']:<14}"
               f"({c['wall_s']:.1f} s)", flush=True)
-    return {"schema": "syncscope.aa_false_positive/1", "model": args.model, "device": str(loaded.device),
-            "gpu": torch.cuda.get_device_name(loaded.device) if cuda else None, "torch": torch.__version__,
-            "settings": {"max_new_tokens": request.options.max_new_tokens, "cache": request.options.cache,
-                         "compile": request.options.compile, "trials": request.trials,
-                         "min_seconds": request.min_seconds, "stream": request.stream,
-                         "prompt_is_default": form.prompt == DEFAULT_PROMPT, "contestants": list(CONTESTANTS)},
-            "torch_threads": torch.get_num_threads(), "notices": notices, "load_s": load_s,
-            "comparisons": comparisons, "rates": rates(comparisons),
-            "wall_s": time.perf_counter() - started}
+        if args.out:  # after every comparison, so a run cut short keeps what it measured
+            write_json(args.out, {**header, "comparisons": comparisons, "rates": rates(comparisons)})
+    return {**header, "comparisons": comparisons, "rates": rates(comparisons), "wall_s": time.perf_counter() - started}
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
 def rates(comparisons: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,8 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's); 1 keeps a shared, loaded CPU from thrashing")
     p.add_argument("--out", default=None, help="write the JSON here")
-    p.add_argument("--rejudge", type=Path, default=None, metavar="JSON",
-                   help="load no model: judge a written A/A result again with today's rule (and --out it)")
+    p.add_argument("--rejudge", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="load no model: judge written A/A results (of one setting) again with today's rule, as one "
+                        "result (and --out it)")
     p.add_argument("--reports", type=Path, default=None, metavar="DIR",
                    help="load no model: judge every committed report under DIR with both rules")
     return p
@@ -262,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("aa_false_positive: error: --comparisons must be 1 or more\n")
         return 2
     if args.rejudge is not None:
-        result = rejudge(json.loads(args.rejudge.read_text(encoding="utf-8")))
+        parts = [json.loads(path.read_text(encoding="utf-8")) for path in args.rejudge]
+        result = rejudge({**parts[0], "parts": len(parts), "comparisons": [c for p in parts for c in p["comparisons"]]})
         table = aa_table(result)
     elif args.reports is not None:
         rows = judge_reports(args.reports)
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_comparisons(args)
         table = aa_table(result)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        write_json(args.out, result)
         print(f"wrote {args.out}")
     print(table)
     return 0
