@@ -157,10 +157,10 @@ def aa_table(result: dict[str, Any]) -> str:
     rows = [f"A/A false positives: {result['model']} on {result['gpu'] or result['device']}, "
             f"{s['max_new_tokens']} tokens, {s['cache']}/{s['compile']}, {s['trials']} trials, "
             f"min_seconds {s['min_seconds']:g}, {r['comparisons']} comparisons",
-            f"{'rule':<44} {'called':>7} {'rate':>7}"]
+            f"{'rule':<48} {'called':>7} {'rate':>7}"]
     names = {"old": "before issue 20 (every pair agrees, > spread/2)", "new": "paired t 95% + min effect (today)"}
     for rule in ("old", "new"):
-        rows.append(f"{names[rule]:<44} {r[rule]['called']:>7} {r[rule]['false_positive_rate']:>7.1%}")
+        rows.append(f"{names[rule]:<48} {r[rule]['called']:>7} {r[rule]['false_positive_rate']:>7.1%}")
     rows.append(f"A/A median-ratio distance from 1: median {r['aa_ratio_distance_median']:.1%}, "
                 f"max {r['aa_ratio_distance_max']:.1%}")
     return "\n".join(rows)

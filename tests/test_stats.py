@@ -39,7 +39,7 @@ def test_the_false_faster_of_issue_20_is_within_noise():
 
 
 @pytest.mark.parametrize("trials", [3, 5, 10])
-def test_simulated_a_a_noise_is_called_about_5_percent_of_the_time_and_less_than_before(trials):
+def test_simulated_a_a_noise_is_called_about_5_percent_of_the_time(trials):
     old_verdict = load_script().old_verdict
     rng = random.Random(20 + trials)
     new_calls = old_calls = 0
@@ -52,7 +52,8 @@ def test_simulated_a_a_noise_is_called_about_5_percent_of_the_time_and_less_than
         old_calls += old_verdict(runs) in ("faster", "slower")
     # A 95% interval: 5% by design; 0.5 points allow for this simulation's own sampling error (sd 0.35 points).
     assert new_calls / comparisons <= 0.055
-    assert old_calls > 1.5 * new_calls
+    if trials == 3:  # the CPU default, where the old rule's "every pair agrees" is a 1-in-4 event
+        assert old_calls > 1.5 * new_calls
 
 
 def test_a_clear_effect_is_called_both_ways():
