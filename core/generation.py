@@ -5,6 +5,9 @@ so the host waits for the device each step and cannot queue the next one meanwhi
 The *pipelined* loop copies the stop flag and the new tokens asynchronously into pinned host memory and reads
 them `lag` steps later, so the host keeps the device's queue full. Steps it computes past the end (overshoot)
 are discarded. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is shared.
+The one step the pipelined loop waits for is prefill: it reads the first token as soon as that copy lands, before
+queuing step 1 (on a GPU the device idles for one launch gap, once per run), so its time to first token is naive's
+and both loops' decode phase (core.timeline) starts at the same point: the first token known, step 1 not yet queued.
 """
 
 from __future__ import annotations
