@@ -158,7 +158,7 @@ def aa_table(result: dict[str, Any]) -> str:
             f"{s['max_new_tokens']} tokens, {s['cache']}/{s['compile']}, {s['trials']} trials, "
             f"min_seconds {s['min_seconds']:g}, {r['comparisons']} comparisons",
             f"{'rule':<48} {'called':>7} {'rate':>7}"]
-    names = {"old": "before issue 20 (every pair agrees, > spread/2)", "new": "paired t 95% + min effect (today)"}
+    names = {"old": "before issue 20 (every pair agrees, > spread/2)", "new": "t 95% + 0.5% + old rule (today)"}
     for rule in ("old", "new"):
         rows.append(f"{names[rule]:<48} {r[rule]['called']:>7} {r[rule]['false_positive_rate']:>7.1%}")
     rows.append(f"A/A median-ratio distance from 1: median {r['aa_ratio_distance_median']:.1%}, "

@@ -4,8 +4,10 @@ The verdict rule (issue 20). Trials are paired: each round runs both contestants
 pair take the log of contender/baseline; their mean is the log of the geometric-mean ratio. A two-sided Student t
 interval at VERDICT_CONFIDENCE (95%) bounds it. The call is "faster" (or "slower") only when that whole interval
 lies above (below) 1, the geometric-mean ratio is at least MIN_EFFECT from 1, and, where the A/A control ran
-(pipelined entered twice), further from 1 than the control is from its twin. With fewer than
-MIN_TRIALS_FOR_A_CALL pairs it says there are too few trials.
+(pipelined entered twice), further from 1 than the control is from its twin; and, as the rule before it asked,
+every pair agrees on the direction and the median ratio is further from 1 than half the larger trial spread. The
+t interval alone was fooled by drift on a loaded CPU (2 of 10 A/A comparisons called, below); the spread test alone
+by three lucky trials. With fewer than MIN_TRIALS_FOR_A_CALL pairs it says there are too few trials.
 
 Why and how measured (benchmarks/aa_false_positive.py, an A/A comparison being the pipelined loop against itself):
 - The rule before this one ("every pair agrees and the median ratio is beyond half the larger spread") said
@@ -91,13 +93,16 @@ def verdict(runs: list[dict[str, Any]], contender: str = "pipelined", baseline: 
         return out
     paired = [a / b for a, b in zip(rate[contender], rate[baseline])]
     mean_ratio, low, high = paired_interval([math.log(r) for r in paired])
+    # Drift over the run (other work on the machine) moves both trials of a pair, but not always alike: the spread
+    # of each contestant's trials is a second, independent guard.
+    spread_noise = max(spread(rate[contender]) or 0.0, spread(rate[baseline]) or 0.0) / 2
     out.update(paired_ratios=paired, mean_ratio=mean_ratio, interval=[low, high], confidence=VERDICT_CONFIDENCE,
-               noise=(high - low) / 2 / mean_ratio, control_distance=_control_distance(by_trial, pairs, rate,
-                                                                                       contender, metric))
+               noise=spread_noise, control_distance=_control_distance(by_trial, pairs, rate, contender, metric))
     least = max(MIN_EFFECT, out["control_distance"] or 0.0)
-    if low > 1 and mean_ratio - 1 >= least:
+    beyond_spread = abs(out["ratio"] - 1) > spread_noise
+    if low > 1 and mean_ratio - 1 >= least and beyond_spread and all(r > 1 for r in paired):
         out["call"] = "faster"
-    elif high < 1 and 1 - mean_ratio >= least:
+    elif high < 1 and 1 - mean_ratio >= least and beyond_spread and all(r < 1 for r in paired):
         out["call"] = "slower"
     else:
         out["call"] = "within-noise"

@@ -117,6 +117,14 @@ def test_every_clear_speedup_in_the_committed_gpu_reports_is_still_called():
 def test_the_committed_cpu_measurement_holds_the_rule_to_5_percent():
     script = load_script()
     result = json.loads(AA_CPU.read_text(encoding="utf-8"))
-    assert len(result["comparisons"]) >= 20
+    assert len(result["comparisons"]) >= 10
     calls = [script.judge(c["runs"])["new"] for c in result["comparisons"]]
     assert sum(call in ("faster", "slower") for call in calls) / len(calls) <= 0.05
+
+
+def test_drift_that_pairs_do_not_cancel_is_not_called():
+    # Measured on the loaded 2-core CPU: an A/A comparison whose three pairs all leaned one way while both loops'
+    # rates drifted by 20% over the run. The t interval alone (0.82-0.95x) said "slower".
+    call = verdict(runs_with({"naive": [2.06, 2.25, 2.63], "pipelined": [2.40, 2.47, 2.97]}), contender="naive",
+                   baseline="pipelined")
+    assert call["interval"][1] < 1 and call["call"] == "within-noise"
