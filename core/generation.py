@@ -5,6 +5,9 @@ so the host waits for the device each step and cannot queue the next one meanwhi
 The *pipelined* loop copies the stop flag and the new tokens asynchronously into pinned host memory and reads
 them `lag` steps later, so the host keeps the device's queue full. Steps it computes past the end (overshoot)
 are discarded. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is shared.
+The one step the pipelined loop waits for is prefill: it reads the first token as soon as that copy lands, before
+queuing step 1 (on a GPU the device idles for one launch gap, once per run), so its time to first token is naive's
+and both loops' decode phase (core.timeline) starts at the same point: the first token known, step 1 not yet queued.
 """
 
 from __future__ import annotations
@@ -616,10 +619,12 @@ def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: 
     for index in range(last):
         ctx.step(index, input_ids, attention_mask)
         mirror.send(index)
-        seen = index - options.lag
-        if seen >= 0 and _receive(ctx, mirror, seen):
+        # The first token is read as soon as prefill's copy lands, before step 1 is queued: the time to first token
+        # is naive's, for the price of one wait (on a GPU, one launch gap before step 1) per run, not per step.
+        seen = index - options.lag if index > 0 else 0
+        if (index == 0 or seen > 0) and _receive(ctx, mirror, seen):
             return seen + 1, index + 1
-    for seen in range(max(0, last - options.lag), last):
+    for seen in range(max(1, last - options.lag), last):
         if _receive(ctx, mirror, seen):
             return seen + 1, last
     return last, last

@@ -49,6 +49,7 @@ class Timings:
     gpu_busy_fraction: float | None = None
     # The decode phase: tokens after each sequence's first, over the host time after the first token was known.
     # Prefill is shared code, so this is where the loops differ; None where the first token is not observed apart.
+    # Both loops learn the first token before step 1 is queued, so both decode windows hold every decode step.
     decode_tokens: int | None = None
     decode_ms: float | None = None
     decode_tokens_per_s: float | None = None

@@ -78,9 +78,10 @@ shared code, so under greedy decoding both loops produce the same tokens and any
 - **decode tok/s** leads: tokens after each sequence's first, over the time after the first token was known.
   Prefill is the same code in both loops, so this is where they differ; **end-to-end tok/s** and **TTFT** (time to
   the first token) stand beside it.
-- The headline says whether the difference is **beyond this run's noise**: with 3 or more trials, every trial pair
-  must agree on the direction and the ratio must be further from 1 than half the larger trial spread (or than the
-  A/A control's distance from 1, when that is on). With fewer trials it says it cannot tell.
+- The headline says whether the difference is **beyond this run's noise**: with 3 or more trials, a 95% interval of
+  the paired trials' ratios must lie wholly on one side of 1, at least 0.5% from 1 (and further than the A/A
+  control is from its twin, when that is on), every pair must agree and the ratio be beyond half the larger trial
+  spread. With fewer trials it says it cannot tell.
 - **GPU busy % (CUDA events)** is exact: the share of the device timeline spent inside decode steps, from events
   recorded around every step. **NVML util %** is the driver's counter, averaged over the samples taken during that
   contestant's timed trials: the share of each ~1/6 s period in which *any* kernel ran. It reads 100% even if one

@@ -46,3 +46,22 @@ def wait_until(predicate, timeout=30.0):
             return True
         time.sleep(0.01)
     return False
+
+
+def first_token_timings(loaded, prompt, *, lag, stream, runs=5, max_new_tokens=16):
+    """Both loops, interleaved `runs` times: (naive result, pipelined result, fastest TTFT of each loop in ms,
+    median naive decode step in ms). The fastest, because on a shared CPU other jobs only ever add time."""
+    import statistics
+
+    ttft = {"naive": [], "pipelined": []}
+    steps, last = [], {}
+    for _ in range(runs):
+        for loop in ("naive", "pipelined"):
+            events = []
+            last[loop] = generate(loaded, prompt, loop=loop, lag=lag, max_new_tokens=max_new_tokens, ignore_eos=True,
+                                  on_tokens=events.append if stream else None)
+            ttft[loop].append(last[loop].timings.ttft_ms)
+            if loop == "naive":
+                steps.extend(last[loop].timings.step_ms)
+    fastest = {loop: min(values) for loop, values in ttft.items()}
+    return last["naive"], last["pipelined"], fastest, statistics.median(steps)

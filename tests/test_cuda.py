@@ -9,7 +9,7 @@ from core.bench import BenchRequest, compare, hf_generate
 from core.generation import GenerationOptions, generate
 from core.models import load_model
 from tests.conftest import requires_cuda
-from tests.helpers import eos_for_steps, free_run, ids_not_in
+from tests.helpers import eos_for_steps, first_token_timings, free_run, ids_not_in
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 
@@ -212,3 +212,12 @@ def test_compiled_decode_attention_matches_sdpa_on_cuda(kernel):
     got, _ = torch.compile(lambda q, k, v, m: decode_sdpa(module, q, k, v, m, kernel=kernel),
                            dynamic=False)(query, key, value, mask)
     assert torch.allclose(got.float(), expected, atol=2e-2)
+
+
+@pytest.mark.parametrize("lag", [1, 3])
+@pytest.mark.parametrize("stream", [False, True])
+def test_pipelined_knows_the_first_token_as_soon_as_naive_does_on_cuda(tiny_gpu, lag, stream):
+    naive, piped, ttft, step_ms = first_token_timings(tiny_gpu, BATCH[1], lag=lag, stream=stream, max_new_tokens=32)
+    assert piped.token_ids == naive.token_ids
+    assert piped.timings.host_known_ms[0] <= piped.timings.host_queued_ms[1]
+    assert ttft["pipelined"] - ttft["naive"] <= step_ms, (ttft, step_ms)

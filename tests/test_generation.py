@@ -7,7 +7,7 @@ import torch
 
 from core.bench import hf_generate
 from core.generation import GenerationOptions, encode_prompt, generate
-from tests.helpers import eos_for_steps, first_new_at, free_run, ids_not_in
+from tests.helpers import eos_for_steps, first_new_at, first_token_timings, free_run, ids_not_in
 
 PROMPT = "Tell me about pipelines."
 BATCH = ["Hi", "Tell me about the sea and the ships on it.", "What is two plus two?"]
@@ -233,3 +233,13 @@ def test_eos_tensor_kept_while_the_ids_stay_the_same(tiny):
     assert engine.eos_ids is kept
     generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=[5, 6])
     assert engine.eos_ids is not kept and engine.eos_ids.tolist() == [5, 6]
+
+
+@pytest.mark.parametrize("lag", [1, 3])
+@pytest.mark.parametrize("stream", [False, True])
+def test_pipelined_knows_the_first_token_as_soon_as_naive_does(tiny, lag, stream):
+    naive, piped, ttft, step_ms = first_token_timings(tiny, PROMPT, lag=lag, stream=stream)
+    assert piped.token_ids == naive.token_ids
+    # Known before step 1 was even queued, not `lag` steps later; then TTFT within one decode step of naive's.
+    assert piped.timings.host_known_ms[0] <= piped.timings.host_queued_ms[1]
+    assert ttft["pipelined"] - ttft["naive"] <= step_ms, (ttft, step_ms)
