@@ -13,7 +13,8 @@ of [perf_counter before its record, perf_counter after its synchronize], taken w
              spread bounds it;
   drift      over --seconds, an event recorded on an idle device now and then, bracketed by perf_counter reads
              (before the record, after it is seen complete) against the time predicted from the one reference
-             taken at the start: the slope is the drift between the GPU's and the host's clocks (µs per s).
+             taken at the start: the slope is the drift between the GPU's and the host's clocks (µs per s); then
+             the same events against the two-reference prediction (start and end) that every run uses.
   kineto     (also on the CPU) the offset CLOCK_REALTIME - perf_counter that places torch.profiler's trace on the
              report's axis (core.profiling): its bracket and its drift over the same run.
 Writes JSON to --out and prints a one-screen summary. Without CUDA the GPU parts are skipped with one line.
@@ -93,7 +94,7 @@ def drift(device: torch.device | None, seconds: float, period_s: float) -> dict[
     if clock is not None:
         clock.start()
     kineto_start = realtime_minus_perf_counter_ns()
-    rows = []
+    rows, marks = [], []
     began = time.perf_counter()
     while time.perf_counter() - began < seconds:
         row: dict[str, float] = {"t_s": time.perf_counter() - began}
@@ -105,12 +106,32 @@ def drift(device: torch.device | None, seconds: float, period_s: float) -> dict[
             predicted = clock.reference_host_s + clock.reference.elapsed_time(mark) / 1000
             row.update(before_minus_predicted_us=(before - predicted) * 1e6,
                        seen_minus_predicted_us=(after - predicted) * 1e6)
+            marks.append((mark, after))
         kineto = realtime_minus_perf_counter_ns()
         row["kineto_offset_change_us"] = (kineto["offset_ns"] - kineto_start["offset_ns"]) / 1000
         rows.append(row)
         time.sleep(period_s)
+    if clock is not None:
+        _add_corrected(clock, rows, marks)
     return {"seconds": seconds, "samples": rows, "kineto_bracket_us": kineto_start["error_ns"] / 1000,
-            **_slopes(rows)}
+            **_slopes(rows), **_corrected_summary(rows)}
+
+
+def _add_corrected(clock: StepClock, rows: list[dict[str, float]], marks: list[tuple[Any, float]]) -> None:
+    """seen - predicted once StepClock's end reference corrects the drift, as every run's device spans are."""
+    clock.stop()
+    scale = clock.host_per_device_ms()
+    for row, (mark, seen) in zip(rows, marks):
+        predicted = clock.reference_host_s + scale * clock.reference.elapsed_time(mark) / 1000
+        row["seen_minus_corrected_us"] = (seen - predicted) * 1e6
+
+
+def _corrected_summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    values = [r["seen_minus_corrected_us"] for r in rows if "seen_minus_corrected_us" in r]
+    if not values:
+        return {}
+    return {"seen_minus_corrected_us": {"min": min(values), "median": statistics.median(values),
+                                        "p95": percentile(values, 95), "max": max(values)}}
 
 
 def _slopes(rows: list[dict[str, float]]) -> dict[str, float | None]:
@@ -140,6 +161,11 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"drift over {d['seconds']:.0f} s: {_signed(d['seen_minus_predicted_drift_us_per_s'])} us/s; "
                      f"at the end seen - predicted {last['seen_minus_predicted_us']:.2f} us, "
                      f"record - predicted {last['before_minus_predicted_us']:.2f} us")
+        c = d.get("seen_minus_corrected_us")
+        if c:
+            lines.append(f"with the end reference's drift correction (as runs use): seen - predicted "
+                         f"min {c['min']:.2f} "
+                         f"median {c['median']:.2f} p95 {c['p95']:.2f} max {c['max']:.2f} us")
     else:
         lines.append(result["skipped"])
     d = result["drift"]

@@ -5,11 +5,12 @@ completes the moment the previous step's work ends (gap 0); when the device wait
 when the host finally queues the step: the difference is the device's idle gap. Elapsed times are read once,
 after the run. On the CPU only host timestamps exist, and the timings say so (`clock == "host"`).
 
-Device spans are put on the host clock through a reference event: after the start's synchronize the host reads
-perf_counter, records the reference event, waits for it, and reads perf_counter again. The device stamped the event
-inside that interval, so its midpoint stands for the event's host time and half its width bounds the error (drift
-between the two clocks over a run comes on top; benchmarks/clock_alignment.py measures both). Every other event's
-host time is the reference's plus `elapsed_time` from it.
+Device spans are put on the host clock through two reference events: after the start's synchronize (and again
+after the stop's) the host reads perf_counter, records a reference event, waits for it, and reads perf_counter again.
+The device stamped the event inside that interval, so its midpoint stands for the event's host time and half its
+width bounds the error. The GPU's timer and perf_counter drift apart by about 13.5 µs per second on the H200
+(benchmarks/clock_alignment.py), so an event's host time is interpolated between the two references: the start
+reference's host time plus `elapsed_time` from it, scaled by the ratio of the two clocks over the run.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class StepClock:
             self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
             self.ends = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
             self.reference = torch.cuda.Event(enable_timing=True)
+            self.end_reference = torch.cuda.Event(enable_timing=True)
         self.step_started = [0.0] * capacity
         self.queued = [0.0] * capacity
         self.wait_started = [0.0] * capacity
@@ -89,6 +91,8 @@ class StepClock:
         self.t0 = self.t_end = 0.0
         self.reference_host_s = 0.0    # host time standing for the reference event (midpoint of its interval)
         self.reference_error_s = 0.0   # half that interval's width
+        self.end_reference_host_s = 0.0
+        self.end_reference_error_s = 0.0
 
     @classmethod
     def for_run(cls, engine: Any, max_steps: int) -> StepClock:
@@ -102,17 +106,8 @@ class StepClock:
     def start(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self._record_reference()
+            self.reference_host_s, self.reference_error_s = _stamp(self.reference)
         self.t0 = time.perf_counter()
-
-    def _record_reference(self) -> None:
-        """The device is idle here, so the event is stamped between the record call and the synchronize's return."""
-        before = time.perf_counter()
-        self.reference.record()
-        self.reference.synchronize()
-        after = time.perf_counter()
-        self.reference_host_s = (before + after) / 2
-        self.reference_error_s = (after - before) / 2
 
     def before_step(self, index: int) -> None:
         self.step_started[index] = time.perf_counter()
@@ -135,6 +130,8 @@ class StepClock:
         if self.cuda:
             torch.cuda.synchronize(self.device)
         self.t_end = time.perf_counter()
+        if self.cuda:
+            self.end_reference_host_s, self.end_reference_error_s = _stamp(self.end_reference)
 
     def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, warmup_ms: float,
                 compile_ms: float, rows: int = 1) -> Timings:
@@ -168,9 +165,18 @@ class StepClock:
     def _add_device_spans(self, timings: Timings, computed: int) -> None:
         """Each computed step's device span on the host clock, in ms since the start (read after the run)."""
         offset_ms = (self.reference_host_s - self.t0) * 1000
-        timings.device_start_ms = [offset_ms + self.reference.elapsed_time(e) for e in self.starts[:computed]]
-        timings.device_end_ms = [offset_ms + self.reference.elapsed_time(e) for e in self.ends[:computed]]
-        timings.clock_sync_error_ms = self.reference_error_s * 1000
+        scale = self.host_per_device_ms()
+        timings.device_start_ms = [offset_ms + scale * self.reference.elapsed_time(e) for e in self.starts[:computed]]
+        timings.device_end_ms = [offset_ms + scale * self.reference.elapsed_time(e) for e in self.ends[:computed]]
+        timings.clock_sync_error_ms = max(self.reference_error_s, self.end_reference_error_s) * 1000
+
+    def host_per_device_ms(self) -> float:
+        """Host milliseconds per device millisecond over this run, from the two references (1.0 when the run was
+        too short for the ratio to be known better than the references themselves)."""
+        device_ms = self.reference.elapsed_time(self.end_reference)
+        host_ms = (self.end_reference_host_s - self.reference_host_s) * 1000
+        bound_ms = (self.reference_error_s + self.end_reference_error_s) * 1000
+        return host_ms / device_ms if device_ms > 100 * bound_ms else 1.0
 
     def _add_device_timeline(self, timings: Timings, kept: int) -> None:
         starts, ends = self.starts[:kept], self.ends[:kept]
@@ -180,3 +186,13 @@ class StepClock:
         timings.gpu_gap_ms = [max(0.0, e.elapsed_time(s)) for e, s in zip(ends, starts[1:])]
         span = starts[0].elapsed_time(ends[-1])
         timings.gpu_busy_fraction = min(1.0, sum(timings.gpu_step_ms) / span) if span > 0 else None
+
+
+def _stamp(event: Any) -> tuple[float, float]:
+    """Record `event` on an idle device and wait for it: the device stamps it between the record call and the
+    wait's return, so (midpoint, half-width) of that host interval are its host time and the error bound."""
+    before = time.perf_counter()
+    event.record()
+    event.synchronize()
+    after = time.perf_counter()
+    return (before + after) / 2, (after - before) / 2
