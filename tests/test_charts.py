@@ -242,7 +242,7 @@ def test_each_metric_is_drawn_through_the_samples_that_have_it():
 def test_device_figure_without_gpu_says_so_and_shows_cpu():
     samples = [{**s, "gpu": None, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
     fig = charts.device_figure({"monitor": {"kind": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
-    assert names(fig) == ["CPU util %", "process RSS MiB"]
+    assert names(fig) == ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
     assert "no NVIDIA GPU" in fig.layout.title.text
     assert fig.layout.yaxis3.range[0] == 0
 
@@ -370,7 +370,8 @@ def test_real_reports_draw_all_four_charts(real_report, saved_from):
     tokens, device, steps, gap = charts.all_figures(timeline, report)
     assert names(tokens) == ["naive", "pipelined"]
     assert names(steps) == ["naive", "pipelined"] and names(gap) == ["naive", "pipelined"]
-    assert names(device) == (["CPU util %", "process RSS MiB"] if saved_from == "dashboard" else [])
+    cpu_lines = ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
+    assert names(device) == (cpu_lines if saved_from == "dashboard" else [])
     assert tokens.layout.xaxis.range[1] >= charts.MIN_TIME_SPAN_S
     every = [v for r in report["runs"] for v in r["timings"]["step_ms"]]
     assert steps.layout.xaxis.range[1] >= max(statistics.median(t.x) for t in steps.data)
