@@ -64,7 +64,7 @@ CSS = """
 #summary table, #replay-summary table { min-width: 1100px; }
 #history table { min-width: 1200px; }
 /* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
-   and titles small enough to fit the chart's width. */
+   titles small enough to fit the chart's width, and no span labels (the legend names the colours). */
 @media (max-width: 720px) {
   #compare-row { flex-direction: column; }
   #controls-col { display: contents; }
@@ -73,7 +73,9 @@ CSS = """
   #controls-col > #run-row ~ * { order: 2; }
   .js-plotly-plot .modebar-container { display: none; }
   .js-plotly-plot .gtitle { font-size: 12px !important; }
-  .js-plotly-plot .gtitle-subtitle { font-size: 9px !important; }
+  .js-plotly-plot .gtitle-subtitle { font-size: 10px !important; }
+  /* span labels (charts.span_shapes, the only 10 px annotations) are placed for a desktop chart's width */
+  .js-plotly-plot .annotation-text[style*="font-size: 10px"] { display: none; }
 }
 """
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")

@@ -8,6 +8,7 @@ Also makes the README screenshots (not a test):
 from __future__ import annotations
 
 import argparse
+import itertools
 import contextlib
 import json
 import os
@@ -239,7 +240,7 @@ def test_on_a_phone_the_results_follow_run_and_the_charts_fit(browser, served_ap
             assert not chart.locator(".modebar-container").first.is_visible(), f"{plot}: toolbar over the title"
             labels = [a.bounding_box() for a in chart.locator(".annotation-text").all()]
             labels = sorted((b for b in labels if b), key=lambda b: (b["y"], b["x"]))
-            for a, b in zip(labels, labels[1:]):
+            for a, b in itertools.pairwise(labels):
                 same_row = abs(a["y"] - b["y"]) < 4
                 assert not (same_row and a["x"] + a["width"] > b["x"] + 1), f"{plot}: labels overlap"
     finally:
