@@ -8,8 +8,8 @@ Also makes the README screenshots (not a test):
 from __future__ import annotations
 
 import argparse
-import itertools
 import contextlib
+import itertools
 import json
 import os
 import sys
