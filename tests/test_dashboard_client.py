@@ -309,14 +309,18 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
         runner.close()
 
 
-def test_a_startup_model_that_fails_is_in_the_banner_at_once():
+def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_field():
+    from types import SimpleNamespace
+
     from dashboard.runner import Runner
-    from dashboard.settings import RunSettings
-    from dashboard.ui import Dashboard, PageConfig
+    from dashboard.ui import build_demo
 
     runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False)
     try:
-        page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
+        page = build_demo(runner).dashboard
         assert wait_until(lambda: "Could not load no-such-org/no-such-model" in text_of(page.banner()), 120)
+        loaded = next(page.on_load(None, SimpleNamespace(session_hash="a-new-visitor")))
+        assert loaded[page.c["model"]] == runner.model_choices()[0], "the field does not keep the id that failed"
+        assert "Could not load no-such-org/no-such-model" in text_of(loaded[page.c["banner"]])
     finally:
         runner.close()
