@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -210,9 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
+    logging.basicConfig(level=logging.INFO, format="syncscope %(asctime)s %(levelname)s: %(message)s",
+                        datefmt="%H:%M:%S")
     runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
-                    allowed_models=allowed_models(args), limits=limits_for(args),
-                    log=lambda line: print(f"syncscope: {line}", flush=True))
+                    allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or ())
     print(f"Starting the engine process and loading {defaults.model} in the background; the page shows progress.")
     demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
     demo.queue(default_concurrency_limit=4, max_size=64)

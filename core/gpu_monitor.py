@@ -22,7 +22,8 @@ ctypes has released the GIL; `poll_cost_ms()` reports it as measured in this pro
 Timestamps are on time.perf_counter, the clock of TokenEvent.host_time_s, so both series share one time axis.
 NVML stamps in microseconds since the epoch (what an H200 on driver 580 does) or, on some drivers, since boot;
 the magnitude tells which. Without an NVIDIA GPU (or without NVML) the monitor says so plainly and samples CPU
-utilization and the process's resident memory instead. An index NVML does not have is left out with a note in
+utilization and resident memory instead (of the processes
+`host_pids` names, the engine's, when given). An index NVML does not have is left out with a note in
 `description` when another GPU can be read, and gives the CPU fallback, with the reason, when none can.
 
 This module must not import torch: it runs in the dashboard's server process.
@@ -272,16 +273,20 @@ class NvmlReader:
 
 
 class CpuReader:
-    """System-wide CPU utilization and this process's resident memory."""
+    """CPU use and resident memory: of the processes `pids()` names (the engine's ranks, where the model lives and
+    runs), summed; without `pids`, machine-wide CPU and this process's memory. CPU % is of all cores (0-100)."""
 
     kind = CPU
 
-    def __init__(self, reason: str = "no NVML") -> None:
+    def __init__(self, reason: str = "no NVML", pids: Callable[[], list[int]] | None = None) -> None:
         import psutil
 
         self.reason = reason
         self.psutil = psutil
+        self.pids = pids
         self.process = psutil.Process()
+        self.cores = psutil.cpu_count() or 1
+        self._watched: dict[int, Any] = {}
         psutil.cpu_percent(interval=None)  # the first call only starts the measurement window
 
     @property
@@ -289,23 +294,39 @@ class CpuReader:
         return []
 
     def read(self) -> list[Sample]:
-        util = _safe(lambda: self.psutil.cpu_percent(interval=None))
-        rss = _safe(lambda: self.process.memory_info().rss / 2**20)
-        return [Sample(t=time.perf_counter(), util_pct=_num(util), mem_used_mb=_num(rss))]
+        if self.pids is None:
+            util = _safe(lambda: self.psutil.cpu_percent(interval=None))
+            rss = _safe(lambda: self.process.memory_info().rss / 2**20)
+            return [Sample(t=time.perf_counter(), util_pct=_num(util), mem_used_mb=_num(rss))]
+        processes = self._processes(self.pids())
+        util = [_safe(p.cpu_percent) for p in processes]
+        rss = [_safe(lambda p=p: p.memory_info().rss / 2**20) for p in processes]
+        util_known, rss_known = [u for u in util if u is not None], [r for r in rss if r is not None]
+        return [Sample(t=time.perf_counter(), util_pct=sum(util_known) / self.cores if util_known else None,
+                       mem_used_mb=sum(rss_known) if rss_known else None)]
+
+    def _processes(self, pids: list[int]) -> list[Any]:
+        """psutil handles of `pids`, kept between reads (a process's CPU % is measured since the previous read)."""
+        self._watched = {pid: self._watched.get(pid) or _safe(lambda pid=pid: self.psutil.Process(pid))
+                         for pid in pids}
+        return [p for p in self._watched.values() if p is not None]
 
     def describe(self) -> str:
-        return f"No NVIDIA GPU found ({self.reason}). Showing CPU utilization and host memory instead."
+        what = ("the engine processes' CPU use (% of all cores) and resident memory (all ranks)" if self.pids
+                else "CPU utilization and host memory")
+        return f"No NVIDIA GPU found ({self.reason}). Showing {what} instead."
 
     def close(self) -> None:
         pass
 
 
-def open_reader(indices: Sequence[int] = (0,), nvml: ModuleType | None = None) -> Reader:
-    """An NVML reader for the GPUs `indices` (NVML numbering), else a CPU reader that says why."""
+def open_reader(indices: Sequence[int] = (0,), nvml: ModuleType | None = None,
+                host_pids: Callable[[], list[int]] | None = None) -> Reader:
+    """An NVML reader for the GPUs `indices` (NVML numbering), else a CPU reader (of `host_pids`) that says why."""
     try:
         return NvmlReader(nvml or import_pynvml(), indices)
     except Exception as exc:
-        return CpuReader(_reason(exc))
+        return CpuReader(_reason(exc), host_pids)
 
 
 def gpu_facts(indices: Sequence[int], nvml: ModuleType | None = None) -> list[dict[str, Any]]:
@@ -359,7 +380,7 @@ class GpuMonitor:
     of one GPU."""
 
     def __init__(self, interval_s: float = 0.5, device_indices: Sequence[int] = (0,), *, max_samples: int = 50_000,
-                 nvml: ModuleType | None = None):
+                 nvml: ModuleType | None = None, host_pids: Callable[[], list[int]] | None = None):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         if not device_indices:
@@ -367,6 +388,7 @@ class GpuMonitor:
         self.interval_s = interval_s
         self.device_indices = list(device_indices)
         self._nvml = nvml
+        self._host_pids = host_pids  # where the work runs, for the CPU fallback (the engine's processes)
         self._buffer: collections.deque[Sample] = collections.deque(maxlen=max_samples)
         self._costs: collections.deque[float] = collections.deque(maxlen=_COST_WINDOW)
         self._lock = threading.Lock()  # the buffer
@@ -442,7 +464,7 @@ class GpuMonitor:
     def _ensure_open(self) -> None:
         with self._poll_lock:
             if not self._open:
-                self._reader = open_reader(self.device_indices, self._nvml)
+                self._reader = open_reader(self.device_indices, self._nvml, self._host_pids)
                 self._open = True
 
     def _loop(self) -> None:

@@ -43,6 +43,9 @@ TIME_AXIS = {"title": {"text": "seconds since the run started"}, "tickformat": "
              "hoverformat": ",.3f"}
 MIN_TIME_SPAN_S = 1.0
 MESSAGE_WIDTH = 65  # characters per line of a placeholder's message
+TITLE_WIDTH = 48  # characters per line of a chart title: what fits a phone's chart at the page's 12 px there
+SUBTITLE_WIDTH = 62
+TITLE_LINE_PX = 18
 
 # What a span label needs, to leave out those that would not fit inside their span.
 PLOT_WIDTH_PX = 540  # a chart in half of a 1400 px wide page, less its margins
@@ -67,13 +70,20 @@ def dash(name: str) -> str:
 
 def figure(data: list[Spec], layout: Spec, title: str, height: int = HEIGHT, subtitle: str | None = None) -> go.Figure:
     """Wrap trace and layout dicts, with the page's common look."""
-    heading = {"text": title, "font": {"size": 15}, "yref": "container", "y": 1.0, "yanchor": "top",
-               "pad": {"t": 12}}
+    # Plotly does not wrap titles: a long one is broken onto lines that fit a phone's chart (the page's CSS sets
+    # the font smaller there), and the top margin grows by a line for each.
+    heading = {"text": wrap(title, TITLE_WIDTH), "font": {"size": 15}, "yref": "container", "y": 1.0,
+               "yanchor": "top", "pad": {"t": 12}}
+    extra_lines = heading["text"].count("<br>")
     if subtitle:
-        heading["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#555"}}
-    base = {"title": heading, "height": height, "template": _TEMPLATE, "margin": MARGIN, "legend": LEGEND}
+        heading["subtitle"] = {"text": wrap(subtitle, SUBTITLE_WIDTH), "font": {"size": 12, "color": "#555"}}
+        extra_lines += heading["subtitle"]["text"].count("<br>")
     # Validation drops empty lists; dropping them here keeps unvalidated figures the same.
     given = {key: value for key, value in layout.items() if value != []}
+    margin = dict(given.pop("margin", MARGIN))
+    margin["t"] += TITLE_LINE_PX * extra_lines
+    base = {"title": heading, "height": height + TITLE_LINE_PX * extra_lines, "template": _TEMPLATE,
+            "margin": margin, "legend": LEGEND}
     return go.Figure(data=data, layout={**base, **given}, _validate=VALIDATE)
 
 
@@ -217,13 +227,14 @@ GPU_METRICS = (("util_pct", "GPU util %", "util %", "#ff7f0e", "x", "y", "solid"
                ("sm_clock_mhz", "SM clock MHz", "SM clock MHz", "#8c564b", "x", "y2", "dot"),
                ("mem_used_mb", "memory used MiB", "memory used MiB", "#17becf", "x2", "y3", "solid"),
                ("power_w", "power W", "power W", "#bcbd22", "x2", "y4", "solid"))
-CPU_METRICS = (("util_pct", "CPU util %", "", "#ff7f0e", "x", "y", "solid"),
-               ("mem_used_mb", "process RSS MiB", "", "#17becf", "x2", "y3", "solid"))
+# On the CPU the sampler reads the engine processes, where the model lives and runs (core.gpu_monitor.CpuReader).
+CPU_METRICS = (("util_pct", "engine CPU % (of all cores)", "", "#ff7f0e", "x", "y", "solid"),
+               ("mem_used_mb", "engine RSS MiB (all ranks)", "", "#17becf", "x2", "y3", "solid"))
 # The smallest top of each zero-based axis, so a small change stays small: MHz, MiB (1 GiB), W.
 MIN_TOPS = {"sm_clock_mhz": 100.0, "mem_used_mb": 1024.0, "power_w": 50.0}
 NVML_TITLE = "GPU utilization (NVML, coarse)"
 NVML_SUBTITLE = "util % = share of each ~1/6 s sample period in which any kernel ran: coarse"
-CPU_TITLE = "CPU utilization (no NVIDIA GPU on this server)"
+CPU_TITLE = "Engine CPU use (no NVIDIA GPU here)"
 
 
 def device_figure(timeline: dict[str, Any]) -> go.Figure:

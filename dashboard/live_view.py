@@ -99,6 +99,7 @@ class LiveView:
                 "id": job.id, "state": job.state, "status": status_line(job, self.position(job), self.phase),
                 "position": self.position(job), "error": job.error, "notices": list(job.notices),
                 "model": job.model, "panes": self._panes(), "report": job.report, "runs": list(self.runs),
+                "batch": job.request.batch if job.request else 1,
                 **self.timeline(final=job.done, locked=True),
             }
 
@@ -179,7 +180,8 @@ class LiveView:
     def _panes(self) -> dict[str, dict[str, Any]]:
         out = {}
         for name, pane in self.panes.items():
-            live = pane.final_text is None and (pane.trial is not None or pane.warmup)
+            # A cancelled or failed job streams no more: its panes are no longer live (nor warming up).
+            live = pane.final_text is None and (pane.trial is not None or pane.warmup) and not self.job.done
             rate = None if pane.warmup else pane.final_rate
             if live and not pane.warmup and pane.t_last and pane.t_start and pane.t_last > pane.t_start:
                 rate = pane.tokens / (pane.t_last - pane.t_start)

@@ -20,9 +20,9 @@ from core.options import HF, LOOPS, NO_CHECK
 _NAME = re.compile(r"[\w.+-]{1,64}")
 RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
 
-SUMMARY_HEADERS = ("contestant", "decode tok/s", "end-to-end tok/s", "spread %", "TTFT ms", "ms/tok p50",
-                   "ms/tok p95", "GPU busy % (CUDA events)", "NVML util %", "idle gap ms", "compile ms",
-                   "same tokens")
+# The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
+SUMMARY_HEADERS = ("contestant", "decode tok/s", "spread %", "same tokens", "end-to-end tok/s", "TTFT ms",
+                   "ms/tok p50", "ms/tok p95", "GPU busy % (CUDA events)", "NVML util %", "idle gap ms", "compile ms")
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -33,12 +33,12 @@ def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for name, s in report.get("summary", {}).items():
         warm = report.get("warmup", {}).get(name, {})
-        rows.append([name, _r(s.get("decode_tokens_per_s"), 1), _r(s.get("tokens_per_s"), 1),
+        rows.append([name, _r(s.get("decode_tokens_per_s"), 1),
                      _r(_pct(s.get("decode_spread") if s.get("decode_spread") is not None else s.get("spread")), 1),
+                     sameness(report, name), _r(s.get("tokens_per_s"), 1),
                      _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
                      _r(_pct(s.get("gpu_busy_fraction")), 1), _r((nvml.get(name) or {}).get("util_pct"), 0),
-                     _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms") or None, 0),
-                     sameness(report, name)])
+                     _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms") or None, 0)])
     return rows
 
 

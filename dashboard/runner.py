@@ -12,9 +12,10 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 from core.gpu_monitor import GpuMonitor, nvml_index
@@ -31,6 +32,8 @@ KEEP_FINISHED_JOBS = 64
 RESTARTS_ALLOWED = 3
 RESTART_WINDOW_S = 300.0
 
+logger = logging.getLogger("syncscope")
+
 
 class Cancelled(Exception):
     """A job the caller waited for was cancelled."""
@@ -43,10 +46,11 @@ class Runner:
                  tp: int = 1, hf_modules: bool = False, allowed_models: set[str] | None = None,
                  monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
-                 log: Callable[[str], None] | None = None):
+                 named_models: Iterable[str] = ()):
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.allowed_models = allowed_models
-        self.log = log or (lambda line: None)
+        # Specs the operator named at startup: the banner, which every visitor sees, names these and built-ins only.
+        self.named_models = {*BUILTIN_SPECS, *named_models, *([model] if model else []), *(allowed_models or ())}
         self.max_queue = max_queue
         self.limits = limits
         self.loaded_info: dict[str, Any] | None = None
@@ -62,10 +66,10 @@ class Runner:
         self._losses: list[float] = []
         self._wanted_model: str | None = None
         self._cancel_requested: set[int] = set()
-        self.last_load_error: str | None = None
-        self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
+        self.last_load_error: str | None = None  # the startup load's (or a reload's) failure: the banner says it
         self.engine = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
                                    hf_modules=hf_modules, **(engine or {}))
+        self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
         self.engine.start()
         self._worker = threading.Thread(target=self._work, name="syncscope-runner", daemon=True)
         self._worker.start()
@@ -95,6 +99,13 @@ class Runner:
     def model_choices(self) -> list[str]:
         extra = sorted(self.allowed_models - set(BUILTIN_SPECS)) if self.allowed_models else []
         return [*BUILTIN_SPECS, *extra]
+
+    def public_name(self, spec: str | None) -> str:
+        """`spec` as the shared banner may show it: built-ins and the startup specs by name, anything else
+        (another visitor's HF id or local path) as a neutral phrase."""
+        if spec is None:
+            return "no model"
+        return spec if spec in self.named_models else "a model a visitor chose"
 
     def device_label(self) -> str:
         info = self.loaded_info
@@ -196,6 +207,12 @@ class Runner:
                     "error": job.error}
         return job.view.snapshot()
 
+    def latest_run(self, owner: str) -> Job | None:
+        """`owner`'s newest comparison that the runner still remembers (queued, running or finished)."""
+        with self._cond:
+            runs = [j for j in self._jobs.values() if j.owner == owner and j.kind == RUN]
+        return max(runs, key=lambda j: j.id, default=None)
+
     def history(self, owner: str | None = None) -> list[dict[str, Any]]:
         """Finished runs (newest last); with `owner`, only that owner's."""
         return [dict(row) for who, row in list(self._history) if owner is None or who == owner]
@@ -226,7 +243,7 @@ class Runner:
         device = str(self.device or "")
         index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
         indices = [nvml_index(index + rank) for rank in range(self.tp)]
-        return GpuMonitor(device_indices=indices).start()
+        return GpuMonitor(device_indices=indices, host_pids=lambda: self.engine.pids).start()
 
     def _enqueue(self, job: Job, front: bool = False) -> Job:
         with self._cond:
@@ -316,16 +333,17 @@ class Runner:
         job = self._jobs.get(message.get("job")) if message.get("job") is not None else None
         kind = message["kind"]
         if kind == "ready":
-            self.log(f"engine process ready in {message['start_s']:.1f} s (start and imports, {self.tp} rank(s))")
+            logger.info("engine process ready in %.1f s (start and imports, %d rank(s))", message["start_s"], self.tp)
             return
         if kind == "loaded":
-            self.log(f"loaded {message['spec']} on {message['device']} in {message['load_s']:.1f} s")
+            logger.info("loaded %s on %s in %.1f s", message["spec"], message["device"], message["load_s"])
             self._loaded(message)
             if job is not None:
                 job.state = RUNNING if job.kind == RUN else job.state
         if job is None:
             if kind == "failed":  # the engine could not start
                 self.engine_trouble = f"the engine process could not start: {message.get('error')}"
+                logger.error("%s", self.engine_trouble)
             return
         if kind == "started":
             job.started = True
@@ -347,6 +365,7 @@ class Runner:
         info = {k: v for k, v in message.items() if k not in ("kind", "job", "tokenizer_json")}
         self.decoder = TextDecoder(message.get("tokenizer_json"), message.get("tokenizer_cleanup", False))
         self.loaded_info, self._wanted_model, self.engine_trouble = info, info["spec"], None
+        self.last_load_error = None
 
     def _failed(self, job: Job, message: dict[str, Any]) -> None:
         error = message.get("error") or "failed"
@@ -363,10 +382,14 @@ class Runner:
         restarting = len(self._losses) <= RESTARTS_ALLOWED and not self._closed
         model = self._wanted_model
         self.loaded_info, self.decoder = None, None
-        after = (f"; a new engine was started and is loading {model} again" if restarting and model else
+        shown = self.public_name(model)
+        after = (f"; a new engine was started and is loading {shown} again" if restarting and model else
                  "; a new engine was started" if restarting else
                  f"; it failed {len(self._losses)} times in {RESTART_WINDOW_S:.0f} s, so it was not restarted")
         self.engine_trouble = f"The engine process {reason}{after}."
+        cancelling = job_id is not None and job_id in self._cancel_requested
+        logger.error("engine process lost%s (job %s): %s%s", " after a cancel" if cancelling else "", job_id,
+                     reason, after)
         job = self._jobs.get(job_id) if job_id is not None else None
         if job is not None and not job.done and not job.started and restarting:
             self._requeue(job)  # it never reached the engine: it runs on the new one
@@ -376,6 +399,8 @@ class Runner:
             else:
                 self._finish(job, FAILED, f"the engine process {reason} during this job{after}")
         if restarting:
+            logger.warning("restarting the engine process (restart %d of %d allowed in %.0f s)",
+                           len(self._losses), RESTARTS_ALLOWED, RESTART_WINDOW_S)
             self.engine.restart()
             if model:
                 reload = Job(id=next(self._ids), kind=LOAD, owner=None, model=model, internal=True,
@@ -391,6 +416,7 @@ class Runner:
         """Start a fresh engine after it was given up on (the page's Restart button)."""
         self._losses.clear()
         self.engine_trouble = None
+        logger.warning("restarting the engine process on request")
         self.engine.restart()
         if self._wanted_model:
             self._enqueue(Job(id=next(self._ids), kind=LOAD, owner=None, model=self._wanted_model, internal=True,
@@ -398,10 +424,15 @@ class Runner:
 
     def _with_dashboard_section(self, job: Job, report: dict[str, Any]) -> dict[str, Any]:
         job.t_end = time.perf_counter()
+        if self.monitor is not None:
+            self.monitor.sample_now()  # the utilization line reaches the run's end, not the last periodic poll
         timeline = job.view.timeline(final=True) if job.view else {}
+        monitor = timeline.get("monitor", {})
+        # On the CPU fallback the samples are the engine's CPU %, not NVML's: the NVML column gets a dash.
+        nvml = nvml_means(monitor.get("samples", []), timeline.get("spans", [])) if monitor.get("kind") == "nvml" \
+            else {}
         report["dashboard"] = {**timeline, "notices": [*job.notices, *_report_notices(report)],
-                               "nvml_by_contestant": nvml_means(timeline.get("monitor", {}).get("samples", []),
-                                                                timeline.get("spans", []))}
+                               "nvml_by_contestant": nvml}
         return report
 
     def _finish(self, job: Job, state: str, error: str | None) -> None:
@@ -409,8 +440,10 @@ class Runner:
             return
         job.state, job.error = state, error
         job.t_end = job.t_end or time.perf_counter()
-        if state == FAILED and job.kind == LOAD:
-            self.last_load_error = error
+        if state == FAILED:
+            logger.error("%s %d (%s) failed: %s", job.kind, job.id, job.model or self.model_spec, error)
+        if state == FAILED and job.kind == LOAD and job.owner is None and job.model in self.named_models:
+            self.last_load_error = f"Could not load {job.model}: {error}"  # the startup load, or a reload
         if job.kind == RUN and job.t0 is not None and not job.internal:  # runs cancelled while queued never ran
             self._history.append((job.owner, history_row(job.id, state, job.request, job.model or self.model_spec,
                                                          job.report, error)))

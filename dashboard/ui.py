@@ -7,11 +7,14 @@ can serve it in-process. Text that came from a user or a file is shown as text, 
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import html
 import json
 import re
+import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -46,8 +49,8 @@ EXAMPLE_PROMPTS = (
 )
 UI_COMPILE_MODES = tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs")
 GREEDY, SAMPLED = "greedy", "seeded sampling"
-SUMMARY_WIDTHS = ["140px", "130px", "170px", "100px", "90px", "120px", "120px", "230px", "130px", "130px", "120px",
-                  "130px"]
+SUMMARY_WIDTHS = ["140px", "130px", "100px", "130px", "170px", "90px", "120px", "120px", "230px", "130px", "130px",
+                  "120px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
                    "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
@@ -61,6 +64,20 @@ CSS = """
 #summary, #replay-summary, #history { overflow-x: auto; }
 #summary table, #replay-summary table { min-width: 1100px; }
 #history table { min-width: 1200px; }
+/* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
+   titles small enough to fit the chart's width, and no span labels (the legend names the colours). */
+@media (max-width: 720px) {
+  #compare-row { flex-direction: column; }
+  #controls-col { display: contents; }
+  #controls-col > * { order: 0; width: 100%; }
+  #results-col { order: 1; width: 100%; }
+  #controls-col > #run-row ~ * { order: 2; }
+  .js-plotly-plot .modebar-container { display: none; }
+  .js-plotly-plot .gtitle { font-size: 12px !important; }
+  .js-plotly-plot .gtitle-subtitle { font-size: 10px !important; }
+  /* span labels (charts.span_shapes, the only 10 px annotations) are placed for a desktop chart's width */
+  .js-plotly-plot .annotation-text[style*="font-size: 10px"] { display: none; }
+}
 """
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
@@ -117,6 +134,15 @@ the command under the summary repeats the run headless (add `--json results.json
 **Replay**).
 """
 
+ONE_PROCESSOR = ("**On the CPU, host and device are one processor:** there is no separate device to wait for, so the "
+                 "sync the pipelined loop removes costs nothing here and no difference between the loops is "
+                 "expected. A GPU server shows the effect.")
+BANNER_REFRESH_S = 2.0
+# A run whose page went away (a reload, a closed tab) goes on this long for the same browser to come back to it.
+RECONNECT_GRACE_S = 15.0
+MAX_BROWSERS = 10_000
+_BROWSER_ID = re.compile(r"[0-9a-f]{32}")
+
 
 def plain(text: Any) -> str:
     """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
@@ -144,6 +170,18 @@ class Dashboard:
         self.notes: list[str] = []  # server-level notices for the banner (e.g. a share link that failed)
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
+        # Owners are per browser (an id kept in its localStorage), so a reload keeps the visitor's runs and history.
+        self._browsers: collections.OrderedDict[str, str] = collections.OrderedDict()  # session hash -> browser id
+        self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
+        self._lock = threading.Lock()
+
+    def owner(self, request: gr.Request | None) -> str:
+        """Who a request is for: its browser's id once the page has loaded, else its session (API clients)."""
+        session = getattr(request, "session_hash", None) if request is not None else None
+        if not session:
+            return "anonymous"
+        with self._lock:
+            return self._browsers.get(session, session)
 
     # ---- banner: the same for every visitor, so it holds server state only, never one user's errors
 
@@ -151,12 +189,16 @@ class Dashboard:
         runner, monitor = self.runner, self.runner.monitor
         lines = [f"**Note:** {plain(note)}" for note in self.notes]
         if runner.model_spec:
-            lines.append(f"**Model:** {plain(runner.model_spec)} on {plain(runner.device_label())}.")
+            lines.append(f"**Model:** {plain(runner.public_name(runner.model_spec))} on "
+                         f"{plain(runner.device_label())}.")
         loading = [j for j in runner.pending() if j.kind == LOAD or j.state == LOADING]
         if loading:
-            lines.append(f"**{plain(loading[0].progress or 'Loading a model')}…**")
+            lines.append(f"**Loading model {plain(runner.public_name(loading[0].model))}…**")
         elif not runner.engine.hello_event.is_set() and not runner.engine_trouble:
             lines.append("**Starting the engine process** (it imports torch, a few seconds)…")
+        if runner.last_load_error and not loading:
+            lines.append(f"**{plain(runner.last_load_error)}**" + ("" if runner.model_spec else
+                                                                    " Choose a model and press Run to load one."))
         if runner.engine_trouble:
             lines.append(f"**Engine:** {plain(runner.engine_trouble)}")
         if monitor is not None and not monitor.available:
@@ -164,11 +206,9 @@ class Dashboard:
                          "CUDA events, GPU busy % or idle gaps to show.")
         elif monitor is not None:
             lines.append(f"**GPU:** {plain(monitor.description)}.")
+        if not runner.uses_cuda:
+            lines.append(ONE_PROCESSOR)
         return "  \n".join(lines)
-
-    def banner_tick(self) -> tuple[str, gr.Timer]:
-        busy = any(j.kind == LOAD for j in self.runner.pending()) or not self.runner.engine.hello_event.is_set()
-        return self.banner(), gr.Timer(active=busy or bool(self.runner.engine_trouble))
 
     # ---- run
 
@@ -177,7 +217,7 @@ class Dashboard:
             include_no_check: bool, include_aa: bool, deterministic: bool, sampling: str, seed: Any,
             temperature: Any, top_k: Any, top_p: Any, request: gr.Request) -> Iterator[dict]:
         """Queue a comparison and stream its progress until it finishes."""
-        owner = _owner(request)
+        owner = self.owner(request)
         settings = RunSettings(prompt=prompt, model=model, max_new_tokens=max_new_tokens, batch=batch,
                                trials=trials, min_seconds=min_seconds, ignore_eos=ignore_eos,
                                static_cache=static_cache, compile=compile_mode, lag=lag, streams=_streams(streams),
@@ -210,6 +250,8 @@ class Dashboard:
     def _follow(self, job: Job, owner: str) -> Iterator[dict]:
         c = self.c
         last_chart, model_seen, lanes_runs = 0.0, self.runner.model_spec, 0
+        with self._lock:
+            self._watchers[job.id] += 1
         try:
             while not job.wait(self.config.live_interval_s):
                 snap = self.runner.snapshot(job)
@@ -227,9 +269,57 @@ class Dashboard:
                     update[c["banner"]] = self.banner()
                 yield update
         finally:
-            if not job.done:  # the page went away: free the device for the next user
-                self.runner.cancel(job.id)
+            self._release(job)
         yield self._final_update(job, owner)
+
+    def _release(self, job: Job) -> None:
+        """A page stopped streaming `job`; if none streams it RECONNECT_GRACE_S later, cancel it (free the device)."""
+        with self._lock:
+            self._watchers[job.id] -= 1
+            if self._watchers[job.id] > 0 or job.done:
+                if job.done:
+                    del self._watchers[job.id]
+                return
+        timer = threading.Timer(RECONNECT_GRACE_S, self._cancel_if_unwatched, args=(job,))
+        timer.daemon = True
+        timer.start()
+
+    def _cancel_if_unwatched(self, job: Job) -> None:
+        with self._lock:
+            watched = self._watchers[job.id] > 0
+            if not watched:
+                del self._watchers[job.id]
+        if not watched and not job.done:
+            self.runner.cancel(job.id, reason=f"its page was closed and not opened again within "
+                                              f"{RECONNECT_GRACE_S:.0f} s, so the device was freed for others")
+
+    # ---- page load: who this browser is, its history, and its run if one is going
+
+    def on_load(self, browser_id: Any, request: gr.Request) -> Iterator[dict]:
+        """Tie this page to its browser's id (made here on a first visit), show that browser's history and last
+        run, and stream its run again if one is still queued or running (a reload does not lose it)."""
+        browser_id = browser_id if isinstance(browser_id, str) and _BROWSER_ID.fullmatch(browser_id) \
+            else secrets.token_hex(16)
+        session = getattr(request, "session_hash", None)
+        if session:
+            with self._lock:
+                self._browsers[session] = browser_id
+                self._browsers.move_to_end(session)
+                while len(self._browsers) > MAX_BROWSERS:
+                    self._browsers.popitem(last=False)
+        c = self.c
+        update = {self.browser_state: browser_id, c["banner"]: self.banner(), **self._downloads(browser_id, None)}
+        update[c["history"]] = self._history_table(browser_id)
+        if self.runner.last_load_error and not self.runner.model_spec:  # the startup model failed: not offered
+            update[c["model"]] = self.runner.model_choices()[0]
+        job = self.runner.latest_run(browser_id)
+        if job is None:
+            yield update
+        elif job.done:
+            yield {**update, **self._final_update(job, browser_id)}
+        else:
+            yield {**update, **self._cleared(job)}
+            yield from self._follow(job, browser_id)
 
     def _live_update(self, snap: dict[str, Any]) -> dict:
         c = self.c
@@ -238,7 +328,7 @@ class Dashboard:
             pane = snap.get("panes", {}).get(name)
             if pane:
                 update[c[f"{name}_text"]] = pane["text"]
-                update[c[f"{name}_rate"]] = _rate_md(name, pane)
+                update[c[f"{name}_rate"]] = _rate_md(name, pane, snap.get("batch", 1))
         return update
 
     def _final_update(self, job: Job, owner: str) -> dict:
@@ -264,6 +354,23 @@ class Dashboard:
                                             else None)
         return update
 
+    def enable_downloads(self, request: gr.Request) -> dict:
+        """After a run: the buttons with something behind them become clickable."""
+        job = self.runner.latest_run(self.owner(request))
+        return self._downloads(self.owner(request), job.report if job and job.done else None)
+
+    def _downloads(self, owner: str, report: dict[str, Any] | None) -> dict:
+        """The download buttons: enabled only when there is something to download."""
+        c = self.c
+        history = bool(self.runner.history(owner))
+        csv_path, json_path = self._write_history(owner) if history else (None, None)
+        report_path = self._write_report(owner, report) if report else None
+        trace_path = self._write_trace(owner, report) if report else None
+        return {c["csv"]: gr.DownloadButton(value=csv_path, interactive=history),
+                c["json"]: gr.DownloadButton(value=json_path, interactive=history),
+                c["report_file"]: gr.DownloadButton(value=report_path, interactive=report_path is not None),
+                c["trace_file"]: gr.DownloadButton(value=trace_path, visible=trace_path is not None)}
+
     def _command(self, job: Job) -> str:
         report = job.report or {}
         spec = report.get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
@@ -273,7 +380,7 @@ class Dashboard:
                 + " --json results.json")
 
     def cancel(self, request: gr.Request) -> str:
-        owner = _owner(request)
+        owner = self.owner(request)
         jobs = [j for j in self.runner.pending() if j.owner == owner and j.kind == "run"]
         if not jobs:
             return "Nothing to cancel."
@@ -409,17 +516,14 @@ def _status_md(snap: dict[str, Any]) -> str:
     return f"**{plain(snap.get('status', ''))}**{notices}"
 
 
-def _rate_md(name: str, pane: dict[str, Any]) -> str:
+def _rate_md(name: str, pane: dict[str, Any], batch: int = 1) -> str:
+    rows = f"  \nshowing row 1 of {batch}; tok/s counts all {batch} rows" if batch > 1 else ""
     if pane.get("warmup") and pane.get("live"):
-        return f"**{name}** · warm-up (untimed, not counted)"
+        return f"**{name}** · warm-up (untimed, not counted){rows}"
     rate = pane.get("tokens_per_s")
     number = f"{rate:,.1f} tok/s" if rate else "– tok/s"
     live = " (live)" if pane.get("live") else " (decode, median)" if rate else ""
-    return f"**{name}** · {number}{live}"
-
-
-def _owner(request: gr.Request | None) -> str:
-    return (getattr(request, "session_hash", None) or "anonymous") if request is not None else "anonymous"
+    return f"**{name}** · {number}{live}{rows}"
 
 
 def _streams(value: Any) -> Any:
@@ -443,14 +547,18 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
         banner = gr.Markdown(app.banner(), elem_id="banner")
-        timer = gr.Timer(1.0)
-        timer.tick(app.banner_tick, outputs=[banner, timer], api_visibility="private", show_progress="hidden")
-        demo.load(app.banner, outputs=[banner], api_visibility="private", show_progress="hidden")
+        # Always ticking: every open page shows the server's state (model, loads, restarts) within seconds.
+        timer = gr.Timer(BANNER_REFRESH_S)
+        timer.tick(app.banner, outputs=[banner], api_visibility="private", show_progress="hidden", queue=False)
+        app.browser_state = gr.BrowserState(None, storage_key="syncscope-browser")
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
                 app.c = _compare_tab(app, runner, config.defaults, banner)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
                 app.r = _replay_tab(app, config)
+        load_outputs = [app.browser_state, *(app.c[k] for k in OUTPUTS), app.c["lanes_plot"]]
+        demo.load(app.on_load, inputs=[app.browser_state], outputs=load_outputs,
+                  api_visibility="private", show_progress="hidden", concurrency_limit=None)
         with gr.Accordion("Explain: the sync, the numbers, the toggles, and why NVML utilization is coarse",
                           open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
@@ -460,10 +568,10 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
 
 def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Markdown) -> dict[str, Any]:
     c: dict[str, Any] = {"banner": banner}
-    with gr.Row():
-        with gr.Column(scale=1, min_width=320):
+    with gr.Row(elem_id="compare-row"):
+        with gr.Column(scale=1, min_width=320, elem_id="controls-col"):
             inputs = _controls(app, runner, d, c)
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="results-col"):
             c["status"] = gr.Markdown("Press **Run** to compare the two loops.", elem_id="status")
             with gr.Row():
                 for name in ("naive", "pipelined"):
@@ -488,19 +596,23 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
     with gr.Row():
         c["steps_plot"] = gr.Plot(charts.step_latency_figure({}), elem_id="plot-steps", show_label=False)
         c["gap_plot"] = gr.Plot(charts.gap_figure({}), elem_id="plot-gap", show_label=False)
-    with gr.Accordion("Run history (this session)", open=True):
+    with gr.Accordion("Run history (this browser)", open=True):
         c["history"] = gr.Dataframe(headers=list(HISTORY_COLUMNS), value=[], interactive=False, elem_id="history",
                                     datatype="str")
         with gr.Row():
-            c["csv"] = gr.DownloadButton("History as CSV", value=None, elem_id="download-csv", size="sm")
-            c["json"] = gr.DownloadButton("History as JSON", value=None, elem_id="download-json", size="sm")
+            c["csv"] = gr.DownloadButton("History as CSV", value=None, elem_id="download-csv", size="sm",
+                                          interactive=False)
+            c["json"] = gr.DownloadButton("History as JSON", value=None, elem_id="download-json", size="sm",
+                                           interactive=False)
             c["report_file"] = gr.DownloadButton("Last run's report (JSON, opens in Replay)", value=None,
-                                                 elem_id="download-report", size="sm")
+                                                 elem_id="download-report", size="sm", interactive=False)
             c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                 elem_id="download-trace", size="sm", visible=False)
     outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
     c["run_btn"].click(app.run, inputs=inputs, outputs=outputs, api_name="run", concurrency_limit=runner.max_queue,
-                       concurrency_id="run", show_progress="minimal")
+                       concurrency_id="run", show_progress="minimal").then(
+        app.enable_downloads, outputs=[c["csv"], c["json"], c["report_file"], c["trace_file"]],
+        api_visibility="private", queue=False)
     c["cancel_btn"].click(app.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
     return c
 
@@ -511,7 +623,7 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings, c: dict[str, Any])
         allow_custom_value=runner.allow_any_model, elem_id="model",
         info="built-in, HF id or local path" if runner.allow_any_model else "allowed models only")
     prompt = gr.Textbox(d.prompt, label="Prompt", lines=2, max_lines=6, elem_id="prompt")
-    with gr.Row():
+    with gr.Row(elem_id="run-row"):
         c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=80)
         c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn", min_width=80)
     gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")

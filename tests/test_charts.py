@@ -196,7 +196,8 @@ def test_device_figure_with_nvml_shows_util_clock_memory_power():
     assert names(fig) == ["GPU util %", "SM clock MHz", "memory used MiB", "power W"]
     assert list(fig.data[0].y) == [40.0, 41.0, 42.0, 43.0, 44.0]
     assert "NVML" in fig.layout.title.text and "coarse" in fig.layout.title.text
-    assert "share of each ~1/6 s sample period in which any kernel ran" in fig.layout.title.subtitle.text
+    subtitle = fig.layout.title.subtitle.text.replace("<br>", " ")
+    assert "share of each ~1/6 s sample period in which any kernel ran" in subtitle
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 2 * len(SPANS)  # both rows
     assert len(fig.layout.annotations) == len(SPANS)  # labelled once
 
@@ -242,7 +243,7 @@ def test_each_metric_is_drawn_through_the_samples_that_have_it():
 def test_device_figure_without_gpu_says_so_and_shows_cpu():
     samples = [{**s, "gpu": None, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
     fig = charts.device_figure({"monitor": {"kind": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
-    assert names(fig) == ["CPU util %", "process RSS MiB"]
+    assert names(fig) == ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
     assert "no NVIDIA GPU" in fig.layout.title.text
     assert fig.layout.yaxis3.range[0] == 0
 
@@ -370,7 +371,8 @@ def test_real_reports_draw_all_four_charts(real_report, saved_from):
     tokens, device, steps, gap = charts.all_figures(timeline, report)
     assert names(tokens) == ["naive", "pipelined"]
     assert names(steps) == ["naive", "pipelined"] and names(gap) == ["naive", "pipelined"]
-    assert names(device) == (["CPU util %", "process RSS MiB"] if saved_from == "dashboard" else [])
+    cpu_lines = ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
+    assert names(device) == (cpu_lines if saved_from == "dashboard" else [])
     assert tokens.layout.xaxis.range[1] >= charts.MIN_TIME_SPAN_S
     every = [v for r in report["runs"] for v in r["timings"]["step_ms"]]
     assert steps.layout.xaxis.range[1] >= max(statistics.median(t.x) for t in steps.data)
@@ -388,3 +390,14 @@ def test_unvalidated_figures_match_validated_ones(monkeypatch):
 
 def test_warm_up_builds_every_figure():
     charts.warm_up()
+
+
+def test_long_titles_are_broken_to_fit_a_phones_chart():
+    report = {"runs": [], "summary": {}}
+    figures = [*charts.all_figures({}, report), charts.step_latency_figure(report), charts.gap_figure(report),
+               charts.device_figure(nvml(nvml_samples(), spans=SPANS))]
+    for fig in figures:
+        lines = fig.layout.title.text.split("<br>")
+        assert all(len(line) <= charts.TITLE_WIDTH for line in lines), lines
+        if len(lines) > 1:
+            assert fig.layout.margin.t > charts.MARGIN["t"], "a wrapped title gets the room of its extra lines"

@@ -64,10 +64,10 @@ def page(browser: Any, served_app: ServedApp) -> Iterator[Any]:
     context.close()
 
 
-def click_run_and_wait(page: Any) -> None:
+def click_run_and_wait(page: Any, timeout_ms: int = TIMEOUT_MS) -> None:
     page.click("#run-btn")
     page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed|Not started/)",
-                           timeout=TIMEOUT_MS)
+                           timeout=timeout_ms)
 
 
 def pane_text(page: Any, name: str) -> str:
@@ -234,6 +234,88 @@ def test_summary_headers_stay_readable_on_a_phone(browser, served_app):
         context.close()
 
 
+def phone_page(browser: Any, url: str) -> Any:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#run-btn")
+    return page
+
+
+# ---- issue 20: reloads, current state, downloads, the phone layout
+
+def finished_runs(page: Any) -> int:
+    """Runs the history table shows as done."""
+    return page.inner_text("#history").split().count("done")
+
+
+def test_a_reload_keeps_the_history_and_the_run_goes_on(page, served_app):
+    click_run_and_wait(page)
+    page.wait_for_function("document.querySelector('#history')?.innerText.includes('done')")
+    assert finished_runs(page) == 1
+    page.locator("#max-new-tokens input").fill("300")
+    page.locator("#ignore-eos input").check()
+    page.click("#run-btn")
+    page.wait_for_function("document.querySelector('#status')?.innerText.match(/Warming|Timing/)")
+    page.reload()
+    page.wait_for_selector("#run-btn")
+    page.wait_for_function("document.querySelector('#status')?.innerText.match(/Warming|Timing|Done/)")
+    page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed|Cancelled/)",
+                           timeout=TIMEOUT_MS)
+    assert "Done" in page.inner_text("#status"), "the reloaded page found its run again and saw it finish"
+    page.wait_for_function("document.querySelector('#history')?.innerText.split(/\\s+/)"
+                           ".filter(w => w === 'done').length === 2")
+    assert pane_text(page, "naive").strip()
+
+
+def test_an_idle_page_shows_the_servers_state_within_seconds(page, served_app):
+    page.wait_for_timeout(3000)  # idle: nothing loading, nothing running
+    note = "a note the server added after this page loaded"
+    served_app.demo.dashboard.notes.append(note)
+    try:
+        page.wait_for_function(f"document.querySelector('#banner')?.innerText.includes({note!r})", timeout=6000)
+    finally:
+        served_app.demo.dashboard.notes.remove(note)
+
+
+def test_download_buttons_wait_for_something_to_download(browser, served_app):
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()  # a browser with no history
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(served_app.url)
+    page.wait_for_selector("#run-btn")
+    page.wait_for_timeout(1500)
+    for button in ("#download-csv", "#download-json", "#download-report"):
+        assert page.locator(button).is_disabled(), f"{button} is enabled before any run"
+    click_run_and_wait(page)
+    for button in ("#download-csv", "#download-json", "#download-report"):
+        page.wait_for_function(f"!document.querySelector('{button}').disabled")
+    page.context.close()
+
+
+def test_on_a_phone_the_results_follow_run_and_the_charts_fit(browser, served_app):
+    page = phone_page(browser, served_app.url)
+    try:
+        run_box, status_box = page.locator("#run-btn").bounding_box(), page.locator("#status").bounding_box()
+        assert 0 < status_box["y"] - run_box["y"] < 250, "the status and panes come right after Run"
+        click_run_and_wait(page)
+        plots_rendered(page, PLOTS)
+        page.wait_for_timeout(1000)
+        for plot in PLOTS:
+            chart = page.locator(f"#{plot} .js-plotly-plot").first
+            box = chart.bounding_box()
+            title = chart.locator(".gtitle").first.bounding_box()
+            assert title["x"] >= box["x"] - 1 and title["x"] + title["width"] <= box["x"] + box["width"] + 1, plot
+            assert not chart.locator(".modebar-container").first.is_visible(), f"{plot}: toolbar over the title"
+            labels = [a.bounding_box() for a in chart.locator(".annotation-text").all()]
+            labels = sorted((b for b in labels if b), key=lambda b: (b["y"], b["x"]))
+            for a, b in itertools.pairwise(labels):
+                same_row = abs(a["y"] - b["y"]) < 4
+                assert not (same_row and a["x"] + a["width"] > b["x"] + 1), f"{plot}: labels overlap"
+    finally:
+        page.context.close()
+
+
 # ---------------------------------------------------------------------------------------------- screenshots
 
 @contextlib.contextmanager
@@ -265,7 +347,7 @@ def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> N
     runner.load(model, timeout=600)
     settings = RunSettings(model=model, max_new_tokens=max_new_tokens, trials=trials, ignore_eos=True)
     with screenshot_page(runner, 600_000, defaults=settings) as page:
-        click_run_and_wait(page)
+        click_run_and_wait(page, 600_000)  # a real model on a shared CPU can take minutes
         plots_rendered(page, PLOTS)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(out), full_page=True)

@@ -19,6 +19,7 @@ from gradio_client import Client, handle_file
 import app
 from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS
 from tests.conftest import TINY, bench_report, free_port, serving
+from tests.helpers import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_a
     out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(report_file), api_name="/replay")))
     assert out["status"].startswith("Showing the uploaded file")
     device = json.loads(out["device_plot"]["plot"])
-    assert device["data"] and device["data"][0]["name"] in ("CPU util %", "GPU util %")
+    assert device["data"] and device["data"][0]["name"] in ("engine CPU % (of all cores)", "GPU util %")
     assert "host" not in json.loads(Path(report_file).read_text())["environment"]
 
 
@@ -256,5 +257,79 @@ def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure(
             runner.load("/no/such/model", timeout=60)
         banner = text_of(page.banner())
         assert "/no/such/model" not in banner and "Model: tiny-random" in banner
+    finally:
+        runner.close()
+
+
+# ---- issue 20: what every page says, and what is clickable
+
+def test_a_cpu_server_says_before_the_run_that_no_difference_is_expected(served_app):
+    banner = text_of(served_app.demo.dashboard.banner())
+    if served_app.runner.uses_cuda:
+        assert "one processor" not in banner
+    else:
+        assert "host and device are one processor" in banner and "no difference between the loops" in banner
+
+
+def test_download_buttons_are_disabled_until_there_is_something_to_download(served_app):
+    import urllib.request
+
+    config = json.loads(urllib.request.urlopen(served_app.url + "config", timeout=30).read())
+    buttons = {c["props"].get("elem_id"): c["props"] for c in config["components"]
+               if c["props"].get("elem_id", "").startswith("download-")}
+    assert set(buttons) == {"download-csv", "download-json", "download-report"}
+    assert not any(props.get("interactive", True) for props in buttons.values()), buttons
+
+
+def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts(served_app):
+    out = run(served_app.url, batch=3)
+    for name in ("naive", "pipelined"):
+        assert "row 1 of 3" in out[f"{name}_rate"] and "counts all 3 rows" in out[f"{name}_rate"]
+    assert "row" not in run(served_app.url)["naive_rate"], "batch 1 says nothing about rows"
+
+
+def test_the_summary_puts_the_verdicts_evidence_first(served_app):
+    from dashboard.reports import SUMMARY_HEADERS
+
+    assert SUMMARY_HEADERS[:4] == ("contestant", "decode tok/s", "spread %", "same tokens")
+    out = run(served_app.url)
+    assert [row[3] for row in out["summary"]["data"]] == ["yes", "yes"]
+
+
+def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from core.specs import TINY_SHAPE
+    from dashboard.runner import Runner
+    from dashboard.settings import RunSettings
+    from dashboard.ui import Dashboard, PageConfig
+
+    local = tmp_path / "my-secret-model"
+    LlamaForCausalLM(LlamaConfig(**TINY_SHAPE)).save_pretrained(local)
+    tiny.tokenizer.save_pretrained(local)
+    runner = Runner(TINY, device="cpu", monitor=False, named_models=["synthetic:llama-1b"])
+    try:
+        page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
+        runner.load(str(local), timeout=180)
+        banner = text_of(page.banner())
+        assert "my-secret-model" not in banner and "Model: a model a visitor chose on cpu" in banner
+        assert runner.public_name("synthetic:llama-1b") == "synthetic:llama-1b", "startup specs keep their names"
+    finally:
+        runner.close()
+
+
+def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_field():
+    from types import SimpleNamespace
+
+    from dashboard.runner import Runner
+    from dashboard.ui import build_demo
+
+    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False)
+    try:
+        page = build_demo(runner).dashboard
+        assert wait_until(lambda: "Could not load no-such-org/no-such-model" in text_of(page.banner()), 120)
+        loaded = next(page.on_load(None, SimpleNamespace(session_hash="a-new-visitor")))
+        assert loaded[page.c["model"]] == runner.model_choices()[0], "the field does not keep the id that failed"
+        assert "Could not load no-such-org/no-such-model" in text_of(loaded[page.c["banner"]])
     finally:
         runner.close()

@@ -76,7 +76,8 @@ def runner():
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
-def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_runs(runner, sig):
+def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_runs(runner, sig, caplog):
+    caplog.set_level("INFO", logger="syncscope")
     running = runner.submit(LONG, owner="first")
     queued = runner.submit(fast_settings(), owner="second")
     assert wait_until(lambda: streaming(runner, running))
@@ -89,6 +90,10 @@ def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_run
     assert queued.wait(120) and queued.state == DONE, queued.error  # not lost: it ran on the new engine
     assert runner.run(fast_settings())["all_identical"], "and the next run works"
     assert runner.history()[-3]["status"] == FAILED
+    logged = [r.getMessage() for r in caplog.records if r.name == "syncscope"]
+    assert any("engine process lost" in line and signal.Signals(sig).name in line for line in logged), logged
+    assert any(line.startswith("restarting the engine process") for line in logged), logged
+    assert all(r.created for r in caplog.records), "each line has its time"
 
 
 def test_a_run_submitted_just_after_the_engine_died_still_runs(runner):
@@ -108,14 +113,17 @@ def test_a_hung_engine_is_noticed_within_seconds_and_replaced(runner):
     assert runner.run(fast_settings())["all_identical"]
 
 
-def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch):
+def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch, caplog):
     # Inductor compiling on the CPU is a step of seconds with no token in it: a cancel cannot land inside it.
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    caplog.set_level("INFO", logger="syncscope")
     runner = make_runner(monitor=False, engine={"cancel_grace_s": 2.0})
     try:
         _cancel_during_compile(runner)
     finally:
         runner.close()
+    logged = [r.getMessage() for r in caplog.records if r.name == "syncscope"]
+    assert any("lost after a cancel" in line and "did not stop within 2 s" in line for line in logged), logged
 
 
 def _cancel_during_compile(runner):

@@ -408,3 +408,23 @@ def test_gpu_facts_say_what_a_result_depends_on_and_none_for_what_nvml_cannot_te
                         "max_memory_clock_mhz": 3201.0, "power_limit_w": 700.0, "temperature_c": 42.0, "ecc": None}
     assert nvml.calls["shutdown"] == 1
     assert gpu_facts([0], nvml=fake_nvml(init_error="NVML Shared Library Not Found")) == []
+
+
+def test_without_a_gpu_it_samples_the_processes_it_is_given_not_its_own():
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(300 * 2**20); import time; time.sleep(30)"])
+    try:
+        time.sleep(1.0)
+        monitor = GpuMonitor(interval_s=60, nvml=fake_nvml(init_error="no NVML"), host_pids=lambda: [child.pid])
+        monitor.sample_now()
+        time.sleep(0.2)
+        monitor.sample_now()
+        sample = monitor.samples()[-1]
+        child_mb = psutil.Process(child.pid).memory_info().rss / 2**20
+        assert child_mb > 300 and sample["mem_used_mb"] == pytest.approx(child_mb, rel=0.05)
+        assert 0 <= sample["util_pct"] <= 100
+        assert "engine processes" in monitor.description
+    finally:
+        child.kill()
+        child.wait()

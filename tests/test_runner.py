@@ -332,6 +332,78 @@ def test_a_contestant_that_disagrees_with_itself_is_marked():
     report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
               "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
                                                                                      "pipelined": True}}
-    assert [row[-1] for row in summary_rows(report)] == ["NO*", "NO"]
+    assert [row[3] for row in summary_rows(report)] == ["NO*", "NO"]
     del report["self_consistent"]
-    assert [row[-1] for row in summary_rows(report)] == ["NO", "NO"]
+    assert [row[3] for row in summary_rows(report)] == ["NO", "NO"]
+
+
+# ---- what the page is told: logging, the engine's own memory and CPU, the run's edges (issue 20)
+
+def test_a_failed_load_is_logged_with_its_reason(tiny_runner, caplog):
+    caplog.set_level("ERROR", logger="syncscope")
+    with pytest.raises(ValueError):
+        tiny_runner.load("/no/such/model", timeout=60)
+    logged = [r.getMessage() for r in caplog.records if r.name == "syncscope"]
+    assert any("/no/such/model" in line and "failed" in line for line in logged), logged
+
+
+def test_a_startup_model_that_fails_to_load_is_said_at_once(caplog):
+    from dashboard.runner import Runner
+
+    caplog.set_level("ERROR", logger="syncscope")
+    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False)
+    try:
+        assert wait_until(lambda: runner.last_load_error is not None, 120), "the failure is kept for the banner"
+        assert runner.last_load_error.startswith("Could not load no-such-org/no-such-model: ")
+        assert any("no-such-org/no-such-model" in r.getMessage() for r in caplog.records if r.name == "syncscope")
+        runner.load(TINY, timeout=180)
+        assert runner.last_load_error is None, "a model that loads clears it"
+    finally:
+        runner.close()
+
+
+def test_the_cpu_sampler_reads_the_engine_processes_memory_all_ranks(tiny_runner):
+    import psutil
+
+    monitor = tiny_runner.monitor
+    if monitor.available:
+        pytest.skip("an NVIDIA GPU is read here: the CPU fallback is not used")
+    monitor.sample_now()
+    sample = monitor.samples()[-1]
+    engine = sum(psutil.Process(pid).memory_info().rss for pid in tiny_runner.engine.pids) / 2**20
+    assert sample["mem_used_mb"] == pytest.approx(engine, rel=0.1), "the engine's memory, not the web server's"
+    assert "engine processes" in monitor.description
+
+
+def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
+    if tiny_runner.monitor.available:
+        pytest.skip("an NVIDIA GPU is read here")
+    report = tiny_runner.run(fast_settings(min_seconds=1.0))
+    assert report["dashboard"]["monitor"]["samples"], "the engine's CPU was sampled during the run"
+    assert report["dashboard"]["nvml_by_contestant"] == {}, "no NVML: the NVML util % column is a dash"
+
+
+def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatch):
+    from core.gpu_monitor import GpuMonitor
+
+    slow = GpuMonitor(interval_s=60.0, host_pids=lambda: tiny_runner.engine.pids).start()
+    monkeypatch.setattr(tiny_runner, "monitor", slow)
+    try:
+        report = tiny_runner.run(fast_settings(max_new_tokens=64))
+    finally:
+        slow.stop()
+    dashboard = report["dashboard"]
+    last = dashboard["monitor"]["samples"][-1]["t"]
+    assert last >= dashboard["t_end"] - 0.05, f"the line ends at {last:.2f} s, the run at {dashboard['t_end']:.2f} s"
+
+
+def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
+    from dashboard.ui import _rate_md
+
+    job = tiny_runner.submit(RunSettings(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True,
+                                         trials=1))
+    assert wait_until(lambda: any(p["warmup"] for p in tiny_runner.snapshot(job)["panes"].values()))
+    tiny_runner.cancel(job.id)
+    assert job.wait(5) and job.state == CANCELLED
+    panes = tiny_runner.snapshot(job)["panes"]
+    assert all("warm-up" not in _rate_md(name, pane) for name, pane in panes.items()), panes
