@@ -569,15 +569,16 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
     except Exception as exc:  # a command line answers in one line, not a traceback
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return _fail(rank, f"{type(exc).__name__}: {first_line}", 1)
-    if rank == 0:
-        report["wall_s"] = time.perf_counter() - started
-        _print_and_write(args, loaded, request, report)
-        if profiled is not None:
-            from core.profiling import format_summary
+    if rank != 0:
+        return 0
+    report["wall_s"] = time.perf_counter() - started
+    written = _print_and_write(args, loaded, request, report)
+    if profiled is not None:
+        from core.profiling import format_summary
 
-            print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
-            print(format_summary(profiled, profiled["step_ms_p50"], top=12))
-    return 0
+        print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
+        print(format_summary(profiled, profiled["step_ms_p50"], top=12))
+    return 0 if written else 1
 
 
 def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespace, rank: int) -> dict[str, Any]:
@@ -595,17 +596,55 @@ def _fail(rank: int, message: str, code: int) -> int:
 
 
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
-                     report: dict[str, Any]) -> None:
+                     report: dict[str, Any]) -> bool:
+    """Print the table and write the report; False (after one line on stderr) when --json could not be written."""
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
     tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
     print(format_table(report))
-    if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=1)
-        print(f"wrote {args.json_path}")
+    if not args.json_path:
+        return True
+    text = json.dumps(report, indent=1)
+    try:
+        _write_text(args.json_path, text)
+    except OSError as exc:
+        sys.stderr.write(f"core.bench: error: could not write the report to {args.json_path} "
+                         f"({exc.strerror or exc}); {_save_elsewhere(text)}\n")
+        return False
+    print(f"wrote {args.json_path}")
+    return True
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write `text` to `path`; a regular file left half written (a full disk) is removed, not left as bad JSON."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError:
+        if os.path.isfile(path):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
+
+
+def _save_elsewhere(text: str) -> str:
+    """Save a report that could not go where it was asked: in the temporary folder, else the working folder.
+    Says where, as the end of a sentence."""
+    import tempfile
+
+    problems = []
+    for folder in dict.fromkeys((tempfile.gettempdir(), os.getcwd())):
+        try:
+            handle, path = tempfile.mkstemp(prefix="syncscope-report-", suffix=".json", dir=folder)
+            os.close(handle)
+            _write_text(path, text)
+        except OSError as exc:
+            problems.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        return f"the report was saved to {path} instead"
+    return f"it could not be saved elsewhere either ({'; '.join(problems)})"
 
 
 def check_output_path(path: str | None) -> None:
@@ -618,7 +657,8 @@ def check_output_path(path: str | None) -> None:
         raise ValueError(f"--json {path}: that is a directory; give a file name")
     if not os.path.isdir(folder):
         raise ValueError(f"--json {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+    writable = os.access(target, os.W_OK) if os.path.exists(target) else os.access(folder, os.W_OK)
+    if not writable:
         raise ValueError(f"--json {path}: no permission to write there")
 
 
