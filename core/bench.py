@@ -40,10 +40,11 @@ from core.options import (
     LOOPS,
     NO_CHECK,
     PIPELINED_AGAIN,
-    STEP_GRAPH,
     BenchRequest,
     GenerationOptions,
     check_tuning_environment,
+    effective_options,
+    hf_generate_options,
 )
 from core.pdl import pdl_in_effect
 from core.specs import DEFAULT_MODEL
@@ -182,7 +183,8 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
                 "notices": result.notices}
     token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": []}
+    notices = hf_generate_options(request.options, loaded.device.type)[1]
+    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": notices}
 
 
 def _stoppable(listener: Callable[[TokenEvent], None] | None,
@@ -211,6 +213,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     """transformers' own generate() with the same cache and compile settings, timed on the host."""
     from transformers import GenerationConfig
 
+    options, _ = hf_generate_options(options, loaded.device.type)
     input_ids, attention_mask = encode_prompt(loaded, prompt)
     config = GenerationConfig(
         max_new_tokens=options.max_new_tokens, do_sample=options.do_sample,
@@ -224,9 +227,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     if options.compile != "off":
         from transformers import CompileConfig
 
-        # generate() cannot take our step-graph; its closest equivalent is inductor with CUDA graphs.
-        mode = "reduce-overhead" if options.compile == STEP_GRAPH else options.compile
-        config.compile_config = CompileConfig(mode=mode)
+        config.compile_config = CompileConfig(mode=options.compile)
     if options.seed is not None:
         torch.manual_seed(options.seed)
     clock = StepClock(loaded.device, 1)
@@ -273,14 +274,19 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
                  for name in request.contestants}
     self_consistent = {name: _self_consistent(runs, name) for name in request.contestants}
+    effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
+    loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(loaded, request.options.compile),
+        "environment": environment(loaded, loops_ran.compile),
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
                     "min_seconds": request.min_seconds, "deterministic": request.deterministic},
+        # What each contestant ran with where the device changed what was asked (CUDA-only modes on the CPU).
+        "effective": {name: {"options": asdict(options), "notices": notices}
+                      for name, (options, notices) in effective.items()},
         "warmup": warmups,
         "runs": runs,
         "summary": summary,
@@ -290,7 +296,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "all_identical": all(identical.values()),
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
         "self_consistent": self_consistent,
-        "identity": _identity(loaded, request, runs, identical, self_consistent),
+        "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
     }
 
 
@@ -603,6 +609,8 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
+    for notice in dict.fromkeys(n for ran in report["effective"].values() for n in ran["notices"]):
+        print(f"note: {notice}")
     print(format_table(report))
     if not args.json_path:
         return True

@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-from core.options import HF, LOOPS, NO_CHECK
+from core.options import HF, LOOPS, NO_CHECK, adapt_to_device
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
 RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
@@ -79,27 +79,50 @@ def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> di
 
 # ------------------------------------------------------------------------------------------------ history
 
+# cache, compile and streams are what the loops ran with; compile_asked is the form's, and notes say why they differ.
 HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", "max_new_tokens", "batch", "cache",
-                  "compile", "lag", "streams", "sampling", "ignore_eos", "trials", "naive_decode_tok_s",
-                  "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s", "speedup", "verdict",
-                  "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms", "naive_p95_ms",
-                  "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms", "identical",
-                  "clock", "error")
+                  "compile", "compile_asked", "lag", "streams", "sampling", "ignore_eos", "trials",
+                  "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s",
+                  "speedup", "verdict", "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms",
+                  "naive_p95_ms", "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms",
+                  "identical", "clock", "notes", "error")
 
 
 def history_row(job_id: int, state: str, request: Any, model: str | None, report: dict[str, Any] | None,
-                error: str | None) -> dict[str, Any]:
-    """Run data only: options and numbers, no prompt text, host names or paths."""
+                error: str | None, device_type: str | None = None) -> dict[str, Any]:
+    """Run data only: options and numbers, no prompt text, host names or paths. The options are those that ran:
+    the report's, else (a run stopped before its report) those asked for, as `device_type` adapts them."""
     row: dict[str, Any] = dict.fromkeys(HISTORY_FIELDS)
     row.update(run=job_id, finished=time.strftime("%Y-%m-%dT%H:%M:%S"), status=state, model=model, error=error)
     if request is not None:
         o = request.options
-        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, cache=o.cache, compile=o.compile,
-                   lag=o.lag, streams=o.streams, ignore_eos=o.ignore_eos, trials=request.trials,
+        ran, notices = adapt_to_device(o, device_type) if device_type else (o, [])
+        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, compile_asked=o.compile, lag=o.lag,
+                   ignore_eos=o.ignore_eos, trials=request.trials,
                    sampling=f"seed {o.seed}, T={o.temperature:g}" if o.do_sample else "greedy")
+        row.update(_ran(ran.cache, ran.compile, ran.streams, notices))
     if report:
         _add_report_numbers(row, report)
+        row.update(_ran_from_report(report) or {})
     return row
+
+
+def _ran(cache: Any, compile_mode: Any, streams: Any, notices: list[str]) -> dict[str, Any]:
+    return {"cache": cache, "compile": compile_mode, "streams": streams, "notes": "; ".join(notices) or None}
+
+
+def _ran_from_report(report: dict[str, Any]) -> dict[str, Any] | None:
+    """What the loops ran with, and every contestant's notices, from the report's "effective" section."""
+    effective = report.get("effective")
+    if not isinstance(effective, dict):
+        return None  # a report from before it recorded what ran
+    loop = next((effective[name] for name in (*LOOPS, NO_CHECK) if isinstance(effective.get(name), dict)), None)
+    options = (loop or {}).get("options") or {}
+    if not options:
+        return None
+    notices = dict.fromkeys(n for ran in effective.values() if isinstance(ran, dict)
+                            for n in ran.get("notices") or [] if isinstance(n, str))
+    return _ran(options.get("cache"), options.get("compile"), options.get("streams"), list(notices))
 
 
 def _add_report_numbers(row: dict[str, Any], report: dict[str, Any]) -> None:

@@ -48,7 +48,7 @@ GREEDY, SAMPLED = "greedy", "seeded sampling"
 SUMMARY_WIDTHS = ["140px", "130px", "170px", "100px", "90px", "120px", "120px", "230px", "130px", "130px", "120px",
                   "130px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
-                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
+                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
            "report_file", "banner", "model")
