@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import csv
+import functools
 import io
 import json
+import random
+import re
 
 import pytest
 
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
-from dashboard.reports import history_row
+from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
 from dashboard.settings import RunSettings
-from tests.conftest import TINY, fast_settings
+from tests.conftest import TINY, bench_report, fast_settings
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +61,75 @@ def test_the_history_csv_and_json_of_a_served_run_say_what_ran(tiny_runner):
     assert "CUDA graph" in row["notes"]
     saved = json.loads(tiny_runner.history_json("compile-check"))["runs"][0]
     assert saved["compile"] == "off" and "CUDA graph" in saved["notes"]
+
+
+# ------------------------------------------------------------------------------------------------ replay
+
+@pytest.fixture(scope="module")
+def saved(tiny):
+    """A report as core.bench --json writes it (two trials)."""
+    return json.loads(json.dumps(bench_report(tiny, trials=2)))
+
+
+def test_a_report_with_the_schema_but_empty_sections_is_refused_in_one_line(saved):
+    hollow = {**saved, "summary": {}, "runs": [], "model": {}, "environment": {}}
+    with pytest.raises(ValueError, match="holds no measured run") as refused:
+        parse_report(json.dumps(hollow))
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="does not name its model"):
+        parse_report(json.dumps({**saved, "model": {}}))
+
+
+@pytest.mark.parametrize("path", [("summary", "naive", "decode_tokens_per_s"), ("summary", "pipelined", "ttft_ms"),
+                                  ("warmup", "naive", "compile_ms"), ("ratios", "pipelined/naive"),
+                                  ("verdict", "ratio"), ("runs", 0, "timings", "decode_tokens_per_s")])
+def test_a_field_that_is_not_a_number_is_named(saved, path):
+    damaged = copy.deepcopy(saved)
+    parent = functools.reduce(lambda node, key: node[key], path[:-1], damaged)
+    parent[path[-1]] = "fast"
+    dotted = ".".join(f"[{k}]" if isinstance(k, int) else k for k in path).replace(".[", "[")
+    with pytest.raises(ValueError, match=re.escape(f'{dotted} is "fast", not a number')):
+        parse_report(json.dumps(damaged))
+
+
+def test_one_trial_in_the_old_format_shows_no_spread(saved):
+    old = copy.deepcopy(saved)
+    old["runs"] = [r for r in old["runs"] if r["trial"] == 0]
+    for entry in old["summary"].values():
+        entry.update(trials=1, spread=0.0, decode_spread=0.0)  # what older versions wrote for one trial
+    spread = SUMMARY_HEADERS.index("spread %")
+    assert [row[spread] for row in summary_rows(old)] == [None, None]
+    assert all(row[spread] is not None for row in summary_rows(saved))
+
+
+def largest_report(saved: dict) -> dict:
+    """The largest report the page makes: 4096 tokens, 20 trials, 5 contestants, every per-step list (CUDA's
+    included), and a dashboard section with a curve point every 4 steps and device samples at 4 Hz for 20 ms
+    steps."""
+    rng = random.Random(0)
+    steps, trials, names = 4096, 20, ("naive", "pipelined", "no-check", "pipelined-again", "hf")
+
+    def floats(count: int) -> list[float]:
+        return [rng.uniform(0.5, 9.5) for _ in range(count)]
+
+    def run(name: str, trial: int) -> dict:
+        timings = {**saved["runs"][0]["timings"], **{k: floats(steps) for k in (
+            "step_ms", "host_queued_ms", "host_known_ms", "gpu_step_ms", "gpu_gap_ms")}}
+        return {**saved["runs"][0], "contestant": name, "trial": trial, "timings": timings, "texts": ["word " * steps],
+                "token_ids": [[rng.randrange(50_000) for _ in range(steps)]]}
+
+    samples = [{"t": t, "gpu": 0, "util_pct": 50.0, "mem_used_mb": 1e4, "power_w": 300.0, "sm_clock_mhz": 1980.0}
+               for t in floats(int(4 * steps * 0.020 * trials * len(names)))]
+    return {**saved, "runs": [run(n, t) for t in range(trials) for n in names],
+            "dashboard": {"t_end": 1.0, "spans": [], "notices": [], "nvml_by_contestant": {},
+                          "series": {n: {"t": floats(trials * steps // 4), "tokens_per_s": floats(trials * steps // 4)}
+                                     for n in names},
+                          "monitor": {"kind": "nvml", "description": "", "samples": samples}}}
+
+
+def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
+    text = json.dumps(largest_report(saved), indent=1)
+    assert 20 * 2**20 < len(text) < MAX_REPORT_BYTES  # 65 MiB when measured; Gradio's old limit was 20 MB
+    assert parse_report(text.encode())["runs"]
+    with pytest.raises(ValueError, match="limited to 100 MiB"):
+        parse_report(b" " * (MAX_REPORT_BYTES + 1))
