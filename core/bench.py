@@ -284,7 +284,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
                     "min_seconds": request.min_seconds, "deterministic": request.deterministic},
-        # What each contestant ran with where the device changed what was asked (CUDA-only modes on the CPU).
+        # What each contestant ran with: the device can change what was asked (CUDA-only modes on the CPU).
         "effective": {name: {"options": asdict(options), "notices": notices}
                       for name, (options, notices) in effective.items()},
         "warmup": warmups,
