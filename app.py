@@ -24,11 +24,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from core.options import COMPILE_MODES, DEFAULT_PROMPT, HF_MODULES_HELP, check_tuning_environment
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
-from dashboard.reports import parse_report
+from dashboard.reports import MAX_REPORT_BYTES, parse_report
 from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS, Limits, RunSettings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
-MAX_UPLOAD = "20mb"
+MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 # Defaults of the run form where no flag sets them: on a GPU, the mode where the per-step sync shows (compiled
 # steps), long enough runs, and enough trials and seconds for a verdict and for NVML to sample each contestant.

@@ -40,10 +40,11 @@ from core.options import (
     LOOPS,
     NO_CHECK,
     PIPELINED_AGAIN,
-    STEP_GRAPH,
     BenchRequest,
     GenerationOptions,
     check_tuning_environment,
+    effective_options,
+    hf_generate_options,
 )
 from core.pdl import pdl_in_effect
 from core.specs import DEFAULT_MODEL
@@ -187,7 +188,8 @@ def _run_one(loaded: LoadedModel, request: BenchRequest, name: str,
     started_s = time.perf_counter()  # generate() has no step timings to place, only its call
     token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": [],
+    notices = hf_generate_options(request.options, loaded.device.type)[1]
+    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": notices,
             "started_s": started_s}
 
 
@@ -219,6 +221,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     """transformers' own generate() with the same cache and compile settings, timed on the host."""
     from transformers import GenerationConfig
 
+    options, _ = hf_generate_options(options, loaded.device.type)
     input_ids, attention_mask = encode_prompt(loaded, prompt)
     config = GenerationConfig(
         max_new_tokens=options.max_new_tokens, do_sample=options.do_sample,
@@ -232,9 +235,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     if options.compile != "off":
         from transformers import CompileConfig
 
-        # generate() cannot take our step-graph; its closest equivalent is inductor with CUDA graphs.
-        mode = "reduce-overhead" if options.compile == STEP_GRAPH else options.compile
-        config.compile_config = CompileConfig(mode=mode)
+        config.compile_config = CompileConfig(mode=options.compile)
     if options.seed is not None:
         torch.manual_seed(options.seed)
     clock = StepClock(loaded.device, 1)
@@ -281,14 +282,19 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
                  for name in request.contestants}
     self_consistent = {name: _self_consistent(runs, name) for name in request.contestants}
+    effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
+    loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(loaded, request.options.compile),
+        "environment": environment(loaded, loops_ran.compile),
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
                     "min_seconds": request.min_seconds, "deterministic": request.deterministic},
+        # What each contestant ran with: the device can change what was asked (CUDA-only modes on the CPU).
+        "effective": {name: {"options": asdict(options), "notices": notices}
+                      for name, (options, notices) in effective.items()},
         "warmup": warmups,
         "runs": runs,
         "summary": summary,
@@ -298,7 +304,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "all_identical": all(identical.values()),
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
         "self_consistent": self_consistent,
-        "identity": _identity(loaded, request, runs, identical, self_consistent),
+        "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
     }
 
 
@@ -581,17 +587,19 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
     except Exception as exc:  # a command line answers in one line, not a traceback
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return _fail(rank, f"{type(exc).__name__}: {first_line}", 1)
-    if rank == 0:
-        report["wall_s"] = time.perf_counter() - started
-        _print_and_write(args, loaded, request, report)
-        if profiled is not None:
-            from core.profiling import format_summary
+    if rank != 0:
+        return 0
+    report["wall_s"] = time.perf_counter() - started
+    written = _print_and_write(args, loaded, request, report)
+    if profiled is not None:
+        from core.profiling import format_summary
 
-            print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
-            print(format_summary(profiled, profiled["step_ms_p50"], top=12))
-        if args.trace_path:
-            write_json(args.trace_path, build_trace(report, profiled), "--trace")
-    return 0
+        print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
+        print(format_summary(profiled, profiled["step_ms_p50"], top=12))
+    if args.trace_path:
+        trace_written = write_json(args.trace_path, build_trace(report, profiled), "trace") == args.trace_path
+        written = written and trace_written
+    return 0 if written else 1
 
 
 def build_trace(report: dict[str, Any], profiled: dict[str, Any] | None) -> dict[str, Any]:
@@ -632,34 +640,61 @@ def _fail(rank: int, message: str, code: int) -> int:
 
 
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
-                     report: dict[str, Any]) -> None:
+                     report: dict[str, Any]) -> bool:
+    """Print the table and write the report; False (after one line on stderr) when --json could not be written."""
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
     tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
+    for notice in dict.fromkeys(n for ran in report["effective"].values() for n in ran["notices"]):
+        print(f"note: {notice}")
     print(format_table(report))
-    if args.json_path:
-        write_json(args.json_path, report, "--json", indent=1)
+    return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
 
 
-def write_json(path: str, data: dict[str, Any], flag: str, indent: int | None = None) -> str:
-    """Write `data` to `path`; when that fails after all the work, one line and the same data in a temporary file
-    that the line names. Returns where it was written."""
+def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = None) -> str | None:
+    """Write `data` as JSON to `path`. When that fails after all the work (a full disk), one line on stderr and the
+    same data saved in the temporary folder, else the working folder, named in the line. Returns where it landed."""
+    text = json.dumps(data, indent=indent)
+    try:
+        _write_text(path, text)
+    except OSError as exc:
+        saved, outcome = _save_elsewhere(text, what)
+        sys.stderr.write(f"core.bench: error: could not write the {what} to {path} ({exc.strerror or exc}); "
+                         f"{outcome}\n")
+        return saved
+    print(f"wrote {path}")
+    return path
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write `text` to `path`; a regular file left half written (a full disk) is removed, not left as bad JSON."""
     try:
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent)
-        print(f"wrote {path}")
-        return path
-    except OSError as exc:
-        import tempfile
+            handle.write(text)
+    except OSError:
+        if os.path.isfile(path):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
 
-        stem = os.path.splitext(os.path.basename(path))[0] or "syncscope"
-        handle, fallback = tempfile.mkstemp(prefix=f"{stem}-", suffix=".json")
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=indent)
-        sys.stderr.write(f"core.bench: could not write {flag} {path} ({exc.strerror or exc}); wrote {fallback}\n")
-        return fallback
+
+def _save_elsewhere(text: str, what: str) -> tuple[str | None, str]:
+    """Save what could not go where it was asked; (where, the end of the sentence that says so)."""
+    import tempfile
+
+    problems = []
+    for folder in dict.fromkeys((tempfile.gettempdir(), os.getcwd())):
+        try:
+            handle, path = tempfile.mkstemp(prefix=f"syncscope-{what}-", suffix=".json", dir=folder)
+            os.close(handle)
+            _write_text(path, text)
+        except OSError as exc:
+            problems.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        return path, f"the {what} was saved to {path} instead"
+    return None, f"it could not be saved elsewhere either ({'; '.join(problems)})"
 
 
 def check_output_path(path: str | None, flag: str = "--json") -> None:
@@ -672,7 +707,8 @@ def check_output_path(path: str | None, flag: str = "--json") -> None:
         raise ValueError(f"{flag} {path}: that is a directory; give a file name")
     if not os.path.isdir(folder):
         raise ValueError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+    writable = os.access(target, os.W_OK) if os.path.exists(target) else os.access(folder, os.W_OK)
+    if not writable:
         raise ValueError(f"{flag} {path}: no permission to write there")
 
 

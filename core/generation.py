@@ -28,6 +28,7 @@ from core.options import (
     ONE_SHOT_ALL_REDUCE,
     STEP_GRAPH,
     GenerationOptions,
+    adapt_to_device,
     inductor_options_from_env,
     is_int,
     require,
@@ -138,17 +139,9 @@ def _forget_host_observations(timings: Timings) -> None:
 # ----------------------------------------------------------------------------------------------- input checks
 
 def _adapt_to_device(loaded: LoadedModel, options: GenerationOptions, notices: list[str]) -> GenerationOptions:
-    if loaded.device.type != "cuda" and options.compile == STEP_GRAPH:
-        notices.append("compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA GPU; "
-                       "running without compile (mode 'off') on the CPU")
-        options = replace(options, compile="off")
-    elif loaded.device.type != "cuda" and options.compile in CUDA_GRAPH_COMPILE_MODES:
-        notices.append(f"compile={options.compile} uses CUDA graphs, which need an NVIDIA GPU; "
-                       "compiled without them (mode 'default') on the CPU")
-        options = replace(options, compile="default")
-    if loaded.device.type != "cuda" and options.streams == 2:
-        notices.append("streams=2 needs CUDA streams; on the CPU it runs as streams=1")
-    return options
+    adapted, changes = adapt_to_device(options, loaded.device.type)
+    notices.extend(changes)
+    return adapted
 
 
 def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:

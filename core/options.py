@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 LOOPS = ("naive", "pipelined")
@@ -111,6 +111,49 @@ class BenchRequest:
         if isinstance(prompt, list) and prompt and not all(is_int(p) for p in prompt):
             return len(prompt)
         return 1
+
+
+def adapt_to_device(options: GenerationOptions, device_type: str) -> tuple[GenerationOptions, list[str]]:
+    """The options the loops run with on this kind of device, and a notice for each thing changed: CUDA graphs and
+    CUDA streams exist only on NVIDIA GPUs."""
+    notices: list[str] = []
+    if device_type == "cuda":
+        return options, notices
+    if options.compile == STEP_GRAPH:
+        notices.append("compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA GPU; "
+                       "running without compile (mode 'off') on the CPU")
+        options = replace(options, compile="off")
+    elif options.compile in CUDA_GRAPH_COMPILE_MODES:
+        notices.append(f"compile={options.compile} uses CUDA graphs, which need an NVIDIA GPU; "
+                       "compiled without them (mode 'default') on the CPU")
+        options = replace(options, compile="default")
+    if options.streams == 2:
+        notices.append("streams=2 needs CUDA streams; on the CPU it runs as streams=1")
+        options = replace(options, streams=1)
+    return options, notices
+
+
+def hf_generate_options(options: GenerationOptions, device_type: str) -> tuple[GenerationOptions, list[str]]:
+    """What transformers' generate() runs with, and notices: it has no step-graph (its closest is reduce-overhead),
+    and it compiles only on CUDA-class devices (transformers' `_valid_auto_compile_criteria`)."""
+    if options.compile == "off":
+        return options, []
+    if device_type != "cuda":
+        return replace(options, compile="off"), [
+            f"hf: transformers' generate() compiles only on GPUs; compile={options.compile} ran without compile "
+            "(mode 'off') on the CPU"]
+    if options.compile == STEP_GRAPH:
+        return replace(options, compile="reduce-overhead"), [
+            "hf: generate() cannot run a step-graph; it ran its closest equivalent, compile=reduce-overhead"]
+    return options, []
+
+
+def effective_options(contestant: str, options: GenerationOptions,
+                      device_type: str) -> tuple[GenerationOptions, list[str]]:
+    """The options `contestant` runs with on this kind of device, and why they differ from those asked for."""
+    if contestant in (HF, HF_DEFERRED):
+        return hf_generate_options(options, device_type)
+    return adapt_to_device(options, device_type)
 
 
 def require(condition: bool, message: str) -> None:

@@ -17,6 +17,7 @@ and live charts are rebuilt in the process whose other thread is timing the deco
 
 from __future__ import annotations
 
+import math
 import statistics
 import textwrap
 from collections.abc import Sequence
@@ -25,9 +26,11 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#98df8a", "no-check": "#ff7f0e",
+# The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
+COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#bcbd22", "no-check": "#ff7f0e",
           "hf": "#1f77b4", "hf-deferred": "#9467bd"}
 DASHES = {"pipelined-again": "dash"}
+SHORT_LABELS = {"pipelined-again": "A/A", "hf-deferred": "hf-def"}  # span labels where the name does not fit
 LOOPS = ("naive", "pipelined")
 WARMUP_COLOR = "#9e9e9e"
 HEIGHT = 360
@@ -129,10 +132,11 @@ def _span_labels(spans: Sequence[dict[str, Any]], view: Sequence[float]) -> list
         warm = span["phase"] == "warmup"
         if warm and warmup_labelled:
             continue
-        text = "warm-up" if warm else span["contestant"]
         right = _warmup_run_end(spans, i) if warm else span["t1"]
         left, right = max(span["t0"], view[0], free_from), min(right, view[1])
-        if right - left >= _label_width_s(text, view):
+        texts = ("warm-up",) if warm else (span["contestant"], *filter(None, [SHORT_LABELS.get(span["contestant"])]))
+        text = next((t for t in texts if right - left >= _label_width_s(t, view)), None)
+        if text is not None:
             placed.append((text, left))
             free_from, warmup_labelled = left + _label_width_s(text, view), warmup_labelled or warm
     return placed
@@ -363,9 +367,19 @@ def shared_bins(values: Sequence[float], limit: float) -> Spec:
 def _hidden_note(count: int, unit: str, beyond: float) -> list[Spec]:
     if not count:
         return []
-    text = f"{count} {unit}{'s' if count != 1 else ''} > {beyond:.3g} ms not shown"
+    text = f"{count} {unit}{'s' if count != 1 else ''} > {readable(beyond)} ms not shown"
     return [{"text": text, "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right", "yanchor": "top",
              "showarrow": False, "bgcolor": "rgba(255,255,255,0.8)", "font": {"size": 11, "color": "#555"}}]
+
+
+def readable(value: float, digits: int = 3) -> str:
+    """`value` to `digits` significant digits (whole numbers from 10**digits on), written out: 1,352 and 0.0123,
+    never 1.35e+03."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def gap_figure(report: dict[str, Any]) -> go.Figure:

@@ -151,8 +151,8 @@ class LiveView:
             pane.series_rate.append(None)
         pane.trial, pane.warmup, pane.ids, pane.tokens = trial, warmup, [], 0
         pane.t_start, pane.t_last, pane.final_text = stamp, None, None
+        # The window opens at the trial's first token, not at its start: prefill would make each curve ramp up.
         pane.window.clear()
-        pane.window.append((stamp, 0))
 
     def _on_tokens(self, event: dict[str, Any]) -> None:
         pane = self.panes.setdefault(event["contestant"], PaneState())

@@ -15,9 +15,13 @@ import statistics
 import time
 from typing import Any
 
-from core.options import HF, LOOPS, NO_CHECK
+from core.options import HF, LOOPS, NO_CHECK, adapt_to_device
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
+# The largest report Replay opens (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
+# every per-step list and the dashboard's section is about 65 MiB (tests/test_reports.py builds one); the rest is
+# room for per-step fields yet to come.
+MAX_REPORT_BYTES = 100 * 2**20
 RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
@@ -33,13 +37,22 @@ def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for name, s in report.get("summary", {}).items():
         warm = report.get("warmup", {}).get(name, {})
-        rows.append([name, _r(s.get("decode_tokens_per_s"), 1),
-                     _r(_pct(s.get("decode_spread") if s.get("decode_spread") is not None else s.get("spread")), 1),
+        rows.append([name, _r(s.get("decode_tokens_per_s"), 1), _r(_pct(_spread(report, name, s)), 1),
                      sameness(report, name), _r(s.get("tokens_per_s"), 1),
                      _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
                      _r(_pct(s.get("gpu_busy_fraction")), 1), _r((nvml.get(name) or {}).get("util_pct"), 0),
                      _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms") or None, 0)])
     return rows
+
+
+def _spread(report: dict[str, Any], name: str, summary: dict[str, Any]) -> float | None:
+    """The trial spread; None with one trial, where older reports wrote 0 for a spread that cannot be known."""
+    trials = summary.get("trials")
+    if not isinstance(trials, int):
+        trials = sum(1 for r in report.get("runs", []) if r.get("contestant") == name)
+    if trials < 2:
+        return None
+    return summary.get("decode_spread") if summary.get("decode_spread") is not None else summary.get("spread")
 
 
 def sameness(report: dict[str, Any], name: str) -> str:
@@ -79,27 +92,50 @@ def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> di
 
 # ------------------------------------------------------------------------------------------------ history
 
+# cache, compile and streams are what the loops ran with; compile_asked is the form's, and notes say why they differ.
 HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", "max_new_tokens", "batch", "cache",
-                  "compile", "lag", "streams", "sampling", "ignore_eos", "trials", "naive_decode_tok_s",
-                  "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s", "speedup", "verdict",
-                  "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms", "naive_p95_ms",
-                  "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms", "identical",
-                  "clock", "error")
+                  "compile", "compile_asked", "lag", "streams", "sampling", "ignore_eos", "trials",
+                  "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s",
+                  "speedup", "verdict", "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms",
+                  "naive_p95_ms", "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms",
+                  "identical", "clock", "notes", "error")
 
 
 def history_row(job_id: int, state: str, request: Any, model: str | None, report: dict[str, Any] | None,
-                error: str | None) -> dict[str, Any]:
-    """Run data only: options and numbers, no prompt text, host names or paths."""
+                error: str | None, device_type: str | None = None) -> dict[str, Any]:
+    """Run data only: options and numbers, no prompt text, host names or paths. The options are those that ran:
+    the report's, else (a run stopped before its report) those asked for, as `device_type` adapts them."""
     row: dict[str, Any] = dict.fromkeys(HISTORY_FIELDS)
     row.update(run=job_id, finished=time.strftime("%Y-%m-%dT%H:%M:%S"), status=state, model=model, error=error)
     if request is not None:
         o = request.options
-        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, cache=o.cache, compile=o.compile,
-                   lag=o.lag, streams=o.streams, ignore_eos=o.ignore_eos, trials=request.trials,
+        ran, notices = adapt_to_device(o, device_type) if device_type else (o, [])
+        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, compile_asked=o.compile, lag=o.lag,
+                   ignore_eos=o.ignore_eos, trials=request.trials,
                    sampling=f"seed {o.seed}, T={o.temperature:g}" if o.do_sample else "greedy")
+        row.update(_ran(ran.cache, ran.compile, ran.streams, notices))
     if report:
         _add_report_numbers(row, report)
+        row.update(_ran_from_report(report) or {})
     return row
+
+
+def _ran(cache: Any, compile_mode: Any, streams: Any, notices: list[str]) -> dict[str, Any]:
+    return {"cache": cache, "compile": compile_mode, "streams": streams, "notes": "; ".join(notices) or None}
+
+
+def _ran_from_report(report: dict[str, Any]) -> dict[str, Any] | None:
+    """What the loops ran with, and every contestant's notices, from the report's "effective" section."""
+    effective = report.get("effective")
+    if not isinstance(effective, dict):
+        return None  # a report from before it recorded what ran
+    loop = next((effective[name] for name in (*LOOPS, NO_CHECK) if isinstance(effective.get(name), dict)), None)
+    options = (loop or {}).get("options") or {}
+    if not options:
+        return None
+    notices = dict.fromkeys(n for ran in effective.values() if isinstance(ran, dict)
+                            for n in ran.get("notices") or [] if isinstance(n, str))
+    return _ran(options.get("cache"), options.get("compile"), options.get("streams"), list(notices))
 
 
 def _add_report_numbers(row: dict[str, Any], report: dict[str, Any]) -> None:
@@ -201,15 +237,19 @@ def _no_monitor() -> dict[str, Any]:
                                            "them; reports saved from the dashboard do.", "samples": []}
 
 
-def parse_report(data: bytes | str, max_bytes: int = 50 * 2**20) -> dict[str, Any]:
+def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
+    """Why a file of `size` bytes is refused, in one sentence."""
+    return f"the file is {size / 2**20:,.2f} MiB; reports here are limited to {limit / 2**20:,.0f} MiB"
+
+
+def parse_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
     """A complete report from JSON text; ValueError naming the first thing that is missing or wrong.
 
     Only parses: never opens paths. Every field the page reads is checked here, so a report that passes cannot
     break the charts or the table later."""
     if isinstance(data, bytes | bytearray):
         if len(data) > max_bytes:
-            raise ValueError(f"the file is {len(data) / 2**20:.0f} MB; reports here are limited to "
-                             f"{max_bytes // 2**20} MB")
+            raise ValueError(too_large(len(data), max_bytes))
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -227,6 +267,18 @@ def parse_report(data: bytes | str, max_bytes: int = 50 * 2**20) -> dict[str, An
     return report
 
 
+# Numbers the page reads (None where a number does not exist); other fields are left alone.
+SUMMARY_NUMBERS = ("trials", "tokens_per_s", "spread", "decode_tokens_per_s", "decode_spread", "total_ms", "ttft_ms",
+                   "ttft_gpu_ms", "ms_per_token_p50", "ms_per_token_p95", "gpu_busy_fraction", "gpu_gap_ms_mean",
+                   "gpu_gap_ms_p50", "gpu_gap_ms_p99", "gpu_gap_ms_max", "new_tokens", "overshoot_steps")
+TIMING_NUMBERS = ("total_ms", "ttft_ms", "tokens_per_s", "new_tokens", "kept_steps", "computed_steps",
+                  "ms_per_token_p50", "ms_per_token_p95", "warmup_ms", "compile_ms", "ttft_gpu_ms",
+                  "gpu_busy_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s", "overshoot_steps")
+WARMUP_NUMBERS = ("total_ms", "engine_warmup_ms", "compile_ms")
+VERDICT_NUMBERS = ("trials", "ratio", "noise")
+SAMPLE_NUMBERS = ("t", "util_pct", "mem_used_mb", "power_w", "sm_clock_mhz")
+
+
 def _check_report(report: dict[str, Any]) -> None:
     summary, runs = report.get("summary"), report.get("runs")
     _expect(isinstance(summary, dict), "no valid 'summary' section")
@@ -235,6 +287,7 @@ def _check_report(report: dict[str, Any]) -> None:
         _expect(_is_name(name), f"summary key {name[:40]!r} is not a contestant name")
         _expect(isinstance(entry, dict) and _is_number(entry.get("tokens_per_s")),
                 f"summary entry {name!r} has no tokens_per_s number")
+        _expect_numbers(entry, SUMMARY_NUMBERS, f"summary.{name}")
     for index, run in enumerate(runs):
         where = f"run {index}"
         _expect(isinstance(run, dict), f"{where} is not an object")
@@ -244,6 +297,7 @@ def _check_report(report: dict[str, Any]) -> None:
         _expect(isinstance(timings, dict), f"{where} has no timings")
         for key in ("tokens_per_s", "total_ms"):
             _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+        _expect_numbers(timings, TIMING_NUMBERS, f"runs[{index}].timings")
         for key in ("step_ms", "host_known_ms", "gpu_gap_ms"):
             values = timings.get(key, [])
             _expect(isinstance(values, list) and all(_is_number(v) for v in values),
@@ -251,28 +305,67 @@ def _check_report(report: dict[str, Any]) -> None:
         if timings.get("host_known_ms"):
             for key in ("new_tokens", "kept_steps"):
                 _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+    _expect(bool(summary) and bool(runs), "its 'summary' and 'runs' sections are empty: it holds no measured run")
+    _expect(isinstance(report.get("model"), dict) and isinstance(report["model"].get("spec"), str),
+            "it does not name its model (no 'model.spec')")
     for key in ("warmup", "identical", "self_consistent", "ratios", "environment", "model", "request"):
         _expect(isinstance(report.get(key, {}), dict), f"its {key!r} section is not an object")
     for name, warm in report.get("warmup", {}).items():
         _expect(isinstance(warm, dict) and _is_number(warm.get("total_ms", 0)),
                 f"warm-up entry {name!r} has no total_ms number")
+        _expect_numbers(warm, WARMUP_NUMBERS, f"warmup.{name}")
+    _expect_numbers(report.get("ratios", {}), tuple(report.get("ratios", {})), "ratios")
+    _check_verdict(report.get("verdict"))
     _check_dashboard_section(report.get("dashboard"))
+
+
+def _check_verdict(verdict: Any) -> None:
+    if verdict is None:
+        return
+    _expect(isinstance(verdict, dict), "its 'verdict' section is not an object")
+    _expect_numbers(verdict, VERDICT_NUMBERS, "verdict")
+    for key in ("contender", "baseline", "metric", "call"):
+        _expect(isinstance(verdict.get(key), str), f"verdict.{key} is not a name")
 
 
 def _check_dashboard_section(recorded: Any) -> None:
     if recorded is None:
         return
     _expect(isinstance(recorded, dict), "its 'dashboard' section is not an object")
-    for span in recorded.get("spans", []):
+    _expect_numbers(recorded, ("t_end",), "dashboard")
+    for index, span in enumerate(recorded.get("spans", [])):
         _expect(isinstance(span, dict) and _is_number(span.get("t0")) and isinstance(span.get("contestant"), str)
                 and span.get("phase") in ("warmup", "trial"), "a recorded span is malformed")
+        _expect_numbers(span, ("t1",), f"dashboard.spans[{index}]")
     series = recorded.get("series", {})
     _expect(isinstance(series, dict) and all(isinstance(s, dict) and isinstance(s.get("t"), list)
                                              for s in series.values()), "a recorded tokens/s series is malformed")
+    for name, line in series.items():
+        _expect_numbers(line, ("t", "tokens_per_s"), f"dashboard.series.{name}")
     monitor = recorded.get("monitor") or {}
     _expect(isinstance(monitor, dict) and isinstance(monitor.get("samples", []), list)
             and all(isinstance(x, dict) and _is_number(x.get("t")) for x in monitor.get("samples", [])),
             "the recorded device samples are malformed")
+    for index, sample in enumerate(monitor.get("samples", [])):
+        _expect_numbers(sample, SAMPLE_NUMBERS, f"dashboard.monitor.samples[{index}]")
+    nvml = recorded.get("nvml_by_contestant") or {}
+    _expect(isinstance(nvml, dict) and all(isinstance(v, dict) for v in nvml.values()),
+            "its 'dashboard.nvml_by_contestant' section is malformed")
+    for name, means in nvml.items():
+        _expect_numbers(means, (*SAMPLE_NUMBERS[1:], "samples"), f"dashboard.nvml_by_contestant.{name}")
+
+
+def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """Each of `keys` in `section` is absent, null, a number, or a list of numbers and nulls; else a ValueError that
+    names the field and its value."""
+    for key in keys:
+        value = section.get(key)
+        items = value if isinstance(value, list) else [value]
+        bad = next((v for v in items if v is not None and not _is_number(v)), None)
+        if bad is not None:
+            shown = json.dumps(bad)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise ValueError(f"the report is incomplete or damaged: {where}.{key} is {shown}, not a number")
 
 
 def _expect(condition: bool, problem: str) -> None:

@@ -445,8 +445,9 @@ class Runner:
         if state == FAILED and job.kind == LOAD and job.owner is None and job.model in self.named_models:
             self.last_load_error = f"Could not load {job.model}: {error}"  # the startup load, or a reload
         if job.kind == RUN and job.t0 is not None and not job.internal:  # runs cancelled while queued never ran
+            device_type = self.loaded_info["device_type"] if self.loaded_info else None
             self._history.append((job.owner, history_row(job.id, state, job.request, job.model or self.model_spec,
-                                                         job.report, error)))
+                                                         job.report, error, device_type)))
         job.finished.set()
 
 

@@ -156,7 +156,7 @@ def cli_command(request: BenchRequest, prompt: str, model: str, device: str | No
     set in `environ` (default: this process's environment, which the engine processes inherit)."""
     o = request.options
     environ = os.environ if environ is None else environ
-    assignments = [f"{name}={shlex.quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
+    assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
     parts = ["python", "-m", "core.bench", "--model", model]
     parts += ["--device", device] if device else []
     parts += ["--dtype", dtype] if dtype else []
@@ -173,4 +173,22 @@ def cli_command(request: BenchRequest, prompt: str, model: str, device: str | No
     parts += ["--deterministic"] if request.deterministic else []
     flags = {NO_CHECK: "--no-check", PIPELINED_AGAIN: "--aa", HF: "--hf", HF_DEFERRED: "--hf-deferred"}
     parts += [flag for name, flag in flags.items() if name in request.contestants]
-    return "".join(assignments) + shlex.join([*parts, "--stream"])
+    return "".join(assignments) + " ".join(shell_quote(part) for part in [*parts, "--stream"])
+
+
+def shell_quote(word: str) -> str:
+    """`word` for a POSIX shell, shown as it runs: shlex.quote, except that a word holding characters that do not
+    print as themselves (control, bidirectional and zero-width characters, line breaks, spaces other than U+0020)
+    becomes bash's $'...' with those characters escaped, so that nothing hidden reorders or changes the command."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c_escape(char) for char in word) + "'"
+
+
+def _ansi_c_escape(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    # UTF-8 bytes rather than a \u escape, which bash leaves as it is in a locale that cannot show the character.
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))

@@ -30,12 +30,14 @@ from core.trace import chrome_trace
 from dashboard import charts, lanes
 from dashboard.jobs import FAILED, LOAD, LOADING, Job
 from dashboard.reports import (
+    MAX_REPORT_BYTES,
     SUMMARY_HEADERS,
     headline,
     parse_report,
     public_report,
     summary_rows,
     timeline_from_report,
+    too_large,
 )
 from dashboard.runner import Runner
 from dashboard.settings import LOCAL_LIMITS, RunSettings, cli_command
@@ -52,7 +54,7 @@ GREEDY, SAMPLED = "greedy", "seeded sampling"
 SUMMARY_WIDTHS = ["140px", "130px", "100px", "130px", "170px", "90px", "120px", "120px", "230px", "130px", "130px",
                   "120px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
-                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock")
+                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
            "report_file", "trace_file", "banner", "model")
@@ -158,6 +160,7 @@ class PageConfig:
     live_interval_s: float = 0.25
     chart_interval_s: float = 1.0
     download_dir: Path | None = None
+    max_report_bytes: int = MAX_REPORT_BYTES  # launch the page with max_file_size at least this
 
 
 class Dashboard:
@@ -435,7 +438,19 @@ class Dashboard:
     def replay_upload(self, data: bytes | None) -> dict:
         if not data:
             return {self.r["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
-        return self._replay_guarded(lambda: parse_report(data), "the uploaded file", "this file")
+        return self._replay_guarded(lambda: parse_report(data, self.config.max_report_bytes), "the uploaded file",
+                                    "this file")
+
+    def replay_refused(self, refusal: str) -> dict:
+        """The page's own check found the chosen file too large to upload (UPLOAD_GUARD_JS): say so in the status
+        line, where Gradio's own refusal would be a toast that leaves the previous file's line in place."""
+        try:
+            facts = json.loads(refusal)
+            name, size = str(facts["name"]), int(facts["size"])
+        except (TypeError, ValueError, KeyError):
+            return {}
+        why = too_large(size, self.config.max_report_bytes)
+        return {self.r["status"]: f"**Cannot open {plain(name)}:** {plain(why)}."}
 
     def replay_bundled(self, name: str | None) -> dict:
         path = self.config.replay_files.get(name or "")
@@ -536,10 +551,13 @@ def _streams(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------- layout
 
 def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_files: Mapping[str, Path] | None = None,
-               live_interval_s: float = 0.25, chart_interval_s: float = 1.0, title: str = "syncscope") -> gr.Blocks:
-    """The page for `runner`; launch it with `demo.queue(...)` and `demo.launch(...)` (see app.py)."""
+               live_interval_s: float = 0.25, chart_interval_s: float = 1.0, title: str = "syncscope",
+               max_report_bytes: int = MAX_REPORT_BYTES) -> gr.Blocks:
+    """The page for `runner`; launch it with `demo.queue(...)` and `demo.launch(..., max_file_size=max_report_bytes)`
+    (see app.py)."""
     config = PageConfig(defaults=defaults or RunSettings(), replay_files=dict(replay_files or {}),
-                        live_interval_s=live_interval_s, chart_interval_s=chart_interval_s)
+                        live_interval_s=live_interval_s, chart_interval_s=chart_interval_s,
+                        max_report_bytes=max_report_bytes)
     app = Dashboard(runner, config)
     charts.warm_up()
     lanes.warm_up()
@@ -555,7 +573,7 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
             with gr.Tab("Compare", id="compare"):
                 app.c = _compare_tab(app, runner, config.defaults, banner)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
-                app.r = _replay_tab(app, config)
+                app.r = _replay_tab(app, config, demo)
         load_outputs = [app.browser_state, *(app.c[k] for k in OUTPUTS), app.c["lanes_plot"]]
         demo.load(app.on_load, inputs=[app.browser_state], outputs=load_outputs,
                   api_visibility="private", show_progress="hidden", concurrency_limit=None)
@@ -671,7 +689,32 @@ def _controls(app: Dashboard, runner: Runner, d: RunSettings, c: dict[str, Any])
             include_hf, no_check, include_aa, deterministic, sampling, seed, temperature, top_k, top_p]
 
 
-def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
+# Runs once in each visitor's browser: a report file over the limit is stopped before Gradio sees it (Gradio would
+# refuse it in a toast) and handed, as {name, size}, to the hidden #replay-refused box, whose handler says so in the
+# status line. Capture listeners on the document run before the upload component's own.
+UPLOAD_GUARD_JS = """
+() => {
+  const limit = %d;
+  const inUpload = (node) => !!document.querySelector("#replay-upload")?.contains(node);
+  const refuse = (files, event) => {
+    const big = Array.from(files || []).find((file) => file.size > limit);
+    if (!big) return;
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    if (event.type === "change") event.target.value = "";
+    const box = document.querySelector("#replay-refused textarea");
+    box.value = JSON.stringify({name: big.name, size: big.size, at: Date.now()});
+    box.dispatchEvent(new Event("input", {bubbles: true}));
+  };
+  document.addEventListener("change", (e) => {
+    if (e.target.type === "file" && inUpload(e.target)) refuse(e.target.files, e);
+  }, true);
+  document.addEventListener("drop", (e) => { if (inUpload(e.target)) refuse(e.dataTransfer?.files, e); }, true);
+}
+"""
+
+
+def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str, Any]:
     r: dict[str, Any] = {}
     gr.Markdown("Open a report written by `python -m core.bench ... --json results.json` (for instance on a "
                 "headless GPU server), or one downloaded from this page. The file is only parsed as JSON.")
@@ -695,8 +738,12 @@ def _replay_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
     with gr.Row():
         r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
         r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
+    refused = gr.Textbox(visible="hidden", elem_id="replay-refused")
     outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["lanes_note"], r["lanes_plot"]]
     upload.upload(app.replay_upload, inputs=[upload], outputs=outputs, api_name="replay")
+    refused.change(app.replay_refused, inputs=[refused], outputs=[r["status"]], api_visibility="private",
+                  show_progress="hidden")
+    demo.load(None, js=UPLOAD_GUARD_JS % config.max_report_bytes)
     if config.replay_files:
         open_btn.click(app.replay_bundled, inputs=[bundled], outputs=outputs, api_name="replay_bundled")
     return r

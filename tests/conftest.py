@@ -70,13 +70,15 @@ class ServedApp:
 
 
 def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
+    """The page for `runner`, launched as app.py launches it (the upload limit is Replay's report limit)."""
+    from dashboard.reports import MAX_REPORT_BYTES
     from dashboard.ui import CSS, build_demo
 
     demo = build_demo(runner, defaults=defaults or fast_settings(), **build)
     demo.queue(default_concurrency_limit=4)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False,
-                css=CSS, max_file_size="20mb")
+                css=CSS, max_file_size=build.get("max_report_bytes", MAX_REPORT_BYTES))
     return ServedApp(url=f"http://127.0.0.1:{port}/", runner=runner, demo=demo)
 
 

@@ -1,6 +1,7 @@
 """The headless benchmark: protocol, report and command line."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,23 @@ def test_aa_control_runs_the_pipelined_loop_twice_and_reports_the_noise_ratio(ti
     again = [r for r in report["runs"] if r["contestant"] == "pipelined-again"]
     assert len(again) == 2 and report["identical"]["pipelined-again"]
     assert report["ratios"]["pipelined/pipelined-again"] > 0
+
+
+def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewhere(tmp_path):
+    """/dev/full passes the early check (it exists and is writable) and fails at write time, as a full disk does."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu",
+                           "--prompt-tokens", "8", "--max-new-tokens", "4", "--trials", "1", "--json", "/dev/full"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1
+    err = done.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "could not write the report to /dev/full (No space left on device)" in err
+    saved = err.split("the report was saved to ")[1].split(" instead")[0]
+    assert os.path.dirname(saved) == str(tmp_path)
+    assert json.loads(Path(saved).read_text(encoding="utf-8"))["schema"] == "syncscope.bench/1"
+    assert "pipelined/naive" in done.stdout  # the table was printed before the write

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 
 import pytest
@@ -288,7 +289,7 @@ def test_histograms_share_bins_and_leave_a_far_outlier_out_of_view():
     low, high = fig.layout.xaxis.range
     assert low <= 1.5 and 2.19 < high < 10
     assert high == pytest.approx(bins[0]["end"])
-    assert fig.layout.annotations[0].text == f"1 step > {high:.3g} ms not shown"
+    assert fig.layout.annotations[0].text == f"1 step > {charts.readable(high)} ms not shown"
 
 
 def test_histogram_window_always_holds_every_median():
@@ -336,7 +337,7 @@ def test_a_gap_outlier_does_not_flatten_the_rest():
     fig = charts.gap_figure({"runs": [run("naive", 0, [2.0] * 30, gaps), run("pipelined", 0, [1.5] * 30, [0.0] * 30)]})
     low, high = fig.layout.yaxis.range
     assert low == 0 and 0.56 < high < 5
-    assert fig.layout.annotations[0].text == f"1 point > {high:.3g} ms not shown"
+    assert fig.layout.annotations[0].text == f"1 point > {charts.readable(high)} ms not shown"
 
 
 def test_gap_of_the_a_a_control_is_dashed():
@@ -401,3 +402,40 @@ def test_long_titles_are_broken_to_fit_a_phones_chart():
         assert all(len(line) <= charts.TITLE_WIDTH for line in lines), lines
         if len(lines) > 1:
             assert fig.layout.margin.t > charts.MARGIN["t"], "a wrapped title gets the room of its extra lines"
+
+
+# ------------------------------------------------------------------------------------------------ legibility
+
+def test_the_a_a_controls_spans_are_labelled_where_their_name_would_not_fit():
+    spans = [{"contestant": name, "phase": "trial", "trial": trial, "t0": (3 * trial + i) * 0.6,
+              "t1": (3 * trial + i + 1) * 0.6}
+             for trial in range(3) for i, name in enumerate(["naive", "pipelined", "pipelined-again"])]
+    fig = charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 5.4})
+    labels = [note.text for note in fig.layout.annotations]
+    assert labels.count("pipelined") == 3 and labels.count("A/A") == 3, labels
+
+
+def _lab(hex_color: str, opacity: float) -> tuple[float, float, float]:
+    """CIELAB of `hex_color` laid over white at `opacity` (sRGB, D65)."""
+    rgb = [1 - opacity + opacity * int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    xyz = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, \
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    fx, fy, fz = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def test_every_contestants_span_tint_is_told_apart_from_the_others():
+    def tint(name: str) -> tuple[float, float, float]:
+        shape = charts.span_shapes([{"contestant": name, "phase": "trial", "t0": 0, "t1": 1}], None)[0][0]
+        return _lab(shape["fillcolor"], shape["opacity"])
+
+    for a, b in itertools.combinations(charts.COLORS, 2):
+        assert math.dist(tint(a), tint(b)) >= 6.0, (a, b)
+
+
+def test_notes_write_numbers_out_never_in_scientific_notation():
+    report = {"runs": [run("naive", 0, [900.0 + i for i in range(300)] + [40_000.0])]}
+    note = charts.step_latency_figure(report).layout.annotations[0].text
+    assert "e+" not in note and note.endswith(" ms not shown") and "," in note
+    assert [charts.readable(v) for v in (1351.7, 0.01234, 12.0, 0.5)] == ["1,352", "0.0123", "12", "0.5"]

@@ -209,6 +209,40 @@ def test_a_hostile_report_replays_as_text(page, tiny, tmp_path):
     assert "<b>bold</b>" in page.inner_text("#replay-status")
 
 
+SMALL_LIMIT = 2**20
+
+
+@pytest.fixture(scope="module")
+def small_limit_app(tiny_runner):
+    """The page with a 1 MiB report limit, so that a file past it is quick to make."""
+    yield from serving(tiny_runner, max_report_bytes=SMALL_LIMIT)
+
+
+def test_a_report_past_the_size_limit_is_refused_in_the_status_line_not_a_toast(browser, small_limit_app, tiny,
+                                                                                  tmp_path):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(small_limit_app.url)
+        page.wait_for_selector("#run-btn")
+        small = tmp_path / "small.json"
+        small.write_text(json.dumps(bench_report(tiny)))
+        open_replay(page, small)
+        assert "Showing" in page.inner_text("#replay-status")
+        big = tmp_path / "big.json"
+        big.write_text(json.dumps({**bench_report(tiny), "padding": "x" * 2 * SMALL_LIMIT}))
+        page.locator("#replay-upload button[aria-label=Clear]").click()  # as a visitor does to choose another
+        page.locator("#replay-upload input[type=file]").set_input_files(str(big))
+        page.wait_for_function("document.querySelector('#replay-status')?.innerText.includes('big.json')")
+        status = page.inner_text("#replay-status")
+        assert "Cannot open big.json: the file is 2.0" in status and "limited to 1 MiB" in status, status
+        page.wait_for_timeout(500)
+        assert page.locator(".toast-body").count() == 0, "Gradio's own refusal would be a toast"
+    finally:
+        context.close()
+
+
 def test_run_button_and_live_outputs_are_on_the_first_screen(page):
     run_box, status_box = page.locator("#run-btn").bounding_box(), page.locator("#status").bounding_box()
     panes = page.locator("#naive-text").bounding_box()

@@ -23,9 +23,9 @@ from tests.helpers import wait_until
 
 
 @pytest.fixture(scope="module")
-def served_app(tiny_runner, tmp_path_factory):
+def served_app(tiny_runner, tiny, tmp_path_factory):
     bundled = tmp_path_factory.mktemp("results") / "tiny-run.json"
-    bundled.write_text(json.dumps({"schema": "syncscope.bench/1", "summary": {}, "runs": []}))
+    bundled.write_text(json.dumps(bench_report(tiny)))
     yield from serving(tiny_runner, replay_files={"tiny-run.json": bundled})
 
 
@@ -138,6 +138,16 @@ def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_a
     assert "host" not in json.loads(Path(report_file).read_text())["environment"]
 
 
+def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tiny, tmp_path):
+    path = tmp_path / "long.json"
+    report = bench_report(tiny, trials=2)
+    report["runs"][0]["texts"] = ["word " * 5_000_000]  # 25 MB, as long runs with every per-step list make
+    path.write_text(json.dumps(report))
+    client = Client(served_app.url, verbose=False)
+    status = text_of(client.predict(handle_file(str(path)), api_name="/replay")[0])
+    assert status.startswith("Showing the uploaded file"), status
+
+
 def test_replay_refuses_other_files(served_app, tmp_path):
     path = tmp_path / "not-a-report.json"
     path.write_text('{"hello": "world"}')
@@ -155,7 +165,10 @@ def test_bundled_results_open_by_name_only(served_app):
 
 def test_find_reports_lists_reports_only(tmp_path):
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "a.json").write_text(json.dumps({"schema": "syncscope.bench/1", "summary": {}, "runs": []}))
+    smallest = {"schema": "syncscope.bench/1", "model": {"spec": TINY}, "summary": {"naive": {"tokens_per_s": 1.0}},
+                "runs": [{"contestant": "naive", "trial": 0, "order": 0,
+                          "timings": {"tokens_per_s": 1.0, "total_ms": 1.0}}]}
+    (tmp_path / "run" / "a.json").write_text(json.dumps(smallest))
     (tmp_path / "summary.json").write_text("[]")
     (tmp_path / "broken.json").write_text("{")
     assert app.find_reports(tmp_path) == {"run/a.json": tmp_path / "run" / "a.json"}

@@ -237,9 +237,9 @@ def test_an_unwritable_trace_path_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_a_write_that_fails_at_the_end_saves_to_a_named_fallback(tmp_path, capsys):
-    written = write_json(str(tmp_path / "gone" / "t.json"), {"traceEvents": []}, "--trace")
+    written = write_json(str(tmp_path / "gone" / "t.json"), {"traceEvents": []}, "trace")
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.endswith(written) and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and f"the trace was saved to {written} instead" in err and "Traceback" not in err
     with open(written, encoding="utf-8") as handle:
         assert json.load(handle) == {"traceEvents": []}
 

@@ -1,0 +1,30 @@
+"""The live view: tokens/s curves built from the engine's events, in the server process."""
+
+from __future__ import annotations
+
+from core.options import BenchRequest, GenerationOptions
+from dashboard.jobs import RUN, RUNNING, Job
+from dashboard.live_view import LiveView
+
+PREFILL_S = 0.5
+STEP_S = 0.01  # 100 tokens/s once decoding
+
+
+def trial_events(t0: float, steps: int) -> list[tuple[float, dict]]:
+    """A timed pipelined trial: its phase event, a long prefill, then one token every STEP_S."""
+    events = [(t0, {"type": "phase", "phase": "trial", "contestant": "pipelined", "trial": 0, "t": t0})]
+    for step in range(steps):
+        stamp = t0 + PREFILL_S + step * STEP_S
+        events.append((stamp, {"type": "tokens", "contestant": "pipelined", "trial": 0, "step": step,
+                               "tokens": (7,), "host_time_s": stamp}))
+    return events
+
+
+def test_a_trials_tokens_per_s_curve_starts_at_the_decode_rate_not_from_zero():
+    request = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=40), trials=1,
+                           contestants=("pipelined",))
+    job = Job(id=1, kind=RUN, owner=None, model="tiny-random", request=request, state=RUNNING, t0=100.0)
+    job.events.extend(trial_events(100.0, 40))
+    view = LiveView(job, lambda: None, None, lambda job: 0)
+    rates = [r for r in view.timeline()["series"]["pipelined"]["tokens_per_s"] if r is not None]
+    assert rates and all(abs(rate - 1 / STEP_S) < 1 for rate in rates), rates[:4]

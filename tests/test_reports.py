@@ -1,0 +1,135 @@
+"""Reports as the page reads them: history rows and replaying saved reports."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import functools
+import io
+import json
+import random
+import re
+
+import pytest
+
+from core.bench import compare
+from core.options import BenchRequest, GenerationOptions
+from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
+from dashboard.settings import RunSettings
+from tests.conftest import TINY, bench_report, fast_settings
+
+
+@pytest.fixture(scope="module")
+def step_graph_on_cpu(tiny):
+    """A run that asked for step-graph (CUDA graphs) on the CPU, with generate() as a contestant."""
+    request = BenchRequest(prompt="Hello there", trials=1, contestants=("naive", "pipelined", "hf"),
+                           options=GenerationOptions(max_new_tokens=6, cache="static", compile="step-graph"))
+    return request, json.loads(json.dumps(compare(tiny, request)))
+
+
+def test_the_report_records_what_each_contestant_ran_with(step_graph_on_cpu):
+    _, report = step_graph_on_cpu
+    assert report["request"]["options"]["compile"] == "step-graph"  # what was asked stays recorded
+    loops = report["effective"]["pipelined"]
+    assert loops["options"]["compile"] == "off" and "needs an NVIDIA GPU" in loops["notices"][0]
+    assert report["effective"]["hf"]["options"]["compile"] == "off"
+    assert "generate() compiles only on GPUs" in report["effective"]["hf"]["notices"][0]
+
+
+def test_a_history_row_records_the_compile_mode_that_ran_with_the_note(step_graph_on_cpu):
+    request, report = step_graph_on_cpu
+    row = history_row(1, "done", request, TINY, report, None)
+    assert row["compile"] == "off" and row["compile_asked"] == "step-graph"
+    assert "running without compile (mode 'off') on the CPU" in row["notes"]
+    assert "generate() compiles only on GPUs" in row["notes"]
+
+
+def test_a_run_stopped_before_its_report_records_what_the_device_made_of_the_request():
+    request, _ = RunSettings(compile="reduce-overhead", streams=2).to_request()
+    row = history_row(2, "cancelled", request, TINY, None, "cancelled", device_type="cpu")
+    assert (row["compile"], row["compile_asked"], row["streams"]) == ("default", "reduce-overhead", 1)
+    assert "CUDA graphs" in row["notes"] and "streams=1" in row["notes"]
+    on_gpu = history_row(3, "cancelled", request, TINY, None, "cancelled", device_type="cuda")
+    assert (on_gpu["compile"], on_gpu["streams"], on_gpu["notes"]) == ("reduce-overhead", 2, None)
+
+
+def test_the_history_csv_and_json_of_a_served_run_say_what_ran(tiny_runner):
+    job = tiny_runner.submit(fast_settings(compile="step-graph", static_cache=True), owner="compile-check")
+    job.wait(300)
+    row = next(csv.DictReader(io.StringIO(tiny_runner.history_csv("compile-check"))))
+    assert (row["compile"], row["compile_asked"]) == ("off", "step-graph")
+    assert "CUDA graph" in row["notes"]
+    saved = json.loads(tiny_runner.history_json("compile-check"))["runs"][0]
+    assert saved["compile"] == "off" and "CUDA graph" in saved["notes"]
+
+
+# ------------------------------------------------------------------------------------------------ replay
+
+@pytest.fixture(scope="module")
+def saved(tiny):
+    """A report as core.bench --json writes it (two trials)."""
+    return json.loads(json.dumps(bench_report(tiny, trials=2)))
+
+
+def test_a_report_with_the_schema_but_empty_sections_is_refused_in_one_line(saved):
+    hollow = {**saved, "summary": {}, "runs": [], "model": {}, "environment": {}}
+    with pytest.raises(ValueError, match="holds no measured run") as refused:
+        parse_report(json.dumps(hollow))
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="does not name its model"):
+        parse_report(json.dumps({**saved, "model": {}}))
+
+
+@pytest.mark.parametrize("path", [("summary", "naive", "decode_tokens_per_s"), ("summary", "pipelined", "ttft_ms"),
+                                  ("warmup", "naive", "compile_ms"), ("ratios", "pipelined/naive"),
+                                  ("verdict", "ratio"), ("runs", 0, "timings", "decode_tokens_per_s")])
+def test_a_field_that_is_not_a_number_is_named(saved, path):
+    damaged = copy.deepcopy(saved)
+    parent = functools.reduce(lambda node, key: node[key], path[:-1], damaged)
+    parent[path[-1]] = "fast"
+    dotted = ".".join(f"[{k}]" if isinstance(k, int) else k for k in path).replace(".[", "[")
+    with pytest.raises(ValueError, match=re.escape(f'{dotted} is "fast", not a number')):
+        parse_report(json.dumps(damaged))
+
+
+def test_one_trial_in_the_old_format_shows_no_spread(saved):
+    old = copy.deepcopy(saved)
+    old["runs"] = [r for r in old["runs"] if r["trial"] == 0]
+    for entry in old["summary"].values():
+        entry.update(trials=1, spread=0.0, decode_spread=0.0)  # what older versions wrote for one trial
+    spread = SUMMARY_HEADERS.index("spread %")
+    assert [row[spread] for row in summary_rows(old)] == [None, None]
+    assert all(row[spread] is not None for row in summary_rows(saved))
+
+
+def largest_report(saved: dict) -> dict:
+    """The largest report the page makes: 4096 tokens, 20 trials, 5 contestants, every per-step list (CUDA's
+    included), and a dashboard section with a curve point every 4 steps and device samples at 4 Hz for 20 ms
+    steps."""
+    rng = random.Random(0)
+    steps, trials, names = 4096, 20, ("naive", "pipelined", "no-check", "pipelined-again", "hf")
+
+    def floats(count: int) -> list[float]:
+        return [rng.uniform(0.5, 9.5) for _ in range(count)]
+
+    def run(name: str, trial: int) -> dict:
+        timings = {**saved["runs"][0]["timings"], **{k: floats(steps) for k in (
+            "step_ms", "host_queued_ms", "host_known_ms", "gpu_step_ms", "gpu_gap_ms")}}
+        return {**saved["runs"][0], "contestant": name, "trial": trial, "timings": timings, "texts": ["word " * steps],
+                "token_ids": [[rng.randrange(50_000) for _ in range(steps)]]}
+
+    samples = [{"t": t, "gpu": 0, "util_pct": 50.0, "mem_used_mb": 1e4, "power_w": 300.0, "sm_clock_mhz": 1980.0}
+               for t in floats(int(4 * steps * 0.020 * trials * len(names)))]
+    return {**saved, "runs": [run(n, t) for t in range(trials) for n in names],
+            "dashboard": {"t_end": 1.0, "spans": [], "notices": [], "nvml_by_contestant": {},
+                          "series": {n: {"t": floats(trials * steps // 4), "tokens_per_s": floats(trials * steps // 4)}
+                                     for n in names},
+                          "monitor": {"kind": "nvml", "description": "", "samples": samples}}}
+
+
+def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
+    text = json.dumps(largest_report(saved), indent=1)
+    assert 20 * 2**20 < len(text) < MAX_REPORT_BYTES  # 65 MiB when measured; Gradio's old limit was 20 MB
+    assert parse_report(text.encode())["runs"]
+    with pytest.raises(ValueError, match="limited to 100 MiB"):
+        parse_report(b" " * (MAX_REPORT_BYTES + 1))
