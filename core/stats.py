@@ -12,10 +12,11 @@ by three lucky trials. With fewer than MIN_TRIALS_FOR_A_CALL pairs it says there
 Why and how measured (benchmarks/aa_false_positive.py, an A/A comparison being the pipelined loop against itself):
 - The rule before this one ("every pair agrees and the median ratio is beyond half the larger spread") said
   "faster" in 1 of 8 default CPU runs, where no difference is expected; in simulation (tests/test_stats.py: 5%
-  trial noise, 8% drift shared by a round) it calls 7.3% of A/A comparisons at 3 trials. This rule calls 4.6% at 3
-  trials, 4.7% at 5, 5.4% at 10 (5% by design). The 0.5% minimum effect drops calls smaller than that, so on the
-  GPU, where A/A trials differ by tenths of a percent, it calls fewer still.
-- On this project's shared 2-core CPU at the dashboard's defaults: {CPU_LINE}
+  trial noise, 8% drift shared by a round) it calls 7.3% of A/A comparisons at 3 trials. A 95% t interval alone
+  calls 4.6% at 3 trials, 4.7% at 5, 5.4% at 10 (5% by design); this rule 1.7%, 0.6% and 0%. The 0.5% minimum
+  effect drops calls smaller than that, so on the GPU, where A/A trials differ by tenths of a percent, fewer still.
+- On this project's shared 2-core CPU at the dashboard's defaults (64 tokens, 3 trials), 20 A/A comparisons under
+  load average 9-12 from other jobs: the old rule called 1 (5%), this rule 0 (0%), the t interval alone 2 of 10
   (benchmarks/results/cpu/aa_false_positive.md).
 - On the 78 bench reports committed under benchmarks/results (H200) it calls "faster" wherever the old rule did
   with every pipelined trial ahead of every naive one (reduce-overhead, step-graph, down to +0.5% on Llama-70B), and
