@@ -55,6 +55,8 @@ WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
 IDLE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#757575", "bgcolor": "#f5f5f5", "size": 6, "solidity": 0.3}}
 SPAN_KEY = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)")
+LAUNCH_KEY = "pale: device span while its step was still queued"
+LAUNCH_STYLE = {"fillcolor": "rgba(255,255,255,0.6)"}
 KNOWN_KEY = "black tick: a step's tokens known on the host"
 KNOWN_COLOR = "#212121"
 QUEUED_KEY = "coloured tick: a step queued by the host"
@@ -107,6 +109,17 @@ class LoopTrial:
     def waits_ms(self) -> np.ndarray | None:
         """Per kept step, how long the host sat blocked before learning its tokens."""
         return np.maximum(0.0, self.known - self.wait_start) if self.complete else None
+
+    def launch_waits_ms(self) -> np.ndarray | None:
+        """Per kept step, how long its device span was open before the host had finished queuing the step. A span
+        opens at the step's first marker; in compiled modes the host spends most of a step's queuing time before
+        the launch, so for a loop that queues each step only after the last one ended, this is at most the device
+        waiting for the launch inside the step, which the gap between steps does not show."""
+        lane = self.gap_source
+        if lane is None or self.cpu or not self.complete:
+            return None
+        kept = self.kept
+        return np.clip(np.minimum(self.queued[:kept], lane.ends[:kept]) - lane.starts[:kept], 0.0, None)
 
     def gaps_ms(self) -> np.ndarray | None:
         """Per kept step, the device's idle time before it (NaN for step 0): the summary's gpu_gap_ms."""
@@ -170,12 +183,13 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
 
 @dataclass
 class Means:
-    """Mean host wait and device gap per decode step, in µs, and which decode steps they cover."""
+    """Mean host wait, device gap and launch wait per decode step, in µs, and which decode steps they cover."""
 
     wait_us: float | None
     gap_us: float | None
     first: int | None
     last: int | None
+    launch_us: float | None = None
 
 
 NO_MEANS = Means(None, None, None, None)
@@ -203,8 +217,9 @@ def window_means(trial: LoopTrial, view: tuple[float, float] | None) -> Means:
     first, last = (int(steps[0]), int(steps[-1])) if len(steps) else (None, None)
     if not trial.complete:
         return Means(None, _mean_us(trial.recorded_gaps) if view is None else None, first, last)
-    waits, gaps = trial.waits_ms(), trial.gaps_ms()
-    return Means(_mean_us(waits[steps]), _mean_us(gaps[steps]) if gaps is not None else None, first, last)
+    waits, gaps, launches = trial.waits_ms(), trial.gaps_ms(), trial.launch_waits_ms()
+    return Means(_mean_us(waits[steps]), _mean_us(gaps[steps]) if gaps is not None else None, first, last,
+                 _mean_us(launches[steps]) if launches is not None else None)
 
 
 def _mean_us(values: np.ndarray) -> float | None:
@@ -293,6 +308,10 @@ def _loop_traces(trial: LoopTrial, y: float) -> tuple[list[Spec], list[Spec]]:
         what = "host computes (device = host)" if trial.cpu else f"{lane.label} busy"
         traces.append(_bars(lane.starts, lane.ends, y + offset, f"{name} · {what}", {"fillcolor": hue}))
         traces.append(_bars(*_gaps(lane), y + offset, f"{name} · {lane.label} idle", IDLE_STYLE))
+        if not trial.cpu:
+            opened = np.minimum(trial.queued, lane.ends) > lane.starts
+            traces.append(_bars(lane.starts[opened], np.minimum(trial.queued, lane.ends)[opened], y + offset,
+                                f"{name} · {lane.label} span open before the step was queued", LAUNCH_STYLE))
     return traces, [known]
 
 
@@ -340,9 +359,13 @@ def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) 
         label = f'<span style="color:{color(trial.name)}"><b>{trial.name}</b></span>'
         lines += [_row(trial.name, "host wait", _us(window.wait_us), _us(whole.wait_us), label),
                   _row("", "device gap", _us(window.gap_us), _us(whole.gap_us)),
+                  *([_row("", "launch wait", _us(window.launch_us), _us(whole.launch_us))]
+                    if whole.launch_us is not None else []),
                   _row("", "steps", _steps(window), _steps(whole))]
     if any(t.complete for t in trials):
         lines += SPAN_KEY
+    if any(t.complete and not t.cpu for t in trials):
+        lines.append(LAUNCH_KEY)
     lines.append(KNOWN_KEY)
     if not all(t.complete for t in trials):
         lines.append(QUEUED_KEY)

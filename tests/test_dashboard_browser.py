@@ -387,15 +387,15 @@ def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> N
         page.screenshot(path=str(out), full_page=True)
 
 
-def screenshot_replay(report: Path, out: Path) -> None:
-    """The Replay tab showing `report` (no model is loaded for this)."""
+def screenshot_replay(report: Path, out: Path, element: str = "#replay-tab") -> None:
+    """The Replay tab (or one element of it) showing `report` (no model is loaded for this)."""
     from dashboard.runner import Runner
 
     with screenshot_page(Runner(None, device="cpu"), 120_000) as page:
         open_replay(page, report)
         page.wait_for_timeout(1500)
         # The tab alone: the banner above it describes this (CPU) server, not the machine in the report.
-        page.locator("#replay-tab").screenshot(path=str(out))
+        page.locator(element).first.screenshot(path=str(out))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,12 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     replay = sub.add_parser("replay", help="open a core.bench JSON in the Replay tab and screenshot it")
     replay.add_argument("report", type=Path)
     replay.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard-replay-h200.png")
+    replay.add_argument("--element", default="#replay-tab", help="CSS selector of what to capture, e.g. "
+                        "#replay-plot-lanes for the timeline alone")
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.what == "cpu":
         screenshot_cpu(args.out, args.model, args.max_new_tokens, args.trials)
     else:
-        screenshot_replay(args.report, args.out)
+        screenshot_replay(args.report, args.out, args.element)
     print(f"wrote {args.out}")
     return 0
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,7 +160,7 @@ def test_the_first_view_holds_10_to_20_decode_steps_of_each_loop_from_the_middle
 def test_a_4096_step_trial_is_a_few_traces_and_builds_fast(monkeypatch):
     report = lanes_reports.report(4096, trials=3)
     fig = lanes.lanes_figure(report)
-    assert len(fig.data) == 8, "per loop: queue and wait bars; busy and idle bars per device lane"
+    assert len(fig.data) == 10, "per loop: queue and wait bars; busy, idle and still-queued bars per device lane"
     assert len(fig.layout.shapes) == 4, "per loop: a band and one path of token-known ticks"
     for bars in fig.data:  # plotly.js draws one SVG path per gap-separated segment: 4096 of them took seconds
         assert not np.isnan(np.asarray(bars.x, dtype=float)).any(), bars.name
@@ -310,3 +312,16 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
     assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
                                                      "pipelined · GPU"]
+
+
+def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_them():
+    """reduce-overhead, call 19: naive's device spans open ~1 ms before its host has queued the step (the device waits
+    for the launch inside the step, which the gap between steps does not show); pipelined's open after, so it has
+    next to none. The chart states the mean as 'launch wait' and draws that part of each span pale."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    means = lanes.lanes_means(report)
+    assert means["naive"]["trial"].launch_us > 500 and means["pipelined"]["trial"].launch_us < 50
+    fig = lanes.lanes_figure(report)
+    assert "launch\xa0wait" in fig.layout.annotations[0].text
+    assert any(t.name == "naive · GPU span open before the step was queued" for t in fig.data)
