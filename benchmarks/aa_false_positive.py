@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from app import CPU_FORM, GPU_FORM  # noqa: E402
 from core.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
-from core.stats import spread, verdict  # noqa: E402
+from core.stats import paired_trials, spread, verdict  # noqa: E402
 
 CONTESTANTS = ("pipelined", PIPELINED_AGAIN)
 CALLED = ("faster", "slower")
@@ -43,12 +43,7 @@ CALLED = ("faster", "slower")
 def old_verdict(runs: list[dict[str, Any]], contender: str = "pipelined", baseline: str = "naive") -> str:
     """The rule before issue 20: every pair agrees on the direction and the median ratio is further from 1 than
     half the larger trial spread (or the A/A control's distance, when the contender is `pipelined`)."""
-    metric = "decode_tokens_per_s"
-    by_trial = {name: {r["trial"]: r["timings"] for r in runs if r["contestant"] == name}
-                for name in (contender, baseline, PIPELINED_AGAIN)}
-    pairs = sorted(set(by_trial[contender]) & set(by_trial[baseline]))
-    if any(by_trial[n][t].get(metric) is None for n in (contender, baseline) for t in pairs):
-        metric = "tokens_per_s"
+    by_trial, pairs, metric = paired_trials(runs, contender, baseline)
     if not pairs:
         return "no-data"
     if len(pairs) < 3:

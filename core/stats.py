@@ -94,18 +94,24 @@ def paired_interval(log_ratios: list[float], confidence: float = VERDICT_CONFIDE
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+def paired_trials(runs: list[dict[str, Any]], contender: str,
+                  baseline: str) -> tuple[dict[str, dict[int, Any]], list[int], str]:
+    """Each trial's timings of `contender`, `baseline` and the A/A twin, by trial; the trials both ran (the pairs);
+    and the rate they are compared by: decode-phase tokens/s where both have it, else end to end."""
+    by_trial = {name: {r["trial"]: r["timings"] for r in runs if r["contestant"] == name}
+                for name in (contender, baseline, PIPELINED_AGAIN)}
+    pairs = sorted(set(by_trial[contender]) & set(by_trial[baseline]))
+    decode = all(by_trial[n][t].get("decode_tokens_per_s") is not None for n in (contender, baseline) for t in pairs)
+    return by_trial, pairs, "decode_tokens_per_s" if decode else "tokens_per_s"
+
+
 def verdict(runs: list[dict[str, Any]], contender: str = "pipelined", baseline: str = "naive") -> dict[str, Any]:
     """Is `contender` faster than `baseline` beyond this run's own noise? Decode phase where both have one.
 
     The rule is in the module docstring: a paired t interval on log ratios at 95%, a minimum effect, and the A/A
     control's distance when it ran. `ratio` is median over median, as the tables show it; `interval` bounds the
     geometric-mean paired ratio (`mean_ratio`)."""
-    metric = "decode_tokens_per_s"
-    by_trial = {name: {r["trial"]: r["timings"] for r in runs if r["contestant"] == name}
-                for name in (contender, baseline, PIPELINED_AGAIN)}
-    pairs = sorted(set(by_trial[contender]) & set(by_trial[baseline]))
-    if any(by_trial[n][t].get(metric) is None for n in (contender, baseline) for t in pairs):
-        metric = "tokens_per_s"
+    by_trial, pairs, metric = paired_trials(runs, contender, baseline)
     rate = {n: [by_trial[n][t][metric] for t in pairs] for n in (contender, baseline)}
     out: dict[str, Any] = {"contender": contender, "baseline": baseline, "metric": metric, "trials": len(pairs),
                            "ratio": None, "noise": None, "call": "no-data", "rule": "paired-t"}
