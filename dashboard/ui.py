@@ -77,8 +77,9 @@ CSS = """
   .js-plotly-plot .modebar-container { display: none; }
   .js-plotly-plot .gtitle { font-size: 12px !important; }
   .js-plotly-plot .gtitle-subtitle { font-size: 10px !important; }
-  /* span labels (charts.span_shapes, the only 10 px annotations) are placed for a desktop chart's width */
-  .js-plotly-plot .annotation-text[style*="font-size: 10px"] { display: none; }
+  /* span labels (charts.span_shapes: the 10 px annotations of these charts) are placed for a desktop width */
+  :is(#plot-tokens, #plot-device, #replay-plot-tokens, #replay-plot-device)
+    .annotation-text[style*="font-size: 10px"] { display: none; }
 }
 """
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")

@@ -290,7 +290,9 @@ def test_download_buttons_are_disabled_until_there_is_something_to_download(serv
     config = json.loads(urllib.request.urlopen(served_app.url + "config", timeout=30).read())
     buttons = {c["props"].get("elem_id"): c["props"] for c in config["components"]
                if c["props"].get("elem_id", "").startswith("download-")}
-    assert set(buttons) == {"download-csv", "download-json", "download-report"}
+    assert set(buttons) == {"download-csv", "download-json", "download-report", "download-trace"}
+    trace = buttons.pop("download-trace")
+    assert trace.get("visible") is False, "the trace button appears only once there is a trace"
     assert not any(props.get("interactive", True) for props in buttons.values()), buttons
 
 

@@ -302,7 +302,7 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     trials = [[], cuda_report["runs"][:1], cuda_report["runs"][:1], cuda_report["runs"][:2]]
     snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
     runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
-                                     "cancel": lambda self, job_id: None})()
+                                     "cancel": lambda self, job_id, **reason: None})()
     app = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}, chart_interval_s=1e9))
     app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
     following = app._follow(FakeJob(len(trials)), "someone")
