@@ -55,13 +55,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, served_app: ServedApp) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(served_app.url)
-    page.wait_for_selector("#run-btn")
+    page = opened_page(browser, served_app.url)
     yield page
-    context.close()
+    page.context.close()
 
 
 def click_run_and_wait(page: Any, timeout_ms: int = TIMEOUT_MS) -> None:
@@ -143,12 +139,9 @@ def test_replay_draws_both_loops_lanes_readable(browser, served_app, tmp_path, v
 
     path = tmp_path / "lanes.json"
     path.write_text(json.dumps(report(256)))
-    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    page = opened_page(browser, served_app.url, *viewport)
+    context = page.context
     try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(served_app.url)
-        page.wait_for_selector("#run-btn")
         open_replay(page, path)
         plots_rendered(page, ("replay-plot-lanes",))
         page.locator("#replay-plot-lanes").scroll_into_view_if_needed()
@@ -220,12 +213,9 @@ def small_limit_app(tiny_runner):
 
 def test_a_report_past_the_size_limit_is_refused_in_the_status_line_not_a_toast(browser, small_limit_app, tiny,
                                                                                   tmp_path):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = opened_page(browser, small_limit_app.url)
+    context = page.context
     try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(small_limit_app.url)
-        page.wait_for_selector("#run-btn")
         small = tmp_path / "small.json"
         small.write_text(json.dumps(bench_report(tiny)))
         open_replay(page, small)
@@ -251,12 +241,9 @@ def test_run_button_and_live_outputs_are_on_the_first_screen(page):
 
 
 def test_summary_headers_stay_readable_on_a_phone(browser, served_app):
-    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = opened_page(browser, served_app.url, 390, 844)
+    context = page.context
     try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(served_app.url)
-        page.wait_for_selector("#run-btn")
         click_run_and_wait(page)
         page.locator("#summary").scroll_into_view_if_needed()
         page.wait_for_function("document.querySelector('#summary')?.innerText.includes('pipelined')")
@@ -268,13 +255,17 @@ def test_summary_headers_stay_readable_on_a_phone(browser, served_app):
         context.close()
 
 
-def phone_page(browser: Any, url: str) -> Any:
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    page = context.new_page()
+def opened_page(browser: Any, url: str, width: int = 1400, height: int = 1000) -> Any:
+    """A page of its own browser context (close it with page.context.close()), the dashboard loaded."""
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#run-btn")
     return page
+
+
+def phone_page(browser: Any, url: str) -> Any:
+    return opened_page(browser, url, 390, 844)
 
 
 # ---- issue 20: reloads, current state, downloads, the phone layout

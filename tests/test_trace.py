@@ -140,7 +140,7 @@ def test_the_trace_follows_the_format_with_a_process_per_contestant(report):
 def test_on_the_cpu_the_host_step_spans_are_the_compute_one_per_step(report):
     trace = chrome_trace(report)
     tracks = check_trace_format(trace)
-    pids = {e["args"]["name"]: e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    pids = process_ids(trace)
     for run in report["runs"]:
         if run["contestant"] == "hf":
             continue
@@ -152,6 +152,11 @@ def test_on_the_cpu_the_host_step_spans_are_the_compute_one_per_step(report):
         assert not any(tid >= DEVICE_TID for pid, tid in tracks if pid == pids[run["contestant"]])
     instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
     assert len(instants) == sum(r["timings"]["kept_steps"] for r in report["runs"] if r["contestant"] != "hf")
+
+
+def process_ids(trace: dict) -> dict[str, int]:
+    """Each contestant's process id in a trace, by name."""
+    return {e["args"]["name"]: e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}
 
 
 def with_device_spans(report: dict, ranks: int) -> dict:
@@ -176,7 +181,7 @@ def test_device_lanes_hold_one_span_per_computed_step_in_step_order(report, rank
     faked = with_device_spans(report, ranks)
     trace = chrome_trace(faked)
     tracks = check_trace_format(trace)
-    pids = {e["args"]["name"]: e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    pids = process_ids(trace)
     for run in faked["runs"]:
         if run["contestant"] == "hf":
             continue
