@@ -19,31 +19,28 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.options import COMPILE_MODES, DEFAULT_PROMPT, HF_MODULES_HELP, check_tuning_environment
+from core.options import HF_MODULES_HELP, check_tuning_environment
+from core.run_schema import (
+    Limits,
+    OneLineParser,
+    add_run_arguments,
+    request_from_values,
+    static_cache_for,
+    values_from_args,
+)
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
 from dashboard.reports import MAX_REPORT_BYTES, parse_report
-from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS, Limits, RunSettings
+from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
-# Defaults of the run form where no flag sets them: on a GPU, the mode where the per-step sync shows (compiled
-# steps), long enough runs, and enough trials and seconds for a verdict and for NVML to sample each contestant.
-GPU_FORM = RunSettings(max_new_tokens=256, static_cache=True, compile="reduce-overhead", trials=5, min_seconds=2.0)
-CPU_FORM = RunSettings(max_new_tokens=64, trials=3)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"app.py: error: {message}\n")
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="python app.py", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python app.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", action="append", default=None, metavar="SPEC",
                    help=f"model to load at start; repeat to offer more (default: {DEFAULT_MODEL})")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA when present, else cpu)")
@@ -61,20 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-run-seconds", type=float, default=None, metavar="S",
                    help=f"stop a run after S seconds (default: none locally, {EXPOSED_LIMITS.max_run_s:.0f} when "
                         "shared or exposed, where the form's limits are smaller too)")
-    run = p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is present, else for "
-                               "the CPU)")
-    run.add_argument("--prompt", default=DEFAULT_PROMPT, help="default: a short-story request, for long answers")
-    run.add_argument("--max-new-tokens", type=int, default=None, help="default: 256 on a GPU, 64 on the CPU")
-    run.add_argument("--batch", type=int, default=1, help="default: 1")
-    run.add_argument("--trials", type=int, default=None, help="default: 5 on a GPU, 3 on the CPU")
-    run.add_argument("--min-seconds", type=float, default=None, help="per contestant; default: 2 on a GPU, 0 on CPU")
-    run.add_argument("--ignore-eos", action="store_true")
-    run.add_argument("--static-cache", action="store_true", help="default: on for a GPU (compile needs it)")
-    run.add_argument("--compile", choices=COMPILE_MODES, default=None,
-                     help="default: reduce-overhead on a GPU, off on the CPU")
-    run.add_argument("--lag", type=int, default=1, help="default: 1")
-    run.add_argument("--streams", type=int, choices=(1, 2), default=1, help="default: 1")
-    run.add_argument("--hf", action="store_true", help="include transformers' generate() by default")
+    # On a GPU the form starts where the per-step sync shows (compiled steps, long runs, enough trials and seconds
+    # for a verdict and for NVML to sample each contestant); core.options.RUN_OPTIONS holds both sets of defaults.
+    add_run_arguments(p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is "
+                                           "present, else for the CPU)"), form_defaults=True)
     return p
 
 
@@ -138,8 +125,9 @@ def gpu_present(args: argparse.Namespace) -> bool:
         return False
 
 
-def check_args(args: argparse.Namespace) -> RunSettings:
-    """The run form's defaults; ValueError (one readable line) for a bad device, dtype, port or run option."""
+def check_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The run form's defaults by name (with `model`); ValueError (one readable line) for a bad device, dtype,
+    port or run option."""
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     device = str(args.device or "auto")
@@ -152,21 +140,10 @@ def check_args(args: argparse.Namespace) -> RunSettings:
         raise ValueError(f"--tp must be 1 or more, got {args.tp}")
     if args.max_run_seconds is not None and args.max_run_seconds <= 0:
         raise ValueError(f"--max-run-seconds must be > 0, got {args.max_run_seconds:g}")
-    settings = run_defaults(args, (args.model or [DEFAULT_MODEL])[0], gpu_present(args))
-    settings.to_request(limits=limits_for(args))
-    return settings
-
-
-def run_defaults(args: argparse.Namespace, model: str, gpu: bool) -> RunSettings:
-    base = GPU_FORM if gpu else CPU_FORM
-    compile_mode = args.compile if args.compile is not None else base.compile
-    return replace(
-        base, prompt=args.prompt, model=model, batch=args.batch, ignore_eos=args.ignore_eos, lag=args.lag,
-        streams=args.streams, include_hf=args.hf, compile=compile_mode,
-        static_cache=args.static_cache or compile_mode != "off" or (base.static_cache and args.compile is None),
-        max_new_tokens=args.max_new_tokens if args.max_new_tokens is not None else base.max_new_tokens,
-        trials=args.trials if args.trials is not None else base.trials,
-        min_seconds=args.min_seconds if args.min_seconds is not None else base.min_seconds)
+    form = {**values_from_args(args, gpu_present(args)), "model": (args.model or [DEFAULT_MODEL])[0]}
+    form["cache"] = static_cache_for(form["compile"], form["cache"])[0]
+    request_from_values(form, limits=limits_for(args))
+    return form
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -213,9 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="syncscope %(asctime)s %(levelname)s: %(message)s",
                         datefmt="%H:%M:%S")
-    runner = Runner(defaults.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
+    runner = Runner(defaults["model"], device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
                     allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or ())
-    print(f"Starting the engine process and loading {defaults.model} in the background; the page shows progress.")
+    print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
     demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
     demo.queue(default_concurrency_limit=4, max_size=64)
     try:

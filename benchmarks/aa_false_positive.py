@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app import CPU_FORM, GPU_FORM  # noqa: E402
 from core.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
+from core.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
 from core.stats import paired_trials, spread, verdict  # noqa: E402
 
 CONTESTANTS = ("pipelined", PIPELINED_AGAIN)
@@ -64,14 +64,12 @@ def old_verdict(runs: list[dict[str, Any]], contender: str = "pipelined", baseli
 
 # ---------------------------------------------------------------------------------------------- A/A runs
 
-def form_for(cuda: bool, args: argparse.Namespace) -> Any:
+def form_for(cuda: bool, args: argparse.Namespace) -> dict[str, Any]:
     """The dashboard's default form for the device, with the flags that were given laid over it."""
-    form = GPU_FORM if cuda else CPU_FORM
     overrides = {"max_new_tokens": args.max_new_tokens, "trials": args.trials, "min_seconds": args.min_seconds,
                  "compile": args.compile, "prompt": args.prompt}
-    form = replace(form, **{k: v for k, v in overrides.items() if v is not None})
-    if args.compile not in (None, "off"):
-        form = replace(form, static_cache=True)
+    form = {**option_defaults(cuda), **{k: v for k, v in overrides.items() if v is not None}}
+    form["cache"] = static_cache_for(form["compile"], form["cache"])[0]
     return form
 
 
@@ -101,7 +99,7 @@ def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
     load_s = time.perf_counter() - started
     cuda = loaded.device.type == "cuda"
     form = form_for(cuda, args)
-    request, notices = form.to_request(cuda=cuda)
+    request, notices = request_from_values(form, deferred_with_hf=cuda)
     request = replace(request, contestants=CONTESTANTS)
     comparisons: list[dict[str, Any]] = []
     header = {"schema": "syncscope.aa_false_positive/1", "model": args.model, "device": str(loaded.device),

@@ -33,32 +33,25 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.options import LOOPS  # noqa: E402
+from core.run_schema import cli_command, request_from_values  # noqa: E402
 from core.stats import percentile  # noqa: E402
-from dashboard.settings import RunSettings, cli_command  # noqa: E402
-from dashboard.ui import OUTPUTS  # noqa: E402
+from dashboard.ui import OUTPUTS, page_inputs  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-LOOPS = ("naive", "pipelined")
+Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
 
 
-def settings_for(model: str, mode: str, args: argparse.Namespace) -> RunSettings:
-    return RunSettings(prompt=PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
-                       static_cache=True, compile=mode, trials=args.trials)
-
-
-def form(settings: RunSettings) -> list[Any]:
-    """The /run inputs, in the page's order (dashboard.ui._controls)."""
-    return [settings.model, settings.prompt, settings.max_new_tokens, settings.batch, settings.trials,
-            settings.min_seconds, settings.ignore_eos, settings.static_cache, settings.compile, settings.lag,
-            str(settings.streams), settings.include_hf, settings.include_no_check, settings.include_aa,
-            settings.deterministic, "greedy", settings.seed, settings.temperature, settings.top_k, settings.top_p]
+def settings_for(model: str, mode: str, args: argparse.Namespace) -> Form:
+    return dict(prompt=PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
+                cache="static", compile=mode, trials=args.trials)
 
 
 # ------------------------------------------------------------------------------------------------ headless
 
-def headless(settings: RunSettings, device: str | None, workdir: Path, tag: str) -> dict[str, Any]:
-    request, _ = settings.to_request(cuda=device != "cpu")
-    command = cli_command(request, settings.prompt, settings.model, device=device)
+def headless(settings: Form, device: str | None, workdir: Path, tag: str) -> dict[str, Any]:
+    request, _ = request_from_values(settings, deferred_with_hf=device != "cpu")
+    command = cli_command(request, settings["model"], device=device)
     out = workdir / f"{tag}.json"
     started = time.perf_counter()
     # The page's command starts with "python": run it with this interpreter.
@@ -125,14 +118,14 @@ class App:
             self.process.kill()
 
 
-def stream_run(url: str, settings: RunSettings, results: dict[str, Any], name: str, go: threading.Event) -> None:
+def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go: threading.Event) -> None:
     """One client doing what the page does: submit /run, receive every streamed update, keep the report."""
     from gradio_client import Client
 
     client = Client(url, verbose=False)
     go.wait()
     started = time.perf_counter()
-    job = client.submit(*form(settings), api_name="/run")
+    job = client.submit(*page_inputs(settings), api_name="/run")
     updates = 0
     for _ in job:
         updates += 1
@@ -142,7 +135,7 @@ def stream_run(url: str, settings: RunSettings, results: dict[str, Any], name: s
                      if final.get("report_file") else None}
 
 
-def dashboard(app: App, settings: RunSettings) -> dict[str, Any]:
+def dashboard(app: App, settings: Form) -> dict[str, Any]:
     results: dict[str, Any] = {}
     go = threading.Event()
     clients = [threading.Thread(target=stream_run, args=(app.url, settings, results, name, go))

@@ -23,7 +23,6 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dashboard.runner import Runner
-from dashboard.settings import RunSettings
 
 
 def memory_now(report: dict | None = None) -> dict[str, float]:
@@ -45,7 +44,7 @@ def main() -> int:
     args = parser.parse_args()
     runner = Runner(None, device=args.device, monitor=True)
     loaded = runner.load(args.model, timeout=600)
-    settings = RunSettings(prompt="Tell me a story about a lighthouse.", max_new_tokens=args.max_new_tokens,
+    settings = dict(prompt="Tell me a story about a lighthouse.", max_new_tokens=args.max_new_tokens,
                            ignore_eos=True, static_cache=args.compile != "off", compile=args.compile, trials=1)
     start = memory_now()
     samples = []

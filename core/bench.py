@@ -31,9 +31,6 @@ from core.generation import TokenEvent, cut_at_eos, encode_prompt, inductor_over
 from core.models import LoadedModel, load_model
 from core.options import (
     ALL_LOOPS,
-    CACHES,
-    COMPILE_MODES,
-    DEFAULT_PROMPT,
     HF,
     HF_DEFERRED,
     HF_MODULES_HELP,
@@ -47,6 +44,7 @@ from core.options import (
     hf_generate_options,
 )
 from core.pdl import pdl_in_effect
+from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
 from core.specs import DEFAULT_MODEL
 from core.stats import percentile, spread, verdict, verdict_sentence
 from core.timeline import StepClock, Timings
@@ -71,7 +69,6 @@ def compare(
     """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings.
 
     Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured."""
-    request.validate()
     _check_device_for(loaded, request)
     emit = on_event or (lambda event: None)
     stop = should_stop or (lambda: False)
@@ -412,12 +409,6 @@ def model_facts(loaded: LoadedModel) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------------- CLI
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"core.bench: error: {message}\n")
-        raise SystemExit(2)
-
-
 class _DefaultsWhereUseful(argparse.HelpFormatter):
     """Appends "(default: X)" where X says something and the help text does not already give the default."""
 
@@ -430,7 +421,7 @@ class _DefaultsWhereUseful(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
                        formatter_class=_DefaultsWhereUseful)
     p.add_argument("--model", default=DEFAULT_MODEL, help="built-in spec, HF id or local path")
     p.add_argument("--device", default=None, help="cuda, cpu, cuda:1 ... (default: CUDA when present)")
@@ -438,35 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel over N GPUs (N processes; also works under torchrun)")
     p.add_argument("--hf-modules", action="store_true", help=HF_MODULES_HELP)
-    p.add_argument("--prompt", default=None, help="prompt text (gets the chat template)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
-    p.add_argument("--batch", type=int, default=1, help="sequences per run (the prompt repeated)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="decode steps per run, at most")
-    p.add_argument("--cache", choices=CACHES, default="dynamic", help="KV cache; compile needs static")
-    p.add_argument("--compile", choices=COMPILE_MODES, default="off",
-                   help="torch.compile mode; step-graph puts the whole decode step in one CUDA graph")
-    p.add_argument("--lag", type=int, default=1, help="pipelined loop: steps between queueing and reading")
-    p.add_argument("--streams", type=int, choices=(1, 2), default=1,
-                   help="2: device-to-host copies on a second CUDA stream")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
-    p.add_argument("--top-k", type=int, default=0, help="with --sample; 0: off")
-    p.add_argument("--top-p", type=float, default=1.0, help="with --sample")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every contestant")
+    add_run_arguments(p)  # --prompt, --max-new-tokens ... --top-p: core.options.RUN_OPTIONS
     p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
-    p.add_argument("--trials", type=int, default=3, help="timed runs per contestant after the warm-up")
-    p.add_argument("--min-seconds", type=float, default=0.0,
-                   help="more rounds of trials until every contestant has been timed this long")
-    p.add_argument("--deterministic", action="store_true",
-                   help="PyTorch's deterministic algorithms for the run (the report lists ops that have none). "
-                        "On the H200 this did not make bf16 decode reproducible past 256 keys; --dtype fp32 did")
-    p.add_argument("--hf", action="store_true", help="add transformers' generate() as a contestant")
-    p.add_argument("--hf-deferred", action="store_true", help="add generate() with DeferredStopCheck forced on")
-    p.add_argument("--no-check", action="store_true",
-                   help="add the upper-bound baseline that never checks EOS while running")
-    p.add_argument("--aa", action="store_true",
-                   help="add the pipelined loop a second time: the ratio between the two is this run's noise")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
     p.add_argument("--trace", dest="trace_path", default=None, metavar="PATH",
@@ -479,23 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def request_from_args(args: argparse.Namespace) -> BenchRequest:
-    if args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
-    prompt = synthetic_prompt(args.prompt_tokens) if args.prompt_tokens else (args.prompt or DEFAULT_PROMPT)
-    if args.batch > 1:
-        prompt = [prompt] * args.batch
+def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]]:
+    """The request that parsed flags ask for, and notices of what was adjusted (core.run_schema: the same check as
+    the page's, without its limits)."""
     eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
-    options = GenerationOptions(
-        max_new_tokens=args.max_new_tokens, cache=args.cache, compile=args.compile, lag=args.lag,
-        streams=args.streams, do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, eos_token_id=eos, ignore_eos=args.ignore_eos,
-    )
-    contestants = (*LOOPS, *([NO_CHECK] if args.no_check else []), *([PIPELINED_AGAIN] if args.aa else []),
-                   *([HF] if args.hf else []),
-                   *([HF_DEFERRED] if args.hf_deferred else []))
-    return BenchRequest(prompt=prompt, options=options, trials=args.trials, contestants=contestants,
-                        stream=args.stream, min_seconds=args.min_seconds, deterministic=args.deterministic)
+    prompt_ids = synthetic_prompt(args.prompt_tokens) if args.prompt_tokens is not None else None
+    return request_from_values(values_from_args(args), prompt_ids=prompt_ids, eos_token_id=eos, stream=args.stream,
+                               by_flag=True)
 
 
 def synthetic_prompt(length: int) -> list[int]:
@@ -544,8 +499,7 @@ def _pct(value: float | None, digits: int = 0) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        request = request_from_args(args)
-        request.validate()
+        request, notices = request_from_args(args)
         check_output_path(args.json_path)
         check_output_path(args.trace_path, "--trace")
         check_profile_dir(args.profile)
@@ -561,11 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from core.parallel_launch import run_ranks
 
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:])
-    return run_bench(args, request)
+    return run_bench(args, request, notices)
 
 
-def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
-    """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group."""
+def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence[str] = ()) -> int:
+    """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group. `notices` say
+    what the flags' check adjusted (rank 0 prints them with the table)."""
     rank = 0
     try:
         if args.tp > 1:
@@ -590,7 +545,7 @@ def run_bench(args: argparse.Namespace, request: BenchRequest) -> int:
     if rank != 0:
         return 0
     report["wall_s"] = time.perf_counter() - started
-    written = _print_and_write(args, loaded, request, report)
+    written = _print_and_write(args, loaded, request, report, notices)
     if profiled is not None:
         from core.profiling import format_summary
 
@@ -640,14 +595,14 @@ def _fail(rank: int, message: str, code: int) -> int:
 
 
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
-                     report: dict[str, Any]) -> bool:
+                     report: dict[str, Any], notices: Sequence[str] = ()) -> bool:
     """Print the table and write the report; False (after one line on stderr) when --json could not be written."""
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
     tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
-    for notice in dict.fromkeys(n for ran in report["effective"].values() for n in ran["notices"]):
+    for notice in dict.fromkeys([*notices, *(n for ran in report["effective"].values() for n in ran["notices"])]):
         print(f"note: {notice}")
     print(format_table(report))
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path

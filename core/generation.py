@@ -107,8 +107,7 @@ def run(
     *,
     on_tokens: Callable[[TokenEvent], None] | None = None,
 ) -> GenerationResult:
-    """`generate` with the options already gathered."""
-    options.validate()
+    """`generate` with the options already gathered (and checked: GenerationOptions cannot be made invalid)."""
     notices: list[str] = []
     options = _adapt_to_device(loaded, options, notices)
     input_ids, attention_mask = encode_prompt(loaded, prompt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 LOOPS = ("naive", "pipelined")
@@ -27,6 +27,8 @@ PIPELINED_AGAIN = "pipelined-again"
 CONTESTANTS = (*ALL_LOOPS, PIPELINED_AGAIN, HF, HF_DEFERRED)
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 MAX_MIN_SECONDS = 600.0
+MAX_PROMPT_CHARS = 20_000
+STATIC_CACHE_BUCKET = 256  # static caches come in multiples of this many keys
 # The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
 HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
                    "copied per query head in compiled steps (default: fused, and read in place)")
@@ -46,8 +48,10 @@ TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE
 
 @dataclass(frozen=True)
 class GenerationOptions:
+    """How the loops decode. Checked when made (`RUN_OPTIONS` holds each field's bounds), so the loops trust it."""
+
     loop: str = "naive"
-    max_new_tokens: int = 64
+    max_new_tokens: int = 128
     cache: str = "dynamic"
     compile: str = "off"
     lag: int = 1
@@ -60,21 +64,13 @@ class GenerationOptions:
     eos_token_id: int | Sequence[int] | None = None
     ignore_eos: bool = False
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         require(self.loop in ALL_LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(ALL_LOOPS)}")
-        require(self.cache in CACHES, f"unknown cache {self.cache!r}; use one of: {', '.join(CACHES)}")
-        require(self.compile in COMPILE_MODES,
-                f"unknown compile mode {self.compile!r}; use one of: {', '.join(COMPILE_MODES)}")
-        require(self.compile == "off" or self.cache == "static",
+        for option in RUN_OPTIONS:
+            if option.part == OPTIONS and not (option.name == "seed" and self.seed is None):
+                option.check(getattr(self, option.name), option.noun or option.name)
+        require(not compile_needs_static_cache(self.compile, self.cache),
                 "compile needs cache='static': a dynamic cache changes shape every step and would recompile")
-        require(is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-                f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
-        require(is_int(self.lag) and self.lag >= 1, f"lag must be a whole number >= 1, got {self.lag!r}")
-        require(self.streams in (1, 2), f"streams must be 1 or 2, got {self.streams!r}")
-        require(self.temperature > 0, f"temperature must be > 0, got {self.temperature!r}")
-        require(is_int(self.top_k) and self.top_k >= 0, f"top_k must be a whole number >= 0, got {self.top_k!r}")
-        require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
-        require(self.seed is None or is_int(self.seed), f"seed must be a whole number, got {self.seed!r}")
 
 
 @dataclass(frozen=True)
@@ -83,22 +79,20 @@ class BenchRequest:
 
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
-    algorithms for the run (and the cuBLAS workspace setting they need)."""
+    algorithms for the run (and the cuBLAS workspace setting they need). Checked when made."""
 
     prompt: Any
-    options: GenerationOptions
+    options: GenerationOptions = field(default_factory=GenerationOptions)
     trials: int = 3
     contestants: tuple[str, ...] = LOOPS
     stream: bool = False
     min_seconds: float = 0.0
     deterministic: bool = False
 
-    def validate(self) -> None:
-        self.options.validate()
-        require(is_int(self.trials) and self.trials >= 1, f"trials must be a whole number >= 1, got {self.trials!r}")
-        require(isinstance(self.min_seconds, int | float) and not isinstance(self.min_seconds, bool)
-                and 0 <= self.min_seconds <= MAX_MIN_SECONDS,
-                f"min_seconds must be between 0 and {MAX_MIN_SECONDS:g}, got {self.min_seconds!r}")
+    def __post_init__(self) -> None:
+        for option in RUN_OPTIONS:
+            if option.part == REQUEST and option.name in BENCH_REQUEST_FIELDS:
+                option.check(getattr(self, option.name), option.name)
         unknown = [c for c in self.contestants if c not in CONTESTANTS]
         if unknown or not self.contestants:
             raise ValueError(f"unknown contestant(s) {unknown}; use some of: {', '.join(CONTESTANTS)}")
@@ -111,6 +105,164 @@ class BenchRequest:
         if isinstance(prompt, list) and prompt and not all(is_int(p) for p in prompt):
             return len(prompt)
         return 1
+
+    def value(self, name: str) -> Any:
+        """The value of the run option `name` (RUN_OPTIONS) in this request."""
+        option = RUN_OPTION[name]
+        if option.part == OPTIONS:
+            return getattr(self.options, name)
+        if option.part == CONTESTANT:
+            return all(c in self.contestants for c in option.contestants)
+        if name == "batch":
+            return self.batch
+        if name == "prompt":
+            return self.prompt[0] if self.batch > 1 else self.prompt
+        return getattr(self, name)
+
+
+class Cancelled(Exception):
+    """A run was asked to stop (by its caller, a cancel button, or a time limit)."""
+
+
+# --------------------------------------------------------------------------------------- the run options
+
+OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
+BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic")
+TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One thing a run can be asked for, as the form, the CLI, the reproduce command and the history show it.
+
+    `part` says what it sets: a GenerationOptions field, a BenchRequest field (or the prompt and its batch), or a
+    contestant. `low`/`high` bound it everywhere; `limit` names the dashboard `Limits` field that caps it on a page;
+    `gpu_default` is the page's default where a GPU runs the model; `only_with` names a flag without which the
+    option means nothing (left out of the reproduce command). `group` places it on the page: run, loop, sampling.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    label: str
+    help: str
+    part: str = OPTIONS
+    noun: str = ""  # how a message names it; default: the name with spaces
+    flag: str = ""  # default: --name-with-dashes
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    limit: str | None = None
+    choices: tuple[Any, ...] = ()
+    page_choices: tuple[Any, ...] = ()  # the page offers these (default: all choices)
+    gpu_default: Any = None
+    only_with: str | None = None
+    contestants: tuple[str, ...] = ()
+    group: str = "run"
+    history: bool = False  # a column of the run history
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def called(self) -> str:
+        return self.noun or self.name.replace("_", " ")
+
+    def default_for(self, gpu: bool) -> Any:
+        return self.gpu_default if gpu and self.gpu_default is not None else self.default
+
+    def check(self, value: Any, called: str | None = None, high: float | None = None) -> None:
+        """ValueError unless `value` is of this option's kind and within its bounds (`high` lowers the upper one)."""
+        called = called or self.called
+        if self.kind == CHOICE:
+            require(value in self.choices, f"unknown {called} {value!r}; use one of: "
+                                           f"{', '.join(map(str, self.choices))}")
+            return
+        if self.kind == FLAG:
+            require(isinstance(value, bool), f"{called} must be true or false, got {value!r}")
+            return
+        if self.kind == TEXT:
+            return
+        whole = self.kind == WHOLE
+        require(is_int(value) if whole else isinstance(value, int | float) and not isinstance(value, bool),
+                f"{called} must be a {'whole number' if whole else 'number'}, got {value!r}")
+        top = self.high if high is None else min(high, self.high if self.high is not None else high)
+        low_ok = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        if not low_ok or (top is not None and value > top):
+            raise ValueError(f"{called} must be {self.bounds_text(top)}, got {value:g}")
+
+    def bounds_text(self, top: float | None) -> str:
+        if self.kind == WHOLE and top is not None:
+            return f"between {self.low:g} and {top:g}"
+        if top is None:
+            return f"{'>' if self.open_low else '>='} {self.low:g}"
+        return f"in {'(' if self.open_low else '['}{self.low:g}, {top:g}]"
+
+
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("prompt", TEXT, DEFAULT_PROMPT, "Prompt", "prompt text (gets the chat template)", part=REQUEST,
+              high=MAX_PROMPT_CHARS),
+    RunOption("max_new_tokens", WHOLE, 128, "Max new tokens", "decode steps per run, at most", low=1,
+              limit="max_new_tokens", gpu_default=256, history=True),
+    RunOption("batch", WHOLE, 1, "Batch size", "sequences per run (the prompt repeated)", part=REQUEST,
+              noun="batch size", low=1, limit="batch", history=True),
+    RunOption("trials", WHOLE, 3, "Trials (3+ for a verdict)", "timed runs per contestant after the warm-up",
+              part=REQUEST, low=1, limit="trials", gpu_default=5, history=True),
+    RunOption("min_seconds", REAL, 0.0, "Min seconds per contestant",
+              "more rounds of trials until every contestant has been timed this long", part=REQUEST, low=0,
+              high=MAX_MIN_SECONDS, limit="min_seconds", gpu_default=2.0),
+    RunOption("ignore_eos", FLAG, False, "Ignore EOS (always run to max)", "always generate max-new-tokens",
+              history=True),
+    RunOption("cache", CHOICE, "dynamic", "StaticCache", "KV cache; compile needs static", choices=CACHES,
+              gpu_default="static", group="loop", history=True),
+    RunOption("compile", CHOICE, "off", "Compile",
+              "torch.compile mode; step-graph puts the whole decode step in one CUDA graph", noun="compile mode",
+              choices=COMPILE_MODES, page_choices=tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs"),
+              gpu_default="reduce-overhead", group="loop", history=True),
+    RunOption("lag", WHOLE, 1, "Pipeline lag (steps)", "pipelined loop: steps between queueing and reading",
+              noun="pipeline lag", low=1, high=64, group="loop", history=True),
+    RunOption("streams", WHOLE, 1, "Streams", "2: device-to-host copies on a second CUDA stream", low=1, high=2,
+              choices=(1, 2), group="loop", history=True),
+    RunOption("hf", FLAG, False, "Include HF generate() (on CUDA also with its DeferredStopCheck on)",
+              "add transformers' generate() as a contestant", part=CONTESTANT, contestants=(HF,), group="loop"),
+    RunOption("hf_deferred", FLAG, False, "", "add generate() with DeferredStopCheck forced on", part=CONTESTANT,
+              contestants=(HF_DEFERRED,), group="cli"),
+    RunOption("no_check", FLAG, False, "Include no-check baseline",
+              "add the upper-bound baseline that never checks EOS while running", part=CONTESTANT,
+              contestants=(NO_CHECK,), group="loop"),
+    RunOption("aa", FLAG, False, "A/A control (pipelined twice)",
+              "add the pipelined loop a second time: the ratio between the two is this run's noise",
+              part=CONTESTANT, contestants=(PIPELINED_AGAIN,), group="loop"),
+    RunOption("deterministic", FLAG, False, "Deterministic algorithms",
+              "PyTorch's deterministic algorithms for the run (the report lists ops that have none). On the H200 "
+              "this did not make bf16 decode reproducible past 256 keys; --dtype fp32 did", part=REQUEST,
+              group="loop"),
+    RunOption("do_sample", FLAG, False, "Seeded sampling", "sample instead of greedy decoding", flag="--sample",
+              group="sampling", history=True),
+    RunOption("seed", WHOLE, 0, "Seed", "sampling seed, the same for every contestant", low=0, high=2**63 - 1,
+              group="sampling"),
+    RunOption("temperature", REAL, 1.0, "Temperature", "with --sample", low=0, high=100.0, open_low=True,
+              only_with="do_sample", group="sampling"),
+    RunOption("top_k", WHOLE, 0, "Top-k (0: off)", "with --sample; 0: off", noun="top-k", low=0, high=1_000_000,
+              only_with="do_sample", group="sampling"),
+    RunOption("top_p", REAL, 1.0, "Top-p", "with --sample", noun="top-p", low=0, high=1.0, open_low=True,
+              only_with="do_sample", group="sampling"),
+)
+RUN_OPTION = {option.name: option for option in RUN_OPTIONS}
+
+
+def compile_needs_static_cache(compile_mode: str, cache: str) -> bool:
+    """Whether this pairing breaks the rule: torch.compile needs a static cache (a dynamic one changes shape every
+    step and would recompile)."""
+    return compile_mode != "off" and cache != "static"
+
+
+def static_cache_length(prompt_tokens: int, max_new_tokens: int, lag: int) -> int:
+    """Keys a static cache holds for a run: prompt, new tokens and the pipelined loop's overshoot, rounded up to
+    STATIC_CACHE_BUCKET so that runs of similar length share one cache (and one compiled graph)."""
+    needed = prompt_tokens + max_new_tokens + lag
+    return -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
 
 
 def adapt_to_device(options: GenerationOptions, device_type: str) -> tuple[GenerationOptions, list[str]]:

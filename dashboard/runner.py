@@ -15,16 +15,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from core.gpu_monitor import GpuMonitor, nvml_index
+from core.run_schema import Limits, request_from_values
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, loading_note
 from dashboard.engine_client import EngineClient, EngineLost
 from dashboard.jobs import CANCELLED, DONE, FAILED, LOAD, LOADING, QUEUED, RUN, RUNNING, Job
 from dashboard.live_view import LiveView, TextDecoder
 from dashboard.reports import history_csv, history_row, nvml_means
-from dashboard.settings import LOCAL_LIMITS, Limits, RunSettings
+from dashboard.settings import LOCAL_LIMITS
 
 MAX_QUEUE = 16
 HISTORY_LIMIT = 500
@@ -144,20 +145,21 @@ class Runner:
         assert self.loaded_info is not None
         return self.loaded_info
 
-    def submit(self, settings: RunSettings, owner: str | None = None) -> Job:
-        """Validate and queue a comparison; ValueError with a readable message for bad settings."""
-        request, notices = settings.to_request(self.uses_cuda, self.limits)
-        model = self.check_model(settings.model) if settings.model else None
+    def submit(self, form: Mapping[str, Any], owner: str | None = None) -> Job:
+        """Check and queue a comparison; ValueError with a readable message for a bad form. `form` holds the run
+        options by name (core.options.RUN_OPTIONS; missing ones take their defaults) and `model` (None or missing:
+        whatever is loaded)."""
+        request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
+        model = self.check_model(form["model"]) if form.get("model") else None
         if owner is not None and any(j.owner == owner and j.kind == RUN for j in self.pending()):
             raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")
-        job = Job(id=next(self._ids), kind=RUN, owner=owner, model=model, prompt=settings.prompt, request=request,
-                  notices=notices)
+        job = Job(id=next(self._ids), kind=RUN, owner=owner, model=model, request=request, notices=notices)
         job.view = LiveView(job, lambda: self.decoder, self.monitor, self.position)
         return self._enqueue(job)
 
-    def run(self, settings: RunSettings, timeout: float | None = None) -> dict[str, Any]:
+    def run(self, form: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Submit and wait: the report, or ValueError (failed) / Cancelled."""
-        job = self.submit(settings)
+        job = self.submit(form)
         if not job.wait(timeout):
             self.cancel(job.id)
             job.wait(60)

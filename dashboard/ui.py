@@ -24,7 +24,8 @@ from typing import Any
 import gradio as gr
 
 from core.identity import footnote
-from core.options import COMPILE_MODES, DEFAULT_PROMPT
+from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
+from core.run_schema import cli_command, option_defaults
 from core.stats import verdict_sentence
 from core.trace import chrome_trace
 from dashboard import charts, lanes
@@ -40,7 +41,7 @@ from dashboard.reports import (
     too_large,
 )
 from dashboard.runner import Runner
-from dashboard.settings import LOCAL_LIMITS, RunSettings, cli_command
+from dashboard.settings import LOCAL_LIMITS
 
 EXAMPLE_PROMPTS = (
     DEFAULT_PROMPT,
@@ -49,8 +50,7 @@ EXAMPLE_PROMPTS = (
     "List ten uses for a paperclip, with a sentence on each.",
     "Write a haiku about waiting for a GPU.",
 )
-UI_COMPILE_MODES = tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs")
-GREEDY, SAMPLED = "greedy", "seeded sampling"
+PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != "cli")  # the form's fields, in order
 SUMMARY_WIDTHS = ["140px", "130px", "100px", "130px", "170px", "90px", "120px", "120px", "230px", "130px", "130px",
                   "120px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
@@ -84,63 +84,7 @@ CSS = """
 """
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
-EXPLAIN = """
-### What is the sync?
-Every decode step, the **naive** loop asks the device whether all sequences have finished (`.item()` on a flag that
-lives on the GPU). To answer, the host must wait until the GPU has finished that step, so it cannot queue the next
-step meanwhile: the GPU idles while Python prepares the next launch, step after step (the saw-blade).
-The **pipelined** loop copies the flag and the new tokens asynchronously into pinned host memory and reads them
-*lag* steps later. The host keeps the GPU's queue full; it may compute up to *lag* steps past the end, which are
-discarded and never shown. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is
-shared code, so under greedy decoding both loops produce the same tokens and any speed difference is the sync.
-
-### What the numbers mean
-- **decode tok/s** leads: tokens after each sequence's first, over the time after the first token was known.
-  Prefill is the same code in both loops, so this is where they differ; **end-to-end tok/s** and **TTFT** (time to
-  the first token) stand beside it. Both loops learn the first token the moment prefill's copy lands, so their TTFT
-  differs only by noise: headless on a 2-core CPU within 7 ms (of ~190), on an H200 within 0.1 ms over 10 trials.
-  Served on a small CPU, with the browser on the same machine, redrawing the page competes with each trial's
-  prefill, and a 3-trial median TTFT can differ by 2x either way between the loops (measured: 211-496 / 313-727 ms
-  in one run, 199-487 / 198-340 ms in the next).
-- The headline says whether the difference is **beyond this run's noise**: with 3 or more trials, a 95% interval
-  (99% on the CPU's host clock) of
-  the paired trials' ratios must lie wholly on one side of 1, at least 0.5% from 1 (and further than the A/A
-  control is from its twin, when that is on), every pair must agree and the ratio be beyond half the larger trial
-  spread. With fewer trials it says it cannot tell.
-- **GPU busy % (CUDA events)** is exact: the share of the device timeline spent inside decode steps, from events
-  recorded around every step. **NVML util %** is the driver's counter, averaged over the samples taken during that
-  contestant's timed trials: the share of each ~1/6 s period in which *any* kernel ran. It reads 100% even if one
-  small kernel kept a single SM busy, and it cannot see gaps of microseconds between steps; the **idle gap** chart
-  (CUDA events) shows those. A dash means a number does not exist here or means nothing (the no-check baseline
-  learns its tokens at the end, so it has no TTFT; nothing was compiled, so no compile time).
-
-### What each control does
-- **Model**: a built-in spec (`synthetic:*` are real architectures with random weights), an HF id or a local path.
-- **Max new tokens / batch size / ignore EOS**: how long a run is; ignore EOS makes it run the full length.
-- **Greedy or seeded sampling**: sampling uses temperature, top-k and top-p with a fixed seed, so both loops draw
-  the same tokens.
-- **StaticCache**: a preallocated KV cache of fixed shape. `torch.compile` needs it, so a compile mode turns it on.
-- **Compile**: `torch.compile` mode. `reduce-overhead` and `max-autotune` capture CUDA graphs (NVIDIA GPU only; on
-  the CPU they fall back to `default`, with a notice). Compilation happens in the untimed warm-up and is reported
-  as *compile ms*. `step-graph` captures the whole decode step (inductor kernels) in one CUDA graph.
-- **Pipeline lag / streams**: how many steps late the pipelined loop reads its stop flag; 2 streams put the
-  device-to-host copies on a second CUDA stream.
-- **Trials / min seconds per contestant**: timed repetitions after a warm-up, in alternating order (medians shown);
-  more rounds follow until every contestant has run at least the minimum time, so NVML has samples of each.
-- **A/A control**: the pipelined loop entered twice; the ratio between the two is this run's own noise.
-- **Deterministic algorithms**: PyTorch's deterministic mode for the run (slower); ops without a deterministic
-  version are listed in the report. It does not make bf16 runs on a GPU repeat bit for bit once a step attends
-  over more than 256 keys (measured on the H200); fp32 does. The *same* column says why outputs differ.
-- **Include HF generate / no-check baseline**: transformers' own `generate()` (on CUDA also with its
-  `DeferredStopCheck` forced on), and a loop that never asks whether generation is over (the upper bound).
-
-### Where it runs
-The model runs in a separate engine process (one per GPU with tensor parallelism), so nothing this page does
-(drawing charts, serving other visitors) can hold up a decode step. If the engine dies or hangs, the page says so,
-a new one starts, and the next run works. A run here is `core.bench.compare`, the same code as the command line:
-the command under the summary repeats the run headless (add `--json results.json` and open the file in
-**Replay**).
-"""
+EXPLAIN = (Path(__file__).with_name("explain.md")).read_text(encoding="utf-8")  # the page's Explain section
 
 ONE_PROCESSOR = ("**On the CPU, host and device are one processor:** there is no separate device to wait for, so the "
                  "sync the pipelined loop removes costs nothing here and no difference between the loops is "
@@ -161,7 +105,7 @@ def plain(text: Any) -> str:
 
 @dataclass
 class PageConfig:
-    defaults: RunSettings
+    defaults: dict[str, Any]  # the form's first values: run options by name (core.options.RUN_OPTIONS) and model
     replay_files: dict[str, Path]
     live_interval_s: float = 0.25
     chart_interval_s: float = 1.0
@@ -221,20 +165,13 @@ class Dashboard:
 
     # ---- run
 
-    def run(self, model: str, prompt: str, max_new_tokens: Any, batch: Any, trials: Any, min_seconds: Any,
-            ignore_eos: bool, static_cache: bool, compile_mode: str, lag: Any, streams: Any, include_hf: bool,
-            include_no_check: bool, include_aa: bool, deterministic: bool, sampling: str, seed: Any,
-            temperature: Any, top_k: Any, top_p: Any, request: gr.Request) -> Iterator[dict]:
-        """Queue a comparison and stream its progress until it finishes."""
+    def run(self, request: gr.Request, model: str, *values: Any) -> Iterator[dict]:
+        """Queue a comparison and stream its progress until it finishes. `values` come in PAGE_OPTIONS' order."""
         owner = self.owner(request)
-        settings = RunSettings(prompt=prompt, model=model, max_new_tokens=max_new_tokens, batch=batch,
-                               trials=trials, min_seconds=min_seconds, ignore_eos=ignore_eos,
-                               static_cache=static_cache, compile=compile_mode, lag=lag, streams=_streams(streams),
-                               include_hf=include_hf, include_no_check=include_no_check, include_aa=include_aa,
-                               deterministic=deterministic, sample=sampling == SAMPLED, seed=seed,
-                               temperature=temperature, top_k=top_k, top_p=top_p)
+        form = {"model": model, **{option.name: from_widget(option, value)
+                                   for option, value in zip(PAGE_OPTIONS, values, strict=True)}}
         try:
-            job = self.runner.submit(settings, owner=owner)
+            job = self.runner.submit(form, owner=owner)
         except ValueError as exc:
             yield {self.c["status"]: f"**Not started:** {plain(exc)}"}
             return
@@ -383,8 +320,8 @@ class Dashboard:
     def _command(self, job: Job) -> str:
         report = job.report or {}
         spec = report.get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
-        assert job.request is not None and job.prompt is not None
-        return (cli_command(job.request, job.prompt, spec, self.runner.device, self.runner.dtype, self.runner.tp,
+        assert job.request is not None
+        return (cli_command(job.request, spec, self.runner.device, self.runner.dtype, self.runner.tp,
                             self.runner.hf_modules)
                 + " --json results.json")
 
@@ -429,13 +366,14 @@ class Dashboard:
 
     @staticmethod
     def on_compile(compile_mode: str, static_cache: bool) -> tuple[bool, str]:
-        if compile_mode != "off" and not static_cache:
+        cache = from_widget(RUN_OPTION["cache"], static_cache)
+        if compile_needs_static_cache(compile_mode, cache):
             return True, "Note: compile needs StaticCache (a growing cache would recompile every step): turned it on."
         return static_cache, ""
 
     @staticmethod
     def on_static(static_cache: bool, compile_mode: str) -> tuple[str, str]:
-        if not static_cache and compile_mode != "off":
+        if compile_needs_static_cache(compile_mode, from_widget(RUN_OPTION["cache"], static_cache)):
             return "off", "Note: without StaticCache compile cannot work: compile turned off."
         return compile_mode, ""
 
@@ -547,22 +485,17 @@ def _rate_md(name: str, pane: dict[str, Any], batch: int = 1) -> str:
     return f"**{name}** · {number}{live}{rows}"
 
 
-def _streams(value: Any) -> Any:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
-
-
 # ------------------------------------------------------------------------------------------------- layout
 
-def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_files: Mapping[str, Path] | None = None,
-               live_interval_s: float = 0.25, chart_interval_s: float = 1.0, title: str = "syncscope",
+def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
+               replay_files: Mapping[str, Path] | None = None, live_interval_s: float = 0.25,
+               chart_interval_s: float = 1.0, title: str = "syncscope",
                max_report_bytes: int = MAX_REPORT_BYTES) -> gr.Blocks:
     """The page for `runner`; launch it with `demo.queue(...)` and `demo.launch(..., max_file_size=max_report_bytes)`
     (see app.py)."""
-    config = PageConfig(defaults=defaults or RunSettings(), replay_files=dict(replay_files or {}),
-                        live_interval_s=live_interval_s, chart_interval_s=chart_interval_s,
+    config = PageConfig(defaults={**option_defaults(runner.uses_cuda), **(defaults or {})},
+                        replay_files=dict(replay_files or {}), live_interval_s=live_interval_s,
+                        chart_interval_s=chart_interval_s,
                         max_report_bytes=max_report_bytes)
     app = Dashboard(runner, config)
     charts.warm_up()
@@ -590,7 +523,7 @@ def build_demo(runner: Runner, *, defaults: RunSettings | None = None, replay_fi
     return demo
 
 
-def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Markdown) -> dict[str, Any]:
+def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: gr.Markdown) -> dict[str, Any]:
     c: dict[str, Any] = {"banner": banner}
     with gr.Row(elem_id="compare-row"):
         with gr.Column(scale=1, min_width=320, elem_id="controls-col"):
@@ -641,58 +574,80 @@ def _compare_tab(app: Dashboard, runner: Runner, d: RunSettings, banner: gr.Mark
     return c
 
 
-def _controls(app: Dashboard, runner: Runner, d: RunSettings, c: dict[str, Any]) -> list[Any]:
+def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str, Any]) -> list[Any]:
+    """The model, the prompt, Run and Cancel, then a control per run option (core.options.RUN_OPTIONS) in its
+    group; returns the run's inputs: the model, then PAGE_OPTIONS' controls in order."""
     c["model"] = model = gr.Dropdown(
-        runner.model_choices(), value=d.model or runner.model_spec or runner.model_choices()[0], label="Model",
-        allow_custom_value=runner.allow_any_model, elem_id="model",
+        runner.model_choices(), value=d.get("model") or runner.model_spec or runner.model_choices()[0],
+        label="Model", allow_custom_value=runner.allow_any_model, elem_id="model",
         info="built-in, HF id or local path" if runner.allow_any_model else "allowed models only")
-    prompt = gr.Textbox(d.prompt, label="Prompt", lines=2, max_lines=6, elem_id="prompt")
+    controls = {"prompt": gr.Textbox(d["prompt"], label="Prompt", lines=2, max_lines=6, elem_id="prompt")}
     with gr.Row(elem_id="run-row"):
         c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=80)
         c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn", min_width=80)
-    gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
-    limits = runner.limits
-    with gr.Row():
-        # No minimum/maximum on the fields: Gradio would refuse out-of-range values with a bare "Error" badge,
-        # where the runner's check says what is wrong and what is allowed.
-        max_new = gr.Number(d.max_new_tokens, label="Max new tokens", elem_id="max-new-tokens")
-        batch = gr.Number(d.batch, label="Batch size", elem_id="batch")
-    with gr.Row():
-        trials = gr.Number(d.trials, label="Trials (3+ for a verdict)", elem_id="trials")
-        min_seconds = gr.Number(d.min_seconds, label="Min seconds per contestant", elem_id="min-seconds")
-    if limits != LOCAL_LIMITS:
-        gr.Markdown(f"This server is shared, so a run may ask for {plain(limits.describe())}.", elem_id="limits")
-    ignore_eos = gr.Checkbox(d.ignore_eos, label="Ignore EOS (always run to max)", elem_id="ignore-eos")
+    gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[controls["prompt"]], label="Example prompts")
+    controls.update(_option_rows("run", d))
+    if runner.limits != LOCAL_LIMITS:
+        gr.Markdown(f"This server is shared, so a run may ask for {plain(runner.limits.describe())}.",
+                    elem_id="limits")
     with gr.Accordion("Loop options", open=True):
-        with gr.Row():
-            static = gr.Checkbox(d.static_cache, label="StaticCache", elem_id="static-cache")
-            compile_mode = gr.Dropdown(list(UI_COMPILE_MODES), value=d.compile, label="Compile", elem_id="compile")
-        with gr.Row():
-            lag = gr.Number(d.lag, label="Pipeline lag (steps)", elem_id="lag")
-            streams = gr.Radio(["1", "2"], value=str(d.streams), label="Streams", elem_id="streams")
-        with gr.Row():
-            include_hf = gr.Checkbox(d.include_hf, elem_id="include-hf",
-                                     label="Include HF generate() (on CUDA also with its DeferredStopCheck on)")
-            no_check = gr.Checkbox(d.include_no_check, label="Include no-check baseline", elem_id="include-no-check")
-        with gr.Row():
-            include_aa = gr.Checkbox(d.include_aa, label="A/A control (pipelined twice)", elem_id="include-aa")
-            deterministic = gr.Checkbox(d.deterministic, label="Deterministic algorithms", elem_id="deterministic")
+        controls.update(_option_rows("loop", d))
         note = gr.Markdown(elem_id="options-note")
     with gr.Accordion("Sampling", open=False):
-        sampling = gr.Radio([GREEDY, SAMPLED], value=SAMPLED if d.sample else GREEDY, label="Decoding",
-                            elem_id="sampling")
-        with gr.Row():
-            seed = gr.Number(d.seed, label="Seed", elem_id="seed")
-            temperature = gr.Number(d.temperature, label="Temperature", elem_id="temperature")
-        with gr.Row():
-            top_k = gr.Number(d.top_k, label="Top-k (0: off)", elem_id="top-k")
-            top_p = gr.Number(d.top_p, label="Top-p", elem_id="top-p")
+        controls.update(_option_rows("sampling", d))
+    compile_mode, static = controls["compile"], controls["cache"]
     compile_mode.input(app.on_compile, inputs=[compile_mode, static], outputs=[static, note],
                        api_visibility="private", queue=False)
     static.input(app.on_static, inputs=[static, compile_mode], outputs=[compile_mode, note],
                  api_visibility="private", queue=False)
-    return [model, prompt, max_new, batch, trials, min_seconds, ignore_eos, static, compile_mode, lag, streams,
-            include_hf, no_check, include_aa, deterministic, sampling, seed, temperature, top_k, top_p]
+    return [model, *(controls[option.name] for option in PAGE_OPTIONS)]
+
+
+def _option_rows(group: str, d: Mapping[str, Any]) -> dict[str, Any]:
+    """The controls of one group's options, two to a row, in the table's order."""
+    options = [option for option in PAGE_OPTIONS if option.group == group and option.name != "prompt"]
+    controls = {}
+    for start in range(0, len(options), 2):
+        with gr.Row():
+            for option in options[start:start + 2]:
+                controls[option.name] = _control(option, d[option.name])
+    return controls
+
+
+def _control(option: RunOption, value: Any) -> Any:
+    """The page's control for one run option. No minimum/maximum on number fields: Gradio would refuse an
+    out-of-range value with a bare "Error" badge, where the run's check says what is wrong and what is allowed."""
+    elem_id = option.name.replace("_", "-")
+    shown = to_widget(option, value)
+    if option.kind == FLAG or option.name == "cache":
+        return gr.Checkbox(shown, label=option.label, elem_id=elem_id)
+    if option.kind == CHOICE:
+        return gr.Dropdown(list(option.page_choices or option.choices), value=shown, label=option.label,
+                           elem_id=elem_id)
+    if option.choices:
+        return gr.Radio([str(choice) for choice in option.choices], value=shown, label=option.label, elem_id=elem_id)
+    return gr.Number(shown, label=option.label, elem_id=elem_id)
+
+
+def page_inputs(form: Mapping[str, Any]) -> list[Any]:
+    """The /run endpoint's inputs for `form` (run options by name and `model`; missing ones take their defaults),
+    in the page's order: `gradio_client.Client(url).predict(*page_inputs(form), api_name="/run")`."""
+    values = {**option_defaults(), **form}
+    return [values.get("model"), *(to_widget(option, values[option.name]) for option in PAGE_OPTIONS)]
+
+
+def to_widget(option: RunOption, value: Any) -> Any:
+    """A run option's value as its control holds it: the cache as "StaticCache on?", a radio's choice as text."""
+    if option.name == "cache":
+        return value == "static"
+    return str(value) if option.choices and option.kind != CHOICE else value
+
+
+def from_widget(option: RunOption, value: Any) -> Any:
+    """What a control holds, as the run option's value (numbers stay as the form sent them: the run checks them)."""
+    if option.name == "cache":
+        return "static" if value is True else "dynamic" if value is False else value
+    return value
 
 
 # Runs once in each visitor's browser: a report file over the limit is stopped before Gradio sees it (Gradio would

@@ -11,7 +11,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -40,11 +40,17 @@ def smol():
 
 # ------------------------------------------------------------------------------------------- the dashboard
 
-def fast_settings(**changes: Any) -> Any:
-    """A quick run of tiny-random: 16 tokens, one trial."""
-    from dashboard.settings import RunSettings
+def fast_settings(**changes: Any) -> dict[str, Any]:
+    """A quick run of tiny-random as a form sends it (run options by name, and the model): 16 tokens, one trial."""
+    return {"prompt": "Hello there", "model": TINY, "max_new_tokens": 16, "trials": 1, **changes}
 
-    return replace(RunSettings(prompt="Hello there", model=TINY, max_new_tokens=16, trials=1), **changes)
+
+def page_request(form: dict[str, Any], cuda: bool = False, limits: Any = None) -> tuple[Any, list[str]]:
+    """The request a local page (or one with `limits`) on the CPU, or on CUDA, makes of `form`, and its notices."""
+    from core.run_schema import request_from_values
+    from dashboard.settings import LOCAL_LIMITS
+
+    return request_from_values(form, limits=limits or LOCAL_LIMITS, deferred_with_hf=cuda)
 
 
 def free_port() -> int:
@@ -100,5 +106,5 @@ def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
     """A report straight from core.bench.compare (no dashboard timeline), as `python -m core.bench --json` writes."""
     from core.bench import compare
 
-    request, _ = fast_settings(**settings).to_request()
+    request, _ = page_request(fast_settings(**settings))
     return compare(loaded, request)

@@ -54,10 +54,10 @@ def test_cli_writes_json_and_prints_table(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--lag", "0"], "lag"),
-        (["--max-new-tokens", "0"], "max_new_tokens"),
-        (["--trials", "0"], "trials"),
-        (["--batch", "0"], "batch"),
+        (["--lag", "0"], "--lag must be between 1 and 64"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        (["--trials", "0"], "--trials must be >= 1"),
+        (["--batch", "0"], "--batch must be >= 1"),
         (["--model", "synthetic:nope"], "unknown synthetic shape"),
         (["--cache", "paged"], "invalid choice"),
         (["--max-new-tokens", "many"], "invalid int value"),

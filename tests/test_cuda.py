@@ -158,16 +158,16 @@ def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
 
 
 def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works():
+    from core.run_schema import Limits
     from dashboard.runner import Runner
-    from dashboard.settings import Limits, RunSettings
 
     # The form caps batch at 64, which cannot fill the H200 with an 8B model; lift the cap to provoke the fault.
     runner = Runner(None, device="cuda", monitor=False, limits=Limits(batch=4096, max_new_tokens=4096))
     try:
         runner.load("synthetic:llama-8b", timeout=600)
-        small = RunSettings(prompt="Hello", max_new_tokens=8, ignore_eos=True, static_cache=True)
+        small = dict(prompt="Hello", max_new_tokens=8, ignore_eos=True, cache="static")
         baseline = runner.run(small, timeout=300)["engine"]["gpu_allocated_mib"]
-        huge = RunSettings(prompt="Hello", max_new_tokens=4096, batch=4096, ignore_eos=True, static_cache=True)
+        huge = dict(prompt="Hello", max_new_tokens=4096, batch=4096, ignore_eos=True, cache="static")
         with pytest.raises(ValueError, match="ran out of memory"):
             runner.run(huge, timeout=300)
         report = runner.run(small, timeout=300)

@@ -366,11 +366,10 @@ def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = None) -> Itera
 def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
     """A real run of `model` on the CPU, then the whole page."""
     from dashboard.runner import Runner
-    from dashboard.settings import RunSettings
 
     runner = Runner(None, device="cpu")
     runner.load(model, timeout=600)
-    settings = RunSettings(model=model, max_new_tokens=max_new_tokens, trials=trials, ignore_eos=True)
+    settings = dict(model=model, max_new_tokens=max_new_tokens, trials=trials, ignore_eos=True)
     with screenshot_page(runner, 600_000, defaults=settings) as page:
         click_run_and_wait(page, 600_000)  # a real model on a shared CPU can take minutes
         plots_rendered(page, PLOTS)

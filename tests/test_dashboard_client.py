@@ -17,8 +17,8 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
-from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS
-from tests.conftest import TINY, bench_report, free_port, serving
+from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, page_inputs
+from tests.conftest import TINY, bench_report, fast_settings, free_port, serving
 from tests.helpers import wait_until
 
 
@@ -30,12 +30,8 @@ def served_app(tiny_runner, tiny, tmp_path_factory):
 
 
 def form(prompt: str = "Hello there", **changes) -> list:
-    values = {"model": TINY, "prompt": prompt, "max_new_tokens": 16, "batch": 1, "trials": 1, "min_seconds": 0,
-              "ignore_eos": False, "static_cache": False, "compile": "off", "lag": 1, "streams": "1",
-              "include_hf": False, "include_no_check": False, "include_aa": False, "deterministic": False,
-              "sampling": "greedy", "seed": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
-    values.update(changes)
-    return list(values.values())
+    """The /run inputs of a quick tiny-random run, with `changes` (run options by name) laid over it."""
+    return page_inputs(fast_settings(prompt=prompt, **changes))
 
 
 def text_of(markdown: str) -> str:
@@ -255,12 +251,11 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
 
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
     from dashboard.runner import Runner
-    from dashboard.settings import RunSettings
     from dashboard.ui import Dashboard, PageConfig
 
     runner = Runner(TINY, device="cpu", monitor=False)
     try:
-        page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
+        page = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}))
         first = text_of(page.banner())
         assert "Starting the engine process" in first or "Loading model tiny-random" in first
         runner.load(TINY, timeout=180)
@@ -316,7 +311,6 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
 
     from core.specs import TINY_SHAPE
     from dashboard.runner import Runner
-    from dashboard.settings import RunSettings
     from dashboard.ui import Dashboard, PageConfig
 
     local = tmp_path / "my-secret-model"
@@ -324,7 +318,7 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     tiny.tokenizer.save_pretrained(local)
     runner = Runner(TINY, device="cpu", monitor=False, named_models=["synthetic:llama-1b"])
     try:
-        page = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}))
+        page = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}))
         runner.load(str(local), timeout=180)
         banner = text_of(page.banner())
         assert "my-secret-model" not in banner and "Model: a model a visitor chose on cpu" in banner

@@ -19,12 +19,11 @@ import pytest
 
 from core.engine_process import EngineConfig, EngineCore, EventBatcher
 from dashboard.jobs import CANCELLED, DONE, FAILED
-from dashboard.settings import RunSettings
 from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5)
+LONG = dict(prompt="Count forever", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5)
 
 
 
@@ -40,7 +39,6 @@ def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_mode
         import json, os, sys
         sys.path.insert(0, sys.argv[1])
         from dashboard.runner import Runner
-        from dashboard.settings import RunSettings
 
         def maps(pid):
             with open(f"/proc/{pid}/maps") as handle:
@@ -48,7 +46,7 @@ def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_mode
 
         if __name__ == "__main__":
             runner = Runner("tiny-random", device="cpu", monitor=False)
-            report = runner.run(RunSettings(prompt="Hello there", model="tiny-random", max_new_tokens=8, trials=1))
+            report = runner.run(dict(prompt="Hello there", model="tiny-random", max_new_tokens=8, trials=1))
             engine = runner.engine.pids[0]
             print(json.dumps({"server": os.getpid(), "engine": engine, "identical": report["all_identical"],
                               "server_torch": "torch" in sys.modules, "server_libtorch": "libtorch" in maps("self"),
@@ -127,7 +125,7 @@ def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch, caplog):
 
 
 def _cancel_during_compile(runner):
-    compiling = fast_settings(compile="default", static_cache=True, max_new_tokens=8)
+    compiling = fast_settings(compile="default", cache="static", max_new_tokens=8)
     job = runner.submit(compiling)
     assert wait_until(lambda: runner.snapshot(job)["state"] == "running", 60)
     time.sleep(0.5)

@@ -19,7 +19,7 @@ from dashboard import charts, lanes
 from dashboard.jobs import Job
 from dashboard.live_view import LiveView
 from tests import lanes_reports
-from tests.conftest import TINY, fast_settings
+from tests.conftest import TINY, fast_settings, page_request
 
 
 @pytest.fixture(autouse=True)
@@ -274,7 +274,7 @@ def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
 # ------------------------------------------------------------------------------------------------ live
 
 def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
-    request, _ = fast_settings().to_request()
+    request, _ = page_request(fast_settings())
     job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
     view = LiveView(job, lambda: None, None, lambda j: 0)
     assert view.snapshot()["runs"] == []
@@ -287,7 +287,6 @@ def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
 
 
 def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):
-    from dashboard.settings import RunSettings
     from dashboard.ui import Dashboard, PageConfig
 
     class FakeJob:
@@ -303,7 +302,7 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
     runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
                                      "cancel": lambda self, job_id, **reason: None})()
-    app = Dashboard(runner, PageConfig(defaults=RunSettings(), replay_files={}, chart_interval_s=1e9))
+    app = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}, chart_interval_s=1e9))
     app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
     following = app._follow(FakeJob(len(trials)), "someone")
     updates = list(itertools.islice(following, len(trials)))

@@ -16,12 +16,13 @@ from gradio_client import Client, handle_file
 
 import app
 from core.options import BenchRequest, GenerationOptions
+from core.run_schema import Limits
 from core.stats import verdict, verdict_sentence
 from dashboard.jobs import CANCELLED
 from dashboard.reports import SUMMARY_HEADERS, parse_report, summary_rows
-from dashboard.settings import EXPOSED_LIMITS, Limits, RunSettings
+from dashboard.settings import EXPOSED_LIMITS
 from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, headline_md, plain
-from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_request, serving
 from tests.test_dashboard_client import form, shown, text_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,11 +73,11 @@ def test_contestant_names_in_a_report_are_plain_names():
 
 def test_exposed_limits_refuse_hours_of_work():
     with pytest.raises(ValueError, match="max new tokens must be between 1 and 1024"):
-        RunSettings(prompt="hi", max_new_tokens=2000).to_request(limits=EXPOSED_LIMITS)
+        page_request(dict(prompt="hi", max_new_tokens=2000), limits=EXPOSED_LIMITS)
     with pytest.raises(ValueError, match="batch size must be between 1 and 8"):
-        RunSettings(prompt="hi", batch=64).to_request(limits=EXPOSED_LIMITS)
+        page_request(dict(prompt="hi", batch=64), limits=EXPOSED_LIMITS)
     with pytest.raises(ValueError, match="trials must be between 1 and 10"):
-        RunSettings(prompt="hi", trials=20).to_request(limits=EXPOSED_LIMITS)
+        page_request(dict(prompt="hi", trials=20), limits=EXPOSED_LIMITS)
     exposed = app.build_parser().parse_args(["--share"])
     assert app.limits_for(exposed) == EXPOSED_LIMITS and app.limits_for(exposed).max_run_s == 300
     assert app.limits_for(app.build_parser().parse_args([])).max_run_s is None
@@ -85,7 +86,7 @@ def test_exposed_limits_refuse_hours_of_work():
 def test_a_run_past_the_time_limit_is_stopped_and_says_why():
     runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
     try:
-        job = runner.submit(RunSettings(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
+        job = runner.submit(dict(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
         assert job.wait(30)
         assert job.state == CANCELLED and "limits the length of a run" in job.error
     finally:
@@ -150,7 +151,7 @@ def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
 
 
 def test_numbers_that_mean_nothing_are_dashes(tiny):
-    report = bench_report(tiny, include_no_check=True, trials=1)
+    report = bench_report(tiny, no_check=True, trials=1)
     rows = {row[0]: row for row in summary_rows(report)}
     no_check = dict(zip(SUMMARY_HEADERS, rows["no-check"]))
     naive = dict(zip(SUMMARY_HEADERS, rows["naive"]))
@@ -189,7 +190,7 @@ def test_the_warm_up_streams_its_text_marked_untimed():
     from dashboard.jobs import Job
     from dashboard.live_view import LiveView
 
-    request, _ = fast_settings().to_request()
+    request, _ = page_request(fast_settings())
     job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
     view = LiveView(job, lambda: None, None, lambda j: 0)
     job.add_events([{"type": "phase", "phase": "warmup", "contestant": "naive", "t": 100.1},

@@ -15,8 +15,7 @@ import pytest
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
-from dashboard.settings import RunSettings
-from tests.conftest import TINY, bench_report, fast_settings
+from tests.conftest import TINY, bench_report, fast_settings, page_request
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def test_a_history_row_records_the_compile_mode_that_ran_with_the_note(step_grap
 
 
 def test_a_run_stopped_before_its_report_records_what_the_device_made_of_the_request():
-    request, _ = RunSettings(compile="reduce-overhead", streams=2).to_request()
+    request, _ = page_request(dict(compile="reduce-overhead", streams=2))
     row = history_row(2, "cancelled", request, TINY, None, "cancelled", device_type="cpu")
     assert (row["compile"], row["compile_asked"], row["streams"]) == ("default", "reduce-overhead", 1)
     assert "CUDA graphs" in row["notes"] and "streams=1" in row["notes"]
@@ -54,7 +53,7 @@ def test_a_run_stopped_before_its_report_records_what_the_device_made_of_the_req
 
 
 def test_the_history_csv_and_json_of_a_served_run_say_what_ran(tiny_runner):
-    job = tiny_runner.submit(fast_settings(compile="step-graph", static_cache=True), owner="compile-check")
+    job = tiny_runner.submit(fast_settings(compile="step-graph", cache="static"), owner="compile-check")
     job.wait(300)
     row = next(csv.DictReader(io.StringIO(tiny_runner.history_csv("compile-check"))))
     assert (row["compile"], row["compile_asked"]) == ("off", "step-graph")

@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.bench import build_parser, request_from_args
+from core.run_schema import cli_command
 from dashboard.jobs import CANCELLED, DONE, FAILED
 from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
 from dashboard.runner import Cancelled
-from dashboard.settings import RunSettings, cli_command
-from tests.conftest import TINY, bench_report, fast_settings, make_runner
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_request
 from tests.helpers import wait_until
 
 FAST = fast_settings()
-LONG = RunSettings(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=True, trials=5)
+LONG = dict(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=True, trials=5)
 
 
 def finish(runner, job, timeout=60):
@@ -57,54 +57,54 @@ def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
 
 
 def test_seeded_sampling_is_identical_between_loops(tiny_runner):
-    settings = RunSettings(prompt="Once upon a time", model=TINY, max_new_tokens=16, sample=True, seed=7,
+    settings = dict(prompt="Once upon a time", model=TINY, max_new_tokens=16, do_sample=True, seed=7,
                            temperature=0.8, top_k=50, top_p=0.9)
     assert tiny_runner.run(settings)["all_identical"]
 
 
 def test_no_check_baseline_joins_the_summary_but_not_the_live_curve(tiny_runner):
-    job = tiny_runner.submit(fast_settings(include_no_check=True))
+    job = tiny_runner.submit(fast_settings(no_check=True))
     snap = finish(tiny_runner, job)
     assert job.report["identical"]["no-check"] and "pipelined/no-check" in job.report["ratios"]
     assert "no-check" not in snap["series"]
 
 
 def test_the_cli_command_rebuilds_the_same_request():
-    settings = RunSettings(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, sample=True, seed=5,
+    settings = dict(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, do_sample=True, seed=5,
                            temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
-                           include_hf=True, include_no_check=True, ignore_eos=True)
-    request, _ = settings.to_request()
-    argv = shlex.split(cli_command(request, settings.prompt, TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv)) == request
-    extras = RunSettings(prompt="Hi", include_aa=True, min_seconds=1.5, deterministic=True).to_request()[0]
-    argv = shlex.split(cli_command(extras, "Hi", TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv)) == extras
+                           hf=True, no_check=True, ignore_eos=True)
+    request, _ = page_request(settings)
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == request
+    extras = page_request(dict(prompt="Hi", aa=True, min_seconds=1.5, deterministic=True))[0]
+    argv = shlex.split(cli_command(extras, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == extras
     assert not build_parser().parse_args(argv).hf_modules
-    argv = shlex.split(cli_command(extras, "Hi", TINY, tp=2, hf_modules=True))[3:]
+    argv = shlex.split(cli_command(extras, TINY, tp=2, hf_modules=True))[3:]
     assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
 
 
 def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
-    request = RunSettings(prompt="Hi").to_request()[0]
+    request = page_request(dict(prompt="Hi"))[0]
     environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
                "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
-    command = cli_command(request, "Hi", TINY, environ=environ)
+    command = cli_command(request, TINY, environ=environ)
     expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
     assert command.startswith(expected)
     assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
     result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
                             check=True)
     assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
-    assert cli_command(request, "Hi", TINY, environ={}).startswith("python -m core.bench")
+    assert cli_command(request, TINY, environ={}).startswith("python -m core.bench")
 
 
 def test_hf_option_adds_deferred_stop_check_on_cuda():
-    settings = RunSettings(prompt="Hi", include_hf=True)
-    assert settings.to_request()[0].contestants == ("naive", "pipelined", "hf")
-    request, _ = settings.to_request(cuda=True)
+    settings = dict(prompt="Hi", hf=True)
+    assert page_request(settings)[0].contestants == ("naive", "pipelined", "hf")
+    request, _ = page_request(settings, cuda=True)
     assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
-    argv = shlex.split(cli_command(request, "Hi", TINY))[3:]
-    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv)) == request
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv))[0] == request
 
 
 def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
@@ -120,7 +120,7 @@ def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
 
 
 def test_cancel_during_warm_up_lands_within_two_seconds(tiny_runner):
-    long_warmup = RunSettings(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True, trials=1)
+    long_warmup = dict(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True, trials=1)
     job = tiny_runner.submit(long_warmup)
     assert wait_until(lambda: job.state == "running")
     time.sleep(0.3)  # inside the naive loop's untimed warm-up pass
@@ -171,14 +171,14 @@ def test_failed_model_load_keeps_the_previous_model(tiny_runner):
     with pytest.raises(ValueError, match=r"could not load model 'no-such-org/no-such-model'.*still using tiny-random"):
         tiny_runner.load("no-such-org/no-such-model", timeout=60)
     assert tiny_runner.model_spec == TINY
-    failed = tiny_runner.submit(RunSettings(prompt="hi", model="/definitely/not/a/model", max_new_tokens=4))
+    failed = tiny_runner.submit(dict(prompt="hi", model="/definitely/not/a/model", max_new_tokens=4))
     finish(tiny_runner, failed)
     assert failed.state == FAILED and "still using tiny-random" in failed.error
     assert tiny_runner.run(FAST)["all_identical"]
 
 
 def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
-    too_long = RunSettings(prompt="word " * 3000, model=TINY, max_new_tokens=16)
+    too_long = dict(prompt="word " * 3000, model=TINY, max_new_tokens=16)
     job = tiny_runner.submit(too_long)
     finish(tiny_runner, job)
     assert job.state == FAILED and "exceeds the model's context" in job.error
@@ -209,17 +209,17 @@ def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
 ])
 def test_bad_settings_give_clear_messages(changes, message):
     with pytest.raises(ValueError) as caught:
-        RunSettings(**{**FAST.__dict__, **changes}).to_request()
+        page_request(dict(**{**FAST, **changes}))
     assert message in str(caught.value)
 
 
 def test_numbers_from_a_form_are_accepted():
-    request, _ = RunSettings(prompt="hi", max_new_tokens=32.0, batch="2", lag="3", streams=2.0).to_request()
+    request, _ = page_request(dict(prompt="hi", max_new_tokens=32.0, batch="2", lag="3", streams=2.0))
     assert request.options.max_new_tokens == 32 and request.prompt == ["hi", "hi"] and request.options.lag == 3
 
 
 def test_compile_turns_the_static_cache_on_visibly():
-    request, notices = RunSettings(prompt="hi", compile="default").to_request()
+    request, notices = page_request(dict(prompt="hi", compile="default"))
     assert request.options.cache == "static"
     assert any("StaticCache" in n for n in notices)
 
@@ -228,7 +228,7 @@ def test_unknown_and_disallowed_models_are_refused():
     runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False)
     try:
         with pytest.raises(ValueError, match="not allowed on this dashboard"):
-            runner.submit(RunSettings(prompt="hi", model="evil/remote-code-model"))
+            runner.submit(dict(prompt="hi", model="evil/remote-code-model"))
         with pytest.raises(ValueError, match="no model chosen"):
             runner.check_model("  ")
         assert runner.model_choices()[-1] == TINY
@@ -238,8 +238,8 @@ def test_unknown_and_disallowed_models_are_refused():
 
 def test_history_downloads_hold_run_data_only(tiny_runner):
     secret = "my secret prompt text"
-    tiny_runner.run(RunSettings(prompt=secret, model=TINY, max_new_tokens=8))
-    job = tiny_runner.submit(RunSettings(prompt=secret, model=TINY, max_new_tokens=8), owner="alice")
+    tiny_runner.run(dict(prompt=secret, model=TINY, max_new_tokens=8))
+    job = tiny_runner.submit(dict(prompt=secret, model=TINY, max_new_tokens=8), owner="alice")
     finish(tiny_runner, job)
     rows = list(csv.DictReader(io.StringIO(tiny_runner.history_csv("alice"))))
     assert len(rows) == 1 and tuple(rows[0]) == HISTORY_FIELDS
@@ -296,11 +296,11 @@ anything = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.
        compile_mode=st.one_of(st.sampled_from(["off", "default", "reduce-overhead", "nope"]), anything))
 def test_form_validation_raises_nothing_but_value_errors(prompt, max_new_tokens, batch, seed, temperature, top_k,
                                                          top_p, lag, streams, trials, compile_mode):
-    form = RunSettings(prompt=prompt, max_new_tokens=max_new_tokens, batch=batch, seed=seed, sample=True,
+    form = dict(prompt=prompt, max_new_tokens=max_new_tokens, batch=batch, seed=seed, do_sample=True,
                        temperature=temperature, top_k=top_k, top_p=top_p, lag=lag, streams=streams, trials=trials,
                        compile=compile_mode)
     try:
-        request, _ = form.to_request()
+        request, _ = page_request(form)
     except ValueError as exc:
         assert str(exc)
         return
@@ -311,7 +311,7 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     import psutil
 
     process = psutil.Process()
-    short = RunSettings(prompt="Hello", model=TINY, max_new_tokens=8)
+    short = dict(prompt="Hello", model=TINY, max_new_tokens=8)
     for _ in range(10):
         tiny_runner.run(short)
     start = process.memory_info().rss
@@ -400,7 +400,7 @@ def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatc
 def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
     from dashboard.ui import _rate_md
 
-    job = tiny_runner.submit(RunSettings(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True,
+    job = tiny_runner.submit(dict(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True,
                                          trials=1))
     assert wait_until(lambda: any(p["warmup"] for p in tiny_runner.snapshot(job)["panes"].values()))
     tiny_runner.cancel(job.id)

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from dashboard.settings import RunSettings, cli_command, shell_quote
+from core.run_schema import cli_command, shell_quote
+from tests.conftest import page_request
 
 TRICKY = [
     "Say hi \u202elive done\u202c",          # right-to-left override: shown reversed, run as typed
@@ -27,8 +28,8 @@ def shell_words(command: str) -> list[str]:
 
 @pytest.mark.parametrize("prompt", TRICKY)
 def test_the_reproduce_command_runs_the_prompt_it_shows(prompt):
-    request, _ = RunSettings(prompt=prompt).to_request()
-    command = cli_command(request, prompt, "tiny-random", environ={})
+    request, _ = page_request(dict(prompt=prompt))
+    command = cli_command(request, "tiny-random", environ={})
     assert command.isprintable(), command  # nothing invisible or reordering is shown
     words = shell_words(command)
     assert words[words.index("--prompt") + 1] == prompt
@@ -41,6 +42,6 @@ def test_plain_words_keep_their_familiar_quoting():
 
 
 def test_tuning_variables_are_quoted_the_same_way():
-    request, _ = RunSettings(prompt="Hi").to_request()
-    command = cli_command(request, "Hi", "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
+    request, _ = page_request(dict(prompt="Hi"))
+    command = cli_command(request, "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
     assert command.startswith("SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' python -m core.bench")

@@ -1,0 +1,241 @@
+"""The run options table (core.options.RUN_OPTIONS) put to work: the CLI's flags, values by name coerced into a
+`BenchRequest`, and the command line that repeats a request. Torch-free: the dashboard's server uses it too.
+
+Every caller goes through `request_from_values`: the page with its limits, the CLI with none. What a loop gets is
+checked here once (and by the dataclasses' own bounds), so the loops trust it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.options import (
+    CHOICE,
+    CONTESTANT,
+    FLAG,
+    HF,
+    HF_DEFERRED,
+    LOOPS,
+    MAX_PROMPT_CHARS,
+    OPTIONS,
+    REAL,
+    RUN_OPTION,
+    RUN_OPTIONS,
+    TEXT,
+    TUNING_ENV,
+    WHOLE,
+    BenchRequest,
+    GenerationOptions,
+    RunOption,
+    compile_needs_static_cache,
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much one run may ask for. `max_run_s`: a run still going after this long is stopped (None: no limit)."""
+
+    max_new_tokens: int = 4096
+    batch: int = 64
+    trials: int = 20
+    min_seconds: float = 60.0
+    max_run_s: float | None = None
+
+    def describe(self) -> str:
+        time_limit = f", and each run is stopped after {self.max_run_s:.0f} s" if self.max_run_s else ""
+        return (f"at most {self.max_new_tokens} new tokens, batch {self.batch}, {self.trials} trials and "
+                f"{self.min_seconds:g} s per contestant{time_limit}")
+
+
+def option_defaults(gpu: bool = False) -> dict[str, Any]:
+    """Every run option's default, by name: the page's and app.py's on a GPU where `gpu`, else the CLI's."""
+    return {option.name: option.default_for(gpu) for option in RUN_OPTIONS}
+
+
+# ------------------------------------------------------------------------------------ values -> request
+
+def request_from_values(values: Mapping[str, Any], *, limits: Limits | None = None, deferred_with_hf: bool = False,
+                        prompt_ids: list[int] | None = None, eos_token_id: int | list[int] | None = None,
+                        stream: bool = True, by_flag: bool = False) -> tuple[BenchRequest, list[str]]:
+    """The BenchRequest that `values` (run options by name, as a form or argv gives them; missing ones take their
+    default) ask for, and a notice for each thing adjusted. ValueError with one readable line otherwise.
+
+    `limits` caps what a page may ask for (the CLI has none); with `deferred_with_hf` (a page on CUDA) asking for
+    HF generate() also runs it with its DeferredStopCheck forced on; `prompt_ids` replace the prompt text (the
+    CLI's --prompt-tokens); `eos_token_id` overrides the model's EOS; `by_flag`: messages name the CLI's flags."""
+    known = {name: value for name, value in values.items() if name in RUN_OPTION}
+    given = {**option_defaults(), **known}
+    typed = {option.name: coerce(option, given[option.name], limits, option.cli_flag if by_flag else option.called)
+             for option in RUN_OPTIONS}
+    notices: list[str] = []
+    cache, notice = static_cache_for(typed["compile"], typed["cache"])
+    typed["cache"] = cache
+    notices += [notice] if notice else []
+    options = GenerationOptions(**{o.name: typed[o.name] for o in RUN_OPTIONS if o.part == OPTIONS},
+                                eos_token_id=eos_token_id)
+    batch, prompt = typed["batch"], prompt_ids or typed["prompt"]
+    request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
+                           trials=typed["trials"], contestants=contestants(typed, deferred_with_hf), stream=stream,
+                           min_seconds=typed["min_seconds"], deterministic=typed["deterministic"])
+    return request, notices
+
+
+def static_cache_for(compile_mode: str, cache: str) -> tuple[str, str | None]:
+    """The cache a compile mode can run with, and a notice when that meant turning the static cache on."""
+    if compile_needs_static_cache(compile_mode, cache):
+        return "static", "compile needs StaticCache (a dynamic cache changes shape every step): turned it on"
+    return cache, None
+
+
+def contestants(typed: Mapping[str, Any], deferred_with_hf: bool = False) -> tuple[str, ...]:
+    """The two loops, then the contestants the flags ask for, in the table's order."""
+    chosen = [name for option in RUN_OPTIONS if option.part == CONTESTANT and typed.get(option.name)
+              for name in option.contestants]
+    if deferred_with_hf and HF in chosen and HF_DEFERRED not in chosen:
+        chosen.append(HF_DEFERRED)
+    return (*LOOPS, *chosen)
+
+
+def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: str | None = None) -> Any:
+    """`value` (from a form: a float, a numeric string...) as `option`'s kind, within its bounds and `limits`;
+    a message names it `called` (default: as the page does)."""
+    called = called or option.called
+    if option.kind == TEXT:
+        return _checked_text(value)
+    if option.kind == FLAG:
+        return bool(value)
+    if option.kind == CHOICE:
+        value = value or option.default
+        option.check(value, called)
+        return value
+    number = _number(called, value)
+    if option.kind == WHOLE:
+        if number != int(number):
+            raise ValueError(f"{called} must be a whole number, got {value!r}")
+        number = int(number)
+    high = getattr(limits, option.limit) if limits is not None and option.limit else None
+    option.check(number, called, high)
+    return number
+
+
+def _number(called: str, value: Any) -> float:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{called} is empty: enter a number")
+    if isinstance(value, bool):
+        raise ValueError(f"{called} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{called} must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"{called} must be a finite number, got {value!r}")
+    return number
+
+
+def _checked_text(prompt: Any) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt is empty: type something for the model to answer")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ValueError(f"the prompt is {len(prompt)} characters long; the limit here is {MAX_PROMPT_CHARS}")
+    return prompt
+
+
+# ------------------------------------------------------------------------------------------ the CLI's flags
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line on stderr (`prog: error: ...`) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser | Any, *, form_defaults: bool = False) -> None:
+    """A flag per run option. With `form_defaults` (app.py) each defaults to None, "the page's default for this
+    device", and the help says both defaults."""
+    for option in RUN_OPTIONS:
+        if option.group == "cli" and form_defaults:
+            continue
+        parser.add_argument(option.cli_flag, dest=option.name, **_argparse_kwargs(option, form_defaults))
+
+
+def _argparse_kwargs(option: RunOption, form_defaults: bool) -> dict[str, Any]:
+    help_text = option.help
+    if form_defaults and option.gpu_default is not None:
+        help_text += f" (default: {option.gpu_default} on a GPU, {option.default} on the CPU)"
+    elif form_defaults and option.kind != FLAG:
+        help_text += f" (default: {option.default})"
+    if option.kind == FLAG:
+        return {"action": "store_true", "default": None if form_defaults else False, "help": help_text}
+    kwargs: dict[str, Any] = {"default": None if form_defaults else option.default, "help": help_text}
+    if option.kind == CHOICE:
+        kwargs["choices"] = option.choices
+    elif option.kind in (WHOLE, REAL):
+        kwargs["type"] = int if option.kind == WHOLE else float
+        if option.choices:
+            kwargs["choices"] = option.choices
+    return kwargs
+
+
+def values_from_args(args: argparse.Namespace, gpu: bool = False) -> dict[str, Any]:
+    """The run options that parsed flags give, by name; a flag left at None takes the default for `gpu`."""
+    given = {option.name: getattr(args, option.name) for option in RUN_OPTIONS if hasattr(args, option.name)}
+    return {name: option_defaults(gpu)[name] if value is None else value for name, value in given.items()}
+
+
+# -------------------------------------------------------------------------------- request -> command line
+
+def command_words(request: BenchRequest) -> list[str]:
+    """The run-option flags that ask for `request` again (table order; an `only_with` option only with its flag)."""
+    words: list[str] = []
+    for option in RUN_OPTIONS:
+        value = request.value(option.name)
+        if option.only_with and not request.value(option.only_with):
+            continue
+        if option.kind == FLAG:
+            words += [option.cli_flag] if value else []
+        elif option.name == "min_seconds":
+            words += [option.cli_flag, f"{value:g}"] if value else []
+        elif option.name != "prompt" or isinstance(value, str):
+            words += [option.cli_flag, f"{value:g}" if option.kind == REAL else str(value)]
+    return words
+
+
+def cli_command(request: BenchRequest, model: str, device: str | None = None, dtype: str | None = None,
+                tp: int = 1, hf_modules: bool = False, environ: Mapping[str, str] | None = None) -> str:
+    """The `python -m core.bench` command that reproduces `request`, after the tuning variables (TUNING_ENV) set in
+    `environ` (default: this process's environment, which the engine processes inherit)."""
+    environ = os.environ if environ is None else environ
+    assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
+    words = ["python", "-m", "core.bench", "--model", model]
+    words += ["--device", device] if device else []
+    words += ["--dtype", dtype] if dtype else []
+    words += ["--tp", str(tp)] if tp > 1 else []
+    words += ["--hf-modules"] if hf_modules else []
+    words += command_words(request)
+    words += ["--stream"] if request.stream else []
+    return "".join(assignments) + " ".join(shell_quote(word) for word in words)
+
+
+def shell_quote(word: str) -> str:
+    """`word` for a POSIX shell, shown as it runs: shlex.quote, except that a word holding characters that do not
+    print as themselves (control, bidirectional and zero-width characters, line breaks, spaces other than U+0020)
+    becomes bash's $'...' with those characters escaped, so that nothing hidden reorders or changes the command."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c_escape(char) for char in word) + "'"
+
+
+def _ansi_c_escape(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    # UTF-8 bytes rather than a \u escape, which bash leaves as it is in a locale that cannot show the character.
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
