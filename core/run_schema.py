@@ -107,7 +107,7 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
     a message names it `called` (default: as the page does)."""
     called = called or option.called
     if option.kind == TEXT:
-        return _checked_text(value)
+        return _checked_text(value, called)
     if option.kind == FLAG:
         return bool(value)
     if option.kind == CHOICE:
@@ -138,12 +138,13 @@ def _number(called: str, value: Any) -> float:
     return number
 
 
-def _checked_text(prompt: Any) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("the prompt is empty: type something for the model to answer")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise ValueError(f"the prompt is {len(prompt)} characters long; the limit here is {MAX_PROMPT_CHARS}")
-    return prompt
+def _checked_text(text: Any, called: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"the {called} is empty: type something" + (" for the model to answer"
+                                                                        if called == "prompt" else ""))
+    if len(text) > MAX_PROMPT_CHARS:
+        raise ValueError(f"the {called} is {len(text)} characters long; the limit here is {MAX_PROMPT_CHARS}")
+    return text
 
 
 # ------------------------------------------------------------------------------------------ the CLI's flags
