@@ -7,11 +7,12 @@
 
 Every run is `python -m core.bench ... --json OUT/NAME.json` in a process of its own (bf16, batch 1, a 32-token
 synthetic prompt, 256 new tokens, EOS ignored, a static cache, nothing else changed from the defaults), so what is
-measured is what a user types. Each report is written by its run as soon as it finishes; `manifest.json` (every run's
-command, environment, exit code and process time) and `commands.sh` (the exact commands) are rewritten as runs start
-and end, so a call cut short keeps what finished. `tables.md` is then written from the reports alone; `--tables-from`
-writes it again without running anything, and `--update-docs` puts it between the `<!-- headline:start -->` and
-`<!-- headline:end -->` markers of README.md and benchmarks/RESULTS.md.
+measured is what a user types. Each report is written by its run as soon as it finishes; `manifest-PART.json`
+(every run's command, lane, exit code and process time) and `commands-PART.sh` (the exact commands) are written as
+runs start and end, so a call cut short keeps what finished, and calls for the two parts can share one folder.
+`tables.md` is then written from the reports alone; `--tables-from` writes it again without running anything, and
+`--update-docs` puts it between the `<!-- headline:start -->` and `<!-- headline:end -->` markers of README.md and
+benchmarks/RESULTS.md.
 
 One GPU: the offline default model (or its synthetic shape where the model's package is not installed), Llama-1B and
 Llama-8B shapes, each in reduce-overhead (with transformers' generate() and generate() with DeferredStopCheck beside
@@ -65,9 +66,9 @@ SMALL_SHAPE = SYNTHETIC_PREFIX + "smollm2-135m"
 NOISE = re.compile(r"warn|autotune|triton_mm|strides|dtypes|choices|^  mm|DEBUG|USDT|enable_symm_mem", re.IGNORECASE)
 STOP_GRACE_S = 15.0  # after SIGINT, before SIGKILL
 TAIL_LINES = 40
-MANIFEST = "manifest.json"
+MANIFEST = "manifest-{part}.json"  # one per part: calls for different parts may land in one folder or in two
 MANIFEST_SCHEMA = "syncscope.headline/1"
-COMMANDS = "commands.sh"
+COMMANDS = "commands-{part}.sh"
 TABLES = "tables.md"
 BENCH = (sys.executable, "-m", "core.bench")  # what each run starts, before its arguments
 
@@ -219,12 +220,15 @@ class Session:
             self.write_manifest()
 
     def write_manifest(self) -> None:
-        earlier = _read_json(self.out / MANIFEST) or {}
+        earlier = _read_json(self.manifest_path()) or {}
         calls = [c for c in earlier.get("calls", []) if c.get("started") != self.call.get("started")]
         runs = [r for r in earlier.get("runs", []) if r.get("name") not in self.records]
         payload = {"schema": MANIFEST_SCHEMA, "calls": [*calls, self.call],
                    "runs": [*runs, *(asdict(r) for r in self.records.values())]}
-        _write_atomic(self.out / MANIFEST, json.dumps(payload, indent=1))
+        _write_atomic(self.manifest_path(), json.dumps(payload, indent=1))
+
+    def manifest_path(self) -> Path:
+        return self.out / MANIFEST.format(part=self.call.get("part", "all"))
 
 
 def shell_command(run: Run, lane: Lane, args: Sequence[str]) -> str:
@@ -245,7 +249,7 @@ def execute(session: Session, lanes: Sequence[Lane], assignments: Sequence[Seque
             commands.append(command)
             session.records[run.name] = Record(run.name, run.part, run.model, run.compile, run.tp, command,
                                                lane.describe())
-    _append_commands(session.out / COMMANDS, commands)
+    _append_commands(session.out / COMMANDS.format(part=session.call.get("part", "all")), commands)
     session.write_manifest()
     threads = [threading.Thread(target=_run_lane, args=(session, lane, runs, trials, smoke), name=f"lane-{i}")
                for i, (lane, runs) in enumerate(zip(lanes, assignments)) if runs]
@@ -370,7 +374,7 @@ class Row:
 
 def load_rows(folder: Path) -> tuple[list[Row], dict[str, Any]]:
     """One row per core.bench report in `folder`, and one per run the manifest lists without a report."""
-    manifest = _read_json(folder / MANIFEST) or {}
+    manifest = read_manifests(folder)
     rows, seen = [], set()
     for path in sorted(folder.glob("*.json")):
         report = _read_json(path)
@@ -384,6 +388,20 @@ def load_rows(folder: Path) -> tuple[list[Row], dict[str, Any]]:
         if f"{record['name']}.json" not in seen and record.get("status") not in ("planned", "done"):
             rows.append(Row(record["model"], record["compile"], record["tp"], missing=_missing_text(record)))
     return sorted(rows, key=_row_order), manifest
+
+
+def read_manifests(folder: Path) -> dict[str, Any]:
+    """Every part's manifest in `folder` as one: all calls, and each run's latest record."""
+    calls: list[dict[str, Any]] = []
+    runs: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob(MANIFEST.format(part="*"))):
+        manifest = _read_json(path) or {}
+        calls += manifest.get("calls", [])
+        for record in manifest.get("runs", []):
+            kept = runs.get(record["name"])
+            if kept is None or (record.get("started") or "") >= (kept.get("started") or ""):
+                runs[record["name"]] = record
+    return {"calls": sorted(calls, key=lambda c: c.get("started") or ""), "runs": list(runs.values())}
 
 
 def _missing_text(record: dict[str, Any]) -> str:

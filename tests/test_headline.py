@@ -68,10 +68,13 @@ def saved(tmp_path: Path) -> Path:
     write(tmp_path, "llama-8b-tp2-step-graph.json",
           fake_report("synthetic:llama-8b", "step-graph", tp=2, naive=275.0, pipelined=280.1, step_ms=3.566,
                       floor_ms=1.876))
-    write(tmp_path, "manifest.json", {"calls": [{"command": "python benchmarks/headline.py --part all"}], "runs": [
+    write(tmp_path, "manifest-two-gpu.json", {"calls": [{"command": "python benchmarks/headline.py --part two-gpu",
+                                                         "started": "2026-12-01T10:10:00+00:00"}], "runs": [
         {"name": "llama-70b-tp2-step-graph", "part": "two-gpu", "model": "synthetic:llama-70b",
          "compile": "step-graph", "tp": 2, "status": "timed out", "reason": "stopped at the deadline after 300 s",
-         "report": None, "process_s": 300.0, "lane": "all GPUs and cores"},
+         "report": None, "process_s": 300.0, "lane": "all GPUs and cores", "started": "2026-12-01T10:13:00+00:00"}]})
+    write(tmp_path, "manifest-one-gpu.json", {"calls": [{"command": "python benchmarks/headline.py --part one-gpu",
+                                                         "started": "2026-12-01T10:00:00+00:00"}], "runs": [
         {"name": "llama-8b-step-graph", "part": "one-gpu", "model": "synthetic:llama-8b", "compile": "step-graph",
          "tp": 1, "status": "done", "report": "llama-8b-step-graph.json", "process_s": 139.5,
          "lane": "GPU 0, cores 0-15"},
@@ -107,10 +110,12 @@ def test_tables_from_saved_reports_give_every_column_in_order(saved, capsys):
     assert two[1][:4] == ["Llama-70B shape", "2", "step-graph", "timed out: stopped at the deadline after 300 s"]
     assert "two GPUs / one GPU = 280.1 / 225.4 = **1.24x** (both on one machine)" in text
     assert "on one machine (host `h200-a`): NVIDIA H200, up to 2 per run" in text
-    assert "by `python benchmarks/headline.py --part all`" in text
+    assert ("by `python benchmarks/headline.py --part one-gpu` and `python benchmarks/headline.py --part two-gpu`"
+            in text)
     assert "medians of 5 trials" in text and "decode attention: triton" in text
-    assert ("two-gpu: llama-70b-tp2-step-graph 300 s; one-gpu, 2 at a time (GPU 0, cores 0-15; GPU 1, cores "
-            "16-31): llama-8b-step-graph 140 s, llama-8b-reduce-overhead 150 s.") in text
+    assert ("one-gpu, 2 at a time (GPU 0, cores 0-15; GPU 1, cores "
+            "16-31): llama-8b-step-graph 140 s, llama-8b-reduce-overhead 150 s; two-gpu: llama-70b-tp2-step-graph "
+            "300 s.") in text
 
 
 def test_the_caption_names_other_trial_counts_and_machines(saved):
@@ -202,16 +207,16 @@ def runs_with(monkeypatch, tmp_path: Path, program: str, deadline_s: float | Non
     """One run through the real runner, with `python -c program` standing in for core.bench; the manifest."""
     monkeypatch.setattr(headline, "BENCH", (sys.executable, "-c", program))
     run = headline.Run("fake", "one-gpu", "tiny-random", "step-graph", estimate_s=0.0)
-    session = headline.Session(tmp_path, headline.Progress(), deadline_s)
+    session = headline.Session(tmp_path, headline.Progress(), deadline_s, call={"part": "one-gpu"})
     headline.execute(session, [headline.Lane()], [[run]], trials=1, smoke=True)
-    return json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
+    return json.loads((tmp_path / "manifest-one-gpu.json").read_text())["runs"][0]
 
 
 def test_a_run_still_going_at_the_deadline_is_stopped_and_recorded(monkeypatch, tmp_path):
     record = runs_with(monkeypatch, tmp_path, "import time; print('started', flush=True); time.sleep(60)", 1.0)
     assert record["status"] == "timed out" and record["process_s"] < 20
     assert "started" in (tmp_path / "fake.log").read_text()
-    assert "fake" in (tmp_path / "commands.sh").read_text()
+    assert "fake" in (tmp_path / "commands-one-gpu.sh").read_text()
 
 
 def test_a_failed_run_says_why_and_a_run_past_the_deadline_is_not_started(monkeypatch, tmp_path):
@@ -240,5 +245,5 @@ def test_smoke_runs_the_cli_and_writes_the_tables(tmp_path):
     report = json.loads((tmp_path / "llama-1b-step-graph.json").read_text())
     assert report["model"]["spec"] == "tiny-random" and report["request"]["trials"] == 2
     assert "| `tiny-random` | step-graph (ran off on cpu) |" in (tmp_path / "tables.md").read_text()
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "manifest-one-gpu.json").read_text())
     assert manifest["runs"][0]["status"] == "done" and manifest["calls"][0]["smoke"] is True
