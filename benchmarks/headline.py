@@ -36,6 +36,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -70,6 +71,7 @@ MANIFEST = "manifest-{part}.json"  # one per part: calls for different parts may
 MANIFEST_SCHEMA = "syncscope.headline/1"
 COMMANDS = "commands-{part}.sh"
 TABLES = "tables.md"
+TEXT_WIDTH = 116
 BENCH = (sys.executable, "-m", "core.bench")  # what each run starts, before its arguments
 
 
@@ -448,7 +450,7 @@ def format_tables(rows: Sequence[Row], manifest: dict[str, Any], folder: Path, c
     timing = process_times(manifest)
     if timing:
         parts.append(timing)
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(part if part.startswith("|") else _wrap(part) for part in parts) + "\n"
 
 
 def caption(reports: Sequence[dict[str, Any]], folder: Path, commands: Sequence[str]) -> str:
@@ -621,6 +623,11 @@ def _floor_text(report: dict[str, Any]) -> str:
     return f"{floor / step:.0%}" if floor and step else "-"
 
 
+def _wrap(paragraph: str) -> str:
+    """A paragraph at the documents' width (tables stay one row a line)."""
+    return textwrap.fill(paragraph, width=TEXT_WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -740,6 +747,8 @@ def _tables_only(folder: Path, docs: bool) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
+    if args.update_docs:
+        raise ValueError("--update-docs goes with --tables-from DIR (the tables of a finished call)")
     trials = args.trials or (SMOKE_TRIALS if args.smoke else DEFAULT_TRIALS)
     if trials < 1:
         raise ValueError(f"--trials must be 1 or more, got {trials}")

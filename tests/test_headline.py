@@ -108,14 +108,15 @@ def test_tables_from_saved_reports_give_every_column_in_order(saved, capsys):
     assert two[0][:7] == ["Llama-8B shape", "2", "step-graph", "275.0", "280.1", "1.019x, faster", "3.566"]
     assert two[0][7] == "53%"
     assert two[1][:4] == ["Llama-70B shape", "2", "step-graph", "timed out: stopped at the deadline after 300 s"]
-    assert "two GPUs / one GPU = 280.1 / 225.4 = **1.24x** (both on one machine)" in text
-    assert "on one machine (host `h200-a`): NVIDIA H200, up to 2 per run" in text
+    flat = " ".join(text.split())  # paragraphs are wrapped at the documents' width
+    assert "two GPUs / one GPU = 280.1 / 225.4 = **1.24x** (both on one machine)" in flat
+    assert "on one machine (host `h200-a`): NVIDIA H200, up to 2 per run" in flat
     assert ("by `python benchmarks/headline.py --part one-gpu` and `python benchmarks/headline.py --part two-gpu`"
-            in text)
-    assert "medians of 5 trials" in text and "decode attention: triton" in text
+            in flat)
+    assert "medians of 5 trials" in flat and "decode attention: triton" in flat
     assert ("one-gpu, 2 at a time (GPU 0, cores 0-15; GPU 1, cores "
             "16-31): llama-8b-step-graph 140 s, llama-8b-reduce-overhead 150 s; two-gpu: llama-70b-tp2-step-graph "
-            "300 s.") in text
+            "300 s.") in flat
 
 
 def test_the_caption_names_other_trial_counts_and_machines(saved):
@@ -123,8 +124,9 @@ def test_the_caption_names_other_trial_counts_and_machines(saved):
           fake_report("synthetic:llama-70b", "step-graph", tp=2, trials=3, host="h200-b", step_ms=20.4,
                       floor_ms=16.49))
     text = headline.write_tables(saved)
-    assert "medians of 5 trials (Llama-70B shape: 3)" in text
-    assert "2 machines (h200-a, h200-b)" in text
+    flat = " ".join(text.split())
+    assert "medians of 5 trials (Llama-70B shape: 3)" in flat
+    assert "2 machines (h200-a, h200-b)" in flat
     assert "timed out" not in text  # the report is there now: the manifest's old status no longer shows
     assert table_lines(text, "Llama-70B shape")[0][7] == "81%"
 
@@ -201,6 +203,7 @@ def test_a_wrong_choice_is_one_line_and_exit_2(capsys, tmp_path):
     assert headline.main(["--part", "two-gpu"]) == 2
     assert "--out DIR is needed" in capsys.readouterr().err
     assert headline.main(["--tables-from", str(tmp_path / "missing")]) == 2
+    assert headline.main(["--part", "one-gpu", "--update-docs", "--out", str(tmp_path)]) == 2
 
 
 def runs_with(monkeypatch, tmp_path: Path, program: str, deadline_s: float | None) -> dict:
