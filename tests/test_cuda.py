@@ -1,4 +1,8 @@
-"""GPU tests: skipped without CUDA; run on the H200 with `python -m pytest -q -m cuda tests/test_cuda.py`."""
+"""GPU tests: skipped without CUDA; run on the H200 with `python -m pytest -q -m cuda tests/test_cuda.py`.
+
+The models are shared with the other CUDA modules (conftest.cuda_models), and so is what they compiled; tiny-random's
+compiles skip autotuning (conftest.TINY_GPU_COMPILE). Cases marked cuda_long repeat a behaviour that another case
+checks in the default CUDA run (`-m "cuda and not cuda_long"`)."""
 
 import warnings
 
@@ -7,7 +11,6 @@ import torch
 
 from core.bench import BenchRequest, compare, hf_generate
 from core.generation import GenerationOptions, generate
-from core.models import load_model
 from tests.conftest import requires_cuda
 from tests.helpers import eos_for_steps, first_token_timings, free_run, ids_not_in
 
@@ -16,14 +19,14 @@ pytestmark = [pytest.mark.cuda, requires_cuda]
 BATCH = ["Hi", "Tell me about the sea and the ships on it.", "What is two plus two?"]
 
 
-@pytest.fixture(scope="module")
-def tiny_gpu():
-    return load_model("tiny-random", device="cuda", dtype="fp32")
+@pytest.fixture
+def tiny_gpu(cuda_models, fast_tiny_compiles):
+    return cuda_models("tiny-random", "fp32")
 
 
-@pytest.fixture(scope="module")
-def smol_gpu():
-    return load_model("synthetic:smollm2-135m", device="cuda")
+@pytest.fixture
+def smol_gpu(cuda_models):
+    return cuda_models("synthetic:smollm2-135m", "bf16")
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
@@ -39,16 +42,18 @@ def test_loops_equal_hf_generate_on_cuda(tiny_gpu, cache, batch):
         assert result.token_ids == expected, (loop, lag, streams)
 
 
-@pytest.mark.parametrize("compile_mode", ["reduce-overhead", "default"])
-def test_compiled_static_loops_agree_and_compile_once(smol_gpu, compile_mode):
+@pytest.mark.parametrize("compile_mode", ["reduce-overhead", pytest.param("default", marks=pytest.mark.cuda_long)])
+def test_compiled_static_loops_agree_and_compile_once(tiny_gpu, compile_mode):
+    """On tiny-random: compiling the 135M shape's 30 layers took 30-43 s a mode (call 20) and checked nothing more.
+    Real shapes run reduce-overhead in every headline run (benchmarks/headline.py) and in test_cuda_real_model.py."""
     common = dict(cache="static", compile=compile_mode, max_new_tokens=32, ignore_eos=True)
-    first = generate(smol_gpu, BATCH[1], loop="naive", **common)
-    again = generate(smol_gpu, BATCH[1], loop="naive", **common)
-    piped = generate(smol_gpu, BATCH[1], loop="pipelined", lag=2, **common)
-    eager = generate(smol_gpu, BATCH[1], loop="naive", cache="static", max_new_tokens=32, ignore_eos=True)
+    first = generate(tiny_gpu, BATCH[1], loop="naive", **common)
+    again = generate(tiny_gpu, BATCH[1], loop="naive", **common)
+    piped = generate(tiny_gpu, BATCH[1], loop="pipelined", lag=2, **common)
+    eager = generate(tiny_gpu, BATCH[1], loop="naive", cache="static", max_new_tokens=32, ignore_eos=True)
     assert first.timings.compile_ms > 0 and again.timings.compile_ms == 0 and again.timings.warmup_ms == 0
     assert first.token_ids == again.token_ids == piped.token_ids
-    # Compiled kernels may round differently from eager in bf16; most of the sequence must still agree.
+    # Compiled kernels may round differently from eager; most of the sequence must still agree.
     agree = sum(a == b for a, b in zip(first.token_ids[0], eager.token_ids[0]))
     assert agree >= 8
 
@@ -82,11 +87,12 @@ def _sync_warnings(loaded, loop, steps, eos):
 
 
 @pytest.mark.parametrize("many_eos", [False, True], ids=["ignore-eos", "32-eos-ids"])
-def test_pipelined_loop_does_not_sync_per_step(smol_gpu, many_eos):
-    """Per-run set-up and the final read may sync; what must not grow with the number of steps does not."""
-    eos = never_emitted(smol_gpu) if many_eos else None
-    naive_growth = _sync_warnings(smol_gpu, "naive", 64, eos) - _sync_warnings(smol_gpu, "naive", 32, eos)
-    piped_growth = _sync_warnings(smol_gpu, "pipelined", 64, eos) - _sync_warnings(smol_gpu, "pipelined", 32, eos)
+def test_pipelined_loop_does_not_sync_per_step(tiny_gpu, many_eos):
+    """Per-run set-up and the final read may sync; what must not grow with the number of steps does not. (The loop's
+    syncs do not depend on the model: tiny-random's eager steps take 2 layers, not the 135M shape's 30.)"""
+    eos = never_emitted(tiny_gpu) if many_eos else None
+    naive_growth = _sync_warnings(tiny_gpu, "naive", 64, eos) - _sync_warnings(tiny_gpu, "naive", 32, eos)
+    piped_growth = _sync_warnings(tiny_gpu, "pipelined", 64, eos) - _sync_warnings(tiny_gpu, "pipelined", 32, eos)
     assert naive_growth >= 32
     assert piped_growth == 0
 
@@ -98,6 +104,20 @@ def test_bench_on_cuda_with_hf_contestants(smol_gpu):
     assert report["environment"]["gpu"]
     assert report["identical"]["pipelined"] and report["identical"]["hf"]
     assert report["summary"]["hf-deferred"]["tokens_per_s"] > 0
+
+
+def test_fp32_loops_and_compiled_generate_are_identical_past_256_keys(tiny_gpu):
+    """In fp32 both loops, the no-check loop and generate() with its own compile give the same tokens, in every trial,
+    over a 512-key static cache: test_cuda_real_model.py's fp32 cases (cuda_long) on the real model."""
+    contestants = ("naive", "pipelined", "no-check", "hf")
+    request = BenchRequest(prompt=BATCH[1], options=GenerationOptions(max_new_tokens=300, cache="static",
+                                                                      compile="step-graph", ignore_eos=True),
+                           trials=3, contestants=contestants)
+    report = compare(tiny_gpu, request)
+    assert report["identity"]["keys"] == 512
+    assert report["self_consistent"] == dict.fromkeys(contestants, True), report["identity"]
+    assert report["all_identical"], report["identical"]
+    assert all(len(run["token_ids"][0]) == 300 for run in report["runs"])
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -1,7 +1,8 @@
 """The engine process on a GPU: runs, a real CUDA error, a killed engine, and tensor parallelism over two GPUs.
 
 Skipped without CUDA (two-GPU tests without two GPUs); run on the device machine with
-`python -m pytest -q -m cuda tests/test_cuda_engine.py`.
+`python -m pytest -q -m cuda tests/test_cuda_engine.py`. The engines' compiles of tiny-random skip autotuning
+(conftest.TINY_GPU_COMPILE): these tests check the engine process, not the kernels.
 """
 
 from __future__ import annotations
@@ -19,18 +20,22 @@ import torch
 
 from dashboard.jobs import DONE, FAILED
 from dashboard.runner import Runner
-from tests.conftest import TINY, fast_settings, requires_cuda
+from tests.conftest import TINY, TINY_GPU_COMPILE, fast_settings, requires_cuda
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 REPO = Path(__file__).resolve().parent.parent
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def gpu_runner():
-    runner = Runner(TINY, device="cuda", dtype="fp32", monitor=False)
-    yield runner
-    runner.close()
+    """One runner for the one-GPU tests: they kill or break its engine on purpose, and it starts a new one, as the app
+    does (each test then checks that the next run works)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", TINY_GPU_COMPILE)  # inherited by every engine it starts
+        runner = Runner(TINY, device="cuda", dtype="fp32", monitor=False)
+        yield runner
+        runner.close()
 
 
 def broken_model_dir(tmp_path: Path) -> Path:
@@ -77,7 +82,8 @@ def test_a_killed_engine_gives_its_gpu_memory_back(gpu_runner):
 
 
 @two_gpus
-@pytest.mark.parametrize("sampling", [[], ["--sample", "--seed", "7"]], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("sampling", [[], pytest.param(["--sample", "--seed", "7"], marks=pytest.mark.cuda_long)],
+                         ids=["greedy", "sampled"])
 def test_two_gpus_give_the_tokens_of_one(tmp_path, sampling):
     reports = {}
     for tp in (1, 2):
@@ -94,7 +100,7 @@ def test_two_gpus_give_the_tokens_of_one(tmp_path, sampling):
 
 
 @two_gpus
-def test_the_dashboard_runs_one_engine_per_gpu():
+def test_the_dashboard_runs_one_engine_per_gpu(fast_tiny_compiles):
     runner = Runner(TINY, device="cuda", dtype="fp32", tp=2, monitor=False)
     try:
         runner.load(TINY, timeout=300)
