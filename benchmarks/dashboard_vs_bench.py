@@ -33,16 +33,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
 from core.stats import percentile  # noqa: E402
 from dashboard.settings import RunSettings, cli_command  # noqa: E402
 from dashboard.ui import OUTPUTS  # noqa: E402
 
-PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-LOOPS = ("naive", "pipelined")
-
 
 def settings_for(model: str, mode: str, args: argparse.Namespace) -> RunSettings:
-    return RunSettings(prompt=PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
+    return RunSettings(prompt=DEFAULT_PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
                        static_cache=True, compile=mode, trials=args.trials)
 
 
