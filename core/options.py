@@ -197,3 +197,17 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     inductor_options_from_env(environ)
+
+
+STATIC_CACHE_BUCKET = 256  # a static cache's length is rounded up to a multiple of this (static_cache_length)
+
+
+class Cancelled(Exception):
+    """A run was asked to stop (by its caller, a cancel button, or a time limit)."""
+
+
+def static_cache_length(prompt_tokens: int, max_new_tokens: int, lag: int) -> int:
+    """The length of the static cache a run decodes in: prompt + new tokens + lag, rounded up to a multiple of
+    STATIC_CACHE_BUCKET, so that runs of nearby lengths share one cache and one compiled step."""
+    needed = prompt_tokens + max_new_tokens + lag
+    return -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
