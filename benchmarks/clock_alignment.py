@@ -1,9 +1,9 @@
-"""How well device spans land on the host clock: the real error of core.timeline's reference-event alignment.
+"""How well device spans land on the host clock: the real error of core.step_times's reference-event alignment.
 
     python benchmarks/clock_alignment.py --out clock_alignment.json            # 10 s drift run
     python benchmarks/clock_alignment.py --seconds 3 --events 200 --out a.json
 
-core.timeline puts a CUDA event on the host clock (perf_counter) as: the reference event's host time (the midpoint
+core.step_times puts a CUDA event on the host clock (perf_counter) as: the reference event's host time (the midpoint
 of [perf_counter before its record, perf_counter after its synchronize], taken with the device idle) plus
 `reference.elapsed_time(event)`. This script measures, with StepClock's own reference:
   reference  the width of that interval over many tries (half of it is the `clock_sync_error_ms` a run reports);
@@ -36,7 +36,7 @@ import torch
 
 from core.profiling import realtime_minus_perf_counter_ns
 from core.stats import percentile
-from core.timeline import StepClock
+from core.step_times import StepClock
 
 
 def describe(values_us: list[float]) -> dict[str, float]:

@@ -33,17 +33,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.options import LOOPS  # noqa: E402
+from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
 from core.run_schema import cli_command, request_from_values  # noqa: E402
 from core.stats import percentile  # noqa: E402
 from dashboard.ui import OUTPUTS, page_inputs  # noqa: E402
 
-PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
 
 
 def settings_for(model: str, mode: str, args: argparse.Namespace) -> Form:
-    return dict(prompt=PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
+    return dict(prompt=DEFAULT_PROMPT, model=model, max_new_tokens=args.max_new_tokens, ignore_eos=True,
                 cache="static", compile=mode, trials=args.trials)
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.bench import compare, deterministic_algorithms
 from core.generation import _forward_fn, _new_static_cache, encode_prompt
 from core.models import load_model
-from core.options import BenchRequest, GenerationOptions
+from core.options import BenchRequest, GenerationOptions, static_cache_length
 
 STARTED = time.monotonic()
 PROMPTS = ("Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -122,7 +122,7 @@ def teacher_forced_logits(loaded: Any, mode: str, tokens: list[int], prompt: Any
     """Prefill, then feed `tokens` one by one through the (compiled) forward; every step's last logits."""
     input_ids, mask = encode_prompt(loaded, prompt)
     width = input_ids.shape[1]
-    cache_len = -(-(width + len(tokens) + 1) // 256) * 256
+    cache_len = static_cache_length(width, len(tokens), lag=1)
     cache = _new_static_cache(loaded, cache_len)
     forward = _forward_fn(loaded, mode)
     full_mask = torch.ones(1, cache_len, dtype=torch.long, device=loaded.device)
@@ -189,7 +189,7 @@ def record_logits_in_every_step() -> None:
     """Make each decode step also copy its logits into a device buffer (graph-safe: one index_copy_ per step)."""
     from core import generation
 
-    original = generation.DecodeEngine.commit
+    original = generation.DecodeSetup.commit
     if getattr(original, "traced", False):
         return
 
@@ -198,11 +198,11 @@ def record_logits_in_every_step() -> None:
         if trace is None or trace.shape[1:] != logits.shape:
             rows = max(self.cache_len, 1024)
             trace = self.logit_trace = torch.zeros(rows, *logits.shape, dtype=torch.float32, device=logits.device)
-        trace.index_copy_(0, self.state.step, logits.float()[None])
+        trace.index_copy_(0, self.state.step_index, logits.float()[None])
         original(self, logits)
 
     commit.traced = True  # type: ignore[attr-defined]
-    generation.DecodeEngine.commit = commit
+    generation.DecodeSetup.commit = commit
 
 
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
@@ -242,8 +242,8 @@ def trace_runs(args: argparse.Namespace, loaded: Any, mode: str, options: dict, 
         if args.interleave_hf and index:
             hf_generate(loaded, PROMPTS[0], GenerationOptions(**options))
         out = generate(loaded, PROMPTS[0], loop="naive", **options)
-        engine = next(e for key, e in loaded.engines.items() if key[3] == mode)
-        logits = engine.logit_trace[: args.max_new_tokens, 0].cpu()
+        setup = next(e for key, e in loaded.setups.items() if key[3] == mode)
+        logits = setup.logit_trace[: args.max_new_tokens, 0].cpu()
         tokens = out.token_ids[0]
         if reference is None:
             reference = (logits, tokens)

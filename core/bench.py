@@ -38,6 +38,7 @@ from core.options import (
     NO_CHECK,
     PIPELINED_AGAIN,
     BenchRequest,
+    Cancelled,
     GenerationOptions,
     check_tuning_environment,
     effective_options,
@@ -47,16 +48,12 @@ from core.pdl import pdl_in_effect
 from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
 from core.specs import DEFAULT_MODEL
 from core.stats import percentile, spread, verdict, verdict_sentence
-from core.timeline import StepClock, Timings
+from core.step_times import StepClock, Timings
 
 SCHEMA = "syncscope.bench/1"
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
 BenchEvent = dict[str, Any]
-
-
-class Cancelled(Exception):
-    """Raised inside a run when the caller asked it to stop."""
 
 
 def compare(
@@ -204,9 +201,10 @@ def _stoppable(listener: Callable[[TokenEvent], None] | None,
 
 
 def _warmup_entry(outcome: dict[str, Any], began_s: float, origin_s: float) -> dict[str, Any]:
-    """The untimed first run: its engine warm-up (compile, capture) and then one whole run, `wall_ms` in all."""
+    """The untimed first run: setting up its decode shape (`setup_ms`: compile, capture) and then one whole run,
+    `wall_ms` in all. Reports written before the decode setup had its name call `setup_ms` "engine_warmup_ms"."""
     timings = outcome["timings"]
-    return {"total_ms": timings["total_ms"], "engine_warmup_ms": timings["warmup_ms"],
+    return {"total_ms": timings["total_ms"], "setup_ms": timings["warmup_ms"],
             "compile_ms": timings["compile_ms"], "started_ms": (began_s - origin_s) * 1000,
             "wall_ms": (time.perf_counter() - began_s) * 1000}
 
@@ -470,22 +468,14 @@ def format_table(report: dict[str, Any]) -> str:
             f"{_pct(s['spread'], 1):>7} {_num(s['ttft_ms']):>8} "
             f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
             f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
-            f"{_sameness(report, name):>5}")
+            f"{identity.sameness(report, name):>5}")
     rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
     if report.get("verdict"):
         rows.append(verdict_sentence(report["verdict"]))
-    note = identity.footnote(report.get("identity"))
+    note = identity.difference_note(report)
     if note:
         rows.append(note)
-    elif not all(report["self_consistent"].values()):
-        rows.append("NO*: this contestant's own trials differ from each other")
     return "\n".join(rows)
-
-
-def _sameness(report: dict[str, Any], name: str) -> str:
-    if report["identical"][name]:
-        return "yes"
-    return "NO" if report["self_consistent"][name] else "NO*"
 
 
 def _num(value: float | None, digits: int = 1) -> str:

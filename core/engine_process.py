@@ -133,13 +133,13 @@ class EngineCore:
         if self.loaded is None:
             raise ValueError("no model is loaded")
         batcher = EventBatcher(self.send, job, stream=self.leader)
-        engines_before = set(self.loaded.engines)
+        setups_before = set(self.loaded.setups)
         try:
             report = compare(self.loaded, request, on_event=batcher, should_stop=self._stop_check(job))
         except BaseException:
-            # An engine built by a failed run (an out-of-memory batch, say) would keep its buffers alive.
-            for key in set(self.loaded.engines) - engines_before:
-                del self.loaded.engines[key]
+            # A decode setup built by a failed run (an out-of-memory batch, say) would keep its buffers alive.
+            for key in set(self.loaded.setups) - setups_before:
+                del self.loaded.setups[key]
             raise
         finally:
             batcher.flush()
@@ -158,7 +158,7 @@ class EngineCore:
 
     def _guarded(self, job: int, work: Callable[[], None]) -> None:
         """Run a job; whatever it raises becomes one message, sent only after the failed run's memory is back."""
-        from core.bench import Cancelled
+        from core.options import Cancelled
 
         outcome: dict[str, Any] | None = None
         try:

@@ -7,7 +7,7 @@ them `lag` steps later, so the host keeps the device's queue full. Steps it comp
 are discarded. Everything else (prefill, the decode step, cache, compile, sampling, stop rules) is shared.
 The one step the pipelined loop waits for is prefill: it reads the first token as soon as that copy lands, before
 queuing step 1 (on a GPU the device idles for one launch gap, once per run), so its time to first token is naive's
-and both loops' decode phase (core.timeline) starts at the same point: the first token known, step 1 not yet queued.
+and both loops' decode phase (core.step_times) starts at the same point: the first token known, step 1 not yet queued.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.identity import STATIC_CACHE_BUCKET
 from core.models import LoadedModel
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
@@ -32,10 +31,11 @@ from core.options import (
     inductor_options_from_env,
     is_int,
     require,
+    static_cache_length,
 )
 from core.parallel import gather_device_spans
 from core.pdl import pdl_inductor_options
-from core.timeline import StepClock, Timings
+from core.step_times import StepClock, Timings
 
 WARMUP_STEPS = 4
 
@@ -112,13 +112,13 @@ def run(
     options = _adapt_to_device(loaded, options, notices)
     input_ids, attention_mask = encode_prompt(loaded, prompt)
     _check_length(loaded, input_ids.shape[1], options.max_new_tokens)
-    engine = _engine_for(loaded, input_ids.shape, options)
-    warmup_ms = engine.warm_up(input_ids, attention_mask, options) if not engine.warmed else 0.0
+    setup = _setup_for(loaded, input_ids.shape, options)
+    warmup_ms = setup.warm_up(input_ids, attention_mask, options) if not setup.warmed else 0.0
     with torch.inference_mode():
-        kept, computed, clock = _timed_run(engine, input_ids, attention_mask, options, on_tokens)
-    token_ids = cut_at_eos(engine.state.out[:kept].T.tolist(), [] if options.ignore_eos else engine.eos_ids_list)
+        kept, computed, clock = _timed_run(setup, input_ids, attention_mask, options, on_tokens)
+    token_ids = cut_at_eos(setup.state.out[:kept].T.tolist(), [] if options.ignore_eos else setup.eos_ids_list)
     timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
-                            warmup_ms=warmup_ms, compile_ms=engine.take_compile_ms(warmup_ms),
+                            warmup_ms=warmup_ms, compile_ms=setup.take_compile_ms(warmup_ms),
                             rows=len(token_ids))
     timings.rank_device_spans = gather_device_spans(clock.t0, timings.device_start_ms, timings.device_end_ms)
     if options.loop == NO_CHECK:
@@ -208,7 +208,7 @@ class DecodeState:
     unfinished: torch.Tensor  # [B] bool
     record: torch.Tensor      # [max_steps, B + 1]: each step's tokens, then its stop flag (all finished)
     mask: torch.Tensor        # [B, cache length] attention mask: prompt padding, then ones
-    step: torch.Tensor        # [1] index of the step being computed, kept on the device for CUDA graphs
+    step_index: torch.Tensor  # [1] index of the step being computed, kept on the device for CUDA graphs
 
     @classmethod
     def allocate(cls, batch: int, mask_len: int, out_rows: int, device: torch.device) -> DecodeState:
@@ -216,7 +216,7 @@ class DecodeState:
             return torch.zeros(*shape, dtype=dtype, device=device)
 
         return cls(tokens=zeros(batch), positions=zeros(batch), unfinished=zeros(batch, dtype=torch.bool),
-                   record=zeros(out_rows, batch + 1), mask=zeros(batch, mask_len), step=zeros(1))
+                   record=zeros(out_rows, batch + 1), mask=zeros(batch, mask_len), step_index=zeros(1))
 
     @property
     def out(self) -> torch.Tensor:
@@ -236,11 +236,12 @@ class DecodeState:
         self.unfinished.fill_(True)
         self.mask.fill_(1)
         self.mask[:, : attention_mask.shape[1]] = attention_mask
-        self.step.zero_()
+        self.step_index.zero_()
 
 
-class DecodeEngine:
-    """The shared parts of both loops for one (batch, cache, compile) shape: cache, forward, step, warm-up."""
+class DecodeSetup:
+    """What decoding one input shape needs, shared by both loops: for one (batch, cache, compile) shape, the cache,
+    the (compiled) forward and step, the device buffers, and the warm-up that builds them."""
 
     def __init__(self, loaded: LoadedModel, batch: int, cache_len: int, options: GenerationOptions):
         self.loaded = loaded
@@ -264,7 +265,7 @@ class DecodeEngine:
         self.reusables: dict = {}  # events and pinned buffers, allocated once per shape and reused across runs
 
     def take_compile_ms(self, warmup_ms: float) -> float:
-        """The first warm-up of a compiled engine is its compile time; report it once."""
+        """The first warm-up of a compiled shape is its compile time; report it once."""
         if self._compile_ms_pending and warmup_ms > 0:
             self._compile_ms_pending = False
             return warmup_ms
@@ -318,16 +319,16 @@ class DecodeEngine:
                             cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         self.commit(logits)
 
-    def decode(self, step: int, cache: Any) -> None:
-        """Step >= 1: feed the previous tokens, pick the next ones (one graph launch in step-graph mode)."""
+    def decode(self, index: int, cache: Any) -> None:
+        """Step `index` >= 1: feed the previous tokens, pick the next ones (one graph launch in step-graph mode)."""
         if self.step_graph is not None:
-            self.step_graph.run(lambda: self.decode_body(step, cache), self.graph_key)
+            self.step_graph.replay(lambda: self.decode_body(index, cache), self.graph_key)
         else:
-            self.decode_body(step, cache)
+            self.decode_body(index, cache)
 
-    def decode_body(self, step: int, cache: Any) -> None:
+    def decode_body(self, index: int, cache: Any) -> None:
         state = self.state
-        kv_len = self.cache_len if self.static_cache is not None else self.prompt_width + step
+        kv_len = self.cache_len if self.static_cache is not None else self.prompt_width + index
         logits = self.forward(input_ids=state.tokens[:, None], attention_mask=state.mask[:, :kv_len],
                               position_ids=state.positions[:, None], cache=cache, use_cache=True,
                               logits_to_keep=1).logits[:, -1]
@@ -335,7 +336,7 @@ class DecodeEngine:
         self.commit(logits)
 
     def commit(self, logits: torch.Tensor) -> None:
-        """Pick the next tokens, pad finished rows, write out[step] and done[step]: no host sync anywhere."""
+        """Pick the next tokens, pad finished rows, write this step's out and done rows: no host sync anywhere."""
         state, options = self.state, self.options
         if self.argmax is not None and not options.do_sample:
             tokens = self.argmax(logits)
@@ -347,9 +348,9 @@ class DecodeEngine:
             state.unfinished &= ~(tokens[:, None] == self.eos_ids).any(dim=1)
         # Tokens and stop flag share one row, so the pipelined loop moves them with a single copy.
         finished = state.unfinished.any().logical_not().long()
-        state.record.index_copy_(0, state.step, torch.cat((tokens, finished[None]))[None])
+        state.record.index_copy_(0, state.step_index, torch.cat((tokens, finished[None]))[None])
         state.tokens.copy_(tokens)
-        state.step.add_(1)
+        state.step_index.add_(1)
 
 
 def select_next_tokens(logits: torch.Tensor, options: GenerationOptions, generator: Any) -> torch.Tensor:
@@ -469,14 +470,15 @@ def _mark_steps(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
-def _engine_for(loaded: LoadedModel, shape: torch.Size, options: GenerationOptions) -> DecodeEngine:
+def _setup_for(loaded: LoadedModel, shape: torch.Size, options: GenerationOptions) -> DecodeSetup:
+    """The decode setup of this input shape, built on first use and kept on `loaded` for later runs."""
     batch, width = shape
-    needed = width + options.max_new_tokens + options.lag
-    cache_len = -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET if options.cache == "static" else 0
+    static = options.cache == "static"
+    cache_len = static_cache_length(width, options.max_new_tokens, options.lag) if static else 0
     key = (batch, options.cache, cache_len, options.compile)
-    if key not in loaded.engines:
-        loaded.engines[key] = DecodeEngine(loaded, batch, cache_len, options)
-    return loaded.engines[key]
+    if key not in loaded.setups:
+        loaded.setups[key] = DecodeSetup(loaded, batch, cache_len, options)
+    return loaded.setups[key]
 
 
 class StepGraph:
@@ -484,7 +486,7 @@ class StepGraph:
 
     The first call runs the step eagerly twice on a side stream (compiling and warming the kernels), then
     captures it; every later call is a single `replay()`, so the host launches once per step. The graph points
-    at the engine's persistent buffers and static cache, which every run refills in place.
+    at the decode setup's persistent buffers and static cache, which every run refills in place.
     """
 
     WARM_RUNS = 2
@@ -499,7 +501,7 @@ class StepGraph:
     def needs_capture(self, key: tuple) -> bool:
         return self.graph is None or key != self.key
 
-    def run(self, body: Callable[[], None], key: tuple) -> None:
+    def replay(self, body: Callable[[], None], key: tuple) -> None:
         """Replay; capture first when nothing is captured yet or the step's baked-in choices changed."""
         if self.needs_capture(key):
             self.graph = None
@@ -535,7 +537,7 @@ def _synchronize(device: torch.device) -> None:
 
 @dataclass
 class _LoopContext:
-    engine: DecodeEngine
+    setup: DecodeSetup
     cache: Any
     clock: StepClock
     on_tokens: Callable[[TokenEvent], None] | None
@@ -544,12 +546,13 @@ class _LoopContext:
     mirror: HostMirror | None = None
     finished_rows: set[int] = field(default_factory=set)
 
-    def step(self, index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def queue_step(self, index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Queue step `index` (0: prefill) between the clock's two host marks; on the CPU this computes it."""
         self.clock.before_step(index)
         if index == 0:
-            self.engine.prefill(input_ids, attention_mask, self.cache)
+            self.setup.prefill(input_ids, attention_mask, self.cache)
         else:
-            self.engine.decode(index, self.cache)
+            self.setup.decode(index, self.cache)
         self.clock.after_step(index)
 
     def deliver(self, index: int, tokens: list[int]) -> None:
@@ -561,20 +564,20 @@ class _LoopContext:
 
 
 def _timed_run(
-    engine: DecodeEngine,
+    setup: DecodeSetup,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     options: GenerationOptions,
     on_tokens: Callable[[TokenEvent], None] | None,
 ) -> tuple[int, int, StepClock]:
     """One run of the chosen loop; returns (steps kept, steps computed, the clock)."""
-    clock = StepClock.for_run(engine, options.max_new_tokens)
+    clock = StepClock.for_run(setup, options.max_new_tokens)
     # Pinned buffers and events are set up before the clock starts, so their first allocation is never timed.
-    mirror = HostMirror.for_run(engine, options) if options.loop == "pipelined" else None
+    mirror = HostMirror.for_run(setup, options) if options.loop == "pipelined" else None
     clock.start()
-    cache = engine.begin(input_ids, attention_mask, options)
-    context = _LoopContext(engine=engine, cache=cache, clock=clock, on_tokens=on_tokens,
-                           eos_ids=frozenset(engine.eos_ids_list), ignore_eos=options.ignore_eos, mirror=mirror)
+    cache = setup.begin(input_ids, attention_mask, options)
+    context = _LoopContext(setup=setup, cache=cache, clock=clock, on_tokens=on_tokens,
+                           eos_ids=frozenset(setup.eos_ids_list), ignore_eos=options.ignore_eos, mirror=mirror)
     loop = {"naive": _naive_loop, "pipelined": _pipelined_loop, NO_CHECK: _no_check_loop}[options.loop]
     kept, computed = loop(context, input_ids, attention_mask, options)
     clock.stop()
@@ -583,9 +586,9 @@ def _timed_run(
 
 def _naive_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 options: GenerationOptions) -> tuple[int, int]:
-    state = ctx.engine.state
+    state = ctx.setup.state
     for index in range(options.max_new_tokens):
-        ctx.step(index, input_ids, attention_mask)
+        ctx.queue_step(index, input_ids, attention_mask)
         ctx.clock.waiting(index)
         # What a streamer does: one more sync (the one that blocks, when there is a streamer).
         tokens = state.out[index].tolist() if ctx.on_tokens is not None else None
@@ -606,10 +609,10 @@ def read_stop_flag(state: DecodeState, index: int) -> bool:
 def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     options: GenerationOptions) -> tuple[int, int]:
     mirror = ctx.mirror
-    mirror.state = ctx.engine.state
+    mirror.state = ctx.setup.state
     last = options.max_new_tokens
     for index in range(last):
-        ctx.step(index, input_ids, attention_mask)
+        ctx.queue_step(index, input_ids, attention_mask)
         mirror.send(index)
         # The first token is read as soon as prefill's copy lands, before step 1 is queued: the time to first token
         # is naive's, for the price of one wait (on a GPU, one launch gap before step 1) per run, not per step.
@@ -626,15 +629,15 @@ def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: t
                    options: GenerationOptions) -> tuple[int, int]:
     """Upper-bound baseline: all max_new_tokens steps, never asking whether generation is over."""
     for index in range(options.max_new_tokens):
-        ctx.step(index, input_ids, attention_mask)
+        ctx.queue_step(index, input_ids, attention_mask)
     ctx.clock.waiting(0)  # one wait for everything; each later step is read from what it brought back
-    _synchronize(ctx.engine.device)
-    done = ctx.engine.state.done[: options.max_new_tokens].tolist()
+    _synchronize(ctx.setup.device)
+    done = ctx.setup.state.done[: options.max_new_tokens].tolist()
     kept = next((i + 1 for i, flag in enumerate(done) if flag), options.max_new_tokens)
     for index in range(kept):
         if index:
             ctx.clock.waiting(index)
-        tokens = ctx.engine.state.out[index].tolist() if ctx.on_tokens is not None else None
+        tokens = ctx.setup.state.out[index].tolist() if ctx.on_tokens is not None else None
         ctx.clock.known(index)
         if tokens is not None:
             ctx.deliver(index, tokens)
@@ -670,11 +673,11 @@ class HostMirror:
         self.state: DecodeState = None  # type: ignore[assignment]
 
     @classmethod
-    def for_run(cls, engine: DecodeEngine, options: GenerationOptions) -> HostMirror:
-        key = ("mirror", options.max_new_tokens, engine.batch, options.streams)
-        mirror = engine.reusables.get(key)
+    def for_run(cls, setup: DecodeSetup, options: GenerationOptions) -> HostMirror:
+        key = ("mirror", options.max_new_tokens, setup.batch, options.streams)
+        mirror = setup.reusables.get(key)
         if mirror is None:
-            mirror = engine.reusables[key] = cls(engine.device, options.max_new_tokens, engine.batch,
+            mirror = setup.reusables[key] = cls(setup.device, options.max_new_tokens, setup.batch,
                                                   options.streams)
         return mirror
 

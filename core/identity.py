@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from core.options import static_cache_length
+
 REPRODUCIBLE_KEYS = 256  # the most keys over which bf16 attention was seen to be bitwise reproducible
-STATIC_CACHE_BUCKET = 256  # static caches are sized up to a multiple of this (core.generation uses the same)
 
 HALF_PRECISION_ATTENTION = "half-precision-attention"
 UNKNOWN = "unknown"
@@ -38,8 +39,7 @@ INDUCTOR_PDL = "inductor-pdl"
 def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
     """The most keys one decode step attends over: a static cache's full (bucketed) length, else prompt + output."""
     if options.cache == "static":
-        needed = prompt_width + options.max_new_tokens + options.lag
-        return -(-needed // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+        return static_cache_length(prompt_width, options.max_new_tokens, options.lag)
     return prompt_width + longest_output
 
 
@@ -91,6 +91,27 @@ def footnote(identity: dict[str, Any] | None) -> str | None:
     names = identity.get("drifting") or identity.get("differing") or []
     mark = "NO*" if identity.get("drifting") else "NO"
     return f"{mark} for {', '.join(names)}: {identity['reason']}"
+
+
+def sameness(report: dict[str, Any], name: str) -> str:
+    """A contestant's "same tokens" cell: yes; NO; or NO* when its own trials differ from each other (run-to-run
+    numerics, not the loop)."""
+    if (report.get("identical") or {}).get(name):
+        return "yes"
+    return "NO*" if (report.get("self_consistent") or {}).get(name) is False else "NO"
+
+
+def difference_note(report: dict[str, Any]) -> str | None:
+    """The line under a table that explains its NO and NO* cells: the identity section's footnote, else (a report
+    without one) which contestants disagree with their own trials; None when there is nothing to explain."""
+    note = footnote(report.get("identity"))
+    if note:
+        return note
+    drifting = [name for name, ok in (report.get("self_consistent") or {}).items() if ok is False]
+    if not drifting:
+        return None
+    why = "" if report.get("identity") else " (this report does not say why: it predates the identity check)"
+    return f"NO* for {', '.join(drifting)}: its own trials differ from each other{why}"
 
 
 def longest_row(token_ids_per_run: Sequence[Sequence[Sequence[int]]]) -> int:

@@ -43,7 +43,7 @@ class LoadedModel:
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
     all_reduce: str = ""  # how tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce)
     transforms: tuple[str, ...] = ()  # what prepare_for_decode changed in the model's modules
-    engines: dict = field(default_factory=dict, repr=False)
+    setups: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
     @property

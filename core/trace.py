@@ -4,7 +4,7 @@ One process per contestant; in each, a "runs" track (every warm-up and trial, pl
 "host" track (each step's queuing, each wait for the device, an instant when each step's tokens became known) and
 one track per device rank (each computed step's busy span, overshoot included, with the idle gap before it).
 Times are microseconds since the comparison began, on the host clock (device spans are put on it by
-core.timeline's reference event). Reports written before these fields existed give what they hold (host spans
+core.step_times's reference event). Reports written before these fields existed give what they hold (host spans
 where present, runs laid end to end) and a note in the metadata saying so; a reader never gets an exception.
 
 This module is torch-free: the dashboard server imports it.
@@ -74,17 +74,22 @@ def _run_starts(report: dict[str, Any]) -> dict[str, Any]:
     cursor, warmup_starts, run_starts = 0.0, {}, []
     for name, warmup in warmups.items():
         warmup_starts[name] = cursor
-        cursor += _warmup_ms(warmup)
+        cursor += _warmup_wall_ms(warmup)
     for run in runs:
         run_starts.append(cursor)
         cursor += float((run.get("timings") or {}).get("total_ms") or 0.0)
     return {"recorded": False, "warmup": warmup_starts, "runs": run_starts}
 
 
-def _warmup_ms(warmup: dict[str, Any]) -> float:
+def _warmup_wall_ms(warmup: dict[str, Any]) -> float:
     if "wall_ms" in warmup:
         return float(warmup["wall_ms"])
-    return float(warmup.get("engine_warmup_ms") or 0.0) + float(warmup.get("total_ms") or 0.0)
+    return float(_setup_ms(warmup) or 0.0) + float(warmup.get("total_ms") or 0.0)
+
+
+def _setup_ms(warmup: dict[str, Any]) -> Any:
+    """The warm-up's decode-setup time (compile, capture), under its old name in reports written before it had one."""
+    return warmup.get("setup_ms", warmup.get("engine_warmup_ms"))
 
 
 # ------------------------------------------------------------------------------------------------- events
@@ -104,8 +109,8 @@ def _contestant_events(pid: int, name: str, runs: list[tuple[int, dict[str, Any]
     for tid in (RUNS_TID, HOST_TID, *(DEVICE_TID + rank for rank in ranks)):
         yield _meta(pid, tid, "thread_sort_index", {"sort_index": tid})
     if warmup is not None and name in starts["warmup"]:
-        yield _span(pid, RUNS_TID, "warm-up (untimed)", "run", starts["warmup"][name], _warmup_ms(warmup),
-                    {"engine_warmup_ms": warmup.get("engine_warmup_ms"), "compile_ms": warmup.get("compile_ms")})
+        yield _span(pid, RUNS_TID, "warm-up (untimed)", "run", starts["warmup"][name], _warmup_wall_ms(warmup),
+                    {"setup_ms": _setup_ms(warmup), "compile_ms": warmup.get("compile_ms")})
     for index, run in runs:
         yield from _run_events(pid, run, starts["runs"][index])
 

@@ -11,8 +11,9 @@ metrics a sample did not read are None (the driver buffers utilization, power an
 *report* is the JSON of `python -m core.bench --json`.
 
 Figures are written as plain dicts and wrapped once. Plotly's per-property validation costs 10-100 ms per figure,
-and live charts are rebuilt in the process whose other thread is timing the decode loop, so it is off by default
-(`VALIDATE`); the tests build every figure with it on.
+and live charts are rebuilt many times while a run streams, in the server process, which shares the machine's cores
+with the engine process timing the decode loop; so it is off by default (`VALIDATE`), and the tests build every
+figure with it on.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from dashboard.reports import clock_of
+
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
 COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#bcbd22", "no-check": "#ff7f0e",
           "hf": "#1f77b4", "hf-deferred": "#9467bd"}
 DASHES = {"pipelined-again": "dash"}
 SHORT_LABELS = {"pipelined-again": "A/A", "hf-deferred": "hf-def"}  # span labels where the name does not fit
-LOOPS = ("naive", "pipelined")
 WARMUP_COLOR = "#9e9e9e"
 HEIGHT = 360
 MAX_POINTS = 20_000
@@ -319,16 +321,10 @@ def zero_based(values: Sequence[float], min_top: float) -> list[float]:
 
 # ------------------------------------------------------------------------------------------------ report charts
 
-def device_clock(report: dict[str, Any]) -> str:
-    """'cuda-events' when the loops were timed on the GPU clock, else 'host'."""
-    clocks = {r["timings"].get("clock") for r in report.get("runs", []) if r["contestant"] in LOOPS}
-    return "cuda-events" if clocks == {"cuda-events"} else "host"
-
-
 def step_latency_figure(report: dict[str, Any]) -> go.Figure:
     """Distribution of per-step latency of every contestant with per-step times, over all trials, on shared bins
     and a window that leaves far outliers out (and says how many)."""
-    gpu = device_clock(report) == "cuda-events"
+    gpu = clock_of(report) == "cuda-events"
     clock = "GPU clock, CUDA events" if gpu else "host clock: time between tokens known on the host"
     title = f"Per-step latency ({clock})"
     steps = {name: values for name in contestants(report)
@@ -384,7 +380,7 @@ def readable(value: float, digits: int = 3) -> str:
 
 def gap_figure(report: dict[str, Any]) -> go.Figure:
     """Per-step GPU idle gap of each contestant's median trial (CUDA events); on the CPU, host time per step."""
-    gpu = device_clock(report) == "cuda-events"
+    gpu = clock_of(report) == "cuda-events"
     key = "gpu_gap_ms" if gpu else "step_ms"
     title = ("GPU idle gap before each step (CUDA events, median trial)" if gpu else
              "Host time per step (host clock; no CUDA events on the CPU)")

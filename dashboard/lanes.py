@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from core.options import LOOPS
 from dashboard import charts
-from dashboard.charts import LOOPS, Spec, color
+from dashboard.charts import Spec, color
 
 TITLE = "Host and device, step by step"
 EMPTY_MESSAGE = "The timeline appears here after each loop's first trial."

@@ -15,7 +15,8 @@ import statistics
 import time
 from typing import Any
 
-from core.options import HF, LOOPS, NO_CHECK, adapt_to_device
+from core.identity import sameness
+from core.options import HF, LOOPS, NO_CHECK, adapt_to_device, is_int
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
 # The largest report Replay opens (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
@@ -48,18 +49,11 @@ def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
 def _spread(report: dict[str, Any], name: str, summary: dict[str, Any]) -> float | None:
     """The trial spread; None with one trial, where older reports wrote 0 for a spread that cannot be known."""
     trials = summary.get("trials")
-    if not isinstance(trials, int):
+    if not is_int(trials):
         trials = sum(1 for r in report.get("runs", []) if r.get("contestant") == name)
     if trials < 2:
         return None
     return summary.get("decode_spread") if summary.get("decode_spread") is not None else summary.get("spread")
-
-
-def sameness(report: dict[str, Any], name: str) -> str:
-    """yes; NO; or NO* when the contestant's own trials differ (run-to-run numerics, not the loop)."""
-    if report.get("identical", {}).get(name):
-        return "yes"
-    return "NO*" if report.get("self_consistent", {}).get(name) is False else "NO"
 
 
 def clock_of(report: dict[str, Any]) -> str:
@@ -274,7 +268,7 @@ SUMMARY_NUMBERS = ("trials", "tokens_per_s", "spread", "decode_tokens_per_s", "d
 TIMING_NUMBERS = ("total_ms", "ttft_ms", "tokens_per_s", "new_tokens", "kept_steps", "computed_steps",
                   "ms_per_token_p50", "ms_per_token_p95", "warmup_ms", "compile_ms", "ttft_gpu_ms",
                   "gpu_busy_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s", "overshoot_steps")
-WARMUP_NUMBERS = ("total_ms", "engine_warmup_ms", "compile_ms")
+WARMUP_NUMBERS = ("total_ms", "setup_ms", "engine_warmup_ms", "compile_ms")  # engine_warmup_ms: setup_ms's old name
 VERDICT_NUMBERS = ("trials", "ratio", "noise")
 SAMPLE_NUMBERS = ("t", "util_pct", "mem_used_mb", "power_w", "sm_clock_mhz")
 
@@ -292,7 +286,7 @@ def _check_report(report: dict[str, Any]) -> None:
         where = f"run {index}"
         _expect(isinstance(run, dict), f"{where} is not an object")
         _expect(_is_name(run.get("contestant")), f"{where} has no contestant name")
-        _expect(_is_int(run.get("trial")) and _is_int(run.get("order")), f"{where} has no whole trial/order number")
+        _expect(is_int(run.get("trial")) and is_int(run.get("order")), f"{where} has no whole trial/order number")
         timings = run.get("timings")
         _expect(isinstance(timings, dict), f"{where} has no timings")
         for key in ("tokens_per_s", "total_ms"):
@@ -379,8 +373,4 @@ def _is_number(value: Any) -> bool:
 
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) and bool(_NAME.fullmatch(value))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.identity import footnote
+from core.identity import difference_note
 from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
 from core.run_schema import cli_command, option_defaults
 from core.stats import verdict_sentence
@@ -452,14 +452,8 @@ def headline_md(report: dict[str, Any]) -> str:
 
 def identity_notes(report: dict[str, Any]) -> list[str]:
     """Why outputs differ, where the report can say (core.identity); a bare NO* where it cannot."""
-    note = footnote(report.get("identity"))
-    if note:
-        return [note]
-    drifting = [n for n, ok in (report.get("self_consistent") or {}).items() if ok is False]
-    if drifting:
-        return [f"NO* for {', '.join(drifting)}: its own trials differ from each other (this report does not say "
-                "why: it predates the identity check)"]
-    return []
+    note = difference_note(report)
+    return [note] if note else []
 
 
 def _table(report: dict[str, Any]) -> list[list[Any]]:

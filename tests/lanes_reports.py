@@ -9,7 +9,7 @@ Each run is simulated step by step, the way the loops run, with every time in ms
 - on the CPU there are no device spans: the host's step spans are the compute;
 - under TP every rank has its spans (rank 1 a few µs behind rank 0);
 - old reports have none of the new fields (as written before the contract).
-Derived fields (gpu_gap_ms, gpu_step_ms, step_ms, rates) are computed from the same spans, as core.timeline would.
+Derived fields (gpu_gap_ms, gpu_step_ms, step_ms, rates) are computed from the same spans, as core.step_times would.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def simulate(loop: str, kept: int, *, cpu: bool = False, lag: int = 1, seed: int
 
 def timings(loop: str, kept: int = 256, *, cpu: bool = False, ranks: int = 1, lag: int = 1, seed: int = 0,
             old: bool = False) -> dict[str, Any]:
-    """A run's timings as core.timeline.Timings.to_dict writes them, with the contract's fields (none if `old`)."""
+    """A run's timings as core.step_times.Timings.to_dict writes them, with the contract's fields (none if `old`)."""
     s = simulate(loop, kept, cpu=cpu, lag=lag, seed=seed)
     computed = len(s.queued)
     total = max(s.known[-1], s.queued[-1] if cpu else s.dev_end[-1]) + 0.05

@@ -182,11 +182,11 @@ def test_compile_on_cpu_falls_back_visibly(tiny):
     assert result.token_ids == [free_run(tiny, PROMPT, 4)[0][: len(result.token_ids[0])]]
 
 
-def test_engine_reused_across_runs(tiny):
-    before = len(tiny.engines)
+def test_decode_setup_reused_across_runs(tiny):
+    before = len(tiny.setups)
     generate(tiny, PROMPT, max_new_tokens=5, cache="static")
     first = generate(tiny, PROMPT, max_new_tokens=5, cache="static")
-    assert len(tiny.engines) <= before + 1
+    assert len(tiny.setups) <= before + 1
     assert first.timings.warmup_ms == 0.0
 
 
@@ -224,15 +224,15 @@ def test_step_graph_is_recaptured_when_baked_in_choices_change(tiny):
 
 
 def test_eos_tensor_kept_while_the_ids_stay_the_same(tiny):
-    before = set(tiny.engines)
+    before = set(tiny.setups)
     generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=5)
-    engine = next(e for key, e in tiny.engines.items() if key[1] == "static" and e.eos_ids_list == [5]
-                  and (key not in before or e.prompt_width))
-    kept = engine.eos_ids
+    setup = next(s for key, s in tiny.setups.items() if key[1] == "static" and s.eos_ids_list == [5]
+                 and (key not in before or s.prompt_width))
+    kept = setup.eos_ids
     generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=5)
-    assert engine.eos_ids is kept
+    assert setup.eos_ids is kept
     generate(tiny, PROMPT, max_new_tokens=3, cache="static", eos_token_id=[5, 6])
-    assert engine.eos_ids is not kept and engine.eos_ids.tolist() == [5, 6]
+    assert setup.eos_ids is not kept and setup.eos_ids.tolist() == [5, 6]
 
 
 @pytest.mark.parametrize("lag", [1, 3])

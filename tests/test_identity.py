@@ -11,8 +11,10 @@ from core.identity import (
     INDUCTOR_PDL,
     UNKNOWN,
     attended_keys,
+    difference_note,
     explain,
     footnote,
+    sameness,
 )
 
 BOTH = ("naive", "pipelined")
@@ -79,6 +81,18 @@ def test_the_cli_table_prints_the_reason(tiny):
     report = build_report(tiny, request, runs, warmups={})
     assert report["identity"]["cause"] == UNKNOWN  # tiny-random runs in fp32 on the CPU: nothing measured
     assert "NO* for pipelined: the same code gave different tokens" in format_table(report)
+
+
+def test_one_note_explains_the_no_star_cells_of_new_and_old_reports():
+    report = {"identical": {"naive": True, "pipelined": False}, "self_consistent": {"naive": True, "pipelined": False},
+              "identity": drifting_pipelined()}
+    assert [sameness(report, name) for name in BOTH] == ["yes", "NO*"]
+    assert difference_note(report) == footnote(report["identity"])
+    old = {key: value for key, value in report.items() if key != "identity"}  # from before the identity entry
+    assert difference_note(old) == ("NO* for pipelined: its own trials differ from each other (this report does not "
+                                    "say why: it predates the identity check)")
+    assert difference_note({"self_consistent": {"naive": True}}) is None
+    assert sameness({}, "naive") == "NO"  # a report that says nothing about it is not called self-inconsistent
 
 
 def test_the_page_says_why_instead_of_a_bare_no():

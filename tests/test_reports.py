@@ -80,7 +80,8 @@ def test_a_report_with_the_schema_but_empty_sections_is_refused_in_one_line(save
 
 
 @pytest.mark.parametrize("path", [("summary", "naive", "decode_tokens_per_s"), ("summary", "pipelined", "ttft_ms"),
-                                  ("warmup", "naive", "compile_ms"), ("ratios", "pipelined/naive"),
+                                  ("warmup", "naive", "compile_ms"), ("warmup", "naive", "setup_ms"),
+                                  ("warmup", "naive", "engine_warmup_ms"), ("ratios", "pipelined/naive"),
                                   ("verdict", "ratio"), ("runs", 0, "timings", "decode_tokens_per_s")])
 def test_a_field_that_is_not_a_number_is_named(saved, path):
     damaged = copy.deepcopy(saved)

@@ -214,9 +214,15 @@ def test_an_old_report_gives_the_host_spans_and_a_note(report):
     for warmup in old["warmup"].values():
         warmup.pop("started_ms")
         warmup.pop("wall_ms")
+        warmup["engine_warmup_ms"] = warmup.pop("setup_ms")  # setup_ms's name in older reports
     trace = chrome_trace(old)
     tracks = check_trace_format(trace)
     assert trace["metadata"]["note"] == OLD_REPORT_NOTE
+    warmups = [e for spans in tracks.values() for e in spans if e["name"] == "warm-up (untimed)"]
+    entries = old["warmup"].values()
+    assert sorted(e["args"]["setup_ms"] for e in warmups) == sorted(w["engine_warmup_ms"] for w in entries)
+    assert sorted(e["dur"] for e in warmups) == pytest.approx(
+        sorted((w["engine_warmup_ms"] + w["total_ms"]) * 1000 for w in entries), abs=0.01)
     assert any(e["cat"] == "host.step" for spans in tracks.values() for e in spans)
     assert not any(e["cat"] == "host.wait" for spans in tracks.values() for e in spans)
     check_trace_format(chrome_trace({}))  # nothing at all: still a trace

@@ -40,13 +40,14 @@ class Timings:
     ms_per_token_p95: float | None
     host_queued_ms: list[float]     # per computed step: when the host finished queuing it (from the start)
     host_known_ms: list[float]      # per kept step: when its tokens were known on the host
-    warmup_ms: float = 0.0          # untimed warm-up before this run (0 when the engine was already warm)
+    warmup_ms: float = 0.0          # untimed warm-up before this run (0 when this shape was already warm)
     compile_ms: float = 0.0         # the part of the warm-up that compiled (first run of a compiled shape)
     ttft_gpu_ms: float | None = None        # device: prefill start to the first token computed
     gpu_step_ms: list[float] = field(default_factory=list)   # device span of each kept step
     gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
-    # Share of the device timeline inside a step's span. A span includes any wait for the host *within* the step
-    # (eager mode launches kernels one by one), so this measures the waits between steps, not every idle moment.
+    # Share of the device's time from the first step's start to the last one's end spent inside a step's span. A span
+    # includes any wait for the host *within* the step (eager mode launches kernels one by one), so this measures the
+    # waits between steps, not every idle moment.
     gpu_busy_fraction: float | None = None
     # The decode phase: tokens after each sequence's first, over the host time after the first token was known.
     # Prefill is shared code, so this is where the loops differ; None where the first token is not observed apart.
@@ -54,7 +55,7 @@ class Timings:
     decode_tokens: int | None = None
     decode_ms: float | None = None
     decode_tokens_per_s: float | None = None
-    # The timeline (all ms since this run's start, host clock; see the module docstring for the device spans).
+    # When each step happened: ms since this run's start, on the host clock (device spans: see the module docstring).
     host_step_start_ms: list[float] = field(default_factory=list)  # per computed step: the host began queuing it
     host_wait_start_ms: list[float] = field(default_factory=list)  # per kept step: the host began blocking for it
     device_start_ms: list[float] = field(default_factory=list)     # per computed step (overshoot included)
@@ -95,12 +96,13 @@ class StepClock:
         self.end_reference_error_s = 0.0
 
     @classmethod
-    def for_run(cls, engine: Any, max_steps: int) -> StepClock:
-        """Event objects are reused across runs of one engine: creating hundreds per run would cost host time."""
+    def for_run(cls, setup: Any, max_steps: int) -> StepClock:
+        """Event objects are reused across runs of one decode setup (core.generation.DecodeSetup): creating
+        hundreds per run would cost host time."""
         key = ("clock", max_steps)
-        clock = engine.reusables.get(key)
+        clock = setup.reusables.get(key)
         if clock is None:
-            clock = engine.reusables[key] = cls(engine.device, max_steps)
+            clock = setup.reusables[key] = cls(setup.device, max_steps)
         return clock
 
     def start(self) -> None:
@@ -147,7 +149,7 @@ class StepClock:
             host_wait_start_ms=self._since_start(self.wait_started[:kept_steps]),
         )
         if self.cuda:
-            self._add_device_timeline(timings, kept_steps)
+            self._add_device_step_times(timings, kept_steps)
             self._add_device_spans(timings, computed_steps)
         else:
             timings.step_ms = [b - a for a, b in itertools.pairwise(known)]
@@ -178,7 +180,7 @@ class StepClock:
         bound_ms = (self.reference_error_s + self.end_reference_error_s) * 1000
         return host_ms / device_ms if device_ms > 100 * bound_ms else 1.0
 
-    def _add_device_timeline(self, timings: Timings, kept: int) -> None:
+    def _add_device_step_times(self, timings: Timings, kept: int) -> None:
         starts, ends = self.starts[:kept], self.ends[:kept]
         timings.ttft_gpu_ms = starts[0].elapsed_time(ends[0])
         timings.gpu_step_ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
