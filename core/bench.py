@@ -41,6 +41,7 @@ from core.options import (
     NO_CHECK,
     PIPELINED_AGAIN,
     BenchRequest,
+    Cancelled,
     GenerationOptions,
     check_tuning_environment,
     effective_options,
@@ -55,10 +56,6 @@ SCHEMA = "syncscope.bench/1"
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
 BenchEvent = dict[str, Any]
-
-
-class Cancelled(Exception):
-    """Raised inside a run when the caller asked it to stop."""
 
 
 def compare(
@@ -558,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
     if args.tp > 1 and "WORLD_SIZE" not in os.environ:
-        from core.parallel_launch import run_ranks
+        from engine.ranks import run_ranks
 
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:])
     return run_bench(args, request)

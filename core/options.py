@@ -197,3 +197,7 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     inductor_options_from_env(environ)
+
+
+class Cancelled(Exception):
+    """A run was asked to stop (by its caller, a cancel button, or a time limit)."""
