@@ -7,7 +7,7 @@ host) and hands one token event per step to a channel; a consumer process reads 
 wall time against the same loop with no channel, as extra microseconds per step. Channels:
   none          the baseline
   pipe-each     one Connection.send per token (what the engine would do without batching)
-  pipe-batched  events appended to a list, one Connection.send every 50 ms (what core.engine_process does)
+  pipe-batched  events appended to a list, one Connection.send every 50 ms (what engine.process does)
   queue-each    multiprocessing.Queue.put per token (its feeder thread pickles and writes: a second thread
                 competing for the GIL in the decode process)
   shm-ring      a shared-memory ring of token ids and a write index (no pickling; the consumer polls)

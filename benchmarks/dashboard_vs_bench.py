@@ -121,6 +121,8 @@ def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go:
     """One client doing what the page does: submit /run, receive every streamed update, keep the report."""
     from gradio_client import Client
 
+    from dashboard.reports import parse_report  # the page saves the report inside its own document
+
     client = Client(url, verbose=False)
     go.wait()
     started = time.perf_counter()
@@ -130,7 +132,7 @@ def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go:
         updates += 1
     final = dict(zip(OUTPUTS, job.outputs()[-1]))
     results[name] = {"updates": updates + 1, "client_wall_s": time.perf_counter() - started,
-                     "status": final["status"], "report": json.loads(Path(final["report_file"]).read_text())
+                     "status": final["status"], "report": parse_report(Path(final["report_file"]).read_bytes())
                      if final.get("report_file") else None}
 
 

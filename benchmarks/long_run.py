@@ -58,7 +58,7 @@ def main() -> int:
     runner.close()
     after_first = samples[1:]
     result = {
-        "model": args.model, "device": loaded["device"],
+        "model": args.model, "device": loaded.device,
         "compile": args.compile, "runs": args.runs, "max_new_tokens": args.max_new_tokens,
         "wall_s": time.perf_counter() - t0, "start": start, "after_first_run": samples[0], "end": samples[-1],
         "peak_server_rss_mib": max(s["server_rss_mib"] for s in samples),

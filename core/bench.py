@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
     if args.tp > 1 and "WORLD_SIZE" not in os.environ:
-        from core.parallel_launch import run_ranks
+        from engine.ranks import run_ranks
 
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:])
     return run_bench(args, request, notices)

@@ -79,7 +79,7 @@ class Sample(NamedTuple):
 
 
 class Reader(Protocol):
-    kind: str
+    source: str
     gpus: list[int]
 
     def read(self) -> list[Sample]: ...
@@ -141,7 +141,7 @@ class NvmlReader:
     """Reads the GPUs it can open among `indices`; every NVML call in its own try, so one unsupported query does
     not hide the others."""
 
-    kind = NVML
+    source = NVML
 
     def __init__(self, nvml: ModuleType, indices: Sequence[int]):
         self.nvml = nvml
@@ -276,7 +276,7 @@ class CpuReader:
     """CPU use and resident memory: of the processes `pids()` names (the engine's ranks, where the model lives and
     runs), summed; without `pids`, machine-wide CPU and this process's memory. CPU % is of all cores (0-100)."""
 
-    kind = CPU
+    source = CPU
 
     def __init__(self, reason: str = "no NVML", pids: Callable[[], list[int]] | None = None) -> None:
         import psutil
@@ -399,14 +399,14 @@ class GpuMonitor:
         self._open = False
 
     @property
-    def kind(self) -> str:
-        """'nvml' when at least one NVIDIA GPU is read, 'cpu' for the fallback."""
-        return self._reader.kind if self._reader else CPU
+    def source(self) -> str:
+        """Where the samples come from: 'nvml' when at least one NVIDIA GPU is read, 'cpu' for the fallback."""
+        return self._reader.source if self._reader else CPU
 
     @property
     def available(self) -> bool:
         """True when an NVIDIA GPU is being read."""
-        return self.kind == NVML
+        return self.source == NVML
 
     @property
     def description(self) -> str:

@@ -349,4 +349,3 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     inductor_options_from_env(environ)
-

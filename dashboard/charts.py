@@ -4,7 +4,7 @@ A *timeline* is what the page builds while a run streams, and `dashboard.reports
 for a saved report:
     {"series": {name: {"t": [...], "tokens_per_s": [...]}},            # None in both lists separates trials
      "spans": [{"contestant", "phase" ("warmup"|"trial"), "trial", "t0", "t1"}],
-     "monitor": {"kind" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
+     "monitor": {"source" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
                  "power_w", "sm_clock_mhz"}]}}
 with every time in seconds since the run started. A sample's "gpu" is its NVML index (None on the CPU fallback);
 metrics a sample did not read are None (the driver buffers utilization, power and clock at their own times). A
@@ -27,7 +27,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dashboard.reports import clock_of
+from dashboard.reports import SavedReport, clock_of, split_report
 
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
 COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#bcbd22", "no-check": "#ff7f0e",
@@ -250,7 +250,7 @@ def device_figure(timeline: dict[str, Any]) -> go.Figure:
     samples = monitor.get("samples") or []
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
-    gpu = monitor.get("kind") == "nvml"
+    gpu = monitor.get("source") == "nvml"
     data, ranges = _device_traces(samples, GPU_METRICS if gpu else CPU_METRICS)
     view = time_range(timeline)
     spans = timeline.get("spans") or []
@@ -433,9 +433,10 @@ def _subsample(values: list[float]) -> list[float]:
     return values[::stride]
 
 
-def all_figures(timeline: dict[str, Any], report: dict[str, Any] | None) -> tuple[go.Figure, ...]:
-    """The four charts of the page: tokens/s, device, step latency, idle gap."""
-    report = report or {}
+def all_figures(timeline: dict[str, Any], report: dict[str, Any] | SavedReport | None) -> tuple[go.Figure, ...]:
+    """The four charts of the page: tokens/s, device, step latency, idle gap (`report`: a report, or any document
+    the page saves one in)."""
+    report = split_report(report).report if report else {}
     return tokens_per_s_figure(timeline), device_figure(timeline), step_latency_figure(report), gap_figure(report)
 
 
@@ -445,6 +446,6 @@ def warm_up() -> None:
     sample = {"t": 0.0, "gpu": 0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
     run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
     timeline = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
-                "monitor": {"kind": "nvml", "samples": [sample]}}
+                "monitor": {"source": "nvml", "samples": [sample]}}
     for fig in all_figures(timeline, {"runs": [run]}):
         fig.to_json()

@@ -5,29 +5,43 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from core.options import BenchRequest
+from dashboard.reports import PageRecord
 
 QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
-LOAD, RUN = "load", "run"
+
+
+class Work(StrEnum):
+    """What a job asks of the engine (engine.protocol's Load and Compare)."""
+
+    LOAD = "load"
+    COMPARE = "compare"
+
+
+LOAD, COMPARE = Work.LOAD, Work.COMPARE
 
 
 @dataclass
 class Job:
-    """A model load or a comparison; `events` are the engine's bench events as (engine clock time, event)."""
+    """A model load or a comparison; `events` are the engine's bench events as (engine clock time, event).
+
+    `report` is core.bench's report exactly as the engine sent it; `page` is what the page itself saw of the run
+    (its live timeline, the device samples, its notices), kept apart so that each has one author."""
 
     id: int
-    kind: str  # LOAD or RUN
+    work: Work
     owner: str | None
     model: str | None
-    prompt: str | None = None
     request: BenchRequest | None = None
     notices: list[str] = field(default_factory=list)
     state: str = QUEUED
     error: str | None = None
     report: dict[str, Any] | None = None
+    page: PageRecord | None = None
     progress: str | None = None
     t0: float | None = None
     t_end: float | None = None

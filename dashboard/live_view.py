@@ -211,9 +211,9 @@ class LiveView:
     def _monitor(self, t0: float, end: float) -> dict[str, Any]:
         monitor = self.monitor
         if monitor is None:
-            return {"kind": "none", "description": "Utilization monitoring is off.", "samples": []}
+            return {"source": "none", "description": "Utilization monitoring is off.", "samples": []}
         samples = [{**s, "t": s["t"] - t0} for s in monitor.samples(since=t0 - 1.0) if s["t"] - t0 <= end + 0.5]
-        return {"kind": monitor.kind, "description": monitor.description, "samples": samples}
+        return {"source": monitor.source, "description": monitor.description, "samples": samples}
 
 
 def status_line(job: Job, ahead: int, phase: dict[str, Any] | None = None) -> str:
@@ -226,7 +226,7 @@ def status_line(job: Job, ahead: int, phase: dict[str, Any] | None = None) -> st
         return _running_line(job, phase)
     if job.state == DONE:
         took = (job.t_end or 0) - (job.t0 or 0)
-        return f"Loaded {job.model}." if job.kind == LOAD else f"Done in {took:.1f} s."
+        return f"Loaded {job.model}." if job.work == LOAD else f"Done in {took:.1f} s."
     if job.state == CANCELLED:
         return f"Cancelled: {job.error}" if job.error else "Cancelled."
     return f"Failed: {job.error}"

@@ -1,7 +1,13 @@
 """Reports as the page shows them: the summary table, the headline, run history rows, and replaying a saved report.
 
-A report is the JSON of `python -m core.bench --json` (reports saved from the page add a "dashboard" section with
-the live timeline and the NVML samples). Everything here reads plain data; nothing imports torch or gradio.
+A *report* is the JSON of `python -m core.bench --json`; the engine writes it and nothing here changes it. What the
+page itself saw of a run (its live timeline, the device samples, the form's notices, NVML means) is a PageRecord,
+kept next to the report. The page's download holds both, each under its own key (`page_report`):
+
+    {"schema": "syncscope.page-report/1", "report": <the report>, "page": <the PageRecord> or null}
+
+Replay opens that, a bare report, and the page's downloads from before (a report with a "dashboard" section).
+Everything here reads plain data; nothing imports torch or gradio.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import math
 import re
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.identity import sameness
@@ -24,17 +31,103 @@ _NAME = re.compile(r"[\w.+-]{1,64}")
 # room for per-step fields yet to come.
 MAX_REPORT_BYTES = 100 * 2**20
 RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
+BENCH_SCHEMA = "syncscope.bench/"  # the prefix of core.bench's report schema
+PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
+OLD_PAGE_SECTION = "dashboard"  # where the page's downloads up to 2026-11 kept its record, inside the report
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
 SUMMARY_HEADERS = ("contestant", "decode tok/s", "spread %", "same tokens", "end-to-end tok/s", "TTFT ms",
                    "ms/tok p50", "ms/tok p95", "GPU busy % (CUDA events)", "NVML util %", "idle gap ms", "compile ms")
 
 
+# ------------------------------------------------------------------------------------- the page's own record
+
+@dataclass(frozen=True)
+class PageRecord:
+    """What the page saw of one run, that core.bench's report cannot hold: the live timeline (seconds since the job
+    started), the device samples over it, the notices its settings gave, and each contestant's NVML means."""
+
+    t_end: float | None
+    series: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    monitor: dict[str, Any] = field(default_factory=lambda: _no_monitor())
+    notices: tuple[str, ...] = ()
+    nvml_by_contestant: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def of_run(cls, timeline: dict[str, Any], notices: list[str] | tuple[str, ...]) -> PageRecord:
+        """The record of a finished run, from its final live timeline (dashboard.live_view)."""
+        monitor = timeline.get("monitor") or _no_monitor()
+        spans = timeline.get("spans", [])
+        # On the CPU fallback the samples are the engine's CPU %, not NVML's: the NVML column gets a dash.
+        nvml = nvml_means(monitor.get("samples", []), spans) if monitor.get("source") == "nvml" else {}
+        return cls(t_end=timeline.get("t_end"), series=timeline.get("series", {}), spans=spans, monitor=monitor,
+                   notices=tuple(notices), nvml_by_contestant=nvml)
+
+    def timeline(self) -> dict[str, Any]:
+        """The chart data (dashboard.charts' timeline)."""
+        return {"t_end": self.t_end, "series": self.series, "spans": self.spans, "monitor": self.monitor}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.timeline(), "notices": list(self.notices), "nvml_by_contestant": self.nvml_by_contestant}
+
+    @classmethod
+    def from_json(cls, section: dict[str, Any]) -> PageRecord:
+        """A record from its JSON: the "page" of a page report, or an old report's "dashboard" section."""
+        monitor = dict(section.get("monitor") or _no_monitor())
+        if "source" not in monitor and "kind" in monitor:  # the old name of `source`
+            monitor["source"] = monitor.pop("kind")
+        return cls(t_end=section.get("t_end"), series=section.get("series") or {}, spans=section.get("spans") or [],
+                   monitor=monitor, notices=tuple(section.get("notices") or ()),
+                   nvml_by_contestant=section.get("nvml_by_contestant") or {})
+
+
+@dataclass(frozen=True)
+class SavedReport:
+    """A saved document as its two parts: core.bench's report, and the page's record (None when the page did not
+    make the file)."""
+
+    report: dict[str, Any]
+    page: PageRecord | None = None
+
+
+def page_report(report: dict[str, Any], page: PageRecord | None) -> dict[str, Any]:
+    """The document the page offers for download: the report (without the server's host name) and the page's
+    record, each under its own key."""
+    return {"schema": PAGE_REPORT_SCHEMA, "report": public_report(report),
+            "page": page.to_json() if page is not None else None}
+
+
+def split_report(document: dict[str, Any] | SavedReport) -> SavedReport:
+    """Any document this project writes (a report, a page report, an old page download) as its two parts."""
+    if isinstance(document, SavedReport):
+        return document
+    if document.get("schema") == PAGE_REPORT_SCHEMA:
+        page = document.get("page")
+        return SavedReport(document.get("report") or {}, PageRecord.from_json(page) if isinstance(page, dict)
+                           else None)
+    old = document.get(OLD_PAGE_SECTION)
+    if isinstance(old, dict):
+        report = {k: v for k, v in document.items() if k != OLD_PAGE_SECTION}
+        return SavedReport(report, PageRecord.from_json(old))
+    return SavedReport(document)
+
+
+def report_notices(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> list[str]:
+    """The notices a run's headline lists: the page's (what its settings became), then each run's, once each."""
+    saved = split_report(report)
+    page = page or saved.page
+    from_runs = (n for run in saved.report.get("runs", []) for n in run.get("notices", []))
+    return list(dict.fromkeys([*(page.notices if page else ()), *from_runs]))
+
+
 # ------------------------------------------------------------------------------------------------ summary
 
-def summary_rows(report: dict[str, Any]) -> list[list[Any]]:
+def summary_rows(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> list[list[Any]]:
     """One row per contestant, in SUMMARY_HEADERS order; None where a number does not exist or means nothing."""
-    nvml = (report.get("dashboard") or {}).get("nvml_by_contestant") or {}
+    saved = split_report(report)
+    report, page = saved.report, page or saved.page
+    nvml = page.nvml_by_contestant if page else {}
     rows = []
     for name, s in report.get("summary", {}).items():
         warm = report.get("warmup", {}).get(name, {})
@@ -186,13 +279,14 @@ def _pct(fraction: float | None) -> float | None:
 
 # ------------------------------------------------------------------------------- replaying a saved report
 
-def timeline_from_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Chart data for a saved report: the recorded timeline when the dashboard made it, else one rebuilt from
+def timeline_from_report(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> dict[str, Any]:
+    """Chart data for a saved report: the page's recorded timeline when the page made it, else one rebuilt from
     the per-step host timestamps, with the runs laid end to end in the order they ran."""
-    recorded = report.get("dashboard")
-    if isinstance(recorded, dict) and "series" in recorded and "spans" in recorded:
-        return {"t_end": recorded.get("t_end"), "series": recorded["series"], "spans": recorded["spans"],
-                "monitor": recorded.get("monitor") or _no_monitor()}
+    saved = split_report(report)
+    page = page or saved.page
+    if page is not None:
+        return page.timeline()
+    report = saved.report
     cursor, spans = 0.0, []
     series: dict[str, dict[str, list[float | None]]] = {}
     for name, warm in report.get("warmup", {}).items():
@@ -227,7 +321,7 @@ def _append_rates(target: dict[str, list[float | None]], timings: dict[str, Any]
 
 
 def _no_monitor() -> dict[str, Any]:
-    return {"kind": "none", "description": "No utilization samples in this report: core.bench does not record "
+    return {"source": "none", "description": "No utilization samples in this report: core.bench does not record "
                                            "them; reports saved from the dashboard do.", "samples": []}
 
 
@@ -237,10 +331,29 @@ def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
 
 
 def parse_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
-    """A complete report from JSON text; ValueError naming the first thing that is missing or wrong.
+    """The complete core.bench report in JSON text (a report, or a page's download of one): see open_report."""
+    return open_report(data, max_bytes).report
+
+
+def open_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> SavedReport:
+    """A complete report and the page's record of it (if the page saved it) from JSON text; ValueError naming the
+    first thing that is missing or wrong.
 
     Only parses: never opens paths. Every field the page reads is checked here, so a report that passes cannot
     break the charts or the table later."""
+    document = _json_document(data, max_bytes)
+    wrapped = document.get("schema") == PAGE_REPORT_SCHEMA
+    report = document.get("report") if wrapped else document
+    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(BENCH_SCHEMA):
+        raise ValueError("this JSON is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\"); "
+                         "write one with python -m core.bench ... --json results.json")
+    _check_report(report)
+    section = "page" if wrapped else OLD_PAGE_SECTION
+    _check_page_section(document.get("page") if wrapped else report.get(OLD_PAGE_SECTION), section)
+    return split_report(document)
+
+
+def _json_document(data: bytes | str, max_bytes: int) -> dict[str, Any]:
     if isinstance(data, bytes | bytearray):
         if len(data) > max_bytes:
             raise ValueError(too_large(len(data), max_bytes))
@@ -249,16 +362,15 @@ def parse_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> dict[s
         except UnicodeDecodeError:
             raise ValueError("the file is not UTF-8 text, so not a report written by core.bench --json") from None
     try:
-        report = json.loads(data)
+        document = json.loads(data)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ValueError("the file nests too deeply to be a report") from None
-    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("syncscope.bench/"):
+    if not isinstance(document, dict):
         raise ValueError("this JSON is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\"); "
                          "write one with python -m core.bench ... --json results.json")
-    _check_report(report)
-    return report
+    return document
 
 
 # Numbers the page reads (None where a number does not exist); other fields are left alone.
@@ -310,7 +422,6 @@ def _check_report(report: dict[str, Any]) -> None:
         _expect_numbers(warm, WARMUP_NUMBERS, f"warmup.{name}")
     _expect_numbers(report.get("ratios", {}), tuple(report.get("ratios", {})), "ratios")
     _check_verdict(report.get("verdict"))
-    _check_dashboard_section(report.get("dashboard"))
 
 
 def _check_verdict(verdict: Any) -> None:
@@ -322,31 +433,37 @@ def _check_verdict(verdict: Any) -> None:
         _expect(isinstance(verdict.get(key), str), f"verdict.{key} is not a name")
 
 
-def _check_dashboard_section(recorded: Any) -> None:
+def _check_page_section(recorded: Any, where: str) -> None:
+    """The page's record, as a page report's "page" or an old download's "dashboard" section (`where`)."""
     if recorded is None:
         return
-    _expect(isinstance(recorded, dict), "its 'dashboard' section is not an object")
-    _expect_numbers(recorded, ("t_end",), "dashboard")
-    for index, span in enumerate(recorded.get("spans", [])):
+    _expect(isinstance(recorded, dict), f"its {where!r} section is not an object")
+    _expect_numbers(recorded, ("t_end",), where)
+    spans = recorded.get("spans", [])
+    _expect(isinstance(spans, list), "the recorded spans are not a list")
+    for index, span in enumerate(spans):
         _expect(isinstance(span, dict) and _is_number(span.get("t0")) and isinstance(span.get("contestant"), str)
                 and span.get("phase") in ("warmup", "trial"), "a recorded span is malformed")
-        _expect_numbers(span, ("t1",), f"dashboard.spans[{index}]")
+        _expect_numbers(span, ("t1",), f"{where}.spans[{index}]")
     series = recorded.get("series", {})
     _expect(isinstance(series, dict) and all(isinstance(s, dict) and isinstance(s.get("t"), list)
                                              for s in series.values()), "a recorded tokens/s series is malformed")
     for name, line in series.items():
-        _expect_numbers(line, ("t", "tokens_per_s"), f"dashboard.series.{name}")
+        _expect_numbers(line, ("t", "tokens_per_s"), f"{where}.series.{name}")
     monitor = recorded.get("monitor") or {}
     _expect(isinstance(monitor, dict) and isinstance(monitor.get("samples", []), list)
             and all(isinstance(x, dict) and _is_number(x.get("t")) for x in monitor.get("samples", [])),
             "the recorded device samples are malformed")
     for index, sample in enumerate(monitor.get("samples", [])):
-        _expect_numbers(sample, SAMPLE_NUMBERS, f"dashboard.monitor.samples[{index}]")
+        _expect_numbers(sample, SAMPLE_NUMBERS, f"{where}.monitor.samples[{index}]")
+    notices = recorded.get("notices") or []
+    _expect(isinstance(notices, list) and all(isinstance(n, str) for n in notices),
+            f"its '{where}.notices' are not a list of sentences")
     nvml = recorded.get("nvml_by_contestant") or {}
     _expect(isinstance(nvml, dict) and all(isinstance(v, dict) for v in nvml.values()),
-            "its 'dashboard.nvml_by_contestant' section is malformed")
+            f"its '{where}.nvml_by_contestant' section is malformed")
     for name, means in nvml.items():
-        _expect_numbers(means, (*SAMPLE_NUMBERS[1:], "samples"), f"dashboard.nvml_by_contestant.{name}")
+        _expect_numbers(means, (*SAMPLE_NUMBERS[1:], "samples"), f"{where}.nvml_by_contestant.{name}")
 
 
 def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) -> None:

@@ -29,13 +29,17 @@ from core.run_schema import cli_command, option_defaults
 from core.stats import verdict_sentence
 from core.trace import chrome_trace
 from dashboard import charts, lanes
-from dashboard.jobs import FAILED, LOAD, LOADING, Job
+from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.reports import (
     MAX_REPORT_BYTES,
     SUMMARY_HEADERS,
+    PageRecord,
+    SavedReport,
     headline,
-    parse_report,
+    open_report,
+    page_report,
     public_report,
+    report_notices,
     summary_rows,
     timeline_from_report,
     too_large,
@@ -144,7 +148,7 @@ class Dashboard:
         if runner.model_spec:
             lines.append(f"**Model:** {plain(runner.public_name(runner.model_spec))} on "
                          f"{plain(runner.device_label())}.")
-        loading = [j for j in runner.pending() if j.kind == LOAD or j.state == LOADING]
+        loading = [j for j in runner.pending() if j.work == LOAD or j.state == LOADING]
         if loading:
             lines.append(f"**Loading model {plain(runner.public_name(loading[0].model))}…**")
         elif not runner.engine.hello_event.is_set() and not runner.engine_trouble:
@@ -285,8 +289,8 @@ class Dashboard:
         figures = charts.all_figures(snap, report)
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
         update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
-        update[c["headline"]] = headline_md(report) if report else ""
-        update[c["summary"]] = _table(report) if report else []
+        update[c["headline"]] = headline_md(report, job.page) if report else ""
+        update[c["summary"]] = _table(report, job.page) if report else []
         update[c["command"]] = self._command(job) if report else ""
         update[c["history"]] = self._history_table(owner)
         update[c["banner"]] = self.banner()
@@ -295,7 +299,7 @@ class Dashboard:
         csv_path, json_path = self._write_history(owner)
         update[c["csv"]] = csv_path
         update[c["json"]] = json_path
-        update[c["report_file"]] = self._write_report(owner, report) if report else None
+        update[c["report_file"]] = self._write_report(owner, report, job.page) if report else None
         update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
                                             else None)
         return update
@@ -303,14 +307,16 @@ class Dashboard:
     def enable_downloads(self, request: gr.Request) -> dict:
         """After a run: the buttons with something behind them become clickable."""
         job = self.runner.latest_run(self.owner(request))
-        return self._downloads(self.owner(request), job.report if job and job.done else None)
+        if job is None or not job.done:
+            return self._downloads(self.owner(request), None)
+        return self._downloads(self.owner(request), job.report, job.page)
 
-    def _downloads(self, owner: str, report: dict[str, Any] | None) -> dict:
+    def _downloads(self, owner: str, report: dict[str, Any] | None, page: PageRecord | None = None) -> dict:
         """The download buttons: enabled only when there is something to download."""
         c = self.c
         history = bool(self.runner.history(owner))
         csv_path, json_path = self._write_history(owner) if history else (None, None)
-        report_path = self._write_report(owner, report) if report else None
+        report_path = self._write_report(owner, report, page) if report else None
         trace_path = self._write_trace(owner, report) if report else None
         return {c["csv"]: gr.DownloadButton(value=csv_path, interactive=history),
                 c["json"]: gr.DownloadButton(value=json_path, interactive=history),
@@ -327,7 +333,7 @@ class Dashboard:
 
     def cancel(self, request: gr.Request) -> str:
         owner = self.owner(request)
-        jobs = [j for j in self.runner.pending() if j.owner == owner and j.kind == "run"]
+        jobs = [j for j in self.runner.pending() if j.owner == owner and j.work == COMPARE]
         if not jobs:
             return "Nothing to cancel."
         for job in jobs:
@@ -352,9 +358,9 @@ class Dashboard:
         json_path.write_text(self.runner.history_json(owner), encoding="utf-8")
         return str(csv_path), str(json_path)
 
-    def _write_report(self, owner: str, report: dict[str, Any]) -> str:
+    def _write_report(self, owner: str, report: dict[str, Any], page: PageRecord | None) -> str:
         path = self._owner_dir(owner) / "syncscope-report.json"
-        path.write_text(json.dumps(public_report(report), indent=1), encoding="utf-8")
+        path.write_text(json.dumps(page_report(report, page), indent=1), encoding="utf-8")
         return str(path)
 
     def _write_trace(self, owner: str, report: dict[str, Any]) -> str:
@@ -382,7 +388,7 @@ class Dashboard:
     def replay_upload(self, data: bytes | None) -> dict:
         if not data:
             return {self.r["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
-        return self._replay_guarded(lambda: parse_report(data, self.config.max_report_bytes), "the uploaded file",
+        return self._replay_guarded(lambda: open_report(data, self.config.max_report_bytes), "the uploaded file",
                                     "this file")
 
     def replay_refused(self, refusal: str) -> dict:
@@ -400,7 +406,7 @@ class Dashboard:
         path = self.config.replay_files.get(name or "")
         if path is None:
             return {self.r["status"]: "Choose one of the bundled results."}
-        return self._replay_guarded(lambda: parse_report(path.read_bytes()), name or "", name or "")
+        return self._replay_guarded(lambda: open_report(path.read_bytes()), name or "", name or "")
 
     def _replay_guarded(self, read: Any, source: str, called: str) -> dict:
         try:
@@ -411,16 +417,17 @@ class Dashboard:
             return {self.r["status"]: f"**Cannot show {plain(called)}:** it passed the format checks but could not "
                                       f"be drawn ({plain(type(exc).__name__)}: {plain(exc)})."}
 
-    def _replay(self, report: dict[str, Any], source: str) -> dict:
-        r = self.r
-        figures = charts.all_figures(timeline_from_report(report), report)
+    def _replay(self, saved: SavedReport, source: str) -> dict:
+        r, report = self.r, saved.report
+        figures = charts.all_figures(timeline_from_report(saved), report)
         env, model = report.get("environment", {}), report.get("model", {})
         where = env.get("gpu") or env.get("device") or "unknown device"
         tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
         status = (f"Showing {plain(source)}: {plain(model.get('spec', '?'))} on {plain(where)} "
                   f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(report.get('request', {}).get('trials', '?'))} "
                   f"trial(s), created {plain(report.get('created', '?'))}.")
-        update = {r["status"]: status, r["headline"]: headline_md(report), r["summary"]: _table(report)}
+        update = {r["status"]: status, r["headline"]: headline_md(report, saved.page),
+                  r["summary"]: _table(report, saved.page)}
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         note = lanes.lanes_note(report)
         update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
@@ -428,7 +435,7 @@ class Dashboard:
         return update
 
 
-def headline_md(report: dict[str, Any]) -> str:
+def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
     """The verdict first (decode phase, beyond noise or not), then end-to-end, TTFT, identity and the clock."""
     facts = headline(report)
     lines = [f"**{plain(verdict_sentence(facts['verdict']))}**" if facts["verdict"].get("ratio") else
@@ -444,7 +451,7 @@ def headline_md(report: dict[str, Any]) -> str:
     clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
     extra.append(f"steps timed on the {clock}")
     lines.append(" · ".join(extra))
-    notices = list((report.get("dashboard") or {}).get("notices") or [])
+    notices = report_notices(report, page)
     notices += identity_notes(report)
     lines += [f"Note: {plain(n)}" for n in notices]
     return "  \n".join(lines)
@@ -456,8 +463,8 @@ def identity_notes(report: dict[str, Any]) -> list[str]:
     return [note] if note else []
 
 
-def _table(report: dict[str, Any]) -> list[list[Any]]:
-    return [[_cell(v) for v in row] for row in summary_rows(report)]
+def _table(report: dict[str, Any], page: PageRecord | None = None) -> list[list[Any]]:
+    return [[_cell(v) for v in row] for row in summary_rows(report, page)]
 
 
 def _cell(value: Any) -> Any:
@@ -707,6 +714,6 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
 def _idle_monitor(runner: Runner) -> dict[str, Any]:
     monitor = runner.monitor
     if monitor is None:
-        return {"kind": "none", "description": "Utilization monitoring is off.", "samples": []}
-    return {"kind": monitor.kind, "description": f"{monitor.description} The chart fills during a run.",
+        return {"source": "none", "description": "Utilization monitoring is off.", "samples": []}
+    return {"source": monitor.source, "description": f"{monitor.description} The chart fills during a run.",
             "samples": []}

@@ -9,7 +9,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from core.models import load_model
+from engine.launch import free_port
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU (CUDA)")
@@ -84,12 +84,6 @@ def page_request(form: dict[str, Any], cuda: bool = False, limits: Any = None) -
     from dashboard.settings import LOCAL_LIMITS
 
     return request_from_values(form, limits=limits or LOCAL_LIMITS, deferred_with_hf=cuda)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_runner(**kwargs: Any) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
-from dashboard.reports import timeline_from_report
+from dashboard.reports import PageRecord, page_report, timeline_from_report
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +43,7 @@ def nvml_samples(n: int = 5, gpu: int | None = 0) -> list[dict]:
 
 
 def nvml(samples: list[dict], **timeline) -> dict:
-    return {"monitor": {"kind": "nvml", "description": "H200", "samples": samples}, **timeline}
+    return {"monitor": {"source": "nvml", "description": "H200", "samples": samples}, **timeline}
 
 
 def timings(clock: str, steps: list[float], gaps: list[float] | None = None, rate: float = 100.0) -> dict:
@@ -150,7 +150,7 @@ def test_the_busiest_charts_show_every_contestant_and_metric():
 
 def test_time_axis_shows_plain_seconds_and_at_least_one_second():
     samples = [{**s, "t": s["t"] * 1e-7} for s in nvml_samples()]
-    device = charts.device_figure({"monitor": {"kind": "cpu", "samples": samples}})
+    device = charts.device_figure({"monitor": {"source": "cpu", "samples": samples}})
     tokens = charts.tokens_per_s_figure({"series": {"naive": {"t": [1e-7, 2e-7], "tokens_per_s": [1.0, 2.0]}}})
     for axis in (device.layout.xaxis2, tokens.layout.xaxis):
         assert axis.exponentformat == "none" and axis.tickformat.endswith("f")
@@ -243,14 +243,14 @@ def test_each_metric_is_drawn_through_the_samples_that_have_it():
 
 def test_device_figure_without_gpu_says_so_and_shows_cpu():
     samples = [{**s, "gpu": None, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
-    fig = charts.device_figure({"monitor": {"kind": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
+    fig = charts.device_figure({"monitor": {"source": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
     assert names(fig) == ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
     assert "no NVIDIA GPU" in fig.layout.title.text
     assert fig.layout.yaxis3.range[0] == 0
 
 
 def test_device_figure_without_samples_shows_the_reason():
-    fig = charts.device_figure({"monitor": {"kind": "none", "description": "no samples in this report"}})
+    fig = charts.device_figure({"monitor": {"source": "none", "description": "no samples in this report"}})
     assert fig.layout.annotations[0].text == "no samples in this report"
 
 
@@ -360,22 +360,26 @@ def test_host_clock_is_labelled_as_such():
     assert "host clock" in gap.layout.title.text and list(gap.data[0].y) == [3.0, 4.0]
 
 
-@pytest.mark.parametrize("saved_from", ["bench", "dashboard"])
+@pytest.mark.parametrize("saved_from", ["bench", "page", "old page"])
 def test_real_reports_draw_all_four_charts(real_report, saved_from):
-    report = real_report
-    if saved_from == "dashboard":  # the page saves its live timeline and the monitor's samples with the report
-        samples = [{"t": 0.01 * i, "gpu": None, "util_pct": 30.0, "mem_used_mb": 900.0, "power_w": None,
-                    "sm_clock_mhz": None} for i in range(5)]
+    document = real_report
+    samples = [{"t": 0.01 * i, "gpu": None, "util_pct": 30.0, "mem_used_mb": 900.0, "power_w": None,
+                "sm_clock_mhz": None} for i in range(5)]
+    if saved_from == "page":  # the page saves its live timeline and the monitor's samples next to the report
+        page = PageRecord.of_run({**timeline_from_report(real_report),
+                                  "monitor": {"source": "cpu", "samples": samples}}, [])
+        document = json.loads(json.dumps(page_report(real_report, page)))
+    elif saved_from == "old page":  # up to 2026-11 it saved them inside the report, the monitor's source as "kind"
         recorded = {**timeline_from_report(real_report), "monitor": {"kind": "cpu", "samples": samples}}
-        report = {**real_report, "dashboard": recorded}
-    timeline = timeline_from_report(report)
-    tokens, device, steps, gap = charts.all_figures(timeline, report)
+        document = {**real_report, "dashboard": recorded}
+    timeline = timeline_from_report(document)
+    tokens, device, steps, gap = charts.all_figures(timeline, document)
     assert names(tokens) == ["naive", "pipelined"]
     assert names(steps) == ["naive", "pipelined"] and names(gap) == ["naive", "pipelined"]
     cpu_lines = ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
-    assert names(device) == (cpu_lines if saved_from == "dashboard" else [])
+    assert names(device) == (cpu_lines if saved_from != "bench" else [])
     assert tokens.layout.xaxis.range[1] >= charts.MIN_TIME_SPAN_S
-    every = [v for r in report["runs"] for v in r["timings"]["step_ms"]]
+    every = [v for r in real_report["runs"] for v in r["timings"]["step_ms"]]
     assert steps.layout.xaxis.range[1] >= max(statistics.median(t.x) for t in steps.data)
     assert steps.layout.xaxis.range[0] <= min(every)
     for fig in (tokens, device, steps, gap):

@@ -18,7 +18,8 @@ from gradio_client import Client, handle_file
 
 import app
 from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, page_inputs
-from tests.conftest import TINY, bench_report, fast_settings, free_port, serving
+from engine.launch import free_port
+from tests.conftest import TINY, bench_report, fast_settings, serving
 from tests.helpers import wait_until
 
 
@@ -70,7 +71,8 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
         assert out[key]["type"] == "plotly" and figure["data"], key
     rows = list(csv.DictReader(Path(out["csv"]).read_text().splitlines()))
     assert rows[-1]["status"] == "done" and rows[-1]["identical"] == "yes"
-    assert json.loads(Path(out["report_file"]).read_text())["all_identical"]
+    saved = json.loads(Path(out["report_file"]).read_text())
+    assert saved["schema"] == "syncscope.page-report/1" and saved["report"]["all_identical"]
     assert out["trace_file"]["visible"] is True  # an update: the button appears with its file
     trace = json.loads(Path(out["trace_file"]["value"]).read_text())
     assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} == {"naive", "pipelined"}
@@ -131,7 +133,7 @@ def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_a
     assert out["status"].startswith("Showing the uploaded file")
     device = json.loads(out["device_plot"]["plot"])
     assert device["data"] and device["data"][0]["name"] in ("engine CPU % (of all cores)", "GPU util %")
-    assert "host" not in json.loads(Path(report_file).read_text())["environment"]
+    assert "host" not in json.loads(Path(report_file).read_text())["report"]["environment"]
 
 
 def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tiny, tmp_path):

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from core.engine_process import EngineConfig, EngineCore, EventBatcher
 from dashboard.jobs import CANCELLED, DONE, FAILED
+from engine.process import EngineConfig, EngineCore, EventBatcher
+from engine.protocol import Compare, Done, Events, Failed, FailureCategory, Load
 from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
@@ -178,7 +179,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
     alive_when_reported = []
 
     def send(message):
-        if message["kind"] == "failed":
+        if isinstance(message, Failed):
             alive_when_reported.append(caches[-1]() is not None)
         sent.append(message)
 
@@ -188,14 +189,15 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
     core = EngineCore(send, EngineConfig(device="cpu"))
     huge = BenchRequest(prompt=["Hello"] * 5, options=GenerationOptions(max_new_tokens=4, cache="static",
                                                                           ignore_eos=True), trials=1)
-    core.handle({"op": "run", "job": 1, "spec": TINY, "request": huge})
+    core.handle(Compare(job=1, spec=TINY, request=huge))
     failed = sent[-1]
-    assert failed["kind"] == "failed" and failed["category"] == "oom" and "ran out of memory" in failed["error"]
+    assert isinstance(failed, Failed) and failed.category == FailureCategory.OOM
+    assert "ran out of memory" in failed.error
     assert alive_when_reported == [False]  # its memory was back before anyone was told the run had failed
-    assert failed["loaded"] == TINY and not core.must_restart
+    assert failed.loaded == TINY and not core.must_restart
     small = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
-    core.handle({"op": "run", "job": 2, "spec": TINY, "request": small})
-    assert sent[-1]["kind"] == "done" and sent[-1]["report"]["all_identical"]
+    core.handle(Compare(job=2, spec=TINY, request=small))
+    assert isinstance(sent[-1], Done) and sent[-1].report["all_identical"]
 
 
 def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkeypatch):
@@ -207,20 +209,20 @@ def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkey
 
     sent: list[dict] = []
     core = EngineCore(sent.append, EngineConfig(device="cpu"))
-    core.handle({"op": "load", "job": 1, "spec": TINY})
+    core.handle(Load(job=1, spec=TINY))
     monkeypatch.setattr(bench, "compare", broken)
     request = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=2), trials=1)
-    core.handle({"op": "run", "job": 2, "spec": TINY, "request": request})
-    assert sent[-1]["kind"] == "failed" and sent[-1]["category"] == "device"
-    assert "illegal memory access" in sent[-1]["error"] and core.must_restart
+    core.handle(Compare(job=2, spec=TINY, request=request))
+    assert isinstance(sent[-1], Failed) and sent[-1].category == FailureCategory.DEVICE
+    assert "illegal memory access" in sent[-1].error and core.must_restart
 
 
 def test_a_bad_model_spec_fails_before_the_loaded_model_is_let_go():
     sent: list[dict] = []
     core = EngineCore(sent.append, EngineConfig(device="cpu"))
-    core.handle({"op": "load", "job": 1, "spec": TINY})
-    core.handle({"op": "load", "job": 2, "spec": "/no/such/model"})
-    assert sent[-1]["kind"] == "failed" and sent[-1]["category"] == "input" and sent[-1]["loaded"] == TINY
+    core.handle(Load(job=1, spec=TINY))
+    core.handle(Load(job=2, spec="/no/such/model"))
+    assert isinstance(sent[-1], Failed) and sent[-1].category == FailureCategory.INPUT and sent[-1].loaded == TINY
     assert core.loaded is not None and core.loaded.spec == TINY
 
 
@@ -232,12 +234,12 @@ def test_events_travel_in_batches_not_one_message_per_token():
         batcher({"type": "tokens", "contestant": "naive", "trial": 0, "step": step, "tokens": (5,),
                  "host_time_s": start + step * 2e-5})
     batcher({"type": "run", "contestant": "naive", "trial": 0})
-    assert 1 <= len(sent) <= 3
-    assert sum(len(m["events"]) for m in sent) == 1001 and sent[-1]["events"][-1]["type"] == "run"
+    assert 1 <= len(sent) <= 3 and all(isinstance(m, Events) for m in sent)
+    assert sum(len(m.events) for m in sent) == 1001 and sent[-1].events[-1]["type"] == "run"
     silent = EventBatcher(sent.append, job=8, stream=False)  # ranks other than 0 send no stream at all
     silent({"type": "tokens", "host_time_s": 0.0})
     silent.flush()
-    assert all(m["job"] == 7 for m in sent)
+    assert all(m.job == 7 for m in sent)
 
 
 def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_rank():
@@ -248,7 +250,7 @@ def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_
         one.close()
     runner = make_runner(monitor=False, tp=2)
     try:
-        assert len(runner.engine.pids) == 2 and runner.loaded_info["tp"] == 2
+        assert len(runner.engine.pids) == 2 and runner.loaded.tp == 2
         assert "tensor parallel over 2 GPUs (all-reduce: gloo); fused qkv, fused gate_up" in runner.device_label()
         report = runner.run(fast_settings(trials=2))
         assert [r["token_ids"] for r in report["runs"]] == expected and report["environment"]["tp"] == 2

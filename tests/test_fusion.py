@@ -20,7 +20,8 @@ from transformers.models.llama.modeling_llama import LlamaAttention
 from core.fusion import FusedLinear, FusedLlamaAttention, FusedLlamaMLP, fuse_projections
 from core.generation import generate
 from core.models import load_model
-from tests.conftest import TINY, free_port
+from engine.launch import free_port
+from tests.conftest import TINY
 
 PROMPT = "Tell me about pipelines."
 IDS = [[1, 504, 3301, 281, 9921, 30, 17]]

@@ -126,7 +126,7 @@ def only(samples: list[dict], key: str) -> list[dict]:
 def test_samples_every_metric_from_nvml():
     with GpuMonitor(interval_s=0.01, nvml=fake_nvml()) as monitor:
         samples = wait_for_samples(monitor, 3)
-        assert monitor.available and monitor.kind == "nvml" and monitor.gpus == [0]
+        assert monitor.available and monitor.source == "nvml" and monitor.gpus == [0]
         assert monitor.description.startswith("NVIDIA H200 (GPU 0) via NVML: utilization read at each poll")
     first = samples[0]
     assert first["gpu"] == 0
@@ -200,7 +200,7 @@ def test_buffered_util_samples_keep_the_drivers_timestamps(clock: Callable[[floa
     assert [s["t"] for s in samples] == sorted(s["t"] for s in samples)
     assert [s["util_pct"] for s in samples if s["mem_used_mb"] is not None] == [42, None, None, None]
     assert [seen for gpu, kind, seen in nvml.asked if kind == UTIL] == [0, history, history, stamps[-1], last]
-    assert monitor.kind == "nvml"
+    assert monitor.source == "nvml"
 
 
 def test_power_value_comes_from_the_union_member_its_type_names_and_one_time_is_one_sample():
@@ -321,7 +321,7 @@ def test_a_missing_gpu_among_others_is_left_out_with_a_note():
 def test_without_a_gpu_it_says_so_and_samples_the_cpu():
     with GpuMonitor(interval_s=0.01, nvml=fake_nvml(init_error="NVML Shared Library Not Found")) as monitor:
         samples = wait_for_samples(monitor, 2)
-        assert not monitor.available and monitor.kind == "cpu" and monitor.gpus == []
+        assert not monitor.available and monitor.source == "cpu" and monitor.gpus == []
         assert monitor.description.startswith("No NVIDIA GPU found (NVML Shared Library Not Found)")
         assert "CPU utilization" in monitor.description
     assert all(0 <= s["util_pct"] <= 100 for s in samples)

@@ -16,7 +16,7 @@ import pytest
 
 from core.bench import summarize
 from dashboard import charts, lanes
-from dashboard.jobs import Job
+from dashboard.jobs import COMPARE, Job
 from dashboard.live_view import LiveView
 from tests import lanes_reports
 from tests.conftest import TINY, fast_settings, page_request
@@ -275,7 +275,7 @@ def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
 
 def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
     request, _ = page_request(fast_settings())
-    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    job = Job(id=1, work=COMPARE, owner=None, model=TINY, request=request, state="running", t0=100.0)
     view = LiveView(job, lambda: None, None, lambda j: 0)
     assert view.snapshot()["runs"] == []
     naive = charts.representative_run(cuda_report, "naive")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.options import BenchRequest, GenerationOptions
-from dashboard.jobs import RUN, RUNNING, Job
+from dashboard.jobs import COMPARE, RUNNING, Job
 from dashboard.live_view import LiveView
 
 PREFILL_S = 0.5
@@ -23,7 +23,7 @@ def trial_events(t0: float, steps: int) -> list[tuple[float, dict]]:
 def test_a_trials_tokens_per_s_curve_starts_at_the_decode_rate_not_from_zero():
     request = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=40), trials=1,
                            contestants=("pipelined",))
-    job = Job(id=1, kind=RUN, owner=None, model="tiny-random", request=request, state=RUNNING, t0=100.0)
+    job = Job(id=1, work=COMPARE, owner=None, model="tiny-random", request=request, state=RUNNING, t0=100.0)
     job.events.extend(trial_events(100.0, 40))
     view = LiveView(job, lambda: None, None, lambda job: 0)
     rates = [r for r in view.timeline()["series"]["pipelined"]["tokens_per_s"] if r is not None]

@@ -187,11 +187,11 @@ def test_nvml_means_per_contestant_come_from_its_timed_spans():
 # --------------------------------------------------------------------------------------------- 8. live view
 
 def test_the_warm_up_streams_its_text_marked_untimed():
-    from dashboard.jobs import Job
+    from dashboard.jobs import COMPARE, Job
     from dashboard.live_view import LiveView
 
     request, _ = page_request(fast_settings())
-    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    job = Job(id=1, work=COMPARE, owner=None, model=TINY, request=request, state="running", t0=100.0)
     view = LiveView(job, lambda: None, None, lambda j: 0)
     job.add_events([{"type": "phase", "phase": "warmup", "contestant": "naive", "t": 100.1},
                     {"type": "tokens", "contestant": "naive", "trial": None, "step": 0, "tokens": (5,),
@@ -253,7 +253,7 @@ def test_help_gives_each_default_once():
 
 
 def test_the_start_line_speaks_of_the_flag_not_of_launch(tmp_path):
-    from tests.conftest import free_port
+    from engine.launch import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port)],

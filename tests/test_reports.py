@@ -9,13 +9,29 @@ import io
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
-from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
+from dashboard.reports import (
+    MAX_REPORT_BYTES,
+    PAGE_REPORT_SCHEMA,
+    SUMMARY_HEADERS,
+    PageRecord,
+    history_row,
+    open_report,
+    page_report,
+    parse_report,
+    report_notices,
+    split_report,
+    summary_rows,
+    timeline_from_report,
+)
 from tests.conftest import TINY, bench_report, fast_settings, page_request
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +120,7 @@ def test_one_trial_in_the_old_format_shows_no_spread(saved):
 
 def largest_report(saved: dict) -> dict:
     """The largest report the page makes: 4096 tokens, 20 trials, 5 contestants, every per-step list (CUDA's
-    included), and a dashboard section with a curve point every 4 steps and device samples at 4 Hz for 20 ms
+    included), and the page's record with a curve point every 4 steps and device samples at 4 Hz for 20 ms
     steps."""
     rng = random.Random(0)
     steps, trials, names = 4096, 20, ("naive", "pipelined", "no-check", "pipelined-again", "hf")
@@ -120,11 +136,9 @@ def largest_report(saved: dict) -> dict:
 
     samples = [{"t": t, "gpu": 0, "util_pct": 50.0, "mem_used_mb": 1e4, "power_w": 300.0, "sm_clock_mhz": 1980.0}
                for t in floats(int(4 * steps * 0.020 * trials * len(names)))]
-    return {**saved, "runs": [run(n, t) for t in range(trials) for n in names],
-            "dashboard": {"t_end": 1.0, "spans": [], "notices": [], "nvml_by_contestant": {},
-                          "series": {n: {"t": floats(trials * steps // 4), "tokens_per_s": floats(trials * steps // 4)}
-                                     for n in names},
-                          "monitor": {"kind": "nvml", "description": "", "samples": samples}}}
+    page = PageRecord(t_end=1.0, series={n: {"t": floats(trials * steps // 4), "tokens_per_s": floats(
+        trials * steps // 4)} for n in names}, monitor={"source": "nvml", "description": "", "samples": samples})
+    return page_report({**saved, "runs": [run(n, t) for t in range(trials) for n in names]}, page)
 
 
 def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
@@ -133,3 +147,65 @@ def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
     assert parse_report(text.encode())["runs"]
     with pytest.raises(ValueError, match="limited to 100 MiB"):
         parse_report(b" " * (MAX_REPORT_BYTES + 1))
+
+
+# ---------------------------------------------------------------------------------- the page's saved document
+
+OLD_PAGE_DOWNLOAD = REPO / "benchmarks/results/h200-2026-11-29-c/live-dashboard-llama-1b-step-graph.json"
+
+
+def recorded_page(saved: dict) -> PageRecord:
+    timeline = {**timeline_from_report(saved), "monitor": {"source": "nvml", "description": "H200", "samples": [
+        {"t": s["t0"], "gpu": 0, "util_pct": 80.0, "mem_used_mb": 1e3, "power_w": 300.0, "sm_clock_mhz": 1980.0}
+        for s in timeline_from_report(saved)["spans"]]}}
+    return PageRecord.of_run(timeline, ["compile needs StaticCache: turned on"])
+
+
+def test_the_page_saves_the_report_as_the_engine_wrote_it_next_to_its_own_record(saved):
+    page = recorded_page(saved)
+    document = json.loads(json.dumps(page_report({**saved, "environment": {**saved["environment"], "host": "x"}},
+                                                 page)))
+    assert set(document) == {"schema", "report", "page"} and document["schema"] == PAGE_REPORT_SCHEMA
+    assert document["report"] == {**saved, "environment": {k: v for k, v in saved["environment"].items()
+                                                           if k != "host"}}
+    assert "dashboard" not in document["report"], "the report has one author: the engine"
+    assert set(page.nvml_by_contestant) == {"naive", "pipelined"}, "NVML means of each contestant's trials"
+    opened = open_report(json.dumps(document))
+    assert opened.page == page and opened.report == document["report"]
+    assert parse_report(json.dumps(document)) == document["report"]
+    assert timeline_from_report(document) == page.timeline()
+    nvml = SUMMARY_HEADERS.index("NVML util %")
+    assert [row[nvml] for row in summary_rows(document)] == [80.0, 80.0]
+    assert report_notices(document) == ["compile needs StaticCache: turned on"]
+
+
+def test_a_page_download_without_a_record_opens_as_the_bare_report(saved):
+    document = json.loads(json.dumps(page_report(saved, None)))
+    assert document["page"] is None and open_report(json.dumps(document)).page is None
+    assert timeline_from_report(document) == timeline_from_report(saved)
+
+
+def test_old_page_downloads_still_open_with_their_recorded_timeline():
+    text = OLD_PAGE_DOWNLOAD.read_bytes()
+    old = json.loads(text)
+    opened = open_report(text)
+    assert "dashboard" not in opened.report and opened.report["runs"] == old["runs"]
+    assert opened.page.spans == old["dashboard"]["spans"] and opened.page.t_end == old["dashboard"]["t_end"]
+    assert opened.page.monitor["source"] == "nvml" and "kind" not in opened.page.monitor, "the old name is read"
+    assert timeline_from_report(old) == opened.page.timeline()
+    assert split_report(old) == opened
+    assert report_notices(old) == list(dict.fromkeys(old["dashboard"]["notices"])), "old notices, each once"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(report={"schema": "nope"}), "not a syncscope benchmark report"),
+    (lambda d: d.update(page=[1]), "its 'page' section is not an object"),
+    (lambda d: d["page"].update(notices=[3]), "'page.notices' are not a list of sentences"),
+    (lambda d: d["page"]["monitor"]["samples"].append({"t": "soon"}), "device samples are malformed"),
+])
+def test_a_damaged_page_document_is_refused_in_one_line(saved, change, message):
+    document = json.loads(json.dumps(page_report(saved, recorded_page(saved))))
+    change(document)
+    with pytest.raises(ValueError, match=re.escape(message)) as refused:
+        open_report(json.dumps(document))
+    assert "\n" not in str(refused.value)

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.bench import build_parser, request_from_args
+from core.options import Cancelled
 from core.run_schema import cli_command
 from dashboard.jobs import CANCELLED, DONE, FAILED
 from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
-from dashboard.runner import Cancelled
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_request
 from tests.helpers import wait_until
 
@@ -49,7 +49,7 @@ def test_greedy_run_streams_identical_texts(tiny_runner):
 def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
     job = tiny_runner.submit(fast_settings(trials=2))
     finish(tiny_runner, job)
-    spans = job.report["dashboard"]["spans"]
+    spans = job.page.spans
     assert [s["phase"] for s in spans[:2]] == ["warmup", "warmup"]
     assert [s["contestant"] for s in spans[2:]] == ["naive", "pipelined", "pipelined", "naive"]
     for earlier, later in itertools.pairwise(spans):
@@ -323,7 +323,7 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     assert grown_mb < 50, f"the server's RSS grew {grown_mb:.0f} MiB over 100 runs"
     engine_grown_mb = (engine.memory_info().rss - engine_start) / 2**20
     assert engine_grown_mb < 50, f"the engine's RSS grew {engine_grown_mb:.0f} MiB over 100 runs"
-    assert len(tiny_runner._jobs) <= 65 and len(tiny_runner.history()) <= 500
+    assert len(tiny_runner.queue.remembered()) <= 65 and len(tiny_runner.history()) <= 500
 
 
 def test_a_contestant_that_disagrees_with_itself_is_marked():
@@ -378,9 +378,10 @@ def test_the_cpu_sampler_reads_the_engine_processes_memory_all_ranks(tiny_runner
 def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
     if tiny_runner.monitor.available:
         pytest.skip("an NVIDIA GPU is read here")
-    report = tiny_runner.run(fast_settings(min_seconds=1.0))
-    assert report["dashboard"]["monitor"]["samples"], "the engine's CPU was sampled during the run"
-    assert report["dashboard"]["nvml_by_contestant"] == {}, "no NVML: the NVML util % column is a dash"
+    job = tiny_runner.submit(fast_settings(min_seconds=1.0))
+    finish(tiny_runner, job)
+    assert job.page.monitor["samples"], "the engine's CPU was sampled during the run"
+    assert job.page.nvml_by_contestant == {}, "no NVML: the NVML util % column is a dash"
 
 
 def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatch):
@@ -389,12 +390,13 @@ def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatc
     slow = GpuMonitor(interval_s=60.0, host_pids=lambda: tiny_runner.engine.pids).start()
     monkeypatch.setattr(tiny_runner, "monitor", slow)
     try:
-        report = tiny_runner.run(fast_settings(max_new_tokens=64))
+        job = tiny_runner.submit(fast_settings(max_new_tokens=64))
+        finish(tiny_runner, job)
     finally:
         slow.stop()
-    dashboard = report["dashboard"]
-    last = dashboard["monitor"]["samples"][-1]["t"]
-    assert last >= dashboard["t_end"] - 0.05, f"the line ends at {last:.2f} s, the run at {dashboard['t_end']:.2f} s"
+    page = job.page
+    last = page.monitor["samples"][-1]["t"]
+    assert last >= page.t_end - 0.05, f"the line ends at {last:.2f} s, the run at {page.t_end:.2f} s"
 
 
 def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):

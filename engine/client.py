@@ -4,35 +4,29 @@ One process per tensor-parallel rank (`world_size`), each started with `multipro
 process never initialises CUDA (it does not even import torch). Requests go to every rank; rank 0's messages go
 to `on_message`. A rank that dies, stops beating its heartbeat, or does not finish a cancelled job within
 `cancel_grace_s` takes the whole group down: `on_lost(job, reason)` says why, and `restart()` starts a fresh
-group. Nothing here decides what to do about a loss; the runner does.
+group. Nothing here decides what to do about a loss; the dashboard's engine supervisor does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.engine_process import RESTART_EXIT_CODE, EngineConfig, serve
+from engine.launch import child_environment, free_port, spawn_context
+from engine.process import RESTART_EXIT_CODE, EngineConfig, serve
+from engine.protocol import Compare, Failed, Hello, JobCancelled, JobEnd, Load, Ready, Reply, Shutdown, Started
 
 START_TIMEOUT_S = 300.0
 HANG_S = 15.0
 CANCEL_GRACE_S = 10.0
 WATCH_S = 0.25
 RANKS_APART_S = 10.0  # ranks run in lockstep; one that finished this long before another means the other is stuck
-TERMINAL = ("done", "failed", "cancelled")
-# Keep NVLink multicast off in every engine process (the lent H200 hosts require it; it costs nothing elsewhere).
-CHILD_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-                      "TOKENIZERS_PARALLELISM": "false"}
-
-Message = dict[str, Any]
 
 
 class EngineLost(Exception):
@@ -44,14 +38,14 @@ class _Rank:
     process: Any
     conn: Any
     heartbeat: Any
-    hello: Message | None = None
+    hello: Hello | None = None
     reader: threading.Thread | None = field(default=None, repr=False)
 
 
 class EngineClient:
     """A group of engine processes (one per rank) and the threads that read from them and watch them."""
 
-    def __init__(self, on_message: Callable[[Message], None], on_lost: Callable[[int | None, str], None], *,
+    def __init__(self, on_message: Callable[[Reply], None], on_lost: Callable[[int | None, str], None], *,
                  device: str | None = None, dtype: str | None = None, world_size: int = 1,
                  hf_modules: bool = False, hang_s: float = HANG_S, cancel_grace_s: float = CANCEL_GRACE_S,
                  start_timeout_s: float = START_TIMEOUT_S):
@@ -59,7 +53,7 @@ class EngineClient:
         self.on_lost = on_lost
         self.device, self.dtype, self.world_size, self.hf_modules = device, dtype, world_size, hf_modules
         self.hang_s, self.cancel_grace_s, self.start_timeout_s = hang_s, cancel_grace_s, start_timeout_s
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = spawn_context()
         self._cancel = self._ctx.RawValue("q", 0)
         self._lock = threading.RLock()
         self._ranks: list[_Rank] = []
@@ -67,7 +61,7 @@ class EngineClient:
         self._started_at = 0.0
         self._cancel_asked_at: float | None = None
         self._active_job: int | None = None
-        self._outcomes: dict[int, Message] = {}
+        self._outcomes: dict[int, JobEnd] = {}
         self._partial_since: float | None = None
         self._started: set[int] = set()
         self._closed = False
@@ -96,7 +90,7 @@ class EngineClient:
             self._closed = True
             ranks = list(self._ranks)
             for rank in ranks:
-                _send_quietly(rank.conn, {"op": "shutdown"})
+                _send_quietly(rank.conn, Shutdown())
         deadline = time.monotonic() + timeout
         for rank in ranks:
             rank.process.join(max(0.1, deadline - time.monotonic()))
@@ -109,7 +103,7 @@ class EngineClient:
             return [rank.process.pid for rank in self._ranks if rank.process.pid is not None]
 
     @property
-    def hello(self) -> Message | None:
+    def hello(self) -> Hello | None:
         """Rank 0's hello (pid, cuda, gpus, torch version), once it has arrived."""
         with self._lock:
             return self._ranks[0].hello if self._ranks else None
@@ -121,12 +115,12 @@ class EngineClient:
 
     # ---- work
 
-    def submit(self, request: Message) -> None:
+    def submit(self, request: Load | Compare) -> None:
         """Send a job to every rank; raises EngineLost if the group is down."""
         with self._lock:
             if not self.alive:
                 raise EngineLost("the engine process is not running")
-            self._active_job, self._cancel_asked_at = request.get("job"), None
+            self._active_job, self._cancel_asked_at = request.job, None
             self._outcomes, self._partial_since, self._started = {}, None, set()
             for rank in self._ranks:
                 rank.conn.send(request)
@@ -154,16 +148,9 @@ class EngineClient:
         self._active_job, self._cancel_asked_at = None, None
         self._outcomes, self._partial_since = {}, None
         self._started_at = time.monotonic()
-        rendezvous = f"tcp://127.0.0.1:{_free_port()}" if self.world_size > 1 else None
-        saved = {key: os.environ.get(key) for key in CHILD_ENV_DEFAULTS}
-        for key, value in CHILD_ENV_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-        try:
+        rendezvous = f"tcp://127.0.0.1:{free_port()}" if self.world_size > 1 else None
+        with child_environment():
             self._ranks = [self._spawn_rank(rank, rendezvous) for rank in range(self.world_size)]
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
         for rank in self._ranks:
             rank.reader = threading.Thread(target=self._read, args=(rank, self._generation),
                                            name=f"engine-read-{rank.process.pid}", daemon=True)
@@ -203,36 +190,35 @@ class EngineClient:
         rank.process.join(2)
         self._lose(generation, describe_exit(rank.process.exitcode))
 
-    def _deliver(self, rank: _Rank, generation: int, message: Message) -> None:
-        kind = message.get("kind")
+    def _deliver(self, rank: _Rank, generation: int, message: Reply) -> None:
         with self._lock:
             if generation != self._generation:
                 return
             index = self._ranks.index(rank)
-            if kind == "hello":
+            if isinstance(message, Hello):
                 rank.hello = message
-                if all(r.hello for r in self._ranks):
-                    self.start_s = time.monotonic() - self._started_at
-                    self.hello_event.set()
-                    message = {"kind": "ready", "job": None, "start_s": self.start_s}
-                else:
+                if not all(r.hello for r in self._ranks):
                     return
-            if kind == "started":
+                self.start_s = time.monotonic() - self._started_at
+                self.hello_event.set()
+                message = Ready(start_s=self.start_s)
+            elif isinstance(message, Started):
                 self._started.add(index)
                 if len(self._started) < len(self._ranks):
                     return  # a job has started when every rank has it: one rank alone cannot run it
-            elif kind in TERMINAL and message.get("job") is not None:
-                message = self._settle(index, message)
-                if message is None:
+            elif isinstance(message, JobEnd) and message.job is not None:
+                settled = self._settle(index, message)
+                if settled is None:
                     return
+                message = settled
             elif index != 0:
                 return
         self.on_message(message)
 
-    def _settle(self, index: int, message: Message) -> Message | None:
+    def _settle(self, index: int, message: JobEnd) -> JobEnd | None:
         """Collect one rank's outcome of the active job; the group's outcome once every rank has reported."""
-        if message["kind"] == "failed" and index:
-            message = {**message, "error": f"rank {index}: {message.get('error')}"}
+        if isinstance(message, Failed) and index:
+            message = replace(message, error=f"rank {index}: {message.error}")
         self._outcomes[index] = message
         if len(self._outcomes) < len(self._ranks):
             self._partial_since = self._partial_since or time.monotonic()
@@ -240,8 +226,8 @@ class EngineClient:
         outcomes = [self._outcomes[i] for i in sorted(self._outcomes)]
         self._outcomes, self._partial_since = {}, None
         self._active_job, self._cancel_asked_at = None, None
-        for kind in ("failed", "cancelled"):
-            found = next((o for o in outcomes if o["kind"] == kind), None)
+        for kind in (Failed, JobCancelled):
+            found = next((o for o in outcomes if isinstance(o, kind)), None)
             if found:
                 return found
         return outcomes[0]
@@ -275,8 +261,8 @@ class EngineClient:
                     return f"stopped responding (rank {index}: no heartbeat for {self.hang_s:.0f} s)"
             if self._partial_since is not None and now - self._partial_since > RANKS_APART_S:
                 first = next(iter(self._outcomes.values()))
-                return (f"rank {next(iter(self._outcomes))} ended the job ({first['kind']}: "
-                        f"{first.get('error', '')}) while the others kept running for {RANKS_APART_S:.0f} s")
+                return (f"rank {next(iter(self._outcomes))} ended the job ({first.type}: "
+                        f"{getattr(first, 'error', '')}) while the others kept running for {RANKS_APART_S:.0f} s")
             if self._cancel_asked_at is not None and now - self._cancel_asked_at > self.cancel_grace_s:
                 return (f"did not stop within {self.cancel_grace_s:.0f} s of the cancel (it was inside a long "
                         "uninterruptible step such as compilation), so it was stopped and restarted")
@@ -303,12 +289,6 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _send_quietly(conn: Any, message: Message) -> None:
+def _send_quietly(conn: Any, message: Shutdown) -> None:
     with contextlib.suppress(OSError, ValueError, BrokenPipeError):
         conn.send(message)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -1,15 +1,12 @@
 """The engine process: the model, the decode loops and everything that touches the device, away from the UI.
 
 The dashboard's server starts one of these per GPU rank (`multiprocessing` spawn, so the server never initialises
-CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around its EngineCore:
+CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around its EngineCore. What travels is
+engine.protocol's messages: Load, Compare and Shutdown in; Hello, then per job Started, Progress, Loaded, Events
+(batches of core.bench events) and one of Done (the report), JobCancelled or Failed out.
 
-    requests in (pickled dicts):  {"op": "load", "job", "spec"}  {"op": "run", "job", "spec", "request"}
-                                  {"op": "shutdown"}
-    messages out:                 hello, started (a job was received), progress, loaded, events (a batch
-                                  of core.bench events), done (the report), cancelled, failed
-
-A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little else
-while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
+A comparison is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
+else while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
 every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
 with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
 HEARTBEAT_S. Neither needs the pipe. Importing this module does not import torch; the process does.
@@ -24,11 +21,29 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from core.options import BenchRequest
+from core.options import BenchRequest, Cancelled
 from core.specs import loading_note
+from engine.protocol import (
+    Compare,
+    Done,
+    Events,
+    Failed,
+    FailureCategory,
+    Hello,
+    JobCancelled,
+    JobEnd,
+    Load,
+    Loaded,
+    Progress,
+    Reply,
+    Request,
+    Shutdown,
+    Started,
+    job_of,
+)
 
 FLUSH_S = 0.05
 FLUSH_EVENTS = 512
@@ -37,7 +52,7 @@ CUDA_ERROR_MARKERS = ("CUDA error", "cuBLAS error", "CUBLAS_STATUS", "NCCL error
                       "illegal memory access", "unspecified launch failure")
 RESTART_EXIT_CODE = 3  # the engine exits with this after an error that leaves the device unusable
 
-Send = Callable[[dict[str, Any]], None]
+Send = Callable[[Reply], None]
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,7 @@ class EventBatcher:
     def flush(self) -> None:
         if self.pending:
             batch, self.pending = self.pending, []
-            self.send({"kind": "events", "job": self.job, "events": batch})
+            self.send(Events(job=self.job, events=batch))
 
 
 class EngineCore:
@@ -93,24 +108,29 @@ class EngineCore:
     def leader(self) -> bool:
         return self.config.rank == 0
 
-    def handle(self, request: dict[str, Any]) -> None:
-        op, job = request.get("op"), request.get("job")
-        self.send({"kind": "started", "job": job})
-        if op == "load":
-            self._guarded(job, lambda: self._load_reporting(request["spec"], job))
-        elif op == "run":
-            self._guarded(job, lambda: self._run(job, request["spec"], request["request"]))
+    @property
+    def loaded_spec(self) -> str | None:
+        return self.loaded.spec if self.loaded is not None else None
+
+    def handle(self, request: Request) -> None:
+        job = job_of(request)
+        if job is not None:
+            self.send(Started(job=job))
+        if isinstance(request, Load):
+            self._guarded(request.job, lambda: self._load_reporting(request.spec, request.job))
+        elif isinstance(request, Compare):
+            self._guarded(request.job, lambda: self._compare(request.job, request.spec, request.request))
         else:
-            self.send({"kind": "failed", "job": job, "error": f"unknown request {op!r}", "category": "bug"})
+            self.send(Failed(job=job, error=f"unknown request {request!r}", category=FailureCategory.BUG,
+                             loaded=self.loaded_spec))
 
     # ---- jobs
 
     def _load_reporting(self, spec: str, job: int) -> None:
-        info = self._load(spec, job)
-        self.send({"kind": "loaded", "job": job, **info})
-        self.send({"kind": "done", "job": job, "report": None})
+        self.send(self._load(spec, job))
+        self.send(Done(job=job))
 
-    def _load(self, spec: str, job: int) -> dict[str, Any]:
+    def _load(self, spec: str, job: int) -> Loaded:
         from core.models import check_spec, load_model
 
         check_spec(spec)  # a bad spec fails here, before the loaded model is let go
@@ -120,16 +140,16 @@ class EngineCore:
         _free_memory()
         self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype,
                                  hf_modules=self.config.hf_modules, **self._tp())
-        return {**describe_loaded(self.loaded), "load_s": time.perf_counter() - started}
+        return describe_loaded(self.loaded, job, load_s=time.perf_counter() - started)
 
     def _tp(self) -> dict[str, Any]:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
 
-    def _run(self, job: int, spec: str | None, request: BenchRequest) -> None:
+    def _compare(self, job: int, spec: str | None, request: BenchRequest) -> None:
         from core.bench import compare
 
-        if spec and (self.loaded is None or self.loaded.spec != spec):
-            self.send({"kind": "loaded", "job": job, **self._load(spec, job)})
+        if spec and self.loaded_spec != spec:
+            self.send(self._load(spec, job))
         if self.loaded is None:
             raise ValueError("no model is loaded")
         batcher = EventBatcher(self.send, job, stream=self.leader)
@@ -144,7 +164,7 @@ class EngineCore:
         finally:
             batcher.flush()
         report["engine"] = engine_facts()
-        self.send({"kind": "done", "job": job, "report": report if self.leader else None})
+        self.send(Done(job=job, report=report if self.leader else None))
 
     def _stop_check(self, job: int) -> Callable[[], bool]:
         flag = self.cancel_flag
@@ -154,60 +174,58 @@ class EngineCore:
 
     def _progress(self, job: int, text: str) -> None:
         if self.leader:
-            self.send({"kind": "progress", "job": job, "text": text})
+            self.send(Progress(job=job, text=text))
 
     def _guarded(self, job: int, work: Callable[[], None]) -> None:
         """Run a job; whatever it raises becomes one message, sent only after the failed run's memory is back."""
-        from core.options import Cancelled
-
-        outcome: dict[str, Any] | None = None
+        outcome: JobEnd | None = None
         try:
             work()
         except Cancelled:
-            outcome = {"kind": "cancelled", "job": job}
+            outcome = JobCancelled(job=job)
         except ValueError as exc:
-            outcome = {"kind": "failed", "job": job, "error": str(exc), "category": "input"}
+            outcome = Failed(job=job, error=str(exc), category=FailureCategory.INPUT)
         except Exception as exc:  # the engine reports whatever a run throws, then decides whether it can go on
             outcome = self._failure(job, exc)
         if outcome is not None:
             # The exception's frames held the failed run's tensors; free them before anyone is told it ended.
             _free_memory()
-            self.send({**outcome, "loaded": self.loaded.spec if self.loaded is not None else None})
+            self.send(replace(outcome, loaded=self.loaded_spec))
 
-    def _failure(self, job: int, exc: Exception) -> dict[str, Any]:
+    def _failure(self, job: int, exc: Exception) -> Failed:
         name = type(exc).__name__
         text = str(exc).strip()
         if "OutOfMemoryError" in name:
-            return {"kind": "failed", "job": job, "category": "oom",
-                    "error": "the device ran out of memory during this run (its memory was freed): "
-                             "try a smaller batch, fewer tokens or a smaller model"}
+            return Failed(job=job, category=FailureCategory.OOM,
+                          error="the device ran out of memory during this run (its memory was freed): "
+                                "try a smaller batch, fewer tokens or a smaller model")
         if any(marker in text for marker in CUDA_ERROR_MARKERS):
             self.must_restart = True  # a CUDA error is sticky: this process's context cannot be used again
-            return {"kind": "failed", "job": job, "category": "device",
-                    "error": f"the GPU reported an error ({first_line(text)}); the engine process is restarting "
-                             "with a fresh CUDA context"}
-        return {"kind": "failed", "job": job, "category": "error",
-                "error": f"{name}: {first_line(text)}" if text else name,
-                "traceback": traceback.format_exc(limit=8)}
+            return Failed(job=job, category=FailureCategory.DEVICE,
+                          error=f"the GPU reported an error ({first_line(text)}); the engine process is restarting "
+                                "with a fresh CUDA context")
+        return Failed(job=job, category=FailureCategory.ERROR, error=f"{name}: {first_line(text)}" if text else name,
+                      traceback=traceback.format_exc(limit=8))
 
 
-def describe_loaded(loaded: Any) -> dict[str, Any]:
+def describe_loaded(loaded: Any, job: int, load_s: float) -> Loaded:
     """What the server needs to know of a loaded model: names, sizes, and a tokenizer it can decode with."""
     import torch
 
     device = loaded.device
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     tokenizer = loaded.tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    return {
-        "spec": loaded.spec, "device": str(device), "device_type": device.type, "gpu": gpu,
-        "dtype": str(loaded.dtype).replace("torch.", ""), "parameters": loaded.num_parameters,
-        "weight_bytes": loaded.weight_bytes, "tp": getattr(loaded, "tp", 1),
-        "all_reduce": getattr(loaded, "all_reduce", ""), "transforms": list(getattr(loaded, "transforms", ())),
-        "tokenizer_json": backend.to_str() if backend is not None else None,
-        "tokenizer_cleanup": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+    return Loaded(
+        job=job, spec=loaded.spec, device=str(device), device_type=device.type,
+        gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        dtype=str(loaded.dtype).replace("torch.", ""), parameters=loaded.num_parameters,
+        weight_bytes=loaded.weight_bytes, tp=getattr(loaded, "tp", 1), all_reduce=getattr(loaded, "all_reduce", ""),
+        transforms=tuple(getattr(loaded, "transforms", ())),
+        tokenizer_json=backend.to_str() if backend is not None else None,
+        tokenizer_cleanup=bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         and type(backend.model).__name__ != "BPE" if backend is not None else False,
-    }
+        load_s=load_s,
+    )
 
 
 def engine_facts() -> dict[str, Any]:
@@ -249,9 +267,9 @@ def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> 
     send = _locked_sender(conn)
     try:
         _start_distributed(config)
-        send({"kind": "hello", **_hello(config)})
+        send(_hello(config))
     except Exception as exc:
-        send({"kind": "failed", "job": None, "category": "start", "error": f"{type(exc).__name__}: {exc}"})
+        send(Failed(job=None, category=FailureCategory.START, error=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(RESTART_EXIT_CODE) from exc
     core = EngineCore(send, config, cancel_flag)
     while True:
@@ -259,7 +277,7 @@ def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> 
             request = conn.recv()
         except (EOFError, OSError):
             break  # the server went away
-        if request.get("op") == "shutdown":
+        if isinstance(request, Shutdown):
             break
         core.handle(request)
         if core.must_restart:
@@ -280,19 +298,19 @@ def _beat_forever(heartbeat: Any) -> None:
 def _locked_sender(conn: Any) -> Send:
     lock = threading.Lock()
 
-    def send(message: dict[str, Any]) -> None:
+    def send(message: Reply) -> None:
         with lock:
             conn.send(message)
 
     return send
 
 
-def _hello(config: EngineConfig) -> dict[str, Any]:
+def _hello(config: EngineConfig) -> Hello:
     import torch
 
     cuda = torch.cuda.is_available() and not str(config.device or "").startswith("cpu")
-    return {"pid": os.getpid(), "rank": config.rank, "world_size": config.world_size, "cuda": cuda,
-            "gpus": torch.cuda.device_count() if cuda else 0, "torch": str(torch.__version__)}
+    return Hello(pid=os.getpid(), rank=config.rank, world_size=config.world_size, cuda=cuda,
+                 gpus=torch.cuda.device_count() if cuda else 0, torch=str(torch.__version__))
 
 
 def _start_distributed(config: EngineConfig) -> None:

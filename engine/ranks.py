@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import sys
 from multiprocessing.connection import wait
 
-# Keep NVLink multicast off (the lent H200 hosts require it).
-CHILD_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+from engine.launch import child_environment, free_port, spawn_context
 
 
 def run_ranks(world_size: int, argv: list[str]) -> int:
     """Run `core.bench` with `argv` on `world_size` ranks; the exit code of the first rank that failed, else 0."""
-    ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
+    ctx = spawn_context()
+    port = free_port()
     ranks = [ctx.Process(target=_rank_main, args=(rank, world_size, port, argv), name=f"core.bench-rank{rank}")
              for rank in range(world_size)]
-    for process in ranks:
-        process.start()
+    with child_environment():
+        for process in ranks:
+            process.start()
     try:
         return _wait_all(ranks)
     except KeyboardInterrupt:
@@ -60,8 +59,6 @@ def _how(code: int | None) -> str:
 
 
 def _rank_main(rank: int, world_size: int, port: int, argv: list[str]) -> None:
-    for key, value in CHILD_ENV_DEFAULTS.items():
-        os.environ.setdefault(key, value)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     if rank:
@@ -71,9 +68,3 @@ def _rank_main(rank: int, world_size: int, port: int, argv: list[str]) -> None:
     code = main(argv)
     sys.stdout.flush()
     os._exit(code)  # skip interpreter teardown, where a rank's NCCL/gloo threads can hang
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -1,0 +1,164 @@
+"""The job queue: one FIFO of jobs (model loads and comparisons) and the one worker thread that runs them in turn.
+
+Only one job uses the device at a time, and a waiting job knows its place. What running a job means (the engine)
+and what stopping the running one means are given to `start`; what happens when a job ends, to the constructor.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+from dashboard.jobs import CANCELLED, QUEUED, Job
+
+MAX_QUEUE = 16
+KEEP_FINISHED_JOBS = 64
+
+JobHook = Callable[[Job], None]
+
+
+def _nothing(job: Job) -> None:
+    return None
+
+
+class JobQueue:
+    """Jobs waiting, the one running, and the finished ones still remembered (the newest KEEP_FINISHED_JOBS)."""
+
+    def __init__(self, max_queue: int = MAX_QUEUE, on_finish: JobHook = _nothing):
+        self.max_queue = max_queue
+        self._on_finish = on_finish  # called once per job as it ends, before anyone waiting on it wakes
+        self._execute: JobHook = _nothing
+        self._stop: JobHook = _nothing
+        self._queue: collections.deque[Job] = collections.deque()
+        self._active: Job | None = None
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, name="syncscope-runner", daemon=True)
+
+    def start(self, execute: JobHook, stop: JobHook) -> None:
+        """Run each job with `execute` (in the worker thread, one at a time); `stop` asks the running one to end."""
+        self._execute, self._stop = execute, stop
+        self._worker.start()
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # ---- adding and removing
+
+    def add(self, job: Job, front: bool = False) -> Job:
+        """Queue `job` (at the front: before everyone else); ValueError when full or closed."""
+        with self._cond:
+            if self._closed:
+                raise ValueError("the server is shutting down")
+            if len(self._queue) >= self.max_queue and not job.internal:
+                raise ValueError(f"the queue is full ({len(self._queue)} jobs waiting); try again in a minute")
+            self._queue.appendleft(job) if front else self._queue.append(job)
+            self._jobs[job.id] = job
+            self._forget_old_jobs()
+            self._cond.notify_all()
+        return job
+
+    def put_back(self, job: Job) -> None:
+        """A job the engine never received goes back to the front (where a reload that follows overtakes it)."""
+        with self._cond:
+            job.state, job.t0 = QUEUED, None
+            if job not in self._queue:
+                self._queue.appendleft(job)
+            self._cond.notify_all()
+
+    def take_waiting(self) -> list[Job]:
+        """Every queued job, removed from the queue (to fail them when there is no engine to run them)."""
+        with self._cond:
+            waiting = list(self._queue)
+            self._queue.clear()
+            return waiting
+
+    def cancel(self, job_id: int, owner: str | None = None, reason: str | None = None) -> bool:
+        """Ask a job to stop (queued: dropped at once; running: `stop`). False if not found, done or not yours."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None or job.done or (owner is not None and job.owner != owner):
+                return False
+            job.error = job.error or reason
+            if job in self._queue:
+                self._queue.remove(job)
+                self.finish(job, CANCELLED, reason)
+            elif job is self._active:
+                self._stop(job)
+            return True
+
+    def finish(self, job: Job, state: str, error: str | None) -> None:
+        """End a job (once; later calls do nothing)."""
+        if job.done:
+            return
+        job.state, job.error = state, error
+        job.t_end = job.t_end or time.perf_counter()
+        self._on_finish(job)
+        job.finished.set()
+
+    def close(self, reason: str = "the server is shutting down", timeout: float = 30.0) -> None:
+        """Cancel what waits, ask the running job to stop, and wait for the worker to end."""
+        with self._cond:
+            self._closed = True
+            for job in self._queue:
+                self.finish(job, CANCELLED, reason)
+            self._queue.clear()
+            if self._active is not None:
+                self._stop(self._active)
+            self._cond.notify_all()
+        if self._worker.is_alive():
+            self._worker.join(timeout=timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- reading
+
+    def get(self, job_id: int) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def remembered(self) -> list[Job]:
+        """Every job still remembered: queued, running, and the newest finished ones."""
+        with self._cond:
+            return list(self._jobs.values())
+
+    def position(self, job: Job) -> int:
+        """How many jobs run or wait ahead of this one (0: it is running or next)."""
+        with self._cond:
+            if job is self._active or job.done:
+                return 0
+            ahead = list(self._queue).index(job) if job in self._queue else 0
+            return ahead + (1 if self._active is not None and not self._active.done else 0)
+
+    def pending(self) -> list[Job]:
+        """The running job, then the queued ones (a job that just finished is no longer pending)."""
+        with self._cond:
+            return [job for job in (self._active, *self._queue) if job is not None and not job.done]
+
+    # ---- the worker
+
+    def _forget_old_jobs(self) -> None:
+        finished = [j for j in self._jobs.values() if j.done]
+        for job in finished[: max(0, len(finished) - KEEP_FINISHED_JOBS)]:
+            del self._jobs[job.id]
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                job = self._active = self._queue.popleft()
+            try:
+                self._execute(job)
+            finally:
+                with self._cond:
+                    self._active = None
+                    self._cond.notify_all()

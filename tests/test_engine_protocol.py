@@ -1,0 +1,92 @@
+"""engine.protocol: one dataclass per message, one enum of message types, and messages that survive the pipe."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import subprocess
+import sys
+from multiprocessing import Pipe
+
+import pytest
+
+from core.options import BenchRequest, GenerationOptions
+from engine import protocol
+from engine.protocol import (
+    Compare,
+    Done,
+    Events,
+    Failed,
+    FailureCategory,
+    Hello,
+    JobCancelled,
+    Load,
+    Loaded,
+    MessageType,
+    Progress,
+    Ready,
+    Shutdown,
+    Started,
+    job_of,
+)
+
+REQUEST = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=4), trials=1)
+LOADED = Loaded(job=3, spec="tiny-random", device="cpu", device_type="cpu", gpu=None, dtype="float32",
+                parameters=1234, weight_bytes=4936, tp=1, all_reduce="", transforms=("fused qkv",),
+                tokenizer_json="{}", tokenizer_cleanup=False, load_s=0.5)
+ONE_OF_EACH = (
+    Load(job=1, spec="tiny-random"), Compare(job=2, spec=None, request=REQUEST), Shutdown(),
+    Hello(pid=10, rank=0, world_size=1, cuda=False, gpus=0, torch="2.13"), Ready(start_s=0.9), Started(job=2),
+    Progress(job=1, text="Loading model tiny-random"), LOADED,
+    Events(job=2, events=[{"type": "tokens", "contestant": "naive", "tokens": [5], "host_time_s": 1.0}]),
+    Done(job=2, report={"schema": "syncscope.bench/1"}), JobCancelled(job=2, loaded="tiny-random"),
+    Failed(job=None, error="ImportError: no torch", category=FailureCategory.START),
+)
+
+
+def test_every_message_type_has_one_message_class():
+    assert sorted(m.type for m in ONE_OF_EACH) == sorted(MessageType)
+    assert all(isinstance(m.type, MessageType) for m in ONE_OF_EACH)
+    assert {t.value for t in MessageType} >= {"load", "compare", "done", "failed"}, "the wire names stay readable"
+
+
+@pytest.mark.parametrize("message", ONE_OF_EACH, ids=lambda m: m.type.value)
+def test_messages_cross_a_pipe_unchanged(message):
+    ours, theirs = Pipe()
+    ours.send(message)
+    received = theirs.recv()
+    assert received == message and type(received) is type(message) and received.type == message.type
+    assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_messages_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LOADED.spec = "something else"  # type: ignore[misc]
+
+
+def test_a_loaded_model_is_described_by_typed_fields():
+    fields = {f.name for f in dataclasses.fields(Loaded)}
+    assert fields == {"job", "spec", "device", "device_type", "gpu", "dtype", "parameters", "weight_bytes", "tp",
+                      "all_reduce", "transforms", "tokenizer_json", "tokenizer_cleanup", "load_s"}
+
+
+def test_failures_come_in_categories():
+    assert {c.value for c in FailureCategory} == {"input", "oom", "device", "error", "start", "bug"}
+    failed = Failed(job=4, error="too long", category=FailureCategory.INPUT)
+    assert failed.loaded is None and failed.traceback is None and failed.category == "input"
+
+
+def test_the_job_of_a_message():
+    assert [job_of(m) for m in ONE_OF_EACH] == [1, 2, None, None, None, 2, 1, 3, 2, 2, 2, None]
+
+
+def test_a_job_ends_with_done_cancelled_or_failed():
+    ends = [m for m in ONE_OF_EACH if isinstance(m, protocol.JobEnd)]
+    assert {m.type for m in ends} == protocol.TERMINAL
+
+
+def test_the_engine_package_imports_neither_torch_nor_gradio_nor_plotly():
+    code = ("import sys, engine, engine.protocol, engine.client, engine.launch, engine.ranks; "
+            "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

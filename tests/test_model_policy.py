@@ -1,0 +1,35 @@
+"""dashboard.model_policy: which models may be loaded, and what the banner every visitor sees may call them."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.specs import BUILTIN_SPECS
+from dashboard.model_policy import VISITORS_MODEL, ModelPolicy
+
+
+def test_any_model_by_default_with_the_built_ins_offered():
+    policy = ModelPolicy()
+    assert policy.allow_any and policy.choices() == list(BUILTIN_SPECS)
+    assert policy.check("  someone/some-model ") == "someone/some-model"
+
+
+def test_an_allow_list_refuses_the_rest_and_offers_what_it_allows():
+    policy = ModelPolicy(allowed={"tiny-random", "my-org/my-model"})
+    assert not policy.allow_any and policy.choices() == [*BUILTIN_SPECS, "my-org/my-model"]
+    assert policy.check("my-org/my-model") == "my-org/my-model"
+    with pytest.raises(ValueError, match="'evil/remote-code-model' is not allowed on this dashboard"):
+        policy.check("evil/remote-code-model")
+    for nothing in ("", "   ", None, 3):
+        with pytest.raises(ValueError, match="no model chosen; pick one of: "):
+            policy.check(nothing)
+
+
+def test_the_banner_names_built_ins_and_startup_models_only():
+    policy = ModelPolicy(named=["synthetic:llama-8b", "/srv/models/ours"])
+    assert policy.public_name("synthetic:llama-8b") == "synthetic:llama-8b"
+    assert policy.public_name("/srv/models/ours") == "/srv/models/ours"
+    assert policy.public_name(BUILTIN_SPECS[0]) == BUILTIN_SPECS[0]
+    assert policy.public_name("/home/visitor/secret-model") == VISITORS_MODEL
+    assert policy.public_name(None) == "no model"
+    assert ModelPolicy(allowed={"my-org/my-model"}).public_name("my-org/my-model") == "my-org/my-model"
