@@ -8,7 +8,6 @@ engine's event stamps, the server's job start and the NVML samples share one tim
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -17,8 +16,8 @@ from typing import Any
 
 from core.options import NO_CHECK
 from dashboard.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
+from dashboard.reports import RATE_WINDOW, window_rate
 
-RATE_WINDOW = 8          # steps per point of the live tokens/s curve
 SERIES_MIN_DT_S = 0.02   # a point of the live curve every 20 ms ...
 SERIES_MIN_STEPS = 4     # ... or every 4 steps, whichever comes first
 WARMUP = "warm-up"
@@ -166,16 +165,15 @@ class LiveView:
         if pane.warmup or event["contestant"] == NO_CHECK:  # untimed, or all tokens at the end: no live rate
             return
         pane.window.append((stamp, count))
-        first_t = pane.window[0][0]
         last_point = pane.series_t[-1] if pane.series_t else None
         now = stamp - self._t0()
         pane.since_point += 1
         due = last_point is None or now - last_point >= SERIES_MIN_DT_S or pane.since_point >= SERIES_MIN_STEPS
-        if stamp > first_t and due:
+        rate = window_rate(list(pane.window)) if due else None
+        if rate is not None:
             pane.since_point = 0
-            counted = sum(c for _, c in itertools.islice(pane.window, 1, None))
             pane.series_t.append(now)
-            pane.series_rate.append(counted / (stamp - first_t))
+            pane.series_rate.append(rate)
 
     def _panes(self) -> dict[str, dict[str, Any]]:
         out = {}

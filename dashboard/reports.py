@@ -19,6 +19,7 @@ import math
 import re
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ _NAME = re.compile(r"[\w.+-]{1,64}")
 # every per-step list and the dashboard's section is about 65 MiB (tests/test_reports.py builds one); the rest is
 # room for per-step fields yet to come.
 MAX_REPORT_BYTES = 100 * 2**20
-RATE_WINDOW = 8  # steps per point of a tokens/s curve rebuilt from a saved report
+RATE_WINDOW = 8  # steps per point of a tokens/s curve, live (dashboard.live_view) or rebuilt from a report
 BENCH_SCHEMA = "syncscope.bench/"  # the prefix of core.bench's report schema
 PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
 OLD_PAGE_SECTION = "dashboard"  # where the page's downloads up to 2026-11 kept its record, inside the report
@@ -314,10 +315,18 @@ def _append_rates(target: dict[str, list[float | None]], timings: dict[str, Any]
         target["t"].append(None)
         target["tokens_per_s"].append(None)
     for i in range(1, len(known)):
-        first = max(0, i - RATE_WINDOW)
-        if known[i] > known[first]:
+        rate = window_rate([(t, per_step) for t in known[max(0, i - RATE_WINDOW):i + 1]])
+        if rate is not None:
             target["t"].append(offset + known[i])
-            target["tokens_per_s"].append((i - first) * per_step / (known[i] - known[first]))
+            target["tokens_per_s"].append(rate)
+
+
+def window_rate(window: Sequence[tuple[float, float]]) -> float | None:
+    """Tokens/s over a window of steps, each (when its tokens were known, how many): the tokens after the first
+    step over the time since it. None when the window spans no time."""
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        return None
+    return sum(count for _, count in window[1:]) / (window[-1][0] - window[0][0])
 
 
 def _no_monitor() -> dict[str, Any]:
