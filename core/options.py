@@ -239,7 +239,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "this did not make bf16 decode reproducible past 256 keys; --dtype fp32 did", part=REQUEST,
               group="loop"),
     RunOption("do_sample", FLAG, False, "Seeded sampling", "sample instead of greedy decoding", flag="--sample",
-              group="sampling", history=True),
+              group="sampling"),
     RunOption("seed", WHOLE, 0, "Seed", "sampling seed, the same for every contestant", low=0, high=2**63 - 1,
               group="sampling"),
     RunOption("temperature", REAL, 1.0, "Temperature", "with --sample", low=0, high=100.0, open_low=True,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.identity import sameness
-from core.options import HF, LOOPS, NO_CHECK, adapt_to_device, is_int
+from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
 # The largest report Replay opens (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
@@ -181,12 +181,13 @@ def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> di
 # ------------------------------------------------------------------------------------------------ history
 
 # cache, compile and streams are what the loops ran with; compile_asked is the form's, and notes say why they differ.
-HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", "max_new_tokens", "batch", "cache",
-                  "compile", "compile_asked", "lag", "streams", "sampling", "ignore_eos", "trials",
-                  "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s", "hf_tok_s",
-                  "speedup", "verdict", "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms", "pipelined_p50_ms",
-                  "naive_p95_ms", "pipelined_p95_ms", "naive_gpu_busy_pct", "pipelined_gpu_busy_pct", "compile_ms",
-                  "identical", "clock", "notes", "error")
+# The run options marked history=True in core.options.RUN_OPTIONS have a column each, as they ran.
+OPTION_COLUMNS = tuple(option.name for option in RUN_OPTIONS if option.history)
+HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", *OPTION_COLUMNS, "compile_asked",
+                  "sampling", "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s",
+                  "hf_tok_s", "speedup", "verdict", "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms",
+                  "pipelined_p50_ms", "naive_p95_ms", "pipelined_p95_ms", "naive_gpu_busy_pct",
+                  "pipelined_gpu_busy_pct", "compile_ms", "identical", "clock", "notes", "error")
 
 
 def history_row(job_id: int, state: str, request: Any, model: str | None, report: dict[str, Any] | None,
@@ -198,9 +199,8 @@ def history_row(job_id: int, state: str, request: Any, model: str | None, report
     if request is not None:
         o = request.options
         ran, notices = adapt_to_device(o, device_type) if device_type else (o, [])
-        row.update(max_new_tokens=o.max_new_tokens, batch=request.batch, compile_asked=o.compile, lag=o.lag,
-                   ignore_eos=o.ignore_eos, trials=request.trials,
-                   sampling=f"seed {o.seed}, T={o.temperature:g}" if o.do_sample else "greedy")
+        row.update({name: request.value(name) for name in OPTION_COLUMNS})
+        row.update(compile_asked=o.compile, sampling=f"seed {o.seed}, T={o.temperature:g}" if o.do_sample else "greedy")
         row.update(_ran(ran.cache, ran.compile, ran.streams, notices))
     if report:
         _add_report_numbers(row, report)

@@ -32,6 +32,7 @@ from dashboard import charts, lanes
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.reports import (
     MAX_REPORT_BYTES,
+    OPTION_COLUMNS,
     SUMMARY_HEADERS,
     PageRecord,
     SavedReport,
@@ -57,8 +58,8 @@ EXAMPLE_PROMPTS = (
 PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != "cli")  # the form's fields, in order
 SUMMARY_WIDTHS = ["140px", "130px", "100px", "130px", "170px", "90px", "120px", "120px", "230px", "130px", "130px",
                   "120px"]
-HISTORY_COLUMNS = ("run", "status", "model", "tp", "batch", "cache", "compile", "lag", "naive_decode_tok_s",
-                   "pipelined_decode_tok_s", "speedup", "verdict", "identical", "clock", "notes")
+HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
+                   "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
            "report_file", "trace_file", "banner", "model")

@@ -109,3 +109,12 @@ def test_invalid_options_cannot_be_made():
 def test_numbers_from_a_form_may_be_text(kind):
     option = next(o for o in RUN_OPTIONS if o.kind == kind and not o.choices)
     assert coerce(option, str(option.default)) == option.default
+
+
+def test_the_history_has_a_column_for_each_option_marked_so():
+    from dashboard.reports import HISTORY_FIELDS, history_row
+
+    request, _ = request_from_values({"lag": 3, "batch": 2})
+    row = history_row(1, "done", request, "m", None, None)
+    assert row["lag"] == 3 and row["batch"] == 2
+    assert all(option.name in HISTORY_FIELDS for option in RUN_OPTIONS if option.history)
