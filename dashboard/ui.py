@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import html
 import json
 import re
 import secrets
@@ -23,25 +22,21 @@ from typing import Any
 
 import gradio as gr
 
-from core.identity import difference_note
 from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
 from core.run_schema import cli_command, option_defaults
-from core.stats import verdict_sentence
 from core.trace import chrome_trace
 from dashboard import charts, lanes
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
+from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
 from dashboard.reports import (
     MAX_REPORT_BYTES,
     OPTION_COLUMNS,
     SUMMARY_HEADERS,
     PageRecord,
     SavedReport,
-    headline,
     open_report,
     page_report,
     public_report,
-    report_notices,
-    summary_rows,
     timeline_from_report,
     too_large,
 )
@@ -87,7 +82,6 @@ CSS = """
     .annotation-text[style*="font-size: 10px"] { display: none; }
 }
 """
-_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
 EXPLAIN = (Path(__file__).with_name("explain.md")).read_text(encoding="utf-8")  # the page's Explain section
 
@@ -99,13 +93,6 @@ BANNER_REFRESH_S = 2.0
 RECONNECT_GRACE_S = 15.0
 MAX_BROWSERS = 10_000
 _BROWSER_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def plain(text: Any) -> str:
-    """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
-    '.' too, so that a URL in it does not become a link)."""
-    one_line = " ".join(str(text).split())
-    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
 @dataclass
@@ -260,7 +247,7 @@ class Dashboard:
                     self._browsers.popitem(last=False)
         c = self.c
         update = {self.browser_state: browser_id, c["banner"]: self.banner(), **self._downloads(browser_id, None)}
-        update[c["history"]] = self._history_table(browser_id)
+        update[c["history"]] = self._historytable_rows(browser_id)
         if self.runner.last_load_error and not self.runner.model_spec:  # the startup model failed: not offered
             update[c["model"]] = self.runner.model_choices()[0]
         job = self.runner.latest_run(browser_id)
@@ -274,12 +261,12 @@ class Dashboard:
 
     def _live_update(self, snap: dict[str, Any]) -> dict:
         c = self.c
-        update = {c["status"]: _status_md(snap)}
+        update = {c["status"]: status_md(snap)}
         for name in ("naive", "pipelined"):
             pane = snap.get("panes", {}).get(name)
             if pane:
                 update[c[f"{name}_text"]] = pane["text"]
-                update[c[f"{name}_rate"]] = _rate_md(name, pane, snap.get("batch", 1))
+                update[c[f"{name}_rate"]] = rate_md(name, pane, snap.get("batch", 1))
         return update
 
     def _final_update(self, job: Job, owner: str) -> dict:
@@ -291,9 +278,9 @@ class Dashboard:
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
         update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report, job.page) if report else ""
-        update[c["summary"]] = _table(report, job.page) if report else []
+        update[c["summary"]] = table_rows(report, job.page) if report else []
         update[c["command"]] = self._command(job) if report else ""
-        update[c["history"]] = self._history_table(owner)
+        update[c["history"]] = self._historytable_rows(owner)
         update[c["banner"]] = self.banner()
         if job.state == FAILED and self.runner.model_spec and job.model != self.runner.model_spec:
             update[c["model"]] = self.runner.model_spec  # a spec that failed to load does not stay selected
@@ -343,8 +330,8 @@ class Dashboard:
 
     # ---- history and downloads
 
-    def _history_table(self, owner: str) -> list[list[Any]]:
-        return [[_cell(row.get(k)) for k in HISTORY_COLUMNS] for row in self.runner.history(owner)]
+    def _historytable_rows(self, owner: str) -> list[list[Any]]:
+        return [[cell(row.get(k)) for k in HISTORY_COLUMNS] for row in self.runner.history(owner)]
 
     def _owner_dir(self, owner: str) -> Path:
         # Session ids come from the client: hash them rather than use them in a path.
@@ -428,63 +415,12 @@ class Dashboard:
                   f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(report.get('request', {}).get('trials', '?'))} "
                   f"trial(s), created {plain(report.get('created', '?'))}.")
         update = {r["status"]: status, r["headline"]: headline_md(report, saved.page),
-                  r["summary"]: _table(report, saved.page)}
+                  r["summary"]: table_rows(report, saved.page)}
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         note = lanes.lanes_note(report)
         update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
         update[r["lanes_plot"]] = lanes.lanes_figure(report)
         return update
-
-
-def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
-    """The verdict first (decode phase, beyond noise or not), then end-to-end, TTFT, identity and the clock."""
-    facts = headline(report)
-    lines = [f"**{plain(verdict_sentence(facts['verdict']))}**" if facts["verdict"].get("ratio") else
-             "**pipelined / naive: –**"]
-    extra = []
-    if facts["end_to_end"]:
-        extra.append(f"end to end {facts['end_to_end']:.3f}×")
-    ttft = facts["ttft"]
-    if ttft.get("naive") is not None and ttft.get("pipelined") is not None:
-        extra.append(f"TTFT {ttft['naive']:.1f} / {ttft['pipelined']:.1f} ms (naive / pipelined)")
-    identical = "yes" if facts["identical"] else ("NO* (see note)" if not facts["self_consistent"] else "NO")
-    extra.append(f"outputs identical: {identical}")
-    clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
-    extra.append(f"steps timed on the {clock}")
-    lines.append(" · ".join(extra))
-    notices = report_notices(report, page)
-    notices += identity_notes(report)
-    lines += [f"Note: {plain(n)}" for n in notices]
-    return "  \n".join(lines)
-
-
-def identity_notes(report: dict[str, Any]) -> list[str]:
-    """Why outputs differ, where the report can say (core.identity); a bare NO* where it cannot."""
-    note = difference_note(report)
-    return [note] if note else []
-
-
-def _table(report: dict[str, Any], page: PageRecord | None = None) -> list[list[Any]]:
-    return [[_cell(v) for v in row] for row in summary_rows(report, page)]
-
-
-def _cell(value: Any) -> Any:
-    return "–" if value is None else value
-
-
-def _status_md(snap: dict[str, Any]) -> str:
-    notices = "".join(f"  \nNote: {plain(n)}" for n in snap.get("notices") or [])
-    return f"**{plain(snap.get('status', ''))}**{notices}"
-
-
-def _rate_md(name: str, pane: dict[str, Any], batch: int = 1) -> str:
-    rows = f"  \nshowing row 1 of {batch}; tok/s counts all {batch} rows" if batch > 1 else ""
-    if pane.get("warmup") and pane.get("live"):
-        return f"**{name}** · warm-up (untimed, not counted){rows}"
-    rate = pane.get("tokens_per_s")
-    number = f"{rate:,.1f} tok/s" if rate else "– tok/s"
-    live = " (live)" if pane.get("live") else " (decode, median)" if rate else ""
-    return f"**{name}** · {number}{live}{rows}"
 
 
 # ------------------------------------------------------------------------------------------------- layout

@@ -19,9 +19,10 @@ from core.options import BenchRequest, GenerationOptions
 from core.run_schema import Limits
 from core.stats import verdict, verdict_sentence
 from dashboard.jobs import CANCELLED
+from dashboard.report_text import headline_md, plain
 from dashboard.reports import SUMMARY_HEADERS, parse_report, summary_rows
 from dashboard.settings import EXPOSED_LIMITS
-from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, headline_md, plain
+from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_request, serving
 from tests.test_dashboard_client import form, shown, text_of
 

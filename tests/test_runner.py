@@ -400,7 +400,7 @@ def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatc
 
 
 def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
-    from dashboard.ui import _rate_md
+    from dashboard.report_text import rate_md as _rate_md
 
     job = tiny_runner.submit(dict(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True,
                                          trials=1))

@@ -1,0 +1,76 @@
+"""A report, a run's status and a pane's rate as the page's Markdown (no gradio here: testable as text).
+
+Text that came from a user or a file is shown as text, never as HTML or Markdown (`plain`).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from core.identity import difference_note
+from core.stats import verdict_sentence
+from dashboard.reports import PageRecord, headline, report_notices, summary_rows
+
+_MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
+
+
+def plain(text: Any) -> str:
+    """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
+    '.' too, so that a URL in it does not become a link)."""
+    one_line = " ".join(str(text).split())
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=False))
+
+
+
+def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
+    """The verdict first (decode phase, beyond noise or not), then end-to-end, TTFT, identity and the clock."""
+    facts = headline(report)
+    lines = [f"**{plain(verdict_sentence(facts['verdict']))}**" if facts["verdict"].get("ratio") else
+             "**pipelined / naive: –**"]
+    extra = []
+    if facts["end_to_end"]:
+        extra.append(f"end to end {facts['end_to_end']:.3f}×")
+    ttft = facts["ttft"]
+    if ttft.get("naive") is not None and ttft.get("pipelined") is not None:
+        extra.append(f"TTFT {ttft['naive']:.1f} / {ttft['pipelined']:.1f} ms (naive / pipelined)")
+    identical = "yes" if facts["identical"] else ("NO* (see note)" if not facts["self_consistent"] else "NO")
+    extra.append(f"outputs identical: {identical}")
+    clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
+    extra.append(f"steps timed on the {clock}")
+    lines.append(" · ".join(extra))
+    notices = report_notices(report, page)
+    notices += identity_notes(report)
+    lines += [f"Note: {plain(n)}" for n in notices]
+    return "  \n".join(lines)
+
+
+def identity_notes(report: dict[str, Any]) -> list[str]:
+    """Why outputs differ, where the report can say (core.identity); a bare NO* where it cannot."""
+    note = difference_note(report)
+    return [note] if note else []
+
+
+def table_rows(report: dict[str, Any], page: PageRecord | None = None) -> list[list[Any]]:
+    """The summary table's cells, a dash where a number does not exist."""
+    return [[cell(v) for v in row] for row in summary_rows(report, page)]
+
+
+def cell(value: Any) -> Any:
+    return "–" if value is None else value
+
+
+def status_md(snap: dict[str, Any]) -> str:
+    notices = "".join(f"  \nNote: {plain(n)}" for n in snap.get("notices") or [])
+    return f"**{plain(snap.get('status', ''))}**{notices}"
+
+
+def rate_md(name: str, pane: dict[str, Any], batch: int = 1) -> str:
+    rows = f"  \nshowing row 1 of {batch}; tok/s counts all {batch} rows" if batch > 1 else ""
+    if pane.get("warmup") and pane.get("live"):
+        return f"**{name}** · warm-up (untimed, not counted){rows}"
+    rate = pane.get("tokens_per_s")
+    number = f"{rate:,.1f} tok/s" if rate else "– tok/s"
+    live = " (live)" if pane.get("live") else " (decode, median)" if rate else ""
+    return f"**{name}** · {number}{live}{rows}"
