@@ -232,3 +232,48 @@ def test_the_fused_forwards_are_those_of_the_installed_transformers() -> None:
                 found.setdefault(forward_fingerprint(cls), []).append(name)
     assert set(ATTENTION_LAYOUTS) <= set(found)
     assert set(found) >= MLP_FORWARDS
+
+
+def test_the_compile_line_counts_recompiles_in_warm_ups_and_trials() -> None:
+    from core.bench import compile_note
+
+    assert compile_note({"warmup": {"naive": {"graphs_compiled": 0}}, "runs": []}) is None
+    report = {"warmup": {"naive": {"graphs_compiled": 2, "compiling_ms": 30_000.0},
+                         "pipelined": {"graphs_compiled": 0, "compiling_ms": 0.0}},
+              "runs": [{"graphs_compiled": 0}, {"graphs_compiled": 3}]}
+    assert compile_note(report) == ("compile: the warm-ups compiled 2 graph(s) in 30.0 s; timed trials compiled 3 more "
+                                    "(recompiles), and their times include it")
+
+
+def _gpu_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "families_gpu.py"
+    spec = importlib.util.spec_from_file_location("families_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_script_writes_a_refusal_as_one_row_of_one_line() -> None:
+    script = _gpu_script()
+    refused = script.failure_row("tiny-random:mixtral", "step-graph", ValueError("compile=step-graph cannot run\nmore"))
+    failed = script.failure_row("tiny-random:falcon", "step-graph", RuntimeError("CUDA error\nframes"))
+    assert refused["status"] == "refused" and refused["error"] == "compile=step-graph cannot run"
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: CUDA error"
+    table = script.markdown([refused, failed, script.skipped_row("synthetic:mistral-7b", "step-graph")],
+                            {"device": "NVIDIA H200", "wall_s": 1.0, "smoke": False})
+    assert table.count("\n| ") == 4 and "past --deadline-s" in table
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_on_the_cpu_with_smoke(tmp_path) -> None:
+    import json
+
+    assert _gpu_script().main([str(tmp_path), "--smoke"]) == 0
+    rows = json.loads((tmp_path / "families.json").read_text())["rows"]
+    assert len(rows) == 12 and all(row["status"] == "ok" and row["loops_identical"] for row in rows)
+    assert all(row["same_as_eager"] for row in rows if row["mode"] != "off")
+    assert "| tiny-random:mistral-sliding | reduce-overhead (ran default) | ok | yes |" in (
+        tmp_path / "families.md").read_text()
