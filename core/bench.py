@@ -397,7 +397,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
             "inductor_options": inductor_overrides() or None,
             "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_overrides()),
-            "model_transforms": list(loaded.transforms),
+            "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
+            "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}

@@ -346,7 +346,7 @@ def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool, device
                   tp: int = 1) -> tuple[Any, Any]:
     if spec == TINY_RANDOM:
         # Drawn whole on the CPU, then sharded: the same weights (and tokens) at every tp degree.
-        return _sharded(_random_llama(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), tp, device), \
+        return _sharded(_random_model(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), tp, device), \
             default_tokenizer()
     if spec.startswith(TINY_FAMILY_PREFIX):
         family = spec[len(TINY_FAMILY_PREFIX):]
@@ -354,7 +354,7 @@ def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool, device
     if spec.startswith(SYNTHETIC_PREFIX):
         shape = spec[len(SYNTHETIC_PREFIX):]
         config_class = SYNTHETIC_CONFIG_CLASSES.get(shape, "LlamaConfig")
-        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device, tp=tp,
+        return _random_model(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device, tp=tp,
                              config_class=config_class), default_tokenizer()
     if spec == DEFAULT_MODEL:
         model, tokenizer = _load_default(dtype)
@@ -402,7 +402,7 @@ def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any,
     return model, AutoTokenizer.from_pretrained(spec, **kwargs)
 
 
-def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1,
+def _random_model(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1,
                   config_class: str = "LlamaConfig") -> Any:
     """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second);
     a Llama, or the family of `config_class` (one with plain RMSNorm weights, which are set to 1).

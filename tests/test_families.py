@@ -191,14 +191,22 @@ def test_a_compile_that_fails_reaches_the_user_as_one_line(monkeypatch, capsys) 
     assert code == 2 and err.count("\n") == 1 and "fake tensor" not in err and "compile=default failed" in err
 
 
-def test_the_cli_runs_a_tiny_family_and_names_what_was_prepared(capsys) -> None:
+def test_the_cli_runs_a_tiny_family_and_names_what_was_prepared(capsys, tmp_path) -> None:
+    import json
+
+    path = tmp_path / "report.json"
     code = main(["--model", "tiny-random:phi3", "--device", "cpu", "--prompt-tokens", "8", "--max-new-tokens", "3",
-                 "--trials", "1"])
+                 "--trials", "1", "--json", str(path)])
     out = capsys.readouterr().out
     assert code == 0
     first = out.splitlines()[0]
     assert first.startswith("tiny-random:phi3 on cpu") and "compiled decode attention: reduce" in first
     assert "Phi3Attention, Phi3MLP already have them fused" in first
+    report = json.loads(path.read_text())
+    environment = report["environment"]
+    assert environment["decode_attention"] == "reduce" and environment["fused_projections"] == []
+    assert environment["model_transforms"] == list(tiny("phi3").transforms)
+    assert report["warmup"]["naive"]["graphs_compiled"] == 0 and "compiling_ms" in report["runs"][0]
 
 
 def test_unknown_tiny_family_is_a_clear_error() -> None:
