@@ -21,13 +21,25 @@ compile). There it reads the cache as it is, with one of these kernels (SYNCSCOP
   work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
 - "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
-exactly as for "sdpa".
+exactly as for "sdpa" (or, for a model that runs transformers' "eager" attention, as for "eager", with the family's
+own eager function for everything but these steps).
+
+Families: a sliding window reaches these kernels as the mask (the static cache keeps every position, see
+core.models.new_static_cache, and the mask leaves out those behind the window); a family's attention scale (Granite's
+multiplier, Gemma's query_pre_attn_scalar) as `scaling`; Gemma-2's logit soft-capping, which SDPA cannot do (so
+transformers runs Gemma-2 with "eager" attention), is applied by "reduce" and "split", and a soft-capping model never
+runs "triton" or "sdpa" here. Models whose every query head has its own KV head copy nothing, and attentions that
+choose their attention code by the implementation's name (Falcon's, GPT-2's) would not run this one: both are left
+as they are, and the report says why (`use_decode_attention`).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,30 +49,45 @@ from core.options import DECODE_ATTENTION_CHOICES, DECODE_ATTENTION_ENV, DECODE_
 from core.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
 
 KERNELS = DECODE_ATTENTION_KERNELS
-# The name each kernel is registered under with transformers; the model's config names the one it runs.
+# The name each kernel is registered under with transformers; the model's config names the one it runs. Models that
+# run transformers' "eager" attention get the same kernels under names of their own, with eager's masks.
 IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}" for kernel in KERNELS}
+EAGER_IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}_eager" for kernel in KERNELS}
 SPLIT_CHUNK = 64  # keys per chunk of split_decode_attention
+# Attention arguments that change what attention computes and that these kernels do not compute: with one of them
+# the step takes the model's own attention (gpt-oss's sinks, T5-style position biases, returned weights).
+_NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
+# The eager attention function of each attention class of a model switched to an "eager" implementation here.
+_EAGER_FUNCTIONS: dict[type, Callable[..., Any]] = {}
 
 
 def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                is_causal: bool | None = None, kernel: str = "reduce", **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' `sdpa_attention_forward`, with grouped heads read in place when a compiled step decodes."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+                is_causal: bool | None = None, kernel: str = "reduce", eager: bool = False,
+                **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' `sdpa_attention_forward` (with `eager`, the family's eager attention function), with grouped
+    heads read in place when a compiled step decodes."""
     if _reads_cache_in_place(module, query, kwargs):
-        if kernel == "reduce":
-            out = grouped_decode_attention(query, key, value, attention_mask, scaling)
-        elif kernel == "split":
-            out = split_decode_attention(query, key, value, attention_mask, scaling)
+        softcap = kwargs.get("softcap")
+        if softcap is not None and kernel in ("triton", "sdpa"):
+            kernel = "reduce"  # neither soft-caps: the model's attention would otherwise change
+        if kernel == "split":
+            out = split_decode_attention(query, key, value, attention_mask, scaling, softcap=softcap)
         elif kernel == "triton" and query.is_cuda and takes_shapes(query, key):
             out = triton_decode_attention(query, key, value, attention_mask, scaling)
-        elif kernel == "triton":  # the CPU, or a head size the kernels do not take: the same math as reductions
-            out = grouped_decode_attention(query, key, value, attention_mask, scaling)
-        else:
+        elif kernel == "sdpa":
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                                  enable_gqa=True)
+        else:  # "reduce"; "triton" on the CPU or for a head size its kernels do not take: the same math
+            out = grouped_decode_attention(query, key, value, attention_mask, scaling, softcap=softcap)
         return out.transpose(1, 2).contiguous(), None
+    if eager:
+        if is_causal is not None:
+            kwargs["is_causal"] = is_causal
+        return _EAGER_FUNCTIONS[type(module)](module, query, key, value, attention_mask, dropout=dropout,
+                                              scaling=scaling, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
 
@@ -74,44 +101,63 @@ def decode_attention_kernel() -> str:
 
 def resolve_decode_attention(model: Any, kernel: str) -> str:
     """The kernel that will run on this model: "auto" and "triton" are "triton" on CUDA where Triton is installed and
-    takes the model's head size, else "reduce" (the same math; the report names what ran). ValueError for "triton"
-    asked for on CUDA without Triton. Any other choice as it is."""
+    takes the model (`choose_decode_attention`), else "reduce" (the same math; the report names what ran). ValueError
+    for "triton" asked for on CUDA without Triton. Any other choice as it is, but "reduce" for a soft-capping
+    model."""
+    return choose_decode_attention(model, kernel)[0]
+
+
+def choose_decode_attention(model: Any, kernel: str) -> tuple[str, str | None]:
+    """`resolve_decode_attention`'s kernel, and why Triton (or SDPA) was not taken where it would have been."""
+    config = model.config
+    softcap = getattr(config, "attn_logit_softcapping", None)
     if kernel not in ("auto", "triton"):
-        return kernel
+        if kernel == "sdpa" and softcap:
+            return "reduce", "compiled decode attention sdpa not used: SDPA cannot soft-cap attention logits"
+        return kernel, None
     on_cuda = model.device.type == "cuda"
     installed = importlib.util.find_spec("triton") is not None
     if kernel == "triton" and on_cuda and not installed:
         raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds bring "
                          f"along; it is not installed here")
-    config = model.config
+    if not (on_cuda and installed):
+        return "reduce", None
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return "triton" if on_cuda and installed and head_size_fits(head_dim) else "reduce"
+    if not head_size_fits(head_dim):
+        return "reduce", (f"triton decode attention not used: its kernels take head sizes that are powers of 2 "
+                          f"from 16, and this model's is {head_dim}")
+    if softcap:
+        return "reduce", ("triton decode attention not used: its kernel does not soft-cap attention logits "
+                          "(attn_logit_softcapping)")
+    return "triton", None
 
 
 def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: torch.Tensor | None, scaling: float | None) -> torch.Tensor:
+                             attention_mask: torch.Tensor | None, scaling: float | None,
+                             softcap: float | None = None) -> torch.Tensor:
     """One query token against the cache, written as broadcast products and sums that inductor turns into a few
     reduction kernels spread over the whole GPU (a fused attention kernel at batch 1 runs one block per head).
     Scores, softmax and the weighted sum are accumulated in fp32. Shapes: query (B, H, 1, D), key and value
-    (B, KV, L, D) with H a multiple of KV; returns (B, H, 1, D)."""
+    (B, KV, L, D) with H a multiple of KV; returns (B, H, 1, D). With `softcap`, scores are soft-capped as
+    Gemma-2's eager attention does: softcap * tanh(score / softcap), before the mask."""
     batch, heads, _, dim = query.shape
-    probs = torch.softmax(_grouped_scores(query, key, attention_mask, scaling), dim=-1)   # (B, KV, G, L)
+    probs = torch.softmax(_grouped_scores(query, key, attention_mask, scaling, softcap), dim=-1)  # (B, KV, G, L)
     out = (probs[..., None] * value[:, :, None].float()).sum(-2)                         # (B, KV, G, D)
     return out.reshape(batch, heads, 1, dim).to(query.dtype)
 
 
 def split_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            attention_mask: torch.Tensor | None, scaling: float | None,
-                           chunk: int = SPLIT_CHUNK) -> torch.Tensor:
+                           chunk: int = SPLIT_CHUNK, softcap: float | None = None) -> torch.Tensor:
     """`grouped_decode_attention` with the keys split into chunks, as flash-decoding does: each chunk's maximum,
     exponent sum and weighted values are reduced on their own (chunks times more rows to spread over the GPU), then
     combined. A cache whose length is not a multiple of `chunk` takes `grouped_decode_attention`."""
     batch, heads, _, dim = query.shape
     length = key.shape[2]
     if length % chunk or length == chunk:
-        return grouped_decode_attention(query, key, value, attention_mask, scaling)
+        return grouped_decode_attention(query, key, value, attention_mask, scaling, softcap)
     chunks = length // chunk
-    scores = _grouped_scores(query, key, attention_mask, scaling).unflatten(-1, (chunks, chunk))  # (B,KV,G,C,c)
+    scores = _grouped_scores(query, key, attention_mask, scaling, softcap).unflatten(-1, (chunks, chunk))
     chunk_max = scores.amax(-1)                                                                   # (B,KV,G,C)
     shift = torch.where(torch.isneginf(chunk_max), 0.0, chunk_max)  # a fully masked chunk adds nothing
     weights = torch.exp(scores - shift[..., None])
@@ -124,13 +170,15 @@ def split_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
 
 
 def _grouped_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
-                    scaling: float | None) -> torch.Tensor:
-    """Scaled, masked fp32 scores of one query token per head against every key: (B, KV, G, L)."""
+                    scaling: float | None, softcap: float | None = None) -> torch.Tensor:
+    """Scaled, soft-capped, masked fp32 scores of one query token per head against every key: (B, KV, G, L)."""
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     grouped = query.view(batch, kv_heads, heads // kv_heads, 1, dim).float()
     scale = scaling if scaling is not None else dim ** -0.5
     scores = (grouped * key[:, :, None].float()).sum(-1) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is None:
         return scores
     mask = attention_mask
@@ -141,22 +189,73 @@ def _grouped_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torc
 
 def _reads_cache_in_place(module: torch.nn.Module, query: torch.Tensor, kwargs: dict[str, Any]) -> bool:
     return (getattr(module, "num_key_value_groups", 1) > 1 and query.shape[2] == 1 and not module.training
-            and torch.compiler.is_compiling() and kwargs.get("position_bias") is None
-            and kwargs.get("softcap") is None and not kwargs.get("output_attentions", False))
+            and torch.compiler.is_compiling() and not any(kwargs.get(name) for name in _NOT_IN_PLACE))
 
 
-def use_decode_attention(model: Any, kernel: str) -> str | None:
-    """Switch a model that uses transformers' "sdpa" attention to `decode_sdpa` with `kernel` (one of KERNELS, or
-    "auto"), fixed for this model from now on; the kernel it runs, or None when the model uses another attention."""
+def use_decode_attention(model: Any, kernel: str) -> tuple[str | None, str | None]:
+    """Switch a model that uses transformers' "sdpa" (or "eager") attention to `decode_sdpa` with `kernel` (one of
+    KERNELS, or "auto"), fixed for this model from now on. Returns the kernel it runs (None when the model is left as
+    it is) and a sentence saying why a kernel was not used, or None."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return None
-    kernel = resolve_decode_attention(model, kernel)
+    why_not = _why_not_decode_attention(model)
+    if why_not:
+        return None, f"no compiled decode attention: {why_not}"
+    kernel, not_taken = choose_decode_attention(model, kernel)
+    eager = model.config._attn_implementation == "eager"
+    if eager:
+        _EAGER_FUNCTIONS.update((type(m), _eager_function(m)) for m in _attentions(model))
+    for name in KERNELS:
+        names = EAGER_IMPLEMENTATIONS if eager else IMPLEMENTATIONS
+        ALL_ATTENTION_FUNCTIONS.register(names[name], functools.partial(decode_sdpa, kernel=name, eager=eager))
+        ALL_MASK_ATTENTION_FUNCTIONS.register(names[name], ALL_MASK_ATTENTION_FUNCTIONS["eager" if eager else "sdpa"])
+    implementation = (EAGER_IMPLEMENTATIONS if eager else IMPLEMENTATIONS)[kernel]
+    model.set_attn_implementation(implementation)
+    if model.config._attn_implementation != implementation:
+        return None, "no compiled decode attention: transformers did not accept it for this model"
+    return kernel, not_taken
 
-    for name, implementation in IMPLEMENTATIONS.items():
-        ALL_ATTENTION_FUNCTIONS.register(implementation, functools.partial(decode_sdpa, kernel=name))
-        ALL_MASK_ATTENTION_FUNCTIONS.register(implementation, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    model.set_attn_implementation(IMPLEMENTATIONS[kernel])
-    return kernel if model.config._attn_implementation == IMPLEMENTATIONS[kernel] else None
+
+def _why_not_decode_attention(model: Any) -> str | None:
+    """Why the compiled decode attention would change nothing, or not what it should, for this model; else None."""
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        return f"the model runs {implementation!r} attention, not transformers' sdpa or eager"
+    attentions = _attentions(model)
+    if not attentions:
+        return "no attention module with grouped KV heads found"
+    own_dispatch = sorted({type(m).__name__ for m in attentions if not _dispatches(type(m))})
+    if own_dispatch:
+        return f"{', '.join(own_dispatch)} chooses its attention code by the implementation's name"
+    if not any(getattr(m, "num_key_value_groups", 1) > 1 for m in attentions):
+        return "every query head has its own KV head, so compiled steps copy no cache"
+    return None
+
+
+def _attentions(model: Any) -> list[torch.nn.Module]:
+    """The model's attention modules (those that hold the attention's scale, or whose class says it)."""
+    return [m for m in model.modules()
+            if hasattr(m, "num_key_value_groups") or type(m).__name__.endswith("Attention")]
+
+
+@functools.cache
+def _dispatches(cls: type) -> bool:
+    """Whether `cls` looks its attention function up in transformers' registry, without special-casing names."""
+    from core.fusion import FusedAttention
+
+    if issubclass(cls, FusedAttention):
+        return True
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    return "ALL_ATTENTION_FUNCTIONS" in source and "_attn_implementation ==" not in source
+
+
+def _eager_function(module: torch.nn.Module) -> Callable[..., Any]:
+    """The eager attention function that `module`'s forward falls back to (its family's)."""
+    own = getattr(type(module), "eager_attention", None)
+    if own is not None:
+        return own
+    return sys.modules[type(module).__module__].eager_attention_forward

@@ -28,7 +28,7 @@ import torch
 
 from core import identity
 from core.generation import TokenEvent, cut_at_eos, encode_prompt, inductor_overrides, resolve_eos_ids, run
-from core.models import LoadedModel, load_model
+from core.models import LoadedModel, check_support, load_model
 from core.options import (
     ALL_LOOPS,
     HF,
@@ -67,6 +67,7 @@ def compare(
 
     Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured."""
     _check_device_for(loaded, request)
+    check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
     emit = on_event or (lambda event: None)
     stop = should_stop or (lambda: False)
     streaming = request.stream or on_event is not None
@@ -79,19 +80,22 @@ def compare(
             # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
             # during a long warm-up.
             watcher = _token_listener(emit, name, None) if streaming or should_stop else None
-            began_s = time.perf_counter()
-            warmups[name] = _warmup_entry(_run_one(loaded, request, name, watcher, stop), began_s, origin_s)
+            began_s, graphs_before, compiling_before = time.perf_counter(), compiled_graph_count(), compiling_ms()
+            warmups[name] = {**_warmup_entry(_run_one(loaded, request, name, watcher, stop), began_s, origin_s),
+                             "graphs_compiled": compiled_graph_count() - graphs_before,
+                             "compiling_ms": compiling_ms() - compiling_before}
         for trial in _trial_indices(request, runs):
             order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
             for position, name in enumerate(order):
                 emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial,
                       "t": time.perf_counter()})
                 listener = _token_listener(emit, name, trial) if streaming else None
-                graphs_before = compiled_graph_count()
+                graphs_before, compiling_before = compiled_graph_count(), compiling_ms()
                 outcome = _run_one(loaded, request, name, listener, stop)
                 started_ms = (outcome.pop("started_s") - origin_s) * 1000
                 entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
-                         "graphs_compiled": compiled_graph_count() - graphs_before}
+                         "graphs_compiled": compiled_graph_count() - graphs_before,
+                         "compiling_ms": compiling_ms() - compiling_before}
                 runs.append(entry)
                 emit({"type": "run", "t": time.perf_counter(), **entry})
     report = build_report(loaded, request, runs, warmups)
@@ -147,6 +151,14 @@ def compiled_graph_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def compiling_ms() -> float:
+    """Milliseconds torch.compile has spent compiling in this process, by its own timer (tracing and inductor, every
+    recompile included; not CUDA-graph capture)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(compilation_time_metrics.get("_compile.compile_inner", ())) * 1000
 
 
 def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
@@ -318,8 +330,7 @@ def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
     """Whether the decode steps ran a fused attention kernel whose sums may fall differently from run to run:
     everywhere but core.attention's compiled kernels with a fixed order of sums ("reduce", "split" and "triton",
     whose bf16 trials all repeated bitwise on the H200)."""
-    reductions = {f"compiled decode attention: {kernel}" for kernel in ("reduce", "split", "triton")}
-    return compile_mode == "off" or not reductions & set(loaded.transforms)
+    return compile_mode == "off" or loaded.decode_attention not in ("reduce", "split", "triton")
 
 
 def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
@@ -378,10 +389,11 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
 
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce or None,
+            "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
             "inductor_options": inductor_overrides() or None,
             "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_overrides()),
-            "model_transforms": list(loaded.transforms),
+            "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
+            "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
@@ -587,15 +599,33 @@ def _fail(rank: int, message: str, code: int) -> int:
 def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest,
                      report: dict[str, Any], notices: Sequence[str] = ()) -> bool:
     """Print the table and write the report; False (after one line on stderr) when --json could not be written."""
-    tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce}" if loaded.tp > 1 else ""
+    tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce_text}" if loaded.tp > 1 else ""
     tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
     for notice in dict.fromkeys([*notices, *(n for ran in report["effective"].values() for n in ran["notices"])]):
         print(f"note: {notice}")
+    compiled = compile_note(report)
+    if compiled:
+        print(compiled)
     print(format_table(report))
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+
+
+def compile_note(report: dict[str, Any]) -> str | None:
+    """One line on what torch.compile did, recompiles included: in the warm-ups, and in timed trials if it did."""
+    warm = report.get("warmup", {}).values()
+    graphs = sum(w.get("graphs_compiled", 0) for w in warm)
+    seconds = sum(w.get("compiling_ms", 0.0) for w in warm) / 1000
+    late = [r for r in report.get("runs", []) if r.get("graphs_compiled")]
+    if not graphs and not late:
+        return None
+    line = f"compile: the warm-ups compiled {graphs} graph(s) in {seconds:.1f} s"
+    if late:
+        line += (f"; timed trials compiled {sum(r['graphs_compiled'] for r in late)} more (recompiles), and their "
+                 "times include it")
+    return line
 
 
 def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = None) -> str | None:

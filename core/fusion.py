@@ -1,4 +1,4 @@
-"""Fused projections: q/k/v as one Linear, and the MLP's gate/up as one Linear, in every Llama layer.
+"""Fused projections: q/k/v as one Linear, and the MLP's gate/up as one Linear, in every layer that has Llama's layout.
 
 Why: at batch 1 a decode step is a chain of matrix-vector products, each bound by reading its weight once from
 memory, and a Llama layer runs seven of them (q, k, v, o, gate, up, down). The k and v matrices are small (with
@@ -6,6 +6,15 @@ grouped-query attention, a quarter or an eighth of q), so on a GPU their own ker
 memory bandwidth unused, and each costs a launch. Stacking q/k/v into one weight, and gate/up into another,
 turns seven launches into four and gives every product enough rows to stream at full bandwidth. vLLM does the
 same (QKVParallelLinear, MergedColumnParallelLinear), and so does gpt-fast (wqkv).
+
+Which modules: those whose `forward` is, token for token, one that this module knows (`ATTENTION_LAYOUTS`,
+`MLP_FORWARDS`: transformers 5.24's Llama, Mistral and Mixtral, Qwen2, Qwen3 and Qwen3-MoE, Gemma, Gemma-2,
+Gemma-3, Granite and OLMo-2 attentions, and the gate/up MLP they share), checked by a fingerprint of the source, so
+a transformers version that changes one of them leaves that module as it is (and the report says so). The fused
+attention is one forward for all of them (`FusedAttention`), with what differs between the families spelled out in
+its `AttentionLayout`: normalised queries and keys, the sliding window and the logit soft-capping handed to the
+attention function, and the family's own rotary and eager-attention functions. Phi-3, GPT-NeoX, Falcon, GPT-2 and
+the MoE experts of Mixtral and Qwen3-MoE come with their projections already fused.
 
 The outputs are mathematically the same: row i of the stacked weight produces output i exactly as the separate
 Linear did, and the result is split back into q, k, v (gate, up) by their widths. Bitwise equality is not
@@ -19,7 +28,8 @@ shards, a plain tensor, so its output is this rank's q, k and v slices side by s
 colwise layers returned. o_proj and down_proj (rowwise, with their all-reduce) are left untouched and receive
 the same local inputs as before. Under TP the fused Linear holds only this rank's rows, so summing `numel()` over
 the parameters no longer counts those rows on every rank (a DTensor's numel is the whole tensor's); see
-`FusedLinear.ranks`.
+`FusedLinear.ranks`. (OLMo-2 normalises q and k over all heads, which a shard does not hold: it is not fused
+under TP.)
 
 Inference only: the fused weight has no gradient, and under TP the replicated input gets no backward
 all-reduce. Fuse before building decode engines or compiling: a compiled forward keeps the old modules.
@@ -27,28 +37,70 @@ all-reduce. Fuse before building decode engines or compiling: a compiled forward
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
+import io
+import sys
+import textwrap
+import tokenize
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.models.llama.modeling_llama import (
-    ALL_ATTENTION_FUNCTIONS,
-    LlamaAttention,
-    LlamaMLP,
-    apply_rotary_pos_emb,
-    eager_attention_forward,
-)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.parallel import local
 
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
-# The signature of the LlamaAttention.forward that FusedLlamaAttention.forward copies (transformers 5.24).
-_ATTENTION_PARAMETERS = ("self", "hidden_states", "position_embeddings", "attention_mask", "cache", "kwargs")
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """How a family's attention differs from Llama's around the same q/k/v projections."""
+
+    qk_norm: str | None = None  # RMSNorm of queries and keys: "head" (each head: Qwen3, Gemma-3), "width" (OLMo-2)
+    sliding_window: str | None = None  # handed to the attention function from "module" or "config" (the window)
+    softcap: bool = False  # hands `attn_logit_softcapping` to the attention function (Gemma-2)
+
+
+# Fingerprints (`forward_fingerprint`) of the attention forwards this module reproduces, in transformers 5.24.
+ATTENTION_LAYOUTS: dict[str, tuple[str, AttentionLayout]] = {
+    "fe88212b087a": ("Llama, Gemma, Granite", AttentionLayout()),
+    "354daf401f29": ("Mistral, Mixtral", AttentionLayout(sliding_window="config")),
+    "fb45542fe83c": ("Qwen2", AttentionLayout(sliding_window="module")),
+    "8119205218c2": ("Qwen3, Qwen3-MoE", AttentionLayout(qk_norm="head", sliding_window="module")),
+    "d63a18432912": ("Gemma-3", AttentionLayout(qk_norm="head", sliding_window="module")),
+    "c8cc60021ab5": ("Gemma-2", AttentionLayout(sliding_window="module", softcap=True)),
+    "d2b2abe46995": ("OLMo-2", AttentionLayout(qk_norm="width")),
+}
+# Fingerprints of MLP forwards that compute down(act(gate(x)) * up(x)) (Llama's, shared by the families above).
+MLP_FORWARDS = frozenset({"a4106ca7048d"})
+
+
+def forward_fingerprint(cls: type) -> str:
+    """A short hash of `cls.forward`'s source without decorators, comments or layout: the same for two classes
+    whose forwards are the same code, on any Python version."""
+    return _fingerprint(inspect.unwrap(cls.forward))
+
+
+@functools.cache
+def _fingerprint(function: Callable[..., Any]) -> str:
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return ""
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+               tokenize.ENCODING, tokenize.ENDMARKER}
+    tokens = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in skipped]
+    text = "".join(tokens[tokens.index("def"):]) if "def" in tokens else ""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 class FusedLinear(nn.Linear):
@@ -71,12 +123,16 @@ class FusedLinear(nn.Linear):
         return f"{super().extra_repr()}, split_sizes={self.split_sizes}, ranks={self.ranks}"
 
 
-class FusedLlamaAttention(LlamaAttention):
-    """LlamaAttention with q/k/v computed by one `qkv_proj`; everything after the projections is unchanged."""
+class FusedAttention(nn.Module):
+    """A family's attention with q/k/v computed by one `qkv_proj`; everything after the projections as the family's
+    own forward does it (`layout`), with the family's rotary and eager-attention functions. Mixed into a subclass of
+    the family's class (`fused_attention_class`)."""
 
     qkv_proj: FusedLinear
+    layout: ClassVar[AttentionLayout]
+    rotary: ClassVar[Callable[..., Any]]
+    eager_attention: ClassVar[Callable[..., Any]]
 
-    # A copy of transformers 5.24's LlamaAttention.forward; only the three projection lines differ.
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
@@ -85,25 +141,28 @@ class FusedLlamaAttention(LlamaAttention):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         **kwargs: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
+        layout = self.layout
 
         query, key, value = self.qkv_proj(hidden_states).split(self.qkv_proj.split_sizes, dim=-1)
-        query_states = query.view(hidden_shape).transpose(1, 2)
-        key_states = key.view(hidden_shape).transpose(1, 2)
-        value_states = value.view(hidden_shape).transpose(1, 2)
+        if layout.qk_norm == "width":
+            query, key = self.q_norm(query), self.k_norm(key)
+        query, key, value = query.view(hidden_shape), key.view(hidden_shape), value.view(hidden_shape)
+        if layout.qk_norm == "head":
+            query, key = self.q_norm(query), self.k_norm(key)
+        query_states, key_states, value_states = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
         cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        query_states, key_states = type(self).rotary(query_states, key_states, cos, sin)
 
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
+            self.config._attn_implementation, type(self).eager_attention
         )
-
         attn_output, attn_weights = attention_interface(
             self,
             query_states,
@@ -112,6 +171,7 @@ class FusedLlamaAttention(LlamaAttention):
             attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout,
             scaling=self.scaling,
+            **self._family_arguments(),
             **kwargs,
         )
 
@@ -119,9 +179,19 @@ class FusedLlamaAttention(LlamaAttention):
         attn_output = self.o_proj(attn_output)
         return attn_output, attn_weights
 
+    def _family_arguments(self) -> dict[str, Any]:
+        layout, extra = self.layout, {}
+        if layout.sliding_window == "module":
+            extra["sliding_window"] = self.sliding_window
+        elif layout.sliding_window == "config":
+            extra["sliding_window"] = getattr(self.config, "sliding_window", None)
+        if layout.softcap:
+            extra["softcap"] = self.attn_logit_softcapping
+        return extra
 
-class FusedLlamaMLP(LlamaMLP):
-    """LlamaMLP with gate and up computed by one `gate_up_proj`: down(act(gate) * up), as before."""
+
+class FusedMLP(nn.Module):
+    """An MLP computing down(act(gate(x)) * up(x)), with gate and up computed by one `gate_up_proj`."""
 
     gate_up_proj: FusedLinear
 
@@ -130,30 +200,71 @@ class FusedLlamaMLP(LlamaMLP):
         return self.down_proj(self.act_fn(gate) * up)
 
 
+@functools.cache
+def fused_attention_class(cls: type) -> type:
+    """The fused subclass of the attention class `cls` (one per class, so `type(module) is` tells them apart)."""
+    family = sys.modules[cls.__module__]
+    layout = ATTENTION_LAYOUTS.get(forward_fingerprint(cls), ("", AttentionLayout()))[1]
+    return type(f"Fused{cls.__name__}", (FusedAttention, cls), {
+        "layout": layout, "rotary": staticmethod(family.apply_rotary_pos_emb),
+        "eager_attention": staticmethod(family.eager_attention_forward), "__module__": __name__})
+
+
+@functools.cache
+def fused_mlp_class(cls: type) -> type:
+    return type(f"Fused{cls.__name__}", (FusedMLP, cls), {"__module__": __name__})
+
+
+FusedLlamaAttention = fused_attention_class(LlamaAttention)
+FusedLlamaMLP = fused_mlp_class(LlamaMLP)
+
+
 def fuse_projections(model: nn.Module) -> list[str]:
-    """Fuse q/k/v and gate/up of every Llama attention / MLP in place; returns what was fused, e.g. ["qkv", "gate_up"],
-    or [] when the model has no such modules (or they are already fused)."""
+    """Fuse q/k/v and gate/up of every attention / MLP with a known forward, in place; returns what was fused, e.g.
+    ["qkv", "gate_up"], or [] when the model has no such modules (or they are already fused)."""
     modules = list(model.modules())
-    attentions = [m for m in modules if _is(m, LlamaAttention)] if _attention_forward_matches() else []
-    mlps = [m for m in modules if _is(m, LlamaMLP)]
+    attentions = [m for m in modules if fusable_attention(m)]
+    mlps = [m for m in modules if fusable_mlp(m)]
     del modules
     fused: list[str] = []
-    if sum([_fuse(m, FusedLlamaAttention, QKV, "qkv_proj") for m in attentions]):
+    if sum([_fuse(m, fused_attention_class(type(m)), QKV, "qkv_proj") for m in attentions]):
         fused.append("qkv")
-    if sum([_fuse(m, FusedLlamaMLP, GATE_UP, "gate_up_proj") for m in mlps]):
+    if sum([_fuse(m, fused_mlp_class(type(m)), GATE_UP, "gate_up_proj") for m in mlps]):
         fused.append("gate_up")
     return fused
 
 
-def _is(module: nn.Module, cls: type) -> bool:
-    """Exactly this class: subclasses (our fused ones, other models' variants) may compute something else."""
-    return type(module) is cls
+def fusable_attention(module: nn.Module) -> bool:
+    """An attention whose forward is one of ATTENTION_LAYOUTS', from a transformers module that defines the rotary
+    and eager-attention functions it calls (not already fused)."""
+    cls = type(module)
+    if isinstance(module, FusedAttention) or not hasattr(module, "q_proj"):
+        return False
+    family = sys.modules.get(cls.__module__)
+    if not (hasattr(family, "apply_rotary_pos_emb") and hasattr(family, "eager_attention_forward")):
+        return False
+    layout = ATTENTION_LAYOUTS.get(forward_fingerprint(cls), (None, None))[1]
+    return layout is not None and not (layout.qk_norm == "width" and _sharded(module.q_proj))
 
 
-def _attention_forward_matches() -> bool:
-    """Whether the installed LlamaAttention.forward has the signature our copy was made from."""
-    forward = inspect.unwrap(LlamaAttention.forward)
-    return tuple(inspect.signature(forward).parameters) == _ATTENTION_PARAMETERS
+def fusable_mlp(module: nn.Module) -> bool:
+    return (not isinstance(module, FusedMLP) and hasattr(module, "gate_proj")
+            and forward_fingerprint(type(module)) in MLP_FORWARDS)
+
+
+def unknown_layouts(model: nn.Module) -> list[str]:
+    """Class names of the attentions with separate q/k/v projections, and MLPs with separate gate/up projections,
+    whose forward this module does not know (another transformers version, or another family): left unfused."""
+    names = {type(m).__name__ for m in model.modules()
+             if (hasattr(m, "q_proj") and not isinstance(m, FusedAttention) and not fusable_attention(m))
+             or (hasattr(m, "gate_proj") and hasattr(m, "up_proj") and not fusable_mlp(m))}
+    return sorted(names)
+
+
+def _sharded(projection: object) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(getattr(projection, "weight", None), DTensor)
 
 
 def _fuse(module: nn.Module, fused_class: type, names: tuple[str, ...], fused_name: str) -> bool:

@@ -20,11 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.models import LoadedModel
+from core.models import LoadedModel, compile_failure, new_static_cache
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
     NO_CHECK,
-    ONE_SHOT_ALL_REDUCE,
     STEP_GRAPH,
     GenerationOptions,
     adapt_to_device,
@@ -33,7 +32,7 @@ from core.options import (
     require,
     static_cache_length,
 )
-from core.parallel import gather_device_spans
+from core.parallel import ONE_SHOT, gather_device_spans
 from core.pdl import pdl_inductor_options
 from core.step_times import StepClock, Timings
 
@@ -113,9 +112,15 @@ def run(
     input_ids, attention_mask = encode_prompt(loaded, prompt)
     _check_length(loaded, input_ids.shape[1], options.max_new_tokens)
     setup = _setup_for(loaded, input_ids.shape, options)
-    warmup_ms = setup.warm_up(input_ids, attention_mask, options) if not setup.warmed else 0.0
-    with torch.inference_mode():
-        kept, computed, clock = _timed_run(setup, input_ids, attention_mask, options, on_tokens)
+    try:
+        warmup_ms = setup.warm_up(input_ids, attention_mask, options) if not setup.warmed else 0.0
+        with torch.inference_mode():
+            kept, computed, clock = _timed_run(setup, input_ids, attention_mask, options, on_tokens)
+    except Exception as exc:  # the compiler's pages of text become one line; any other error is raised as it is
+        failure = compile_failure(loaded, options.compile, exc)
+        if failure is None:
+            raise
+        raise failure from exc
     token_ids = cut_at_eos(setup.state.out[:kept].T.tolist(), [] if options.ignore_eos else setup.eos_ids_list)
     timings = clock.summary(kept_steps=kept, computed_steps=computed, new_tokens=sum(map(len, token_ids)),
                             warmup_ms=warmup_ms, compile_ms=setup.take_compile_ms(warmup_ms),
@@ -427,9 +432,7 @@ def resolve_eos_ids(loaded: LoadedModel, override: int | Sequence[int] | None) -
 
 
 def _new_static_cache(loaded: LoadedModel, cache_len: int) -> Any:
-    from transformers import StaticCache
-
-    return StaticCache(config=loaded.model.config, max_cache_len=cache_len)
+    return new_static_cache(loaded.model, cache_len)
 
 
 def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
@@ -442,7 +445,7 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
         extra = pdl_inductor_options(loaded.device) if mode == STEP_GRAPH else {}
-        if mode == STEP_GRAPH and loaded.all_reduce == ONE_SHOT_ALL_REDUCE:
+        if mode == STEP_GRAPH and loaded.all_reduce == ONE_SHOT:
             extra["_collective.auto_select"] = True
         extra.update(inductor_overrides())
         if extra:

@@ -1,11 +1,13 @@
-"""Model loading: the offline default model, any HF id or path, synthetic shapes, and a tiny random model.
+"""Model loading: the offline default model, any HF id or path, synthetic shapes, and tiny random models.
 
-Every loader returns a `LoadedModel`: the HF causal LM, its tokenizer, and the device and dtype it runs in.
+Every loader returns a `LoadedModel`: the HF causal LM, its tokenizer, the device and dtype it runs in, and what
+`prepare_for_decode` did to it (and why it left anything out).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import os
 import shutil
@@ -16,11 +18,16 @@ from typing import Any
 
 import torch
 
+from core.options import ONE_SHOT_ALL_REDUCE
+from core.parallel import ONE_SHOT
 from core.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
+    SYNTHETIC_CONFIG_CLASSES,
     SYNTHETIC_PREFIX,
     SYNTHETIC_SHAPES,
+    TINY_FAMILIES,
+    TINY_FAMILY_PREFIX,
     TINY_RANDOM,
     TINY_SHAPE,
 )
@@ -33,7 +40,7 @@ _load_lock = threading.Lock()
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready to generate: the model, its tokenizer, where it runs, and per-shape decode engines."""
+    """A causal LM ready to generate: the model, its tokenizer, where it runs, and per-shape decode setups."""
 
     spec: str
     model: Any
@@ -41,10 +48,34 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
-    all_reduce: str = ""  # how tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce)
-    transforms: tuple[str, ...] = ()  # what prepare_for_decode changed in the model's modules
+    # How tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce): "gloo", "nccl" or "one-shot"
+    # (symmetric memory in step-graph mode, NCCL in the others); "" without TP. The note says why NCCL, if it does.
+    all_reduce: str = ""
+    all_reduce_note: str = ""
+    # What prepare_for_decode did: the projections core.fusion stacked ("qkv", "gate_up"), the compiled decode
+    # attention kernel (core.attention: "reduce", "split", "sdpa" or "triton"; None when not used), and why it left
+    # anything out, one sentence each.
+    fused_projections: tuple[str, ...] = ()
+    decode_attention: str | None = None
+    not_prepared: tuple[str, ...] = ()
     setups: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def transforms(self) -> tuple[str, ...]:
+        """What prepare_for_decode changed, then why it left anything out, as sentences for the report's model line
+        (and the report's `environment.model_transforms`)."""
+        done = [f"fused {name}" for name in self.fused_projections]
+        if self.decode_attention:
+            done.append(f"compiled decode attention: {self.decode_attention}")
+        return (*done, *self.not_prepared)
+
+    @property
+    def all_reduce_text(self) -> str:
+        """How tensor-parallel all-reduces run, in words ("" without TP)."""
+        if self.all_reduce == ONE_SHOT:
+            return ONE_SHOT_ALL_REDUCE
+        return f"{self.all_reduce} ({self.all_reduce_note})" if self.all_reduce_note else self.all_reduce
 
     @property
     def context_length(self) -> int:
@@ -131,28 +162,117 @@ def load_model(
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
-    transforms = () if hf_modules else prepare_for_decode(model)
-    all_reduce = ""
+    prepared = Preparation() if hf_modules else prepare_for_decode(model)
+    all_reduce, all_reduce_note = "", ""
     if tp > 1:
         from core.parallel import use_one_shot_all_reduce
 
-        all_reduce = use_one_shot_all_reduce(model)
+        all_reduce, all_reduce_note = use_one_shot_all_reduce(model)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
-                       all_reduce=all_reduce, transforms=transforms)
+                       all_reduce=all_reduce, all_reduce_note=all_reduce_note,
+                       fused_projections=prepared.fused_projections, decode_attention=prepared.decode_attention,
+                       not_prepared=prepared.not_prepared)
 
 
-def prepare_for_decode(model: Any) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class Preparation:
+    """What prepare_for_decode did to a model (the LoadedModel fields of the same names)."""
+
+    fused_projections: tuple[str, ...] = ()
+    decode_attention: str | None = None
+    not_prepared: tuple[str, ...] = ()
+
+
+def prepare_for_decode(model: Any) -> Preparation:
     """Fuse q/k/v and gate/up projections (core.fusion) and read grouped KV heads in place in compiled decode
-    steps (core.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was changed, for
-    the report."""
+    steps (core.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was done, and why
+    anything was left out."""
     from core.attention import decode_attention_kernel, use_decode_attention
-    from core.fusion import fuse_projections
+    from core.fusion import fuse_projections, unknown_layouts
 
-    changed = [f"fused {name}" for name in fuse_projections(model)]
-    kernel = use_decode_attention(model, decode_attention_kernel())
-    if kernel:
-        changed.append(f"compiled decode attention: {kernel}")
-    return tuple(changed)
+    fused = tuple(fuse_projections(model))
+    reasons = []
+    unknown = unknown_layouts(model)
+    if unknown:
+        reasons.append(f"not fused: {', '.join(unknown)} (a forward that core.fusion does not know)")
+    elif not fused:
+        reasons.append(_why_nothing_to_fuse(model))
+    kernel, why_not = use_decode_attention(model, decode_attention_kernel())
+    if why_not:
+        reasons.append(why_not)
+    return Preparation(fused_projections=fused, decode_attention=kernel, not_prepared=tuple(reasons))
+
+
+_NATIVELY_FUSED = ("qkv_proj", "query_key_value", "c_attn", "gate_up_proj")
+
+
+def _why_nothing_to_fuse(model: Any) -> str:
+    owners = sorted({type(m).__name__ for m in model.modules()
+                     if any(isinstance(getattr(m, name, None), torch.nn.Module | torch.Tensor)
+                            for name in _NATIVELY_FUSED)})
+    if owners:
+        return f"no projections to fuse: {', '.join(owners)} already have them fused"
+    return "no projections to fuse: no separate q/k/v or gate/up projections"
+
+
+def new_static_cache(model: Any, cache_len: int) -> Any:
+    """transformers' StaticCache for `model`, where every layer keeps all `cache_len` positions, sliding-window layers
+    too; their masks leave out the positions behind the window, so attention computes the same.
+
+    Why: transformers' sliding-window static layer keeps only the window, counts its fill in a Python int, and
+    branches on it (filling, then rolling), and the mask's offset moves with it. A compiled step reads those ints,
+    so torch.compile specialised on them and compiled again at every decode step (Mistral with a 32-token window
+    spent minutes of its warm-up on it, and its step-graph capture failed). Full-length layers have the same shapes
+    and code at every step: one graph. The price is memory: a sliding layer holds the whole cache, not the window."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+    cache.layers = [StaticLayer(max_cache_len=cache_len) if type(layer) is StaticSlidingWindowLayer else layer
+                    for layer in cache.layers]
+    return cache
+
+
+# Compile modes that capture the whole decode step in one CUDA graph, where nothing may wait for the device.
+_WHOLE_STEP_CAPTURE = ("step-graph",)
+
+
+def support_problem(model: Any, compile_mode: str) -> str | None:
+    """Why this model cannot run in `compile_mode`, in one sentence, or None. Known from the model's code, before any
+    work (docs/SUPPORT.md lists what was run); a compile that fails anyway is explained by `compile_failure`."""
+    config = model.config
+    family = getattr(config, "model_type", type(model).__name__)
+    experts = getattr(config, "_experts_implementation", None)
+    if compile_mode in _WHOLE_STEP_CAPTURE and experts == "eager" and _has_experts(model):
+        return (f"compile={compile_mode} cannot run {family} with experts_implementation='eager': its expert routing "
+                "asks the device which experts were hit (a host sync), which a CUDA graph capture refuses; load it "
+                "with transformers' default experts (grouped_mm) or use compile=reduce-overhead")
+    return None
+
+
+def check_support(loaded: LoadedModel, compile_mode: str) -> None:
+    """ValueError with `support_problem`'s sentence when `loaded` cannot run in `compile_mode`."""
+    problem = support_problem(loaded.model, compile_mode)
+    if problem:
+        raise ValueError(problem)
+
+
+def compile_failure(loaded: LoadedModel, compile_mode: str, error: BaseException) -> ValueError | None:
+    """A one-line ValueError for an error raised while torch.compile traced, compiled or captured this model's decode
+    step (the compiler's own message is pages long and names its internals), or None for any other error."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    capture = isinstance(error, RuntimeError) and "capturing" in str(error)
+    if compile_mode == "off" or not (isinstance(error, TorchDynamoException) or capture):
+        return None
+    family = getattr(loaded.model.config, "model_type", type(loaded.model).__name__)
+    stage = "capturing its decode step in a CUDA graph" if capture else "compiling its decode step"
+    return ValueError(f"compile={compile_mode} failed for {loaded.spec} ({family}) while {stage} "
+                      f"({type(error).__name__}); it runs with compile=off, or try another compile mode")
+
+
+def _has_experts(model: Any) -> bool:
+    return any(type(m).__name__.endswith("Experts") for m in model.modules())
 
 
 def check_spec(spec: str | None) -> str:
@@ -164,6 +284,11 @@ def check_spec(spec: str | None) -> str:
     if not spec:
         raise ValueError("no model spec given; try " + ", ".join(BUILTIN_SPECS))
     if spec in (DEFAULT_MODEL, TINY_RANDOM):
+        return spec
+    if spec.startswith(TINY_FAMILY_PREFIX):
+        if spec[len(TINY_FAMILY_PREFIX):] not in TINY_FAMILIES:
+            known = ", ".join(TINY_FAMILY_PREFIX + name for name in TINY_FAMILIES)
+            raise ValueError(f"unknown tiny family {spec[len(TINY_FAMILY_PREFIX):]!r}; known: {known}")
         return spec
     if spec.startswith(SYNTHETIC_PREFIX):
         if spec[len(SYNTHETIC_PREFIX):] not in SYNTHETIC_SHAPES:
@@ -221,11 +346,16 @@ def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool, device
                   tp: int = 1) -> tuple[Any, Any]:
     if spec == TINY_RANDOM:
         # Drawn whole on the CPU, then sharded: the same weights (and tokens) at every tp degree.
-        return _sharded(_random_llama(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), tp, device), \
+        return _sharded(_random_model(TINY_SHAPE, dtype, seed=0, device=torch.device("cpu")), tp, device), \
             default_tokenizer()
+    if spec.startswith(TINY_FAMILY_PREFIX):
+        family = spec[len(TINY_FAMILY_PREFIX):]
+        return _sharded(tiny_family_model(family, dtype), tp, device), default_tokenizer()
     if spec.startswith(SYNTHETIC_PREFIX):
         shape = spec[len(SYNTHETIC_PREFIX):]
-        return _random_llama(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device, tp=tp), default_tokenizer()
+        config_class = SYNTHETIC_CONFIG_CLASSES.get(shape, "LlamaConfig")
+        return _random_model(SYNTHETIC_SHAPES[shape], dtype, seed=0, device=device, tp=tp,
+                             config_class=config_class), default_tokenizer()
     if spec == DEFAULT_MODEL:
         model, tokenizer = _load_default(dtype)
     else:
@@ -272,24 +402,41 @@ def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any,
     return model, AutoTokenizer.from_pretrained(spec, **kwargs)
 
 
-def _random_llama(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1) -> Any:
-    """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second).
+def _random_model(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1,
+                  config_class: str = "LlamaConfig") -> Any:
+    """Random weights, drawn where the model will run (an 8B init on the CPU takes a minute, on a GPU a second);
+    a Llama, or the family of `config_class` (one with plain RMSNorm weights, which are set to 1).
 
     With tp > 1 the model is sharded while it is still empty (on the meta device), so each rank only ever
     allocates and draws its own shard: a 70B shape never exists whole anywhere."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
-    config = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = getattr(transformers, config_class)(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed + (_rank() if tp > 1 else 0))
         with torch.device("meta"):
-            model = LlamaForCausalLM._from_config(config, dtype=dtype)
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
         model = _sharded(model, tp, device)
         model.to_empty(device=device)
         model.tie_weights()
         _init_random_weights(model, config.initializer_range)
     model.generation_config.eos_token_id = 2
     model.generation_config.pad_token_id = 2
+    return model
+
+
+def tiny_family_model(family: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> Any:
+    """A tiny random model of one of TINY_FAMILIES, initialised as transformers initialises that family (Gemma's
+    norms, GPT-2's LayerNorms and all), on the CPU; the same weights on every call."""
+    import transformers
+
+    config_class, arguments = TINY_FAMILIES[family]
+    config = getattr(transformers, config_class)(**arguments)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
     return model
 
 
@@ -369,8 +516,10 @@ def _convert_default_gguf(target: Path) -> None:
         staging.replace(target)
 
 
+@functools.cache
 def default_tokenizer() -> Any:
-    """The offline default model's tokenizer: from the converted cache, else a tokenizer-only GGUF read."""
+    """The offline default model's tokenizer: from the converted cache, else a tokenizer-only GGUF read; read once per
+    process (0.3 s a read), and shared by the random models that use it."""
     from transformers import AutoTokenizer
 
     converted = _converted_default_dir()

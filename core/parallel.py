@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from core.options import ONE_SHOT_ALL_REDUCE, TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
+from core.options import TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
 
 
 def init_tensor_parallel(rank: int, world_size: int, rendezvous: str | None, device: str | None) -> torch.device:
@@ -84,7 +84,10 @@ def shard(model: Any, tp: int, device: torch.device) -> Any:
     return model
 
 
-def use_one_shot_all_reduce(model: Any) -> str:
+ONE_SHOT = "one-shot"  # the kind of all-reduce use_one_shot_all_reduce enabled (step-graph mode)
+
+
+def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     """Let step-graph mode do its small all-reduces with PyTorch's one-shot symmetric-memory all-reduce.
 
     At batch 1 an all-reduce moves a few KB, so its cost is latency: NCCL's is about 15 µs inside a CUDA graph, and
@@ -93,20 +96,21 @@ def use_one_shot_all_reduce(model: Any) -> str:
     directly over NVLink. Here symmetric memory is enabled for the group; `generation._forward_fn` turns the
     lowering on for the step-graph compile only, because CUDA-graph trees (reduce-overhead) refuse the
     symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked as outputs", seen on the
-    H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns what the model's all-reduces will use."""
+    H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
+    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why."""
     mesh = getattr(model, "_device_mesh", None)
     if mesh is None or mesh.device_type != "cuda":
-        return "gloo"
+        return "gloo", ""
     if env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) == "nccl":
-        return "nccl"
+        return "nccl", ""
     try:
         from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
         for group in {dist.group.WORLD, mesh.get_group()}:
             enable_symm_mem_for_group(group.group_name)
     except Exception as exc:  # an older PyTorch, or no peer access between the GPUs: NCCL still works
-        return f"nccl (symmetric memory unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
-    return ONE_SHOT_ALL_REDUCE
+        return "nccl", f"symmetric memory unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    return ONE_SHOT, ""
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:

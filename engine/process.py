@@ -219,8 +219,8 @@ def describe_loaded(loaded: Any, job: int, load_s: float) -> Loaded:
         job=job, spec=loaded.spec, device=str(device), device_type=device.type,
         gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         dtype=str(loaded.dtype).replace("torch.", ""), parameters=loaded.num_parameters,
-        weight_bytes=loaded.weight_bytes, tp=getattr(loaded, "tp", 1), all_reduce=getattr(loaded, "all_reduce", ""),
-        transforms=tuple(getattr(loaded, "transforms", ())),
+        weight_bytes=loaded.weight_bytes, tp=loaded.tp, all_reduce=loaded.all_reduce_text,
+        transforms=tuple(loaded.transforms),
         tokenizer_json=backend.to_str() if backend is not None else None,
         tokenizer_cleanup=bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
         and type(backend.model).__name__ != "BPE" if backend is not None else False,

@@ -111,6 +111,6 @@ def test_the_report_knows_which_attention_ran(tiny):
 
     assert tiny.transforms[-1] == "compiled decode attention: reduce"
     assert _fused_attention(tiny, "off") and not _fused_attention(tiny, "step-graph")
-    for kernel, fused in (("split", False), ("sdpa", True), ("triton", False)):
-        other = replace(tiny, transforms=(*tiny.transforms[:-1], f"compiled decode attention: {kernel}"))
+    for kernel, fused in (("split", False), ("sdpa", True), ("triton", False), (None, True)):
+        other = replace(tiny, decode_attention=kernel)
         assert _fused_attention(other, "step-graph") is fused, kernel
