@@ -31,7 +31,7 @@ SYNTHETIC_SHAPES: dict[str, dict[str, Any]] = {
         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
         tie_word_embeddings=False,
     ),
-    # Qwen2.5-7B's config.json: biases on q/k/v, 4 KV heads of 128 for 28 query heads, a 152K vocabulary.
+    # Qwen2.5-7B-Instruct's config.json: biases on q/k/v, 4 KV heads of 128 for 28 query heads, a 152K vocabulary.
     "qwen2.5-7b": dict(
         hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
         num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768, rope_theta=1000000.0,
