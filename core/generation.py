@@ -71,32 +71,11 @@ class GenerationResult:
         return sum(len(ids) for ids in self.token_ids)
 
 
-def generate(
-    loaded: LoadedModel,
-    prompt: Prompt,
-    *,
-    loop: str = "naive",
-    max_new_tokens: int = 64,
-    cache: str = "dynamic",
-    compile: str = "off",
-    lag: int = 1,
-    streams: int = 1,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    ignore_eos: bool = False,
-    on_tokens: Callable[[TokenEvent], None] | None = None,
-) -> GenerationResult:
-    """Generate with the naive or the pipelined loop; see the module docstring for how they differ."""
-    options = GenerationOptions(
-        loop=loop, max_new_tokens=max_new_tokens, cache=cache, compile=compile, lag=lag, streams=streams,
-        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        eos_token_id=eos_token_id, ignore_eos=ignore_eos,
-    )
-    return run(loaded, prompt, options, on_tokens=on_tokens)
+def generate(loaded: LoadedModel, prompt: Prompt, *, on_tokens: Callable[[TokenEvent], None] | None = None,
+             **options: Any) -> GenerationResult:
+    """Generate with the naive or the pipelined loop; see the module docstring for how they differ. `options` are
+    GenerationOptions' fields by name (loop, max_new_tokens, cache, compile, lag, ...), each defaulting as there."""
+    return run(loaded, prompt, GenerationOptions(**options), on_tokens=on_tokens)
 
 
 def run(
