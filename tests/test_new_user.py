@@ -107,31 +107,6 @@ def test_the_form_says_what_a_shared_server_allows(tiny_runner):
 
 # ------------------------------------------------------------------------------------- 3-5. honest numbers
 
-def runs_with(rates: dict[str, list[float]]) -> list[dict]:
-    return [{"contestant": name, "trial": trial, "timings": {"decode_tokens_per_s": rate, "tokens_per_s": rate}}
-            for name, values in rates.items() for trial, rate in enumerate(values)]
-
-
-def test_one_trial_cannot_tell_a_difference_from_noise():
-    call = verdict(runs_with({"naive": [100.0], "pipelined": [650.0]}))
-    assert call["call"] == "too-few-trials" and call["ratio"] == 6.5
-    assert "cannot tell" in verdict_sentence(call)
-
-
-def test_a_difference_inside_the_spread_is_called_noise():
-    call = verdict(runs_with({"naive": [100.0, 140.0, 60.0], "pipelined": [120.0, 90.0, 110.0]}))
-    assert call["call"] == "within-noise" and "no difference shown" in verdict_sentence(call)
-
-
-def test_a_consistent_difference_beyond_the_spread_is_called():
-    call = verdict(runs_with({"naive": [400.0, 410.0, 405.0], "pipelined": [600.0, 610.0, 605.0]}))
-    assert call["call"] == "faster" and "beyond this run's noise" in verdict_sentence(call)
-
-
-def test_a_noisy_a_a_control_widens_the_noise():
-    rates = {"naive": [500.0, 502.0, 501.0], "pipelined": [520.0, 521.0, 522.0], "pipelined-again": [470, 471, 472]}
-    assert verdict(runs_with(rates))["call"] == "within-noise"
-
 
 def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
     report = bench_report(tiny, trials=3, ignore_eos=True, max_new_tokens=24)
