@@ -133,3 +133,32 @@ def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
     assert parse_report(text.encode())["runs"]
     with pytest.raises(ValueError, match="limited to 100 MiB"):
         parse_report(b" " * (MAX_REPORT_BYTES + 1))
+
+
+def test_contestant_names_in_a_report_are_plain_names():
+    report = {"schema": "syncscope.bench/1", "summary": {"<b>x</b>": {"tokens_per_s": 1.0}}, "runs": []}
+    with pytest.raises(ValueError, match="contestant name"):
+        parse_report(json.dumps(report))
+
+
+def test_numbers_that_mean_nothing_are_dashes(tiny):
+    report = bench_report(tiny, include_no_check=True, trials=1)
+    rows = {row[0]: row for row in summary_rows(report)}
+    no_check = dict(zip(SUMMARY_HEADERS, rows["no-check"]))
+    naive = dict(zip(SUMMARY_HEADERS, rows["naive"]))
+    assert no_check["TTFT ms"] is None and no_check["decode tok/s"] is None
+    assert naive["spread %"] is None, "one trial has no spread (it is not 0%)"
+    assert naive["compile ms"] is None, "nothing was compiled: no compile time"
+
+
+def test_nvml_means_per_contestant_come_from_its_timed_spans():
+    from dashboard.reports import nvml_means
+
+    spans = [{"contestant": "naive", "phase": "warmup", "t0": 0.0, "t1": 1.0},
+             {"contestant": "naive", "phase": "trial", "t0": 1.0, "t1": 2.0},
+             {"contestant": "pipelined", "phase": "trial", "t0": 2.0, "t1": 3.0}]
+    samples = [{"t": 0.5, "util_pct": 0.0}, {"t": 1.5, "util_pct": 60.0, "power_w": 300.0},
+               {"t": 2.5, "util_pct": 90.0}, {"t": 2.6, "util_pct": 100.0}]
+    means = nvml_means(samples, spans)
+    assert means["naive"]["util_pct"] == 60.0 and means["naive"]["power_w"] == 300.0
+    assert means["pipelined"] == {"util_pct": 95.0, "samples": 2}
