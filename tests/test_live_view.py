@@ -5,6 +5,7 @@ from __future__ import annotations
 from core.options import BenchRequest, GenerationOptions
 from dashboard.jobs import RUN, RUNNING, Job
 from dashboard.live_view import LiveView
+from tests.conftest import TINY, fast_settings
 
 PREFILL_S = 0.5
 STEP_S = 0.01  # 100 tokens/s once decoding
@@ -28,3 +29,19 @@ def test_a_trials_tokens_per_s_curve_starts_at_the_decode_rate_not_from_zero():
     view = LiveView(job, lambda: None, None, lambda job: 0)
     rates = [r for r in view.timeline()["series"]["pipelined"]["tokens_per_s"] if r is not None]
     assert rates and all(abs(rate - 1 / STEP_S) < 1 for rate in rates), rates[:4]
+
+
+def test_the_warm_up_streams_its_text_marked_untimed():
+    from dashboard.jobs import Job
+    from dashboard.live_view import LiveView
+
+    request, _ = fast_settings().to_request()
+    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    view = LiveView(job, lambda: None, None, lambda j: 0)
+    job.add_events([{"type": "phase", "phase": "warmup", "contestant": "naive", "t": 100.1},
+                    {"type": "tokens", "contestant": "naive", "trial": None, "step": 0, "tokens": (5,),
+                     "host_time_s": 100.2}])
+    snap = view.snapshot()
+    assert snap["panes"]["naive"]["warmup"] and snap["panes"]["naive"]["tokens"] == 1
+    assert snap["panes"]["naive"]["tokens_per_s"] is None and "Warming up naive" in snap["status"]
+    assert snap["series"] == {}, "untimed tokens draw no rate"

@@ -131,21 +131,6 @@ def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
 
 # --------------------------------------------------------------------------------------------- 8. live view
 
-def test_the_warm_up_streams_its_text_marked_untimed():
-    from dashboard.jobs import Job
-    from dashboard.live_view import LiveView
-
-    request, _ = fast_settings().to_request()
-    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
-    view = LiveView(job, lambda: None, None, lambda j: 0)
-    job.add_events([{"type": "phase", "phase": "warmup", "contestant": "naive", "t": 100.1},
-                    {"type": "tokens", "contestant": "naive", "trial": None, "step": 0, "tokens": (5,),
-                     "host_time_s": 100.2}])
-    snap = view.snapshot()
-    assert snap["panes"]["naive"]["warmup"] and snap["panes"]["naive"]["tokens"] == 1
-    assert snap["panes"]["naive"]["tokens_per_s"] is None and "Warming up naive" in snap["status"]
-    assert snap["series"] == {}, "untimed tokens draw no rate"
-
 
 def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
     client = Client(served_app.url, verbose=False)
