@@ -186,17 +186,6 @@ def test_the_start_line_speaks_of_the_flag_not_of_launch(tmp_path):
         proc.wait(30)
 
 
-def test_an_unknown_model_fails_fast_and_names_its_own_loading():
-    from core.models import check_spec
-    from core.specs import loading_note
-
-    started = time.monotonic()
-    with pytest.raises(ValueError, match=r"cannot be downloaded|HF_HUB_OFFLINE"):
-        check_spec("no-such-org/no-such-model")
-    assert time.monotonic() - started < 5
-    assert "GGUF" not in loading_note("no-such-org/no-such-model") and "GGUF" in loading_note("smollm2-135m-instruct")
-
-
 # --------------------------------------------------------------------------------------------- 13. replay
 
 def damaged_reports(tiny) -> dict[str, str]:
