@@ -64,17 +64,6 @@ def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp
 
 # ------------------------------------------------------------------------------- 2. bounded work when exposed
 
-def test_exposed_limits_refuse_hours_of_work():
-    with pytest.raises(ValueError, match="max new tokens must be between 1 and 1024"):
-        RunSettings(prompt="hi", max_new_tokens=2000).to_request(limits=EXPOSED_LIMITS)
-    with pytest.raises(ValueError, match="batch size must be between 1 and 8"):
-        RunSettings(prompt="hi", batch=64).to_request(limits=EXPOSED_LIMITS)
-    with pytest.raises(ValueError, match="trials must be between 1 and 10"):
-        RunSettings(prompt="hi", trials=20).to_request(limits=EXPOSED_LIMITS)
-    exposed = app.build_parser().parse_args(["--share"])
-    assert app.limits_for(exposed) == EXPOSED_LIMITS and app.limits_for(exposed).max_run_s == 300
-    assert app.limits_for(app.build_parser().parse_args([])).max_run_s is None
-
 
 def test_a_run_past_the_time_limit_is_stopped_and_says_why():
     runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from dashboard.settings import RunSettings, cli_command, shell_quote
+import app
+from dashboard.settings import EXPOSED_LIMITS, RunSettings, cli_command, shell_quote
 
 TRICKY = [
     "Say hi \u202elive done\u202c",          # right-to-left override: shown reversed, run as typed
@@ -44,3 +45,15 @@ def test_tuning_variables_are_quoted_the_same_way():
     request, _ = RunSettings(prompt="Hi").to_request()
     command = cli_command(request, "Hi", "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
     assert command.startswith("SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' python -m core.bench")
+
+
+def test_exposed_limits_refuse_hours_of_work():
+    with pytest.raises(ValueError, match="max new tokens must be between 1 and 1024"):
+        RunSettings(prompt="hi", max_new_tokens=2000).to_request(limits=EXPOSED_LIMITS)
+    with pytest.raises(ValueError, match="batch size must be between 1 and 8"):
+        RunSettings(prompt="hi", batch=64).to_request(limits=EXPOSED_LIMITS)
+    with pytest.raises(ValueError, match="trials must be between 1 and 10"):
+        RunSettings(prompt="hi", trials=20).to_request(limits=EXPOSED_LIMITS)
+    exposed = app.build_parser().parse_args(["--share"])
+    assert app.limits_for(exposed) == EXPOSED_LIMITS and app.limits_for(exposed).max_run_s == 300
+    assert app.limits_for(app.build_parser().parse_args([])).max_run_s is None
