@@ -19,7 +19,7 @@ from core.bench import build_parser, request_from_args
 from dashboard.jobs import CANCELLED, DONE, FAILED
 from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
 from dashboard.runner import Cancelled
-from dashboard.settings import RunSettings, cli_command
+from dashboard.settings import Limits, RunSettings, cli_command
 from tests.conftest import TINY, bench_report, fast_settings, make_runner
 from tests.helpers import wait_until
 
@@ -407,3 +407,13 @@ def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
     assert job.wait(5) and job.state == CANCELLED
     panes = tiny_runner.snapshot(job)["panes"]
     assert all("warm-up" not in _rate_md(name, pane) for name, pane in panes.items()), panes
+
+
+def test_a_run_past_the_time_limit_is_stopped_and_says_why():
+    runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
+    try:
+        job = runner.submit(RunSettings(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
+        assert job.wait(30)
+        assert job.state == CANCELLED and "limits the length of a run" in job.error
+    finally:
+        runner.close()
