@@ -16,7 +16,9 @@ from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
 from dashboard.settings import RunSettings
+from dashboard.ui import headline_md
 from tests.conftest import TINY, bench_report, fast_settings
+from tests.test_dashboard_client import text_of
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +164,19 @@ def test_nvml_means_per_contestant_come_from_its_timed_spans():
     means = nvml_means(samples, spans)
     assert means["naive"]["util_pct"] == 60.0 and means["naive"]["power_w"] == 300.0
     assert means["pipelined"] == {"util_pct": 95.0, "samples": 2}
+
+
+def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
+    report = bench_report(tiny, trials=3, ignore_eos=True, max_new_tokens=24)
+    for run in report["runs"]:
+        t = run["timings"]
+        assert t["decode_tokens"] == t["new_tokens"] - 1
+        assert t["decode_ms"] == pytest.approx(t["total_ms"] - t["ttft_ms"])
+        # Prefill is left out of it: the rate is the decode tokens over the decode time alone. (Whether it is above
+        # the whole-run rate depends on whether prefill took longer than a decode step, which a tiny CPU model
+        # need not do.)
+        assert t["decode_tokens_per_s"] == pytest.approx(t["decode_tokens"] / t["decode_ms"] * 1000)
+    assert report["verdict"]["metric"] == "decode_tokens_per_s"
+    text = text_of(headline_md(report))
+    assert text.startswith("pipelined/naive") and "decode-phase tokens/s" in text and "TTFT" in text
+    assert summary_rows(report)[0][1] == round(report["summary"]["naive"]["decode_tokens_per_s"], 1)
