@@ -1,4 +1,5 @@
-"""Reports as the page reads them: history rows and replaying saved reports."""
+"""Reports as the page reads and shows them: summary rows and the headline, NVML means, history rows and CSV, and
+replaying saved reports."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ import pytest
 
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
-from dashboard.reports import MAX_REPORT_BYTES, SUMMARY_HEADERS, history_row, parse_report, summary_rows
+from dashboard.reports import (
+    MAX_REPORT_BYTES,
+    SUMMARY_HEADERS,
+    history_row,
+    parse_report,
+    summary_rows,
+    timeline_from_report,
+)
 from dashboard.settings import RunSettings
 from dashboard.ui import headline_md
 from tests.conftest import TINY, bench_report, fast_settings
@@ -180,3 +188,42 @@ def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
     text = text_of(headline_md(report))
     assert text.startswith("pipelined/naive") and "decode-phase tokens/s" in text and "TTFT" in text
     assert summary_rows(report)[0][1] == round(report["summary"]["naive"]["decode_tokens_per_s"], 1)
+
+
+def test_csv_cells_cannot_become_formulas():
+    from dashboard.reports import history_csv
+
+    text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["model"].startswith("'=") and row["error"].startswith("'-")
+
+
+def test_a_bench_report_replays_as_a_timeline(tiny):
+    report = json.loads(json.dumps(bench_report(tiny, trials=2)))
+    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
+    spans = timeline["spans"]
+    assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
+    assert set(timeline["series"]) == {"naive", "pipelined"}
+    assert timeline["monitor"]["samples"] == []
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "not a syncscope benchmark report"),
+    (b'{"schema": "syncscope.bench/1", "summary": {}, "runs": "x"}', "no valid 'runs'"),
+])
+def test_replay_refuses_what_is_not_a_report(data, message):
+    with pytest.raises(ValueError, match=message):
+        parse_report(data)
+
+
+def test_a_contestant_that_disagrees_with_itself_is_marked():
+    from dashboard.reports import summary_rows
+
+    report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
+              "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
+                                                                                     "pipelined": True}}
+    assert [row[3] for row in summary_rows(report)] == ["NO*", "NO"]
+    del report["self_consistent"]
+    assert [row[3] for row in summary_rows(report)] == ["NO", "NO"]

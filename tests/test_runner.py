@@ -13,10 +13,10 @@ import time
 import pytest
 
 from dashboard.jobs import CANCELLED, DONE, FAILED
-from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
+from dashboard.reports import HISTORY_FIELDS, public_report
 from dashboard.runner import Cancelled
 from dashboard.settings import Limits, RunSettings
-from tests.conftest import TINY, bench_report, fast_settings, make_runner
+from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
 FAST = fast_settings()
@@ -169,34 +169,6 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
     assert "host" not in public_report(job.report)["environment"]
 
 
-def test_csv_cells_cannot_become_formulas():
-    from dashboard.reports import history_csv
-
-    text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
-    row = next(csv.DictReader(io.StringIO(text)))
-    assert row["model"].startswith("'=") and row["error"].startswith("'-")
-
-
-def test_a_bench_report_replays_as_a_timeline(tiny):
-    report = json.loads(json.dumps(bench_report(tiny, trials=2)))
-    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
-    spans = timeline["spans"]
-    assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
-    assert set(timeline["series"]) == {"naive", "pipelined"}
-    assert timeline["monitor"]["samples"] == []
-
-
-@pytest.mark.parametrize(("data", "message"), [
-    (b"\xff\xfe", "not UTF-8"),
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "not a syncscope benchmark report"),
-    (b'{"schema": "syncscope.bench/1", "summary": {}, "runs": "x"}', "no valid 'runs'"),
-])
-def test_replay_refuses_what_is_not_a_report(data, message):
-    with pytest.raises(ValueError, match=message):
-        parse_report(data)
-
-
 def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
     code = ("import sys, dashboard.runner, dashboard.settings, dashboard.reports, core.gpu_monitor; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
@@ -221,17 +193,6 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     engine_grown_mb = (engine.memory_info().rss - engine_start) / 2**20
     assert engine_grown_mb < 50, f"the engine's RSS grew {engine_grown_mb:.0f} MiB over 100 runs"
     assert len(tiny_runner._jobs) <= 65 and len(tiny_runner.history()) <= 500
-
-
-def test_a_contestant_that_disagrees_with_itself_is_marked():
-    from dashboard.reports import summary_rows
-
-    report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
-              "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
-                                                                                     "pipelined": True}}
-    assert [row[3] for row in summary_rows(report)] == ["NO*", "NO"]
-    del report["self_consistent"]
-    assert [row[3] for row in summary_rows(report)] == ["NO", "NO"]
 
 
 # ---- what the page is told: logging, the engine's own memory and CPU, the run's edges (issue 20)
