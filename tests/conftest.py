@@ -102,3 +102,21 @@ def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
 
     request, _ = fast_settings(**settings).to_request()
     return compare(loaded, request)
+
+
+# ------------------------------------------------------------------------------------------------- figures
+
+@pytest.fixture
+def validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build every figure with plotly's validation on: the specs must be valid plotly."""
+    from dashboard import charts
+
+    monkeypatch.setattr(charts, "VALIDATE", True)
+
+
+@pytest.fixture(scope="module")
+def cuda_report() -> dict[str, Any]:
+    """A timeline report of both loops on the CUDA clock, 256 steps a trial (tests/lanes_reports.py)."""
+    from tests import lanes_reports
+
+    return lanes_reports.report(256)
