@@ -16,21 +16,10 @@ import pytest
 
 from core.bench import summarize
 from dashboard import charts, lanes
-from dashboard.jobs import Job
-from dashboard.live_view import LiveView
 from tests import lanes_reports
-from tests.conftest import TINY, fast_settings
+from tests.conftest import TINY
 
-
-@pytest.fixture(autouse=True)
-def validated(monkeypatch):
-    """Build every figure with plotly's validation on: the specs must be valid plotly."""
-    monkeypatch.setattr(charts, "VALIDATE", True)
-
-
-@pytest.fixture(scope="module")
-def cuda_report() -> dict:
-    return lanes_reports.report(256)
+pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 
 def lane_labels(fig) -> list[str]:
@@ -272,18 +261,6 @@ def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
 
 
 # ------------------------------------------------------------------------------------------------ live
-
-def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
-    request, _ = fast_settings().to_request()
-    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
-    view = LiveView(job, lambda: None, None, lambda j: 0)
-    assert view.snapshot()["runs"] == []
-    naive = charts.representative_run(cuda_report, "naive")
-    job.add_events([{"type": "phase", "phase": "trial", "contestant": "naive", "trial": 0, "t": 100.1},
-                    {"type": "run", "t": 100.5, **naive}])
-    runs = view.snapshot()["runs"]
-    assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
-    assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
 
 
 def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):

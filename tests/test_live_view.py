@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.options import BenchRequest, GenerationOptions
+from dashboard import charts, lanes
 from dashboard.jobs import RUN, RUNNING, Job
 from dashboard.live_view import LiveView
 from tests.conftest import TINY, fast_settings
+from tests.test_lanes import lane_labels
+
+pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 PREFILL_S = 0.5
 STEP_S = 0.01  # 100 tokens/s once decoding
@@ -45,3 +51,16 @@ def test_the_warm_up_streams_its_text_marked_untimed():
     assert snap["panes"]["naive"]["warmup"] and snap["panes"]["naive"]["tokens"] == 1
     assert snap["panes"]["naive"]["tokens_per_s"] is None and "Warming up naive" in snap["status"]
     assert snap["series"] == {}, "untimed tokens draw no rate"
+
+
+def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
+    request, _ = fast_settings().to_request()
+    job = Job(id=1, kind="run", owner=None, model=TINY, request=request, state="running", t0=100.0)
+    view = LiveView(job, lambda: None, None, lambda j: 0)
+    assert view.snapshot()["runs"] == []
+    naive = charts.representative_run(cuda_report, "naive")
+    job.add_events([{"type": "phase", "phase": "trial", "contestant": "naive", "trial": 0, "t": 100.1},
+                    {"type": "run", "t": 100.5, **naive}])
+    runs = view.snapshot()["runs"]
+    assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
+    assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
