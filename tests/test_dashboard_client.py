@@ -387,6 +387,7 @@ def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_ap
     assert first["summary"]["data"] in ([], [[]]) and first["command"] == ""
 
 
+@pytest.mark.slow
 def test_the_banner_names_the_model_being_timed_while_the_run_goes():
     runner = make_runner(monitor=False)
     app_ = next(serving(runner))

@@ -50,6 +50,7 @@ def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
     assert "split" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_with_pdl_placements_each_kernel_runs_once_per_placement(tmp_path, capsys):
     out = tmp_path / "attention.json"
     code = decode_attention.main(["--kernels", "reduce", "--pdl", "off", "safe", "--out", str(out), "--",

@@ -242,6 +242,7 @@ def test_events_travel_in_batches_not_one_message_per_token():
     assert all(m["job"] == 7 for m in sent)
 
 
+@pytest.mark.slow
 def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_rank():
     one = make_runner(monitor=False)
     try:

@@ -176,6 +176,7 @@ def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     import psutil
 
