@@ -211,6 +211,7 @@ def test_bad_auth_is_refused(value):
     assert app.parse_auth("me:se:cret") == ("me", "se:cret")
 
 
+@pytest.mark.slow
 def test_share_without_network_keeps_serving_locally():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port),
@@ -257,6 +258,7 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
                    "got 'flash'\n")
 
 
+@pytest.mark.slow
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
     from dashboard.runner import Runner
     from dashboard.settings import RunSettings
@@ -315,6 +317,7 @@ def test_the_summary_puts_the_verdicts_evidence_first(served_app):
     assert [row[3] for row in out["summary"]["data"]] == ["yes", "yes"]
 
 
+@pytest.mark.slow
 def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -337,6 +340,7 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
         runner.close()
 
 
+@pytest.mark.slow
 def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_field():
     from types import SimpleNamespace
 
@@ -419,6 +423,7 @@ def test_help_gives_each_default_once():
     assert "(default: 7860)" in text
 
 
+@pytest.mark.slow
 def test_the_start_line_speaks_of_the_flag_not_of_launch(tmp_path):
     from tests.conftest import free_port
 
