@@ -142,6 +142,7 @@ def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"]
 
 
+@pytest.mark.slow
 def test_unknown_and_disallowed_models_are_refused():
     runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False)
     try:
@@ -206,6 +207,7 @@ def test_a_failed_load_is_logged_with_its_reason(tiny_runner, caplog):
     assert any("/no/such/model" in line and "failed" in line for line in logged), logged
 
 
+@pytest.mark.slow
 def test_a_startup_model_that_fails_to_load_is_said_at_once(caplog):
     from dashboard.runner import Runner
 
@@ -268,6 +270,7 @@ def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
     assert all("warm-up" not in _rate_md(name, pane) for name, pane in panes.items()), panes
 
 
+@pytest.mark.slow
 def test_a_run_past_the_time_limit_is_stopped_and_says_why():
     runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
     try:
