@@ -89,6 +89,7 @@ def test_aa_control_runs_the_pipelined_loop_twice_and_reports_the_noise_ratio(ti
     assert report["ratios"]["pipelined/pipelined-again"] > 0
 
 
+@pytest.mark.slow
 def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewhere(tmp_path):
     """/dev/full passes the early check (it exists and is writable) and fails at write time, as a full disk does."""
     import os

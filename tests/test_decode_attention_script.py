@@ -20,6 +20,7 @@ def test_it_needs_a_compile_mode_for_the_kernels_to_matter(capsys):
     assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_failing_kernel_run_is_a_row_that_says_why(tmp_path):
     result = decode_attention.run_kernel("reduce", ["--model", "no-such-model-here"], tmp_path, timeout_s=120)
     row = decode_attention.row(result)

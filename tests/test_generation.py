@@ -175,6 +175,7 @@ def test_bad_input_is_a_clear_value_error(tiny, kwargs, message):
         generate(tiny, prompt, **args)
 
 
+@pytest.mark.slow
 def test_compile_on_cpu_falls_back_visibly(tiny):
     result = generate(tiny, PROMPT, max_new_tokens=4, cache="static", compile="reduce-overhead")
     assert any("CUDA graphs" in notice for notice in result.notices)

@@ -137,6 +137,7 @@ def largest_report(saved: dict) -> dict:
                           "monitor": {"kind": "nvml", "description": "", "samples": samples}}}
 
 
+@pytest.mark.slow
 def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
     text = json.dumps(largest_report(saved), indent=1)
     assert 20 * 2**20 < len(text) < MAX_REPORT_BYTES  # 65 MiB when measured; Gradio's old limit was 20 MB
