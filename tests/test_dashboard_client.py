@@ -98,12 +98,14 @@ def test_bad_input_gets_a_clear_message(served_app, changes, message):
     assert out["status"].startswith("Not started:") and message in out["status"]
 
 
+@pytest.mark.slow
 def test_failures_are_shown_and_the_app_keeps_serving(served_app):
     out = run(served_app.url, model="/no/such/model/dir")
     assert out["status"].startswith("Failed:") and "still using tiny-random" in out["status"]
     assert run(served_app.url)["status"].startswith("Done in")
 
 
+@pytest.mark.slow
 def test_several_users_get_their_own_results_one_at_a_time(served_app):
     prompts = ["The first user asks about cats.", "The second user asks about ships.", "A third asks nothing."]
     results: dict[str, dict] = {}
@@ -132,6 +134,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     assert json.loads(out["tokens_plot"]["plot"])["data"]
 
 
+@pytest.mark.slow
 def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_app):
     client = Client(served_app.url, verbose=False)
     report_file = dict(zip(OUTPUTS, client.predict(*form(), api_name="/run")))["report_file"]
@@ -142,6 +145,7 @@ def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_a
     assert "host" not in json.loads(Path(report_file).read_text())["environment"]
 
 
+@pytest.mark.slow
 def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tiny, tmp_path):
     path = tmp_path / "long.json"
     report = bench_report(tiny, trials=2)
@@ -461,6 +465,7 @@ def damaged_reports(tiny) -> dict[str, str]:
     return variants
 
 
+@pytest.mark.slow
 def test_every_damaged_report_gets_one_line_and_leaves_the_page_as_it_was(served_app, tiny, tmp_path):
     client = Client(served_app.url, verbose=False)
     for name, text in damaged_reports(tiny).items():
