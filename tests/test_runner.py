@@ -51,6 +51,7 @@ def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
         assert earlier["t1"] <= later["t0"] + 1e-9
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_identical_between_loops(tiny_runner):
     settings = RunSettings(prompt="Once upon a time", model=TINY, max_new_tokens=16, sample=True, seed=7,
                            temperature=0.8, top_k=50, top_p=0.9)
@@ -236,6 +237,7 @@ def test_the_cpu_sampler_reads_the_engine_processes_memory_all_ranks(tiny_runner
     assert "engine processes" in monitor.description
 
 
+@pytest.mark.slow
 def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
     if tiny_runner.monitor.available:
         pytest.skip("an NVIDIA GPU is read here")
