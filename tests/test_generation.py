@@ -44,7 +44,7 @@ def test_a_long_eos_list_stops_each_row_like_generate(tiny):
         assert [len(ids) for ids in result.token_ids] == [s + 1 for s in stops]
 
 
-@pytest.mark.parametrize("lag", [1, 2, 3, 4])
+@pytest.mark.parametrize("lag", [1, 2, *[pytest.param(lag, marks=pytest.mark.slow) for lag in (3, 4)]])
 @pytest.mark.parametrize("streams", [1, 2])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_pipelined_equals_naive_for_every_lag(tiny, lag, streams, cache):

@@ -15,6 +15,7 @@ def test_tiny_random_is_a_small_llama_with_the_default_tokenizer(tiny):
     assert tiny.tokenizer.pad_token_id is not None
 
 
+@pytest.mark.slow
 def test_synthetic_smollm2_has_the_real_parameter_count():
     loaded = load_model("synthetic:smollm2-135m", device="cpu", dtype="bf16")
     assert loaded.num_parameters == 134_515_008  # the offline SmolLM2-135M-Instruct has exactly this many

@@ -38,7 +38,7 @@ def test_the_false_faster_of_issue_20_is_within_noise():
     assert "no difference shown" in verdict_sentence(call) and "95% interval" in verdict_sentence(call)
 
 
-@pytest.mark.parametrize("trials", [3, 5, 10])
+@pytest.mark.parametrize("trials", [3, *[pytest.param(trials, marks=pytest.mark.slow) for trials in (5, 10)]])
 def test_simulated_a_a_noise_is_called_about_5_percent_of_the_time(trials):
     old_verdict = load_script().old_verdict
     rng = random.Random(20 + trials)
