@@ -236,7 +236,7 @@ def test_eos_tensor_kept_while_the_ids_stay_the_same(tiny):
     assert engine.eos_ids is not kept and engine.eos_ids.tolist() == [5, 6]
 
 
-@pytest.mark.parametrize("lag", [1, 3])
+@pytest.mark.parametrize("lag", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("stream", [False, True])
 def test_pipelined_knows_the_first_token_as_soon_as_naive_does(tiny, lag, stream):
     naive, piped, ttft, step_ms = first_token_timings(tiny, PROMPT, lag=lag, stream=stream)
