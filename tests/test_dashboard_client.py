@@ -88,9 +88,11 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"prompt": "   "}, "the prompt is empty"),
-    ({"max_new_tokens": 0}, "max new tokens must be between 1"),
-    ({"batch": 0}, "batch size must be between 1"),
-    ({"lag": 0}, "pipeline lag must be between 1"),
+    *[pytest.param(*case, marks=pytest.mark.slow) for case in [  # each also checked in test_settings, without a page
+        ({"max_new_tokens": 0}, "max new tokens must be between 1"),
+        ({"batch": 0}, "batch size must be between 1"),
+        ({"lag": 0}, "pipeline lag must be between 1"),
+    ]],
     ({"model": "   "}, "no model chosen"),
 ])
 def test_bad_input_gets_a_clear_message(served_app, changes, message):
