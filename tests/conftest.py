@@ -115,10 +115,38 @@ def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
     return ServedApp(url=f"http://127.0.0.1:{port}/", runner=runner, demo=demo)
 
 
+_early: dict[str, Any] = {}  # the shared runner, started as soon as collection shows a test needs it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the shared runner once the selected tests are known: its engine process loads tiny-random on the other
+    core while the tests before the first one that needs it run (about 5 s of `make test-fast`)."""
+    if session.config.option.collectonly:
+        return
+    if any("tiny_runner" in getattr(item, "fixturenames", ()) for item in session.items):
+        from dashboard.runner import Runner
+
+        runner = Runner(None, device="cpu")
+        _early.update(runner=runner, load=runner.submit_load(TINY))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if "runner" in _early:  # started, and no test took it (a run stopped early, or -x)
+        _early.pop("runner").close()
+
+
 @pytest.fixture(scope="session")
 def tiny_runner() -> Iterator[Any]:
     """One runner (and engine process) for the tests that do not break it."""
-    runner = make_runner()
+    if "runner" in _early:
+        from dashboard.jobs import DONE
+
+        runner, load = _early.pop("runner"), _early.pop("load")
+        if not load.wait(180) or load.state != DONE:
+            runner.close()
+            raise RuntimeError(f"the shared runner could not load {TINY}: {load.error or 'timed out'}")
+    else:
+        runner = make_runner()
     yield runner
     runner.close()
 
@@ -135,3 +163,21 @@ def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
 
     request, _ = page_request(fast_settings(**settings))
     return compare(loaded, request)
+
+
+# ------------------------------------------------------------------------------------------------- figures
+
+@pytest.fixture
+def validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build every figure with plotly's validation on: the specs must be valid plotly."""
+    from dashboard import charts
+
+    monkeypatch.setattr(charts, "VALIDATE", True)
+
+
+@pytest.fixture(scope="module")
+def cuda_report() -> dict[str, Any]:
+    """A timeline report of both loops on the CUDA clock, 256 steps a trial (tests/lanes_reports.py)."""
+    from tests import lanes_reports
+
+    return lanes_reports.report(256)

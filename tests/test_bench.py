@@ -1,12 +1,14 @@
 """The headless benchmark: protocol, report and command line."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from core.bench import BenchRequest, build_report, compare, format_table, main, synthetic_prompt
 from core.generation import GenerationOptions
+from tests.conftest import TINY
 
 
 def test_compare_alternates_order_and_checks_identity(tiny):
@@ -87,6 +89,7 @@ def test_aa_control_runs_the_pipelined_loop_twice_and_reports_the_noise_ratio(ti
     assert report["ratios"]["pipelined/pipelined-again"] > 0
 
 
+@pytest.mark.slow
 def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewhere(tmp_path):
     """/dev/full passes the early check (it exists and is writable) and fails at write time, as a full disk does."""
     import os
@@ -105,3 +108,37 @@ def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewh
     assert os.path.dirname(saved) == str(tmp_path)
     assert json.loads(Path(saved).read_text(encoding="utf-8"))["schema"] == "syncscope.bench/1"
     assert "pipelined/naive" in done.stdout  # the table was printed before the write
+
+
+def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
+    from core.bench import compare
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=8), trials=1, min_seconds=0.3)
+    report = compare(tiny, request)
+    for name in ("naive", "pipelined"):
+        timed = sum(r["timings"]["total_ms"] for r in report["runs"] if r["contestant"] == name) / 1000
+        assert timed >= 0.3
+    assert report["summary"]["naive"]["trials"] > 1
+
+
+def test_a_json_path_that_cannot_be_written_fails_before_any_work(capsys):
+    from core.bench import main
+
+    started = time.monotonic()
+    assert main(["--model", TINY, "--device", "cpu", "--json", "/missing/dir/x.json"]) == 2
+    assert time.monotonic() - started < 2, "refused before the model was loaded"
+    assert "the folder /missing/dir does not exist" in capsys.readouterr().err
+
+
+def test_an_eos_id_outside_the_vocabulary_is_refused(capsys):
+    from core.bench import main
+
+    assert main(["--model", TINY, "--device", "cpu", "--eos-token-id", "999999999", "--max-new-tokens", "2"]) == 2
+    assert "outside the model's vocabulary" in capsys.readouterr().err
+
+
+def test_help_gives_each_default_once():
+    from core.bench import build_parser
+
+    bench_help = build_parser().format_help()
+    assert "(default: None)" not in bench_help and "(default: 128)" in bench_help

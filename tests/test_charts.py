@@ -14,11 +14,7 @@ from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
 from dashboard.reports import PageRecord, page_report, timeline_from_report
 
-
-@pytest.fixture(autouse=True)
-def validated(monkeypatch):
-    """Build every figure with plotly's validation on: the specs must be valid plotly."""
-    monkeypatch.setattr(charts, "VALIDATE", True)
+pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import csv
 import html
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -19,8 +20,11 @@ from gradio_client import Client, handle_file
 import app
 from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, page_inputs
 from engine.launch import free_port
-from tests.conftest import TINY, bench_report, fast_settings, serving
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
 from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a> https://evil.example'
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +86,11 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"prompt": "   "}, "the prompt is empty"),
-    ({"max_new_tokens": 0}, "max new tokens must be between 1"),
-    ({"batch": 0}, "batch size must be between 1"),
-    ({"lag": 0}, "pipeline lag must be between 1"),
+    *[pytest.param(*case, marks=pytest.mark.slow) for case in [  # each also checked in test_settings, without a page
+        ({"max_new_tokens": 0}, "max new tokens must be between 1"),
+        ({"batch": 0}, "batch size must be between 1"),
+        ({"lag": 0}, "pipeline lag must be between 1"),
+    ]],
     ({"model": "   "}, "no model chosen"),
 ])
 def test_bad_input_gets_a_clear_message(served_app, changes, message):
@@ -92,12 +98,14 @@ def test_bad_input_gets_a_clear_message(served_app, changes, message):
     assert out["status"].startswith("Not started:") and message in out["status"]
 
 
+@pytest.mark.slow
 def test_failures_are_shown_and_the_app_keeps_serving(served_app):
     out = run(served_app.url, model="/no/such/model/dir")
     assert out["status"].startswith("Failed:") and "still using tiny-random" in out["status"]
     assert run(served_app.url)["status"].startswith("Done in")
 
 
+@pytest.mark.slow
 def test_several_users_get_their_own_results_one_at_a_time(served_app):
     prompts = ["The first user asks about cats.", "The second user asks about ships.", "A third asks nothing."]
     results: dict[str, dict] = {}
@@ -126,6 +134,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     assert json.loads(out["tokens_plot"]["plot"])["data"]
 
 
+@pytest.mark.slow
 def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_app):
     client = Client(served_app.url, verbose=False)
     report_file = dict(zip(OUTPUTS, client.predict(*form(), api_name="/run")))["report_file"]
@@ -136,6 +145,7 @@ def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_a
     assert "host" not in json.loads(Path(report_file).read_text())["report"]["environment"]
 
 
+@pytest.mark.slow
 def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tiny, tmp_path):
     path = tmp_path / "long.json"
     report = bench_report(tiny, trials=2)
@@ -205,6 +215,7 @@ def test_bad_auth_is_refused(value):
     assert app.parse_auth("me:se:cret") == ("me", "se:cret")
 
 
+@pytest.mark.slow
 def test_share_without_network_keeps_serving_locally():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port),
@@ -251,6 +262,7 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
                    "got 'flash'\n")
 
 
+@pytest.mark.slow
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
     from dashboard.runner import Runner
     from dashboard.ui import Dashboard, PageConfig
@@ -308,6 +320,7 @@ def test_the_summary_puts_the_verdicts_evidence_first(served_app):
     assert [row[3] for row in out["summary"]["data"]] == ["yes", "yes"]
 
 
+@pytest.mark.slow
 def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -329,6 +342,7 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
         runner.close()
 
 
+@pytest.mark.slow
 def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_field():
     from types import SimpleNamespace
 
@@ -344,3 +358,119 @@ def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_fiel
         assert "Could not load no-such-org/no-such-model" in text_of(loaded[page.c["banner"]])
     finally:
         runner.close()
+
+
+def test_a_model_name_never_reaches_the_page_as_html(served_app):
+    raw = dict(zip(OUTPUTS, Client(served_app.url, verbose=False).predict(*form(model=EVIL), api_name="/run")))
+    assert "<img" not in raw["status"] and "<a " not in raw["status"] and "&lt;img" in raw["status"]
+    assert EVIL not in raw["banner"] and "onerror" not in raw["banner"], "one user's failure is not in the banner"
+    assert raw["model"] == TINY, "the spec that failed to load does not stay selected"
+
+
+def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp_path):
+    report = bench_report(tiny)
+    report["model"]["spec"] = EVIL
+    report["environment"]["gpu"] = "<b>GPU</b>"
+    report["created"] = '<img src="http://evil.example/x.png">'
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(report))
+    out = dict(zip(REPLAY_OUTPUTS, Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+                                                                               api_name="/replay")))
+    assert "<b>" not in out["status"] and "<img" not in out["status"] and "<a " not in out["status"]
+    assert "onerror" in text_of(out["status"])  # shown, as text
+
+
+def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
+    client = Client(served_app.url, verbose=False)
+    client.predict(*form(), api_name="/run")
+    job = client.submit(*form(prompt="A second question"), api_name="/run")
+    first = None
+    for update in job:
+        first = dict(zip(OUTPUTS, update))
+        break
+    job.result()
+    assert "appears here when it finishes" in first["headline"]
+    assert first["summary"]["data"] in ([], [[]]) and first["command"] == ""
+
+
+@pytest.mark.slow
+def test_the_banner_names_the_model_being_timed_while_the_run_goes():
+    runner = make_runner(monitor=False)
+    app_ = next(serving(runner))
+    try:
+        job = Client(app_.url, verbose=False).submit(*form(model="synthetic:smollm2-135m", max_new_tokens=8),
+                                                     api_name="/run")
+        banners = [dict(zip(OUTPUTS, update))["banner"] for update in job]
+        live = [text_of(b) for b in banners[:-1] if isinstance(b, str)]
+        assert any("Model: synthetic:smollm2-135m" in b for b in live), "named before the run's final update"
+        assert not any("Model: tiny-random" in b for b in live[live.index(next(b for b in live if "smollm2" in b)):])
+    finally:
+        app_.demo.close()
+        runner.close()
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert app.main(["--port", str(port), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"port {port} on 127.0.0.1 is already in use" in err
+
+
+def test_help_gives_each_default_once():
+    text = app.build_parser().format_help()
+    assert "(default: None)" not in text and "(default ...) (default" not in text
+    assert "(default: 7860)" in text
+
+
+@pytest.mark.slow
+def test_the_start_line_speaks_of_the_flag_not_of_launch(tmp_path):
+    from tests.conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Serving on" in line:
+                break
+        text = "".join(lines)
+        assert "add --share for a public link" in text and "share=True" not in text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def damaged_reports(tiny) -> dict[str, str]:
+    good = bench_report(tiny)
+    variants = {}
+    for name, damage in {
+        "run without timings": lambda r: r["runs"][0].pop("timings"),
+        "steps that are text": lambda r: r["runs"][0]["timings"].update(step_ms=["fast"]),
+        "no trial number": lambda r: r["runs"][0].pop("trial"),
+        "summary entry not an object": lambda r: r["summary"].update(naive=3),
+        "warm-up without a number": lambda r: r["warmup"]["naive"].update(total_ms="long"),
+        "recorded spans broken": lambda r: r.update(dashboard={"spans": [{"t0": "x"}], "series": {}}),
+        "infinite rate": lambda r: r["runs"][0]["timings"].update(tokens_per_s=float("inf")),
+    }.items():
+        report = json.loads(json.dumps(good))
+        damage(report)
+        variants[name] = json.dumps(report)
+    return variants
+
+
+@pytest.mark.slow
+def test_every_damaged_report_gets_one_line_and_leaves_the_page_as_it_was(served_app, tiny, tmp_path):
+    client = Client(served_app.url, verbose=False)
+    for name, text in damaged_reports(tiny).items():
+        path = tmp_path / "damaged.json"
+        path.write_text(text)
+        out = shown(dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay"))))
+        assert out["status"].startswith("Cannot open this file: the report is incomplete or damaged"), name
+        assert "\n" not in out["status"].strip(), name
+        unchanged = (None, {"__type__": "update"})
+        assert out["tokens_plot"] in unchanged and out["summary"] in unchanged, f"{name}: the page stays as it was"

@@ -20,6 +20,7 @@ def test_it_needs_a_compile_mode_for_the_kernels_to_matter(capsys):
     assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_failing_kernel_run_is_a_row_that_says_why(tmp_path):
     result = decode_attention.run_kernel("reduce", ["--model", "no-such-model-here"], tmp_path, timeout_s=120)
     row = decode_attention.row(result)
@@ -50,6 +51,7 @@ def test_every_kernel_runs_the_cli_and_gives_a_row(tmp_path, capsys):
     assert "split" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_with_pdl_placements_each_kernel_runs_once_per_placement(tmp_path, capsys):
     out = tmp_path / "attention.json"
     code = decode_attention.main(["--kernels", "reduce", "--pdl", "off", "safe", "--out", str(out), "--",

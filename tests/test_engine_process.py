@@ -35,6 +35,7 @@ def streaming(runner, job) -> bool:
 
 # ------------------------------------------------------------------------------------- what runs where
 
+@pytest.mark.slow
 def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_model(tmp_path):
     script = textwrap.dedent("""
         import json, os, sys
@@ -74,6 +75,7 @@ def runner():
     runner.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
 def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_runs(runner, sig, caplog):
     caplog.set_level("INFO", logger="syncscope")
@@ -95,12 +97,14 @@ def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_run
     assert all(r.created for r in caplog.records), "each line has its time"
 
 
+@pytest.mark.slow
 def test_a_run_submitted_just_after_the_engine_died_still_runs(runner):
     os.kill(runner.engine.pids[0], signal.SIGKILL)
     job = runner.submit(fast_settings())  # before or after the death is noticed: either way it must run
     assert job.wait(120) and job.state == DONE, job.error
 
 
+@pytest.mark.slow
 def test_a_hung_engine_is_noticed_within_seconds_and_replaced(runner):
     job = runner.submit(LONG)
     assert wait_until(lambda: streaming(runner, job))
@@ -112,6 +116,7 @@ def test_a_hung_engine_is_noticed_within_seconds_and_replaced(runner):
     assert runner.run(fast_settings())["all_identical"]
 
 
+@pytest.mark.slow
 def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch, caplog):
     # Inductor compiling on the CPU is a step of seconds with no token in it: a cancel cannot land inside it.
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
@@ -138,6 +143,7 @@ def _cancel_during_compile(runner):
     assert runner.run(fast_settings())["all_identical"]
 
 
+@pytest.mark.slow
 def test_the_server_keeps_answering_while_its_engine_is_down(runner):
     from tests.conftest import serve
 
@@ -242,6 +248,7 @@ def test_events_travel_in_batches_not_one_message_per_token():
     assert all(m.job == 7 for m in sent)
 
 
+@pytest.mark.slow
 def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_rank():
     one = make_runner(monitor=False)
     try:

@@ -225,6 +225,7 @@ def _spawn_two_ranks(out_dir: Path, timeout_s: float = 120.0) -> None:
                 process.join(10)
 
 
+@pytest.mark.slow
 def test_two_ranks_fuse_their_local_shards_and_give_the_same_tokens(tmp_path):
     _spawn_two_ranks(tmp_path)
     for rank in (0, 1):

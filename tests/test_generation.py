@@ -44,7 +44,7 @@ def test_a_long_eos_list_stops_each_row_like_generate(tiny):
         assert [len(ids) for ids in result.token_ids] == [s + 1 for s in stops]
 
 
-@pytest.mark.parametrize("lag", [1, 2, 3, 4])
+@pytest.mark.parametrize("lag", [1, 2, *[pytest.param(lag, marks=pytest.mark.slow) for lag in (3, 4)]])
 @pytest.mark.parametrize("streams", [1, 2])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_pipelined_equals_naive_for_every_lag(tiny, lag, streams, cache):
@@ -175,6 +175,7 @@ def test_bad_input_is_a_clear_value_error(tiny, kwargs, message):
         generate(tiny, prompt, **args)
 
 
+@pytest.mark.slow
 def test_compile_on_cpu_falls_back_visibly(tiny):
     result = generate(tiny, PROMPT, max_new_tokens=4, cache="static", compile="reduce-overhead")
     assert any("CUDA graphs" in notice for notice in result.notices)
@@ -235,7 +236,7 @@ def test_eos_tensor_kept_while_the_ids_stay_the_same(tiny):
     assert setup.eos_ids is not kept and setup.eos_ids.tolist() == [5, 6]
 
 
-@pytest.mark.parametrize("lag", [1, 3])
+@pytest.mark.parametrize("lag", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("stream", [False, True])
 def test_pipelined_knows_the_first_token_as_soon_as_naive_does(tiny, lag, stream):
     naive, piped, ttft, step_ms = first_token_timings(tiny, PROMPT, lag=lag, stream=stream)

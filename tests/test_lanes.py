@@ -4,7 +4,6 @@ loops, the waits and gaps drawn, the first view's steps, the stated means, the C
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import re
 import statistics
@@ -16,21 +15,9 @@ import pytest
 
 from core.bench import summarize
 from dashboard import charts, lanes
-from dashboard.jobs import COMPARE, Job
-from dashboard.live_view import LiveView
 from tests import lanes_reports
-from tests.conftest import TINY, fast_settings, page_request
 
-
-@pytest.fixture(autouse=True)
-def validated(monkeypatch):
-    """Build every figure with plotly's validation on: the specs must be valid plotly."""
-    monkeypatch.setattr(charts, "VALIDATE", True)
-
-
-@pytest.fixture(scope="module")
-def cuda_report() -> dict:
-    return lanes_reports.report(256)
+pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 
 def lane_labels(fig) -> list[str]:
@@ -269,48 +256,6 @@ def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
     report = lanes_reports.report(32, trials=1, loops=("naive",))
     assert lane_labels(lanes.lanes_figure({"runs": report["runs"]})) == ["naive · host", "naive · GPU"]
     assert lanes.lanes_note({"runs": []}) is None
-
-
-# ------------------------------------------------------------------------------------------------ live
-
-def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
-    request, _ = page_request(fast_settings())
-    job = Job(id=1, work=COMPARE, owner=None, model=TINY, request=request, state="running", t0=100.0)
-    view = LiveView(job, lambda: None, None, lambda j: 0)
-    assert view.snapshot()["runs"] == []
-    naive = charts.representative_run(cuda_report, "naive")
-    job.add_events([{"type": "phase", "phase": "trial", "contestant": "naive", "trial": 0, "t": 100.1},
-                    {"type": "run", "t": 100.5, **naive}])
-    runs = view.snapshot()["runs"]
-    assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
-    assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
-
-
-def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):
-    from dashboard.ui import Dashboard, PageConfig
-
-    class FakeJob:
-        id, done = 1, False
-
-        def __init__(self, polls: int):
-            self.answers = iter([False] * polls + [True])
-
-        def wait(self, timeout: float) -> bool:
-            return next(self.answers)
-
-    trials = [[], cuda_report["runs"][:1], cuda_report["runs"][:1], cuda_report["runs"][:2]]
-    snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
-    runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
-                                     "cancel": lambda self, job_id, **reason: None})()
-    app = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}, chart_interval_s=1e9))
-    app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
-    following = app._follow(FakeJob(len(trials)), "someone")
-    updates = list(itertools.islice(following, len(trials)))
-    following.close()
-    redrawn = [i for i, update in enumerate(updates) if "lanes_plot" in update]
-    assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
-    assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
-                                                     "pipelined · GPU"]
 
 
 def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_them():

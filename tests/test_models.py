@@ -1,5 +1,7 @@
 """Model loading: specs, devices, dtypes and clear errors."""
 
+import time
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ def test_tiny_random_is_a_small_llama_with_the_default_tokenizer(tiny):
     assert tiny.tokenizer.pad_token_id is not None
 
 
+@pytest.mark.slow
 def test_synthetic_smollm2_has_the_real_parameter_count():
     loaded = load_model("synthetic:smollm2-135m", device="cpu", dtype="bf16")
     assert loaded.num_parameters == 134_515_008  # the offline SmolLM2-135M-Instruct has exactly this many
@@ -75,3 +78,14 @@ def test_remote_code_model_is_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
     with pytest.raises(ValueError, match="could not load model"):
         load_model(str(tmp_path), device="cpu")
+
+
+def test_an_unknown_model_fails_fast_and_names_its_own_loading():
+    from core.models import check_spec
+    from core.specs import loading_note
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"cannot be downloaded|HF_HUB_OFFLINE"):
+        check_spec("no-such-org/no-such-model")
+    assert time.monotonic() - started < 5
+    assert "GGUF" not in loading_note("no-such-org/no-such-model") and "GGUF" in loading_note("smollm2-135m-instruct")

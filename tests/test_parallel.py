@@ -27,6 +27,7 @@ def bench(tmp_path: Path, tp: int, *extra: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [(), ("--sample", "--seed", "11", "--temperature", "0.8", "--top-k", "40",
                                         "--cache", "static", "--batch", "3", "--prompt", "Tell me about ships.")],
                          ids=["greedy", "sampled-static-batch3"])
@@ -56,6 +57,7 @@ def _gather_on_rank(rank: int, init_file: str, out_file: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_every_ranks_device_spans_are_moved_onto_rank_0s_time_base(tmp_path):
     import torch.multiprocessing as mp
 
@@ -66,6 +68,15 @@ def test_every_ranks_device_spans_are_moved_onto_rank_0s_time_base(tmp_path):
         {"rank": 1, "device_start_ms": [2001.0, 2003.0], "device_end_ms": [2002.0, 2004.0]}]
 
 
+def test_a_tp_degree_that_does_not_divide_the_heads_is_refused_before_any_rank_starts(tiny):
+    from core.parallel import check_shardable
+
+    check_shardable(tiny.model.config, 2)
+    with pytest.raises(ValueError, match=r"--tp 3 does not divide the model's num_attention_heads \(4\)"):
+        check_shardable(tiny.model.config, 3)
+
+
+@pytest.mark.slow
 def test_a_tp_degree_that_does_not_divide_the_model_is_one_clear_line():
     done = subprocess.run([*BASE, "--tp", "3"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
@@ -73,6 +84,7 @@ def test_a_tp_degree_that_does_not_divide_the_model_is_one_clear_line():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_fails_the_run_and_leaves_no_process_behind():
     long = [*COMMAND, "--max-new-tokens", "1500", "--trials", "20", "--ignore-eos", "--tp", "2"]
     parent = subprocess.Popen(long, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,4 +1,5 @@
-"""Reports as the page reads them: history rows and replaying saved reports."""
+"""Reports as the page reads and shows them: summary rows and the headline, NVML means, history rows and CSV, and
+replaying saved reports."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from core.bench import compare
 from core.options import BenchRequest, GenerationOptions
+from dashboard.report_text import headline_md
 from dashboard.reports import (
     MAX_REPORT_BYTES,
     PAGE_REPORT_SCHEMA,
@@ -30,6 +32,7 @@ from dashboard.reports import (
     timeline_from_report,
 )
 from tests.conftest import TINY, bench_report, fast_settings, page_request
+from tests.test_dashboard_client import text_of
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,12 +144,97 @@ def largest_report(saved: dict) -> dict:
     return page_report({**saved, "runs": [run(n, t) for t in range(trials) for n in names]}, page)
 
 
+@pytest.mark.slow
 def test_the_upload_limit_holds_the_largest_report_the_page_makes(saved):
     text = json.dumps(largest_report(saved), indent=1)
     assert 20 * 2**20 < len(text) < MAX_REPORT_BYTES  # 65 MiB when measured; Gradio's old limit was 20 MB
     assert parse_report(text.encode())["runs"]
     with pytest.raises(ValueError, match="limited to 100 MiB"):
         parse_report(b" " * (MAX_REPORT_BYTES + 1))
+
+
+def test_contestant_names_in_a_report_are_plain_names():
+    report = {"schema": "syncscope.bench/1", "summary": {"<b>x</b>": {"tokens_per_s": 1.0}}, "runs": []}
+    with pytest.raises(ValueError, match="contestant name"):
+        parse_report(json.dumps(report))
+
+
+def test_numbers_that_mean_nothing_are_dashes(tiny):
+    report = bench_report(tiny, no_check=True, trials=1)
+    rows = {row[0]: row for row in summary_rows(report)}
+    no_check = dict(zip(SUMMARY_HEADERS, rows["no-check"]))
+    naive = dict(zip(SUMMARY_HEADERS, rows["naive"]))
+    assert no_check["TTFT ms"] is None and no_check["decode tok/s"] is None
+    assert naive["spread %"] is None, "one trial has no spread (it is not 0%)"
+    assert naive["compile ms"] is None, "nothing was compiled: no compile time"
+
+
+def test_nvml_means_per_contestant_come_from_its_timed_spans():
+    from dashboard.reports import nvml_means
+
+    spans = [{"contestant": "naive", "phase": "warmup", "t0": 0.0, "t1": 1.0},
+             {"contestant": "naive", "phase": "trial", "t0": 1.0, "t1": 2.0},
+             {"contestant": "pipelined", "phase": "trial", "t0": 2.0, "t1": 3.0}]
+    samples = [{"t": 0.5, "util_pct": 0.0}, {"t": 1.5, "util_pct": 60.0, "power_w": 300.0},
+               {"t": 2.5, "util_pct": 90.0}, {"t": 2.6, "util_pct": 100.0}]
+    means = nvml_means(samples, spans)
+    assert means["naive"]["util_pct"] == 60.0 and means["naive"]["power_w"] == 300.0
+    assert means["pipelined"] == {"util_pct": 95.0, "samples": 2}
+
+
+def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
+    report = bench_report(tiny, trials=3, ignore_eos=True, max_new_tokens=24)
+    for run in report["runs"]:
+        t = run["timings"]
+        assert t["decode_tokens"] == t["new_tokens"] - 1
+        assert t["decode_ms"] == pytest.approx(t["total_ms"] - t["ttft_ms"])
+        # Prefill is left out of it: the rate is the decode tokens over the decode time alone. (Whether it is above
+        # the whole-run rate depends on whether prefill took longer than a decode step, which a tiny CPU model
+        # need not do.)
+        assert t["decode_tokens_per_s"] == pytest.approx(t["decode_tokens"] / t["decode_ms"] * 1000)
+    assert report["verdict"]["metric"] == "decode_tokens_per_s"
+    text = text_of(headline_md(report))
+    assert text.startswith("pipelined/naive") and "decode-phase tokens/s" in text and "TTFT" in text
+    assert summary_rows(report)[0][1] == round(report["summary"]["naive"]["decode_tokens_per_s"], 1)
+
+
+def test_csv_cells_cannot_become_formulas():
+    from dashboard.reports import history_csv
+
+    text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["model"].startswith("'=") and row["error"].startswith("'-")
+
+
+def test_a_bench_report_replays_as_a_timeline(tiny):
+    report = json.loads(json.dumps(bench_report(tiny, trials=2)))
+    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
+    spans = timeline["spans"]
+    assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
+    assert set(timeline["series"]) == {"naive", "pipelined"}
+    assert timeline["monitor"]["samples"] == []
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "not a syncscope benchmark report"),
+    (b'{"schema": "syncscope.bench/1", "summary": {}, "runs": "x"}', "no valid 'runs'"),
+])
+def test_replay_refuses_what_is_not_a_report(data, message):
+    with pytest.raises(ValueError, match=message):
+        parse_report(data)
+
+
+def test_a_contestant_that_disagrees_with_itself_is_marked():
+    from dashboard.reports import summary_rows
+
+    report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
+              "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
+                                                                                     "pipelined": True}}
+    assert [row[3] for row in summary_rows(report)] == ["NO*", "NO"]
+    del report["self_consistent"]
+    assert [row[3] for row in summary_rows(report)] == ["NO", "NO"]
 
 
 # ---------------------------------------------------------------------------------- the page's saved document

@@ -1,4 +1,4 @@
-"""The headless runner: same path as core.bench, streaming, cancel, queue, failed loads, validation, history."""
+"""The headless runner: same path as core.bench, streaming, cancel, queue, failed loads, history."""
 
 from __future__ import annotations
 
@@ -6,21 +6,17 @@ import csv
 import io
 import itertools
 import json
-import shlex
 import subprocess
 import sys
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from core.bench import build_parser, request_from_args
 from core.options import Cancelled
-from core.run_schema import cli_command
+from core.run_schema import Limits
 from dashboard.jobs import CANCELLED, DONE, FAILED
-from dashboard.reports import HISTORY_FIELDS, parse_report, public_report, timeline_from_report
-from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_request
+from dashboard.reports import HISTORY_FIELDS, public_report
+from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
 FAST = fast_settings()
@@ -30,7 +26,6 @@ LONG = dict(prompt="Count forever", model=TINY, max_new_tokens=800, ignore_eos=T
 def finish(runner, job, timeout=60):
     assert job.wait(timeout), f"job {job.id} still {job.state}"
     return runner.snapshot(job)
-
 
 
 def test_greedy_run_streams_identical_texts(tiny_runner):
@@ -56,6 +51,7 @@ def test_loops_run_one_after_the_other_warmup_first(tiny_runner):
         assert earlier["t1"] <= later["t0"] + 1e-9
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_identical_between_loops(tiny_runner):
     settings = dict(prompt="Once upon a time", model=TINY, max_new_tokens=16, do_sample=True, seed=7,
                            temperature=0.8, top_k=50, top_p=0.9)
@@ -67,44 +63,6 @@ def test_no_check_baseline_joins_the_summary_but_not_the_live_curve(tiny_runner)
     snap = finish(tiny_runner, job)
     assert job.report["identical"]["no-check"] and "pipelined/no-check" in job.report["ratios"]
     assert "no-check" not in snap["series"]
-
-
-def test_the_cli_command_rebuilds_the_same_request():
-    settings = dict(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, do_sample=True, seed=5,
-                           temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
-                           hf=True, no_check=True, ignore_eos=True)
-    request, _ = page_request(settings)
-    argv = shlex.split(cli_command(request, TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv))[0] == request
-    extras = page_request(dict(prompt="Hi", aa=True, min_seconds=1.5, deterministic=True))[0]
-    argv = shlex.split(cli_command(extras, TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv))[0] == extras
-    assert not build_parser().parse_args(argv).hf_modules
-    argv = shlex.split(cli_command(extras, TINY, tp=2, hf_modules=True))[3:]
-    assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
-
-
-def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
-    request = page_request(dict(prompt="Hi"))[0]
-    environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
-               "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
-    command = cli_command(request, TINY, environ=environ)
-    expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
-    assert command.startswith(expected)
-    assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
-    result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
-                            check=True)
-    assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
-    assert cli_command(request, TINY, environ={}).startswith("python -m core.bench")
-
-
-def test_hf_option_adds_deferred_stop_check_on_cuda():
-    settings = dict(prompt="Hi", hf=True)
-    assert page_request(settings)[0].contestants == ("naive", "pipelined", "hf")
-    request, _ = page_request(settings, cuda=True)
-    assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
-    argv = shlex.split(cli_command(request, TINY))[3:]
-    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv))[0] == request
 
 
 def test_cancel_stops_a_run_within_two_seconds(tiny_runner):
@@ -185,45 +143,7 @@ def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"]
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"prompt": ""}, "prompt is empty"),
-    ({"prompt": "   \n"}, "prompt is empty"),
-    ({"prompt": "x" * 20_001}, "characters long"),
-    ({"max_new_tokens": 0}, "max new tokens must be between 1 and 4096, got 0"),
-    ({"max_new_tokens": -3}, "max new tokens must be between"),
-    ({"max_new_tokens": 10**9}, "max new tokens must be between"),
-    ({"max_new_tokens": "lots"}, "max new tokens must be a number"),
-    ({"max_new_tokens": None}, "max new tokens is empty"),
-    ({"max_new_tokens": 2.5}, "max new tokens must be a whole number"),
-    ({"max_new_tokens": float("nan")}, "finite"),
-    ({"batch": 0}, "batch size must be between 1 and 64"),
-    ({"batch": 100_000}, "batch size must be between 1 and 64"),
-    ({"lag": 0}, "pipeline lag must be between 1"),
-    ({"trials": 0}, "trials must be between 1"),
-    ({"streams": 3}, "streams must be between 1 and 2"),
-    ({"temperature": 0}, "temperature must be in (0"),
-    ({"top_p": 1.5}, "top-p must be in (0, 1]"),
-    ({"top_k": -1}, "top-k must be between 0"),
-    ({"seed": True}, "seed must be a number"),
-    ({"compile": "turbo"}, "unknown compile mode 'turbo'"),
-])
-def test_bad_settings_give_clear_messages(changes, message):
-    with pytest.raises(ValueError) as caught:
-        page_request(dict(**{**FAST, **changes}))
-    assert message in str(caught.value)
-
-
-def test_numbers_from_a_form_are_accepted():
-    request, _ = page_request(dict(prompt="hi", max_new_tokens=32.0, batch="2", lag="3", streams=2.0))
-    assert request.options.max_new_tokens == 32 and request.prompt == ["hi", "hi"] and request.options.lag == 3
-
-
-def test_compile_turns_the_static_cache_on_visibly():
-    request, notices = page_request(dict(prompt="hi", compile="default"))
-    assert request.options.cache == "static"
-    assert any("StaticCache" in n for n in notices)
-
-
+@pytest.mark.slow
 def test_unknown_and_disallowed_models_are_refused():
     runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False)
     try:
@@ -251,34 +171,6 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
     assert "host" not in public_report(job.report)["environment"]
 
 
-def test_csv_cells_cannot_become_formulas():
-    from dashboard.reports import history_csv
-
-    text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
-    row = next(csv.DictReader(io.StringIO(text)))
-    assert row["model"].startswith("'=") and row["error"].startswith("'-")
-
-
-def test_a_bench_report_replays_as_a_timeline(tiny):
-    report = json.loads(json.dumps(bench_report(tiny, trials=2)))
-    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
-    spans = timeline["spans"]
-    assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
-    assert set(timeline["series"]) == {"naive", "pipelined"}
-    assert timeline["monitor"]["samples"] == []
-
-
-@pytest.mark.parametrize(("data", "message"), [
-    (b"\xff\xfe", "not UTF-8"),
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "not a syncscope benchmark report"),
-    (b'{"schema": "syncscope.bench/1", "summary": {}, "runs": "x"}', "no valid 'runs'"),
-])
-def test_replay_refuses_what_is_not_a_report(data, message):
-    with pytest.raises(ValueError, match=message):
-        parse_report(data)
-
-
 def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
     code = ("import sys, dashboard.runner, dashboard.settings, dashboard.reports, core.gpu_monitor; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
@@ -286,27 +178,7 @@ def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
     assert out.stdout.strip() == "[]"
 
 
-anything = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
-                     st.text(max_size=12), st.lists(st.integers(), max_size=3))
-
-
-@settings(max_examples=300, deadline=None)
-@given(prompt=st.one_of(st.text(max_size=40), anything), max_new_tokens=anything, batch=anything, seed=anything,
-       temperature=anything, top_k=anything, top_p=anything, lag=anything, streams=anything, trials=anything,
-       compile_mode=st.one_of(st.sampled_from(["off", "default", "reduce-overhead", "nope"]), anything))
-def test_form_validation_raises_nothing_but_value_errors(prompt, max_new_tokens, batch, seed, temperature, top_k,
-                                                         top_p, lag, streams, trials, compile_mode):
-    form = dict(prompt=prompt, max_new_tokens=max_new_tokens, batch=batch, seed=seed, do_sample=True,
-                       temperature=temperature, top_k=top_k, top_p=top_p, lag=lag, streams=streams, trials=trials,
-                       compile=compile_mode)
-    try:
-        request, _ = page_request(form)
-    except ValueError as exc:
-        assert str(exc)
-        return
-    request.validate()
-
-
+@pytest.mark.slow
 def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     import psutil
 
@@ -326,17 +198,6 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     assert len(tiny_runner.queue.remembered()) <= 65 and len(tiny_runner.history()) <= 500
 
 
-def test_a_contestant_that_disagrees_with_itself_is_marked():
-    from dashboard.reports import summary_rows
-
-    report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
-              "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,
-                                                                                     "pipelined": True}}
-    assert [row[3] for row in summary_rows(report)] == ["NO*", "NO"]
-    del report["self_consistent"]
-    assert [row[3] for row in summary_rows(report)] == ["NO", "NO"]
-
-
 # ---- what the page is told: logging, the engine's own memory and CPU, the run's edges (issue 20)
 
 def test_a_failed_load_is_logged_with_its_reason(tiny_runner, caplog):
@@ -347,6 +208,7 @@ def test_a_failed_load_is_logged_with_its_reason(tiny_runner, caplog):
     assert any("/no/such/model" in line and "failed" in line for line in logged), logged
 
 
+@pytest.mark.slow
 def test_a_startup_model_that_fails_to_load_is_said_at_once(caplog):
     from dashboard.runner import Runner
 
@@ -375,6 +237,7 @@ def test_the_cpu_sampler_reads_the_engine_processes_memory_all_ranks(tiny_runner
     assert "engine processes" in monitor.description
 
 
+@pytest.mark.slow
 def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
     if tiny_runner.monitor.available:
         pytest.skip("an NVIDIA GPU is read here")
@@ -409,3 +272,14 @@ def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
     assert job.wait(5) and job.state == CANCELLED
     panes = tiny_runner.snapshot(job)["panes"]
     assert all("warm-up" not in _rate_md(name, pane) for name, pane in panes.items()), panes
+
+
+@pytest.mark.slow
+def test_a_run_past_the_time_limit_is_stopped_and_says_why():
+    runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
+    try:
+        job = runner.submit(dict(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
+        assert job.wait(30)
+        assert job.state == CANCELLED and "limits the length of a run" in job.error
+    finally:
+        runner.close()

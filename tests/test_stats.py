@@ -38,7 +38,7 @@ def test_the_false_faster_of_issue_20_is_within_noise():
     assert "no difference shown" in verdict_sentence(call) and "95% interval" in verdict_sentence(call)
 
 
-@pytest.mark.parametrize("trials", [3, 5, 10])
+@pytest.mark.parametrize("trials", [3, *[pytest.param(trials, marks=pytest.mark.slow) for trials in (5, 10)]])
 def test_simulated_a_a_noise_is_called_about_5_percent_of_the_time(trials):
     old_verdict = load_script().old_verdict
     rng = random.Random(20 + trials)
@@ -144,3 +144,24 @@ def test_on_the_host_clock_the_interval_is_99_percent():
     on_host, on_device = verdict(runs("host")), verdict(runs("cuda-events"))
     assert on_host["call"] == "within-noise" and on_host["confidence"] == 0.99
     assert on_device["call"] == "slower" and on_device["confidence"] == 0.95
+
+
+def test_one_trial_cannot_tell_a_difference_from_noise():
+    call = verdict(runs_with({"naive": [100.0], "pipelined": [650.0]}))
+    assert call["call"] == "too-few-trials" and call["ratio"] == 6.5
+    assert "cannot tell" in verdict_sentence(call)
+
+
+def test_a_difference_inside_the_spread_is_called_noise():
+    call = verdict(runs_with({"naive": [100.0, 140.0, 60.0], "pipelined": [120.0, 90.0, 110.0]}))
+    assert call["call"] == "within-noise" and "no difference shown" in verdict_sentence(call)
+
+
+def test_a_consistent_difference_beyond_the_spread_is_called():
+    call = verdict(runs_with({"naive": [400.0, 410.0, 405.0], "pipelined": [600.0, 610.0, 605.0]}))
+    assert call["call"] == "faster" and "beyond this run's noise" in verdict_sentence(call)
+
+
+def test_a_noisy_a_a_control_widens_the_noise():
+    rates = {"naive": [500.0, 502.0, 501.0], "pipelined": [520.0, 521.0, 522.0], "pipelined-again": [470, 471, 472]}
+    assert verdict(runs_with(rates))["call"] == "within-noise"

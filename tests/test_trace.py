@@ -299,6 +299,7 @@ def test_on_cuda_every_computed_step_has_a_device_span_on_the_host_clock(loop):
                                                 abs=2e-3)
 
 
+@pytest.mark.slow
 def test_the_clock_alignment_script_runs_on_the_cpu_and_says_what_it_skipped(tmp_path):
     import subprocess
     import sys

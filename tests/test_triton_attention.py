@@ -70,6 +70,7 @@ def interpreter_errors() -> dict[str, float]:
     return errors
 
 
+@pytest.mark.slow
 @needs_triton
 def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
     script = ("import json; from tests.test_triton_attention import interpreter_errors; "
