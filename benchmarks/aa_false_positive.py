@@ -107,7 +107,7 @@ def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
               "settings": {"max_new_tokens": request.options.max_new_tokens, "cache": request.options.cache,
                            "compile": request.options.compile, "trials": request.trials,
                            "min_seconds": request.min_seconds, "stream": request.stream,
-                           "prompt_is_default": form.prompt == DEFAULT_PROMPT, "contestants": list(CONTESTANTS)},
+                           "prompt_is_default": form["prompt"] == DEFAULT_PROMPT, "contestants": list(CONTESTANTS)},
               "torch_threads": torch.get_num_threads(), "notices": notices, "load_s": load_s}
     for index in range(args.comparisons):
         t0 = time.perf_counter()

@@ -74,13 +74,13 @@ def test_the_cli_command_rebuilds_the_same_request():
                            temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
                            hf=True, no_check=True, ignore_eos=True)
     request, _ = page_request(settings)
-    argv = shlex.split(cli_command(request, settings.prompt, TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv)) == request
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == request
     extras = page_request(dict(prompt="Hi", aa=True, min_seconds=1.5, deterministic=True))[0]
-    argv = shlex.split(cli_command(extras, "Hi", TINY))[3:]
-    assert request_from_args(build_parser().parse_args(argv)) == extras
+    argv = shlex.split(cli_command(extras, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == extras
     assert not build_parser().parse_args(argv).hf_modules
-    argv = shlex.split(cli_command(extras, "Hi", TINY, tp=2, hf_modules=True))[3:]
+    argv = shlex.split(cli_command(extras, TINY, tp=2, hf_modules=True))[3:]
     assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
 
 
@@ -88,14 +88,14 @@ def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
     request = page_request(dict(prompt="Hi"))[0]
     environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
                "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
-    command = cli_command(request, "Hi", TINY, environ=environ)
+    command = cli_command(request, TINY, environ=environ)
     expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
     assert command.startswith(expected)
     assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
     result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
                             check=True)
     assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
-    assert cli_command(request, "Hi", TINY, environ={}).startswith("python -m core.bench")
+    assert cli_command(request, TINY, environ={}).startswith("python -m core.bench")
 
 
 def test_hf_option_adds_deferred_stop_check_on_cuda():
@@ -103,8 +103,8 @@ def test_hf_option_adds_deferred_stop_check_on_cuda():
     assert page_request(settings)[0].contestants == ("naive", "pipelined", "hf")
     request, _ = page_request(settings, cuda=True)
     assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
-    argv = shlex.split(cli_command(request, "Hi", TINY))[3:]
-    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv)) == request
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv))[0] == request
 
 
 @pytest.mark.parametrize(("changes", "message"), [
