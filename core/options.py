@@ -51,7 +51,7 @@ class GenerationOptions:
     """How the loops decode. Checked when made (`RUN_OPTIONS` holds each field's bounds), so the loops trust it."""
 
     loop: str = "naive"
-    max_new_tokens: int = 128
+    max_new_tokens: int = 64
     cache: str = "dynamic"
     compile: str = "off"
     lag: int = 1
@@ -203,7 +203,7 @@ class RunOption:
 RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("prompt", TEXT, DEFAULT_PROMPT, "Prompt", "prompt text (gets the chat template)", part=REQUEST,
               high=MAX_PROMPT_CHARS),
-    RunOption("max_new_tokens", WHOLE, 128, "Max new tokens", "decode steps per run, at most", low=1,
+    RunOption("max_new_tokens", WHOLE, 64, "Max new tokens", "decode steps per run, at most", low=1,
               limit="max_new_tokens", gpu_default=256, history=True),
     RunOption("batch", WHOLE, 1, "Batch size", "sequences per run (the prompt repeated)", part=REQUEST,
               noun="batch size", low=1, limit="batch", history=True),

@@ -141,4 +141,4 @@ def test_help_gives_each_default_once():
     from core.bench import build_parser
 
     bench_help = build_parser().format_help()
-    assert "(default: None)" not in bench_help and "(default: 128)" in bench_help
+    assert "(default: None)" not in bench_help and "(default: 64)" in bench_help
