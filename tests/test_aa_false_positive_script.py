@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.test_stats import load_script
 
 
+@pytest.mark.slow  # runs the script end to end; its rules are tested fast in test_stats.py
 def test_a_short_a_a_run_keeps_every_trial_and_judges_both_rules(tmp_path, capsys):
     script = load_script()
     out = tmp_path / "aa.json"

@@ -305,6 +305,7 @@ def test_download_buttons_are_disabled_until_there_is_something_to_download(serv
     assert not any(props.get("interactive", True) for props in buttons.values()), buttons
 
 
+@pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts(served_app):
     out = run(served_app.url, batch=3)
     for name in ("naive", "pipelined"):
@@ -312,6 +313,7 @@ def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts
     assert "row" not in run(served_app.url)["naive_rate"], "batch 1 says nothing about rows"
 
 
+@pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_the_summary_puts_the_verdicts_evidence_first(served_app):
     from dashboard.reports import SUMMARY_HEADERS
 
@@ -380,6 +382,7 @@ def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp
     assert "onerror" in text_of(out["status"])  # shown, as text
 
 
+@pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
     client = Client(served_app.url, verbose=False)
     client.predict(*form(), api_name="/run")
