@@ -133,6 +133,8 @@ def bench_args(run: Run, trials: int, smoke: bool, json_path: Path) -> list[str]
     args += ["--device", "cpu"] if smoke else ["--dtype", "bf16"]
     if run.tp > 1:
         args += ["--tp", str(run.tp)]
+        if not smoke:  # where a TP step goes, kernel by kind, beside the table (after the timed trials)
+            args += ["--profile", str(json_path.parent / f"profile-{run.name}")]
     if run.hf:
         args += ["--hf"] if smoke else ["--hf", "--hf-deferred"]
     return [*args, "--json", str(json_path)]

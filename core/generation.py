@@ -32,7 +32,7 @@ from core.options import (
     require,
     static_cache_length,
 )
-from core.parallel import ONE_SHOT, gather_device_spans
+from core.parallel import SYMMETRIC, gather_device_spans
 from core.pdl import pdl_inductor_options
 from core.step_times import StepClock, Timings
 
@@ -424,7 +424,7 @@ def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
         extra = pdl_inductor_options(loaded.device) if mode == STEP_GRAPH else {}
-        if mode == STEP_GRAPH and loaded.all_reduce == ONE_SHOT:
+        if mode == STEP_GRAPH and loaded.all_reduce in SYMMETRIC:
             extra["_collective.auto_select"] = True
         extra.update(inductor_overrides())
         if extra:

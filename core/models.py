@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from core.options import CUDA_GRAPH_COMPILE_MODES, ONE_SHOT_ALL_REDUCE
-from core.parallel import ONE_SHOT
+from core.options import CUDA_GRAPH_COMPILE_MODES, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
+from core.parallel import FUSED, ONE_SHOT
 from core.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
@@ -48,8 +48,9 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
-    # How tensor-parallel all-reduces run (core.parallel.use_one_shot_all_reduce): "gloo", "nccl" or "one-shot"
-    # (symmetric memory in step-graph mode, NCCL in the others); "" without TP. The note says why NCCL, if it does.
+    # How tensor-parallel all-reduces run (core.parallel): "gloo", "nccl", "one-shot" (symmetric memory in step-graph
+    # mode, NCCL in the others) or "fused" (one-shot, and the decoder layers' all-reduces fused with their residual
+    # add and RMSNorm, core.tp_fusion); "" without TP. The note says why not fused or why NCCL, where it matters.
     all_reduce: str = ""
     all_reduce_note: str = ""
     # What prepare_for_decode did: the projections core.fusion stacked ("qkv", "gate_up"), the compiled decode
@@ -73,8 +74,10 @@ class LoadedModel:
     @property
     def all_reduce_text(self) -> str:
         """How tensor-parallel all-reduces run, in words ("" without TP)."""
+        if self.all_reduce == FUSED:
+            return FUSED_ALL_REDUCE
         if self.all_reduce == ONE_SHOT:
-            return ONE_SHOT_ALL_REDUCE
+            return f"{ONE_SHOT_ALL_REDUCE} ({self.all_reduce_note})" if self.all_reduce_note else ONE_SHOT_ALL_REDUCE
         return f"{self.all_reduce} ({self.all_reduce_note})" if self.all_reduce_note else self.all_reduce
 
     @property
@@ -165,9 +168,11 @@ def load_model(
     prepared = Preparation() if hf_modules else prepare_for_decode(model)
     all_reduce, all_reduce_note = "", ""
     if tp > 1:
-        from core.parallel import use_one_shot_all_reduce
+        from core.parallel import fuse_decoder_all_reduces, use_one_shot_all_reduce
 
         all_reduce, all_reduce_note = use_one_shot_all_reduce(model)
+        if not hf_modules:
+            all_reduce, all_reduce_note = fuse_decoder_all_reduces(model, all_reduce)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
                        all_reduce=all_reduce, all_reduce_note=all_reduce_note,
                        fused_projections=prepared.fused_projections, decode_attention=prepared.decode_attention,

@@ -42,7 +42,7 @@ INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.generation
 PDL_ENV = "SYNCSCOPE_PDL"  # core.pdl
 PDL_CHOICES = ("off", "safe", "inductor")
 TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel
-TP_ALL_REDUCE_CHOICES = ("auto", "nccl")
+TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV)
 
 
@@ -318,6 +318,8 @@ def is_int(value: Any) -> bool:
 
 # How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel).
 ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"
+FUSED_ALL_REDUCE = ("decoder layers: all-reduce + residual add + RMSNorm in one symmetric-memory kernel at decode "
+                    "(core.tp_fusion; NCCL for long prefills); other all-reduces: " + ONE_SHOT_ALL_REDUCE)
 
 
 def env_choice(name: str, choices: Sequence[str], environ: Mapping[str, str] | None = None) -> str:

@@ -216,6 +216,9 @@ def runs_with(monkeypatch, tmp_path: Path, program: str, deadline_s: float | Non
 
 
 def test_a_run_still_going_at_the_deadline_is_stopped_and_recorded(monkeypatch, tmp_path):
+    # A job started in the background by a non-interactive shell inherits SIGINT ignored, so the fake may outlive
+    # SIGINT and wait out the grace before SIGKILL: keep that grace short here.
+    monkeypatch.setattr(headline, "STOP_GRACE_S", 1.0)
     record = runs_with(monkeypatch, tmp_path, "import time; print('started', flush=True); time.sleep(60)", 1.0)
     assert record["status"] == "timed out" and record["process_s"] < 20
     assert "started" in (tmp_path / "fake.log").read_text()

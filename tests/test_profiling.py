@@ -24,6 +24,7 @@ H200_NAMES = {  # names seen in the fifth H200 run's profiles (Llama-8B, TP=2, s
         "attention",
     "nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT": "matmul (library)",
     "Memcpy DtoH (Device -> Pinned)": "copy / fill",
+    "fused_all_reduce_add_rms_norm": "all-reduce + add + norm",  # core.tp_kernels (a Triton kernel keeps its name)
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::ArgMaxOps<float>>": "other",
 }
 

@@ -20,7 +20,7 @@ def test_unset_or_blank_variables_take_their_defaults():
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("SYNCSCOPE_DECODE_ATTENTION", "flash", "must be one of auto, reduce, split, sdpa, triton, got 'flash'"),
     ("SYNCSCOPE_PDL", "on", "must be one of off, safe, inductor, got 'on'"),
-    ("SYNCSCOPE_TP_ALL_REDUCE", "one-shot", "must be one of auto, nccl, got 'one-shot'"),
+    ("SYNCSCOPE_TP_ALL_REDUCE", "two-shot", "must be one of auto, one-shot, nccl, got 'two-shot'"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "{max_autotune}", "is not valid JSON"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "[1]", "must be a JSON object of inductor options"),
 ])

@@ -1,0 +1,87 @@
+"""core.tp_fusion: the decoder layers rewired so each all-reduce comes with its residual add and RMSNorm.
+
+On the CPU the rewired model runs the op's PyTorch path (gloo, then the add and the norm), which must give exactly
+the logits and tokens of the model as transformers shards it; that checks the rewiring (partial projections, the
+packed residual and norm between layers, the final norm). The kernel itself runs on two GPUs (test_cuda_tp_fusion).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from core.models import load_model
+from core.tp_fusion import PackedRMSNorm, PartialLinear, why_not_fusable
+
+PROMPT = "The quick brown fox"
+
+
+def _rank(rank: int, init_file: str, out_file: str) -> None:
+    import torch.distributed as dist
+
+    from core.generation import generate
+    from core.parallel import init_tensor_parallel
+    from core.tp_fusion import FusedAllReduceDecoderLayer, fuse_all_reduce
+
+    torch.set_num_threads(1)
+    init_tensor_parallel(rank, 2, f"file://{init_file}", "cpu")
+    try:
+        loaded = load_model("tiny-random", device="cpu", tp=2)
+        ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids
+        options = {"max_new_tokens": 10, "cache": "static", "ignore_eos": True}
+        with torch.inference_mode():
+            logits_before = loaded.model(ids).logits
+        tokens_before = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
+        problem = fuse_all_reduce(loaded.model, symmetric=False)
+        loaded.setups.clear()
+        with torch.inference_mode():
+            logits_after = loaded.model(ids).logits
+        tokens_after = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
+        layers = loaded.model.model.layers
+        result = {
+            "problem": problem,
+            "logits_equal": bool(torch.equal(logits_before, logits_after)),
+            "tokens_before": tokens_before, "tokens_after": tokens_after,
+            "layers_fused": all(isinstance(layer, FusedAllReduceDecoderLayer) for layer in layers),
+            "partials": sum(isinstance(m, PartialLinear) for m in loaded.model.modules()),
+            "final_norm_packed": isinstance(loaded.model.model.norm, PackedRMSNorm),
+            "again": fuse_all_reduce(loaded.model, symmetric=False),
+        }
+        if rank == 0:
+            Path(out_file).write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_the_rewired_model_gives_transformers_logits_and_tokens_on_two_cpu_ranks(tmp_path):
+    out = tmp_path / "result.json"
+    mp.spawn(_rank, args=(str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    result = json.loads(out.read_text())
+    assert result["problem"] is None and result["layers_fused"] and result["final_norm_packed"]
+    assert result["partials"] == 2 * 2  # tiny-random has 2 layers: o_proj and down_proj each
+    assert result["logits_equal"]
+    assert result["tokens_after"] == result["tokens_before"]
+    assert result["tokens_before"][0] == result["tokens_before"][1]
+    assert result["again"] == "already fused"
+
+
+def test_a_model_without_tensor_parallelism_is_left_as_it_is_with_the_reason():
+    loaded = load_model("tiny-random", device="cpu")
+    assert why_not_fusable(loaded.model) == "not tensor-parallel"
+
+
+def test_unsharded_projections_and_other_layouts_are_named():
+    llama = load_model("tiny-random", device="cpu").model
+    llama._device_mesh = object()  # as if sharded, but the projections are plain Linears
+    assert why_not_fusable(llama) == "o_proj / down_proj are not sharded by rows without a bias"
+    gpt2 = load_model("tiny-random:gpt2", device="cpu").model
+    gpt2._device_mesh = object()
+    assert why_not_fusable(gpt2) == "no decoder layers under model.model"
+    gemma = load_model("tiny-random:gemma", device="cpu").model
+    gemma._device_mesh = object()
+    assert "is not one this fusion knows" in why_not_fusable(gemma)
