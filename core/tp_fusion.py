@@ -243,7 +243,8 @@ def _fused_op(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tenso
     if residual_rows.stride(-1) != 1:
         residual_rows = residual_rows.contiguous()
     out = partial.new_empty(rows, 2 * hidden)
-    launch_fused_kernel(partial_rows, residual_rows, weight, out, eps, workspace, slot)
+    with torch.cuda.device(partial.device):  # Triton launches on the current device's stream
+        launch_fused_kernel(partial_rows, residual_rows, weight, out, eps, workspace, slot)
     return out.view(*partial.shape[:-1], 2 * hidden)
 
 

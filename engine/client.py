@@ -123,7 +123,10 @@ class EngineClient:
             self._active_job, self._cancel_asked_at = request.job, None
             self._outcomes, self._partial_since, self._started = {}, None, set()
             for rank in self._ranks:
-                rank.conn.send(request)
+                try:
+                    rank.conn.send(request)
+                except (OSError, ValueError) as exc:  # a rank died after the check above: its pipe is closed
+                    raise EngineLost(f"an engine process exited ({type(exc).__name__})") from exc
 
     def cancel(self, job: int) -> None:
         """Ask the running job to stop at its next step; kill the group if it has not within cancel_grace_s."""

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.client import EngineClient, _Rank, describe_exit
+from engine.client import EngineClient, EngineLost, _Rank, describe_exit
 from engine.launch import CHILD_ENV_DEFAULTS
 from engine.process import RESTART_EXIT_CODE
-from engine.protocol import Done, Failed, FailureCategory, Hello, JobCancelled, Progress, Ready, Started
+from engine.protocol import Compare, Done, Failed, FailureCategory, Hello, JobCancelled, Progress, Ready, Started
 from tests.helpers import wait_until
 
 
@@ -76,6 +76,20 @@ def test_replies_of_a_group_that_was_replaced_are_dropped():
     client, told, ranks = group(1)
     client._deliver(ranks[0], 0, Progress(job=1, text="an old engine"))
     assert told == []
+
+
+class ClosedPipe:
+    def send(self, message: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_rank_that_died_just_before_a_job_is_sent_makes_the_engine_lost_not_a_dead_thread():
+    """Killed, a rank can still look alive for a moment; the send then hits its closed pipe (seen on two H200s)."""
+    client, _, ranks = group(2)
+    ranks[1].conn = ClosedPipe()
+    ranks[0].conn = type("Pipe", (), {"send": lambda self, message: None})()
+    with pytest.raises(EngineLost, match="an engine process exited"):
+        client.submit(Compare(job=1, spec=None, request=None))
 
 
 def test_a_failed_start_reaches_the_runner():
