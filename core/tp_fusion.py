@@ -58,12 +58,14 @@ _MODEL_FORWARDS = frozenset(forward_fingerprint(cls) for cls in (LlamaModel, Mis
 
 class PartialLinear(nn.Linear):
     """A row-sharded Linear without its all-reduce: x (this rank's slice of the input) times this rank's columns of
-    the weight, so each rank returns its partial sum of the full product."""
+    the weight, so each rank returns its partial sum of the full product. It holds one rank's share of the weight,
+    a plain tensor, and `ranks` says how many ranks share it (so the weights are counted whole, core.models)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, ranks: int) -> None:
         out_features, in_features = weight.shape
         super().__init__(in_features, out_features, bias=False, device="meta", dtype=weight.dtype)
         self.weight = nn.Parameter(weight, requires_grad=False)
+        self.ranks = ranks
 
 
 class PackedRMSNorm(LlamaRMSNorm):
@@ -160,7 +162,7 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
         _allocate(workspace, layers[0].post_attention_layernorm.weight)
     for index, layer in enumerate(layers):
         for owner, name in ((layer.self_attn, "o_proj"), (layer.mlp, "down_proj")):
-            setattr(owner, name, PartialLinear(local(getattr(owner, name).weight).detach()))
+            setattr(owner, name, PartialLinear(local(getattr(owner, name).weight).detach(), workspace.world_size))
         following = layers[index + 1].input_layernorm if index + 1 < len(layers) else inner.norm
         object.__setattr__(layer, "next_norm", following)  # not a submodule: its owner keeps it
         object.__setattr__(layer, "workspace", workspace)

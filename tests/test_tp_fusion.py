@@ -36,6 +36,7 @@ def _rank(rank: int, init_file: str, out_file: str) -> None:
         with torch.inference_mode():
             logits_before = loaded.model(ids).logits
         tokens_before = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
+        parameters_before = loaded.num_parameters
         problem = fuse_all_reduce(loaded.model, symmetric=False)
         loaded.setups.clear()
         with torch.inference_mode():
@@ -49,6 +50,7 @@ def _rank(rank: int, init_file: str, out_file: str) -> None:
             "layers_fused": all(isinstance(layer, FusedAllReduceDecoderLayer) for layer in layers),
             "partials": sum(isinstance(m, PartialLinear) for m in loaded.model.modules()),
             "final_norm_packed": isinstance(loaded.model.model.norm, PackedRMSNorm),
+            "parameters": [parameters_before, loaded.num_parameters],  # the HBM floor's weights, counted whole
             "again": fuse_all_reduce(loaded.model, symmetric=False),
         }
         if rank == 0:
@@ -65,6 +67,7 @@ def test_the_rewired_model_gives_transformers_logits_and_tokens_on_two_cpu_ranks
     assert result["problem"] is None and result["layers_fused"] and result["final_norm_packed"]
     assert result["partials"] == 2 * 2  # tiny-random has 2 layers: o_proj and down_proj each
     assert result["logits_equal"]
+    assert result["parameters"][0] == result["parameters"][1]
     assert result["tokens_after"] == result["tokens_before"]
     assert result["tokens_before"][0] == result["tokens_before"][1]
     assert result["again"] == "already fused"
