@@ -7,6 +7,7 @@ packed residual and norm between layers, the final norm). The kernel itself runs
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -88,3 +89,26 @@ def test_unsharded_projections_and_other_layouts_are_named():
     gemma = load_model("tiny-random:gemma", device="cpu").model
     gemma._device_mesh = object()
     assert "is not one this fusion knows" in why_not_fusable(gemma)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+def test_the_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
+    """Triton and ptxas build the kernel for sm_90 without a GPU (Llama-8B's width, bf16, rank 1 of 2), and the
+    meeting is the release / acquire compare-and-swap pair at system scope between two CTA barriers."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from core.tp_kernels import fused_all_reduce_add_rms_norm as kernel
+
+    names = kernel.arg_names
+    pointers = {name: "*bf16" for name in ("partial_ptr", "residual_ptr", "weight_ptr", "out_ptr")}
+    scalars = {"residual_row_stride": "i32", "buffer_ptrs": "i64", "signal_pad_ptrs": "i64", "slot_offset": "i32",
+               "eps": "fp32"}
+    constants = {"HIDDEN": 4096, "BLOCK": 4096, "RANK": 1, "WORLD": 2, "ATOMIC_BARRIER": False}
+    signature = {name: pointers.get(name) or scalars.get(name) or "constexpr" for name in names}
+    source = ASTSource(fn=kernel, signature=signature,
+                       constexprs={(names.index(name),): value for name, value in constants.items()})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+    assert "atom.global.release.sys.cas.b32" in ptx and "atom.global.acquire.sys.cas.b32" in ptx
+    assert ptx.count("bar.sync") >= 2
