@@ -124,7 +124,10 @@ def fuse_decoder_all_reduces(model: Any, kind: str) -> tuple[str, str]:
         return kind, ""
     from core.tp_fusion import fuse_all_reduce
 
-    problem = fuse_all_reduce(model)
+    try:
+        problem = fuse_all_reduce(model)
+    except Exception as exc:  # the symmetric buffer could not be made (memory, or no peer access): keep one-shot
+        problem = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
     return (kind, f"not fused with the norms: {problem}") if problem else (FUSED, "")
 
 

@@ -32,6 +32,7 @@ PyTorch, so the rewired model is checked on the CPU against the model as transfo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -146,8 +147,11 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
     """Rewire `model`'s decoder layers as the module doc says; returns None when done, else why not (one sentence).
 
     `symmetric` allocates the CUDA symmetric workspace (a collective: every rank calls this at the same point);
-    without it the op runs its PyTorch path (NCCL or gloo, then the add and the norm)."""
+    without it the op runs its PyTorch path (NCCL or gloo, then the add and the norm). The workspace is made before
+    any module changes, so an error there leaves the model as it was."""
     problem = why_not_fusable(model)
+    if not problem and symmetric and importlib.util.find_spec("triton") is None:
+        problem = "the triton package is not installed"
     if problem:
         return problem
     inner = model.model

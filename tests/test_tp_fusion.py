@@ -112,3 +112,20 @@ def test_the_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
     assert "atom.global.release.sys.cas.b32" in ptx and "atom.global.acquire.sys.cas.b32" in ptx
     assert ptx.count("bar.sync") >= 2
+
+
+def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):
+    import core.tp_fusion
+    from core.parallel import FUSED, ONE_SHOT, fuse_decoder_all_reduces
+
+    def no_buffer(model, **_):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 MiB\nmore detail")
+
+    monkeypatch.setattr(core.tp_fusion, "fuse_all_reduce", no_buffer)
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (
+        ONE_SHOT, "not fused with the norms: RuntimeError: CUDA out of memory. Tried to allocate 40.00 MiB")
+    monkeypatch.setattr(core.tp_fusion, "fuse_all_reduce", lambda model, **_: None)
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (FUSED, "")
+    monkeypatch.setenv("SYNCSCOPE_TP_ALL_REDUCE", "one-shot")
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (ONE_SHOT, "")
+    assert fuse_decoder_all_reduces(object(), "gloo") == ("gloo", "")
