@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+
+from engine.launch import free_port
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
@@ -23,12 +24,6 @@ CASES = [  # (dtype, hidden, rows): Llama-8B and 70B widths at batch 1 and 8, a 
     ("bfloat16", 4096, 1), ("bfloat16", 8192, 1), ("bfloat16", 4096, 8), ("float32", 1000, 3),
 ]
 REPLAYS = 50
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
@@ -118,7 +113,7 @@ def _one_case(workspace, dtype, hidden, rows, rank) -> dict:
 @pytest.mark.parametrize("barrier", ["asm", pytest.param("atomic", marks=pytest.mark.cuda_long)])
 def test_the_fused_kernel_sums_adds_and_normalises_like_pytorch_eagerly_and_in_graph_replays(tmp_path, barrier):
     out = tmp_path / "results.json"
-    mp.spawn(_check_on_rank, args=(_free_port(), barrier, str(out)), nprocs=2, join=True)
+    mp.spawn(_check_on_rank, args=(free_port(), barrier, str(out)), nprocs=2, join=True)
     for result in json.loads(out.read_text()):
         dtype = result["case"][0]
         tolerance = 1e-5 if dtype == "float32" else 2 ** -7  # the norm: one rounding step of bf16 at most
