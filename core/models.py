@@ -168,7 +168,8 @@ def load_model(
     prepared = Preparation() if hf_modules else prepare_for_decode(model)
     all_reduce, all_reduce_note = "", ""
     if tp > 1:
-        from core.parallel import fuse_decoder_all_reduces, use_one_shot_all_reduce
+        from core.parallel import use_one_shot_all_reduce
+        from core.tp_fusion import fuse_decoder_all_reduces
 
         all_reduce, all_reduce_note = use_one_shot_all_reduce(model)
         if not hf_modules:

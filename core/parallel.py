@@ -99,8 +99,8 @@ def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     lowering on for the step-graph compile only, because CUDA-graph trees (reduce-overhead) refuse the
     symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked as outputs", seen on the
     H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
-    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (`fuse_decoder_all_reduces`
-    goes one step further where it can.)"""
+    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (core.tp_fusion goes
+    one step further where it can: each decoder layer's all-reduce fused with its add and norm.)"""
     mesh = getattr(model, "_device_mesh", None)
     if mesh is None or mesh.device_type != "cuda":
         return "gloo", ""
@@ -114,21 +114,6 @@ def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     except Exception as exc:  # an older PyTorch, or no peer access between the GPUs: NCCL still works
         return "nccl", f"symmetric memory unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
     return ONE_SHOT, ""
-
-
-def fuse_decoder_all_reduces(model: Any, kind: str) -> tuple[str, str]:
-    """With symmetric memory on (`kind` ONE_SHOT) and SYNCSCOPE_TP_ALL_REDUCE=auto, fuse each decoder layer's
-    all-reduces into the residual add and RMSNorm after them (core.tp_fusion). Returns the kind now in use (FUSED or
-    `kind`) and, where the fusion was wanted but not done, why."""
-    if kind != ONE_SHOT or env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) != "auto":
-        return kind, ""
-    from core.tp_fusion import fuse_all_reduce
-
-    try:
-        problem = fuse_all_reduce(model)
-    except Exception as exc:  # the symmetric buffer could not be made (memory, or no peer access): keep one-shot
-        problem = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
-    return (kind, f"not fused with the norms: {problem}") if problem else (FUSED, "")
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:

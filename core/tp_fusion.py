@@ -47,7 +47,8 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.fusion import forward_fingerprint
-from core.parallel import local
+from core.options import TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
+from core.parallel import FUSED, ONE_SHOT, local
 
 FUSED_ROWS = 8  # tokens per call that the fused kernel takes (decode steps up to batch 8); more take NCCL
 BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # diagnostics: "asm" (default) or "atomic", how the kernel signals its peers
@@ -173,6 +174,19 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
         layer.__class__ = FusedAllReduceDecoderLayer
     inner.norm.__class__ = PackedRMSNorm
     return None
+
+
+def fuse_decoder_all_reduces(model: Any, kind: str) -> tuple[str, str]:
+    """With symmetric memory on (`kind` ONE_SHOT) and SYNCSCOPE_TP_ALL_REDUCE=auto, fuse each decoder layer's
+    all-reduces into the residual add and RMSNorm after them (`fuse_all_reduce`). Returns the kind now in use (FUSED or
+    `kind`) and, where the fusion was wanted but not done, why."""
+    if kind != ONE_SHOT or env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) != "auto":
+        return kind, ""
+    try:
+        problem = fuse_all_reduce(model)
+    except Exception as exc:  # the symmetric buffer could not be made (memory, or no peer access): keep one-shot
+        problem = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
+    return (kind, f"not fused with the norms: {problem}") if problem else (FUSED, "")
 
 
 def why_not_fusable(model: Any) -> str | None:

@@ -116,7 +116,8 @@ def test_the_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
 
 def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):
     import core.tp_fusion
-    from core.parallel import FUSED, ONE_SHOT, fuse_decoder_all_reduces
+    from core.parallel import FUSED, ONE_SHOT
+    from core.tp_fusion import fuse_decoder_all_reduces
 
     def no_buffer(model, **_):
         raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 MiB\nmore detail")
