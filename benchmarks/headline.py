@@ -39,7 +39,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -504,34 +504,36 @@ def one_gpu_table(rows: Sequence[Row]) -> str:
             "| of the HBM floor | pipelined e2e tok/s | generate() e2e tok/s "
             "| generate() + DeferredStopCheck e2e tok/s | identical | warm-up |\n"
             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
-    lines = [head]
-    for row in rows:
-        if row.report is None:
-            lines.append(f"| {model_label(row.model)} | {row.compile} | {row.missing} |  |  |  |  |  |  |  |  |  |")
-            continue
-        summary = row.report["summary"]
-        lines.append(" | ".join([
-            f"| {model_label(row.model)}", mode_text(row), _decode(summary, "naive"), _decode(summary, "pipelined"),
-            verdict_text(row.report.get("verdict")), _fmt(_step_ms(row.report), 3), _floor_text(row.report),
-            _e2e(summary, "pipelined"), _e2e(summary, HF), _e2e(summary, HF_DEFERRED), identical_text(row.report),
-            warmup_text(row.report)]) + " |")
-    return "\n".join(lines)
+    return _table(head, rows, lambda row: [model_label(row.model)], lambda row, summary: [
+        mode_text(row), _decode(summary, "naive"), _decode(summary, "pipelined"),
+        verdict_text(row.report.get("verdict")), _fmt(_step_ms(row.report), 3), _floor_text(row.report),
+        _e2e(summary, "pipelined"), _e2e(summary, HF), _e2e(summary, HF_DEFERRED), identical_text(row.report),
+        warmup_text(row.report)])
 
 
 def tp_table(rows: Sequence[Row]) -> str:
     head = ("| model | GPUs | mode | naive decode tok/s | pipelined decode tok/s | pipelined/naive | ms/step "
             "| of the HBM floor (each GPU's share) | identical | warm-up |\n"
             "|---|---:|---|---:|---:|---|---:|---:|---|---|")
+    return _table(head, rows, lambda row: [model_label(row.model), str(row.tp)], lambda row, summary: [
+        mode_text(row), _decode(summary, "naive"), _decode(summary, "pipelined"),
+        verdict_text(row.report.get("verdict")), _fmt(_step_ms(row.report), 3), _floor_text(row.report),
+        identical_text(row.report), warmup_text(row.report)])
+
+
+def _table(head: str, rows: Sequence[Row], lead: Callable[[Row], list[str]],
+           cells: Callable[[Row, dict[str, Any]], list[str]]) -> str:
+    """A markdown table: each row's leading cells, then its report's cells; a row without a report has its compile
+    mode and why it is missing after the leading cells, and the rest of its cells empty."""
+    width = head.splitlines()[0].count("|") - 1
     lines = [head]
     for row in rows:
         if row.report is None:
-            lines.append(f"| {model_label(row.model)} | {row.tp} | {row.compile} | {row.missing} |  |  |  |  |  |  |")
-            continue
-        summary = row.report["summary"]
-        lines.append(" | ".join([
-            f"| {model_label(row.model)}", str(row.tp), mode_text(row), _decode(summary, "naive"),
-            _decode(summary, "pipelined"), verdict_text(row.report.get("verdict")), _fmt(_step_ms(row.report), 3),
-            _floor_text(row.report), identical_text(row.report), warmup_text(row.report)]) + " |")
+            given = [*lead(row), row.compile, row.missing]
+            given += [""] * (width - len(given))
+        else:
+            given = [*lead(row), *cells(row, row.report["summary"])]
+        lines.append("| " + " | ".join(given) + " |")
     return "\n".join(lines)
 
 
