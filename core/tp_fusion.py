@@ -5,10 +5,12 @@ runs about 450 kernels and 65 all-reduces a step (profile in benchmarks/RESULTS.
 an o_proj or down_proj output comes an add to the residual stream and an RMSNorm: two more kernels, each reading
 what the one before wrote. vLLM and TensorRT-LLM fuse the three (FlashInfer's `trtllm_allreduce_fusion`,
 TensorRT-LLM's AllReduce+RMSNorm). Here one Triton kernel does it over PyTorch's symmetric memory: each rank
-writes its partial row into its own symmetric buffer, meets the other ranks at a flag in their signal pads (the
-barrier of PyTorch's one-shot all-reduce: a compare-and-swap 0 to 1 on the peer's pad with release semantics, then
-1 back to 0 on its own with acquire), reads every rank's partial over NVLink, sums them in rank order in fp32 (so
-every rank gets the same bits), adds the residual and normalises. The partial sum and the sum with the residual
+stores its partial row into every peer's symmetric buffer and polls its own until the peers' rows are all there
+(the Lamport-style one-shot all-reduce of TensorRT-LLM and FlashInfer: an empty slot holds negative zero's bits,
+core.tp_kernels), sums the rows in rank order in fp32 (so every rank gets the same bits), adds the residual and
+normalises. SYNCSCOPE_TP_BARRIER=asm (or atomic) takes the earlier kernel instead: each rank writes its row into
+its own buffer, meets the peers at a flag in their signal pads (the barrier of PyTorch's one-shot all-reduce), and
+reads their rows over NVLink. The partial sum and the sum with the residual
 are rounded to the model's dtype where transformers rounds them (after the all-reduce, after the add), and the
 norm is LlamaRMSNorm's: fp32 variance, rounded before the weight's product.
 
@@ -23,11 +25,12 @@ LlamaRMSNorm norms, and o_proj / down_proj sharded by rows without bias, as tran
   the normalised half. The first layer, fed by the embedding, still normalises its input itself.
 So a layer runs two fused kernels where it ran two all-reduces and two add+norm kernels.
 
-Each call site (layer, attention or MLP) has its own slot in the symmetric buffer, so a rank that runs ahead never
-overwrites a partial that a slower rank is still reading: a slot is written again only a whole step later, after
-dozens of barriers. Rows beyond FUSED_ROWS (a long prompt's prefill) take transformers' path: an NCCL all-reduce,
-then the add and the norm. Without a CUDA symmetric workspace (gloo on the CPU, tests) the same op runs that path in
-PyTorch, so the rewired model is checked on the CPU against the model as transformers shards it.
+Each call site (layer, attention or MLP) has its own slot in the symmetric buffer (a row per rank per token), so a
+rank that runs ahead never overwrites a partial that a slower rank is still reading: a slot is written again only a
+whole step later, after dozens of meetings. Rows beyond FUSED_ROWS (a long prompt's prefill) take transformers'
+path: an NCCL all-reduce, then the add and the norm. Without a CUDA symmetric workspace (gloo on the CPU, tests) the
+same op runs that path in PyTorch, so the rewired model is checked on the CPU against the model as transformers
+shards it.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ from core.options import TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
 from core.parallel import FUSED, ONE_SHOT, local
 
 FUSED_ROWS = 8  # tokens per call that the fused kernel takes (decode steps up to batch 8); more take NCCL
-BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # diagnostics: "asm" (default) or "atomic", how the kernel signals its peers
+BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # how the kernel learns the peers' rows are there: push (default), asm, atomic
+BARRIER_CHOICES = ("push", "asm", "atomic")
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
 _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
 # Base models whose forward feeds each layer's output to the next and the last one's to `self.norm`, nothing between.
@@ -127,8 +131,8 @@ class FusedAllReduceDecoderLayer(LlamaDecoderLayer):
 
 @dataclass
 class Workspace:
-    """The symmetric buffer the fused kernels publish partial rows in (one slot per call site, FUSED_ROWS rows each),
-    with its peers' addresses; `handle` None means no symmetric memory (the PyTorch path)."""
+    """The symmetric buffer the fused kernels publish partial rows in (one slot per call site, FUSED_ROWS rows of each
+    rank in each), with its peers' addresses; `handle` None means no symmetric memory (the PyTorch path)."""
 
     group: Any  # the ProcessGroup
     world_size: int
@@ -142,6 +146,10 @@ class Workspace:
     @property
     def fused(self) -> bool:
         return self.handle is not None
+
+    @property
+    def slot_size(self) -> int:
+        return self.world_size * FUSED_ROWS * self.hidden
 
 
 def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
@@ -227,9 +235,17 @@ def _row_sharded(projection: object) -> bool:
 def _allocate(workspace: Workspace, like: torch.Tensor) -> None:
     import torch.distributed._symmetric_memory as symm_mem
 
-    size = workspace.slots * FUSED_ROWS * workspace.hidden
-    workspace.buffer = symm_mem.empty(size, dtype=like.dtype, device=like.device)
+    workspace.buffer = symm_mem.empty(workspace.slots * workspace.slot_size, dtype=like.dtype, device=like.device)
+    _mark_empty(workspace.buffer)
+    torch.cuda.synchronize(like.device)  # every slot is empty before any peer can push into it
     workspace.handle = symm_mem.rendezvous(workspace.buffer, workspace.group.group_name)
+    dist.barrier(group=workspace.group)
+
+
+def _mark_empty(buffer: torch.Tensor) -> None:
+    """Fill with negative zero's bits, the push kernel's empty mark (core.tp_kernels)."""
+    bits = {2: torch.int16, 4: torch.int32}[buffer.element_size()]
+    buffer.view(bits).fill_(torch.iinfo(bits).min)
 
 
 _WORKSPACES: dict[int, Workspace] = {}
@@ -276,23 +292,28 @@ def _(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: 
 
 def launch_fused_kernel(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
                         eps: float, workspace: Workspace, slot: int) -> None:
-    """One program per row: publish, meet the peers, sum, add, normalise (core.tp_kernels)."""
-    from core.tp_kernels import fused_all_reduce_add_rms_norm
+    """One program per row: share the partial rows, sum, add, normalise (core.tp_kernels)."""
+    from core.tp_kernels import fused_all_reduce_add_rms_norm, fused_all_reduce_add_rms_norm_push
 
     rows, hidden = partial.shape
     block = 1 << (hidden - 1).bit_length()
+    common = dict(HIDDEN=hidden, BLOCK=block, RANK=workspace.rank, WORLD=workspace.world_size,
+                  num_warps=16 if hidden > 4096 else 8)
+    kind = barrier_kind()
+    if kind == "push" and (hidden * partial.element_size()) % 16 == 0:
+        fused_all_reduce_add_rms_norm_push[(rows,)](
+            partial, residual, residual.stride(0), weight, out, workspace.handle.buffer_ptrs_dev,
+            slot * workspace.slot_size, eps, ROWS=FUSED_ROWS, **common)
+        return
     fused_all_reduce_add_rms_norm[(rows,)](
         partial, residual, residual.stride(0), weight, out,
         workspace.handle.buffer_ptrs_dev, workspace.handle.signal_pad_ptrs_dev,
-        slot * FUSED_ROWS * hidden, eps,
-        HIDDEN=hidden, BLOCK=block, RANK=workspace.rank, WORLD=workspace.world_size,
-        ATOMIC_BARRIER=barrier_kind() == "atomic",
-        num_warps=16 if hidden > 4096 else 8,
-    )
+        slot * workspace.slot_size, eps, ATOMIC_BARRIER=kind == "atomic", **common)
 
 
 def barrier_kind() -> str:
-    kind = os.environ.get(BARRIER_ENV, "").strip().lower() or "asm"
-    if kind not in ("asm", "atomic"):
-        raise ValueError(f"{BARRIER_ENV} must be asm or atomic, got {kind!r}")
+    """SYNCSCOPE_TP_BARRIER: push (the default; rows of a 16-byte multiple, else asm), asm or atomic."""
+    kind = os.environ.get(BARRIER_ENV, "").strip().lower() or BARRIER_CHOICES[0]
+    if kind not in BARRIER_CHOICES:
+        raise ValueError(f"{BARRIER_ENV} must be one of {', '.join(BARRIER_CHOICES)}, got {kind!r}")
     return kind

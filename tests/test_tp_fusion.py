@@ -91,27 +91,64 @@ def test_unsharded_projections_and_other_layouts_are_named():
     assert "is not one this fusion knows" in why_not_fusable(gemma)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
-def test_the_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
-    """Triton and ptxas build the kernel for sm_90 without a GPU (Llama-8B's width, bf16, rank 1 of 2), and the
-    meeting is the release / acquire compare-and-swap pair at system scope between two CTA barriers."""
+def _hopper_ptx(kernel, scalars: dict, constants: dict) -> str:
+    """Triton and ptxas build `kernel` for sm_90 without a GPU (Llama-8B's width, bf16, rank 1 of 2), with the
+    16-byte alignment Triton assumes at run time of the tensors and of integers that are multiples of 16."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from core.tp_kernels import fused_all_reduce_add_rms_norm as kernel
-
     names = kernel.arg_names
     pointers = {name: "*bf16" for name in ("partial_ptr", "residual_ptr", "weight_ptr", "out_ptr")}
-    scalars = {"residual_row_stride": "i32", "buffer_ptrs": "i64", "signal_pad_ptrs": "i64", "slot_offset": "i32",
-               "eps": "fp32"}
-    constants = {"HIDDEN": 4096, "BLOCK": 4096, "RANK": 1, "WORLD": 2, "ATOMIC_BARRIER": False}
     signature = {name: pointers.get(name) or scalars.get(name) or "constexpr" for name in names}
+    aligned = [*pointers, "residual_row_stride", "slot_offset"]
     source = ASTSource(fn=kernel, signature=signature,
-                       constexprs={(names.index(name),): value for name, value in constants.items()})
-    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+                       constexprs={(names.index(name),): value for name, value in constants.items()},
+                       attrs={(names.index(name),): [["tt.divisibility", 16]] for name in aligned})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+
+
+_SCALARS = {"residual_row_stride": "i32", "buffer_ptrs": "i64", "signal_pad_ptrs": "i64", "slot_offset": "i32",
+            "eps": "fp32"}
+_CONSTANTS = {"HIDDEN": 4096, "BLOCK": 4096, "RANK": 1, "WORLD": 2}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+def test_the_flag_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
+    """The meeting is the release / acquire compare-and-swap pair at system scope between two CTA barriers."""
+    from core.tp_kernels import fused_all_reduce_add_rms_norm
+
+    ptx = _hopper_ptx(fused_all_reduce_add_rms_norm, _SCALARS, {**_CONSTANTS, "ATOMIC_BARRIER": False})
     assert "atom.global.release.sys.cas.b32" in ptx and "atom.global.acquire.sys.cas.b32" in ptx
     assert ptx.count("bar.sync") >= 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls():
+    """No atomics: the row goes to the peer in 16-byte stores, and the own buffer is polled with 16-byte volatile
+    loads (a load the compiler may not cache or hoist out of the loop), then marked empty in 16-byte stores."""
+    from core.tp_kernels import fused_all_reduce_add_rms_norm_push
+
+    ptx = _hopper_ptx(fused_all_reduce_add_rms_norm_push, _SCALARS, {**_CONSTANTS, "ROWS": 8})
+    assert "atom." not in ptx
+    assert "ld.volatile.global.v4.b32" in ptx and "ld.volatile.global.b16" not in ptx
+    assert "st.global.b16" not in ptx and ptx.count("st.global.v4.b32") >= 4
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_an_empty_slot_holds_negative_zero_and_the_barrier_choice_is_checked(dtype, monkeypatch):
+    from core.tp_fusion import BARRIER_ENV, _mark_empty, barrier_kind
+
+    monkeypatch.delenv(BARRIER_ENV, raising=False)
+    buffer = torch.ones(64, dtype=dtype)
+    _mark_empty(buffer)
+    assert torch.equal(buffer, torch.zeros(64, dtype=dtype)) and torch.signbit(buffer).all()
+    assert barrier_kind() == "push"
+    monkeypatch.setenv(BARRIER_ENV, " ASM ")
+    assert barrier_kind() == "asm"
+    monkeypatch.setenv(BARRIER_ENV, "lamport")
+    with pytest.raises(ValueError, match="push, asm, atomic"):
+        barrier_kind()
 
 
 def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):
