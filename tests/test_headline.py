@@ -109,7 +109,8 @@ def test_tables_from_saved_reports_give_every_column_in_order(saved, capsys):
     assert two[0][7] == "53%"
     assert two[1][:4] == ["Llama-70B shape", "2", "step-graph", "timed out: stopped at the deadline after 300 s"]
     flat = " ".join(text.split())  # paragraphs are wrapped at the documents' width
-    assert "two GPUs / one GPU = 280.1 / 225.4 = **1.24x** (both on one machine)" in flat
+    assert ("two GPUs (step-graph) / one GPU (its faster mode, step-graph) = 280.1 / 225.4 = **1.24x** (both on one "
+            "machine)") in flat
     assert "on one machine (host `h200-a`): NVIDIA H200, up to 2 per run" in flat
     assert ("by `python benchmarks/headline.py --part one-gpu` and `python benchmarks/headline.py --part two-gpu`"
             in flat)
@@ -117,6 +118,16 @@ def test_tables_from_saved_reports_give_every_column_in_order(saved, capsys):
     assert ("one-gpu, 2 at a time (GPU 0, cores 0-15; GPU 1, cores "
             "16-31): llama-8b-step-graph 140 s, llama-8b-reduce-overhead 150 s; two-gpu: llama-70b-tp2-step-graph "
             "300 s.") in flat
+
+
+def test_the_tp_ratio_divides_by_the_faster_one_gpu_mode(saved):
+    """A slow one-GPU step-graph run (a poor autotune) must not flatter TP: the ratio takes the faster mode."""
+    write(saved, "llama-8b-step-graph.json", fake_report("synthetic:llama-8b", "step-graph", naive=176.9,
+                                                         pipelined=178.0, step_ms=5.617))
+    assert headline.main(["--tables-from", str(saved)]) == 0
+    flat = " ".join((saved / "tables.md").read_text(encoding="utf-8").split())
+    assert ("two GPUs (step-graph) / one GPU (its faster mode, reduce-overhead) = 280.1 / 209.4 = **1.34x**"
+            in flat)
 
 
 def test_the_caption_names_other_trial_counts_and_machines(saved):

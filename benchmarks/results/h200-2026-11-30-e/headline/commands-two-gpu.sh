@@ -1,0 +1,5 @@
+#!/bin/bash
+# Written by benchmarks/headline.py: every run as started, from the repository root.
+# 2026-11-30T13:05:56+00:00: python benchmarks/headline.py --part two-gpu
+python -m core.bench --model synthetic:llama-8b --cache static --compile step-graph --prompt-tokens 32 --max-new-tokens 256 --ignore-eos --trials 5 --dtype bf16 --tp 2 --profile /tmp/headline/profile-llama-8b-tp2-step-graph --json /tmp/headline/llama-8b-tp2-step-graph.json
+python -m core.bench --model synthetic:llama-70b --cache static --compile step-graph --prompt-tokens 32 --max-new-tokens 256 --ignore-eos --trials 3 --dtype bf16 --tp 2 --profile /tmp/headline/profile-llama-70b-tp2-step-graph --json /tmp/headline/llama-70b-tp2-step-graph.json
