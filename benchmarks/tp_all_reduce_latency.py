@@ -53,7 +53,8 @@ def _one_width(hidden: int, group) -> list[dict]:
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
-    from core.tp_fusion import BARRIER_ENV, Workspace, _allocate, launch_fused_kernel
+    from core.options import TP_BARRIER_ENV
+    from core.tp_fusion import Workspace, _allocate, launch_fused_kernel
 
     dtype = torch.bfloat16
     partial = torch.randn(1, hidden, device="cuda", dtype=dtype)
@@ -73,7 +74,7 @@ def _one_width(hidden: int, group) -> list[dict]:
         elif kind == "one-shot":
             torch.ops.symm_mem.one_shot_all_reduce(one_shot_in, "sum", group.group_name)
         else:
-            os.environ[BARRIER_ENV] = kind.removeprefix("fused-")
+            os.environ[TP_BARRIER_ENV] = kind.removeprefix("fused-")
             launch_fused_kernel(partial, residual, weight, out, 1e-5, workspaces[kind], slot)
 
     return [{"hidden": hidden, "kind": kind, "us_per_call": _per_call_us(call, kind, group)} for kind in KINDS]

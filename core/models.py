@@ -75,7 +75,7 @@ class LoadedModel:
     def all_reduce_text(self) -> str:
         """How tensor-parallel all-reduces run, in words ("" without TP)."""
         if self.all_reduce == FUSED:
-            return FUSED_ALL_REDUCE
+            return f"{FUSED_ALL_REDUCE} ({self.all_reduce_note})" if self.all_reduce_note else FUSED_ALL_REDUCE
         if self.all_reduce == ONE_SHOT:
             return f"{ONE_SHOT_ALL_REDUCE} ({self.all_reduce_note})" if self.all_reduce_note else ONE_SHOT_ALL_REDUCE
         return f"{self.all_reduce} ({self.all_reduce_note})" if self.all_reduce_note else self.all_reduce

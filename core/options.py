@@ -43,7 +43,9 @@ PDL_ENV = "SYNCSCOPE_PDL"  # core.pdl
 PDL_CHOICES = ("off", "safe", "inductor")
 TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel
 TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
-TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV)
+TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.tp_fusion: how its kernel learns the peers' rows are there
+TP_BARRIER_CHOICES = ("push", "asm", "atomic")
+TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV)
 
 
 @dataclass(frozen=True)
@@ -350,4 +352,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES, environ)
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
+    env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -36,7 +36,6 @@ shards it.
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +49,16 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.fusion import forward_fingerprint
-from core.options import TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
+from core.options import (
+    TP_ALL_REDUCE_CHOICES,
+    TP_ALL_REDUCE_ENV,
+    TP_BARRIER_CHOICES,
+    TP_BARRIER_ENV,
+    env_choice,
+)
 from core.parallel import FUSED, ONE_SHOT, local
 
 FUSED_ROWS = 8  # tokens per call that the fused kernel takes (decode steps up to batch 8); more take NCCL
-BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # how the kernel learns the peers' rows are there: push (default), asm, atomic
-BARRIER_CHOICES = ("push", "asm", "atomic")
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
 _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
 # Base models whose forward feeds each layer's output to the next and the last one's to `self.norm`, nothing between.
@@ -194,7 +197,9 @@ def fuse_decoder_all_reduces(model: Any, kind: str) -> tuple[str, str]:
         problem = fuse_all_reduce(model)
     except Exception as exc:  # the symmetric buffer could not be made (memory, or no peer access): keep one-shot
         problem = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
-    return (kind, f"not fused with the norms: {problem}") if problem else (FUSED, "")
+    if problem:
+        return kind, f"not fused with the norms: {problem}"
+    return FUSED, f"{TP_BARRIER_ENV}={barrier_kind()}"
 
 
 def why_not_fusable(model: Any) -> str | None:
@@ -313,7 +318,4 @@ def launch_fused_kernel(partial: torch.Tensor, residual: torch.Tensor, weight: t
 
 def barrier_kind() -> str:
     """SYNCSCOPE_TP_BARRIER: push (the default; rows of a 16-byte multiple, else asm), asm or atomic."""
-    kind = os.environ.get(BARRIER_ENV, "").strip().lower() or BARRIER_CHOICES[0]
-    if kind not in BARRIER_CHOICES:
-        raise ValueError(f"{BARRIER_ENV} must be one of {', '.join(BARRIER_CHOICES)}, got {kind!r}")
-    return kind
+    return env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES)

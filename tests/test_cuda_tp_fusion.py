@@ -32,9 +32,10 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
     import torch.distributed as dist
     from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
-    from core.tp_fusion import BARRIER_ENV, FUSED_ROWS, Workspace, _allocate
+    from core.options import TP_BARRIER_ENV
+    from core.tp_fusion import FUSED_ROWS, Workspace, _allocate
 
-    os.environ[BARRIER_ENV] = barrier
+    os.environ[TP_BARRIER_ENV] = barrier
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             device_id=torch.device("cuda", rank))

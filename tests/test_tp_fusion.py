@@ -137,7 +137,8 @@ def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_an_empty_slot_holds_negative_zero_and_the_barrier_choice_is_checked(dtype, monkeypatch):
-    from core.tp_fusion import BARRIER_ENV, _mark_empty, barrier_kind
+    from core.options import TP_BARRIER_ENV as BARRIER_ENV
+    from core.tp_fusion import _mark_empty, barrier_kind
 
     monkeypatch.delenv(BARRIER_ENV, raising=False)
     buffer = torch.ones(64, dtype=dtype)
@@ -163,7 +164,8 @@ def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypa
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (
         ONE_SHOT, "not fused with the norms: RuntimeError: CUDA out of memory. Tried to allocate 40.00 MiB")
     monkeypatch.setattr(core.tp_fusion, "fuse_all_reduce", lambda model, **_: None)
-    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (FUSED, "")
+    monkeypatch.delenv("SYNCSCOPE_TP_BARRIER", raising=False)
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (FUSED, "SYNCSCOPE_TP_BARRIER=push")
     monkeypatch.setenv("SYNCSCOPE_TP_ALL_REDUCE", "one-shot")
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (ONE_SHOT, "")
     assert fuse_decoder_all_reduces(object(), "gloo") == ("gloo", "")
