@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ CASE_ORDER = ("eager-dynamic", "eager-static", "compiled-static", "step-graph")
 
 
 def load_reports(folder: Path) -> list[dict[str, Any]]:
-    reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    """Every report in `folder`, plain or gzipped (large committed reports are gzipped: the device call carry limit)."""
+    paths = sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
+    reports = [json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text()) for p in paths]
     reports = [r for r in reports if isinstance(r, dict) and "case" in r]
     return sorted(reports, key=lambda r: (r["model"]["weight_bytes"], _case_rank(r["case"]["name"])))
 
