@@ -548,10 +548,18 @@ def tp_ratio(rows: Sequence[Row], model: str = "synthetic:llama-8b") -> str | No
     if not rate_two or not ones:
         return None
     rate_one, mode, one = max(ones, key=lambda entry: entry[0])
-    hosts = {report["environment"].get("host") for report in (one, two)}
-    where = "both on one machine" if len(hosts) == 1 else f"on two machines ({', '.join(sorted(map(str, hosts)))})"
     return (f"{model_label(model)}, pipelined decode: two GPUs (step-graph) / one GPU (its faster mode, {mode}) = "
-            f"{rate_two:.1f} / {rate_one:.1f} = **{rate_two / rate_one:.2f}x** ({where}).")
+            f"{rate_two:.1f} / {rate_one:.1f} = **{rate_two / rate_one:.2f}x** ({where(one, two)}).")
+
+
+def where(one: dict[str, Any], two: dict[str, Any]) -> str:
+    """Whether two reports come from one machine: by their GPUs' UUIDs where both reports have them (every device
+    machine is host `vm`), else by host name."""
+    uuids = [{gpu.get("uuid") for gpu in report["environment"].get("gpus") or []} - {None} for report in (one, two)]
+    if all(uuids):
+        return "both on one machine" if uuids[0] & uuids[1] else "on two machines (no GPU in common)"
+    hosts = {report["environment"].get("host") for report in (one, two)}
+    return "both on one machine" if len(hosts) == 1 else f"on two machines ({', '.join(sorted(map(str, hosts)))})"
 
 
 def process_times(manifest: dict[str, Any]) -> str | None:

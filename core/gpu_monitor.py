@@ -331,7 +331,8 @@ def open_reader(indices: Sequence[int] = (0,), nvml: ModuleType | None = None,
 
 def gpu_facts(indices: Sequence[int], nvml: ModuleType | None = None) -> list[dict[str, Any]]:
     """What a result depends on beyond the GPU's name, for each GPU `indices` (NVML numbering): driver, clock
-    limits, power limit, temperature and ECC mode; a fact NVML cannot give is None; [] without NVML."""
+    limits, power limit, temperature and ECC mode, and its UUID (which tells machines apart where host names do
+    not); a fact NVML cannot give is None; [] without NVML."""
     try:
         nvml = nvml or import_pynvml()
         nvml.nvmlInit()
@@ -361,6 +362,7 @@ def _facts_of(nvml: ModuleType, index: int, driver: str | None) -> dict[str, Any
         "power_limit_w": None if power_mw is None else power_mw / 1000,
         "temperature_c": _num(_safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
         "ecc": None if ecc is None else bool(ecc[0]),
+        "uuid": _safe(lambda: _text(nvml.nvmlDeviceGetUUID(handle))),
     }
 
 

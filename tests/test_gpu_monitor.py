@@ -403,9 +403,11 @@ def test_gpu_facts_say_what_a_result_depends_on_and_none_for_what_nvml_cannot_te
         raise FakeNvmlError("Not Supported", NOT_SUPPORTED)
 
     nvml.nvmlDeviceGetEccMode = no_ecc_query
+    nvml.nvmlDeviceGetUUID = lambda h: f"GPU-5e1f-{h[1]}".encode()
     facts = gpu_facts([0, 1], nvml=nvml)
     assert facts[1] == {"index": 1, "name": "NVIDIA H200", "driver": "580.95.05", "max_sm_clock_mhz": 1980.0,
-                        "max_memory_clock_mhz": 3201.0, "power_limit_w": 700.0, "temperature_c": 42.0, "ecc": None}
+                        "max_memory_clock_mhz": 3201.0, "power_limit_w": 700.0, "temperature_c": 42.0, "ecc": None,
+                        "uuid": "GPU-5e1f-1"}
     assert nvml.calls["shutdown"] == 1
     assert gpu_facts([0], nvml=fake_nvml(init_error="NVML Shared Library Not Found")) == []
 

@@ -130,6 +130,19 @@ def test_the_tp_ratio_divides_by_the_faster_one_gpu_mode(saved):
             in flat)
 
 
+def test_one_machine_is_judged_by_gpu_uuids_where_reports_have_them(saved):
+    """Every device machine is host `vm`: the GPUs' UUIDs tell machines apart."""
+    one = fake_report("synthetic:llama-8b", "step-graph", pipelined=225.4, host="vm")
+    two = fake_report("synthetic:llama-8b", "step-graph", tp=2, pipelined=280.1, host="vm")
+    one["environment"]["gpus"] = [{"uuid": "GPU-aaa"}]
+    two["environment"]["gpus"] = [{"uuid": "GPU-bbb"}, {"uuid": "GPU-ccc"}]
+    assert headline.where(one, two) == "on two machines (no GPU in common)"
+    two["environment"]["gpus"][1]["uuid"] = "GPU-aaa"
+    assert headline.where(one, two) == "both on one machine"
+    one["environment"]["gpus"], one["environment"]["host"] = [{}], "h200-b"  # no UUID: the host names decide
+    assert headline.where(one, two) == "on two machines (h200-b, vm)"
+
+
 def test_the_caption_names_other_trial_counts_and_machines(saved):
     write(saved, "llama-70b-tp2-step-graph.json",
           fake_report("synthetic:llama-70b", "step-graph", tp=2, trials=3, host="h200-b", step_ms=20.4,
