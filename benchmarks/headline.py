@@ -463,7 +463,12 @@ def caption(reports: Sequence[dict[str, Any]], folder: Path, commands: Sequence[
     gpus = sorted({e.get("gpu") or e.get("device", "?") for e in env})
     count = max((len(e.get("gpus") or []) for e in env), default=0)
     hosts = sorted({e.get("host", "?") for e in env})
-    where = f"one machine (host `{hosts[0]}`)" if len(hosts) == 1 else f"{len(hosts)} machines ({', '.join(hosts)})"
+    machines = machine_count(env)
+    if machines is None:  # reports without GPU UUIDs: the host names decide
+        where = f"one machine (host `{hosts[0]}`)" if len(hosts) == 1 else f"{len(hosts)} machines ({', '.join(hosts)})"
+    else:
+        where = (f"one machine (host `{hosts[0]}`)" if machines == 1 and len(hosts) == 1 else "one machine"
+                 if machines == 1 else f"{machines} machines (told apart by their GPUs' UUIDs)")
     versions = ", ".join(f"{name} {' / '.join(sorted({e.get(name, '?') for e in env}))}"
                          for name in ("torch", "transformers"))
     dtypes = " / ".join(sorted({e.get("dtype", "?") for e in env}))
@@ -553,13 +558,25 @@ def tp_ratio(rows: Sequence[Row], model: str = "synthetic:llama-8b") -> str | No
 
 
 def where(one: dict[str, Any], two: dict[str, Any]) -> str:
-    """Whether two reports come from one machine: by their GPUs' UUIDs where both reports have them (every device
-    machine is host `vm`), else by host name."""
-    uuids = [{gpu.get("uuid") for gpu in report["environment"].get("gpus") or []} - {None} for report in (one, two)]
-    if all(uuids):
-        return "both on one machine" if uuids[0] & uuids[1] else "on two machines (no GPU in common)"
+    """Whether two reports come from one machine (machine_count)."""
+    machines = machine_count([one["environment"], two["environment"]])
+    if machines is not None:
+        return "both on one machine" if machines == 1 else "on two machines (no GPU in common)"
     hosts = {report["environment"].get("host") for report in (one, two)}
     return "both on one machine" if len(hosts) == 1 else f"on two machines ({', '.join(sorted(map(str, hosts)))})"
+
+
+def machine_count(environments: Sequence[dict[str, Any]]) -> int | None:
+    """How many machines ran these reports, by their GPUs' UUIDs (reports that share a GPU share a machine; every
+    device machine is host `vm`, so host names cannot tell); None where a report has no UUIDs."""
+    groups: list[set[str]] = []
+    for environment in environments:
+        uuids = {gpu.get("uuid") for gpu in environment.get("gpus") or []} - {None}
+        if not uuids:
+            return None
+        joined = [group for group in groups if group & uuids]
+        groups = [group for group in groups if not group & uuids] + [uuids.union(*joined)]
+    return len(groups)
 
 
 def process_times(manifest: dict[str, Any]) -> str | None:

@@ -139,8 +139,13 @@ def test_one_machine_is_judged_by_gpu_uuids_where_reports_have_them(saved):
     assert headline.where(one, two) == "on two machines (no GPU in common)"
     two["environment"]["gpus"][1]["uuid"] = "GPU-aaa"
     assert headline.where(one, two) == "both on one machine"
+    third = {"gpus": [{"uuid": "GPU-ddd"}]}
+    assert headline.machine_count([one["environment"], two["environment"], third]) == 2
+    assert headline.machine_count([third, one["environment"], {"gpus": [{"uuid": "GPU-ddd"}, {"uuid": "GPU-bbb"}]},
+                                   two["environment"]]) == 1  # a later report joins two groups
     one["environment"]["gpus"], one["environment"]["host"] = [{}], "h200-b"  # no UUID: the host names decide
     assert headline.where(one, two) == "on two machines (h200-b, vm)"
+    assert headline.machine_count([one["environment"], third]) is None
 
 
 def test_the_caption_names_other_trial_counts_and_machines(saved):
