@@ -24,6 +24,7 @@ from typing import Any
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from core.options import HF_MODULES_HELP, check_tuning_environment
+from core.report_files import read_report_bytes, report_paths
 from core.run_schema import (
     Limits,
     OneLineParser,
@@ -162,9 +163,9 @@ def check_port_free(host: str, port: int) -> None:
 def find_reports(folder: Path) -> dict[str, Path]:
     """Benchmark reports under `folder` (the Replay tab's bundled results), by path relative to it."""
     found = {}
-    for path in sorted(folder.rglob("*.json")):
+    for path in report_paths(folder, recursive=True):
         try:
-            parse_report(path.read_bytes())
+            parse_report(read_report_bytes(path))
         except (OSError, ValueError):
             continue  # summaries and other JSON files
         found[path.relative_to(folder).as_posix()] = path

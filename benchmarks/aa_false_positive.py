@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
+from core.report_files import read_report_bytes, report_paths  # noqa: E402
 from core.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
 from core.stats import paired_trials, spread, verdict  # noqa: E402
 
@@ -197,9 +198,9 @@ def with_trials(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def judge_reports(root: Path) -> list[dict[str, Any]]:
     rows = []
-    for path in sorted(root.rglob("*.json")):
+    for path in report_paths(root, recursive=True):
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            document = json.loads(read_report_bytes(path))
         except (OSError, ValueError):
             continue
         for where, report in find_reports(document):

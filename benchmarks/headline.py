@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.options import HF, HF_DEFERRED, STEP_GRAPH  # noqa: E402
+from core.report_files import read_report_bytes, report_paths  # noqa: E402
 from core.specs import DEFAULT_MODEL, SYNTHETIC_PREFIX, TINY_RANDOM  # noqa: E402
 
 ONE_GPU, TWO_GPU = "one-gpu", "two-gpu"
@@ -380,14 +381,14 @@ def load_rows(folder: Path) -> tuple[list[Row], dict[str, Any]]:
     """One row per core.bench report in `folder`, and one per run the manifest lists without a report."""
     manifest = read_manifests(folder)
     rows, seen = [], set()
-    for path in sorted(folder.glob("*.json")):
+    for path in report_paths(folder):
         report = _read_json(path)
         if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("syncscope.bench"):
             continue
         options = report["request"]["options"]
         rows.append(Row(report["model"]["spec"], options["compile"], int(report["environment"].get("tp") or 1),
                         report))
-        seen.add(path.name)
+        seen.add(path.name.removesuffix(".gz"))
     for record in manifest.get("runs", []):
         if f"{record['name']}.json" not in seen and record.get("status") not in ("planned", "done"):
             rows.append(Row(record["model"], record["compile"], record["tp"], missing=_missing_text(record)))
@@ -689,7 +690,7 @@ def update_docs(body: str, root: Path = ROOT) -> list[Path]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_report_bytes(path))
     except (OSError, ValueError):
         return None
 

@@ -23,6 +23,7 @@ from typing import Any
 import gradio as gr
 
 from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
+from core.report_files import read_report_bytes
 from core.run_schema import cli_command, option_defaults
 from core.trace import chrome_trace
 from dashboard import charts, lanes
@@ -394,7 +395,7 @@ class Dashboard:
         path = self.config.replay_files.get(name or "")
         if path is None:
             return {self.r["status"]: "Choose one of the bundled results."}
-        return self._replay_guarded(lambda: open_report(path.read_bytes()), name or "", name or "")
+        return self._replay_guarded(lambda: open_report(read_report_bytes(path)), name or "", name or "")
 
     def _replay_guarded(self, read: Any, source: str, called: str) -> dict:
         try:

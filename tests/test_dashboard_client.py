@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import html
 import json
 import re
@@ -177,9 +178,13 @@ def test_find_reports_lists_reports_only(tmp_path):
                 "runs": [{"contestant": "naive", "trial": 0, "order": 0,
                           "timings": {"tokens_per_s": 1.0, "total_ms": 1.0}}]}
     (tmp_path / "run" / "a.json").write_text(json.dumps(smallest))
+    (tmp_path / "run" / "b.json.gz").write_bytes(gzip.compress(json.dumps(smallest).encode()))  # as large ones are
     (tmp_path / "summary.json").write_text("[]")
     (tmp_path / "broken.json").write_text("{")
-    assert app.find_reports(tmp_path) == {"run/a.json": tmp_path / "run" / "a.json"}
+    (tmp_path / "broken.json.gz").write_bytes(b"not gzip")
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(json.dumps(smallest).encode())[:-12])
+    assert app.find_reports(tmp_path) == {"run/a.json": tmp_path / "run" / "a.json",
+                                          "run/b.json.gz": tmp_path / "run" / "b.json.gz"}
 
 
 def test_cancel_without_a_run(served_app):
