@@ -1,6 +1,9 @@
-"""Shared test helpers: pick EOS ids that make generation stop at chosen steps; wait for a condition."""
+"""Shared test helpers: pick EOS ids that make generation stop at chosen steps; wait for a condition; run a piece of
+work on two CPU ranks."""
 
+import json
 import time
+from pathlib import Path
 
 from core.generation import generate
 
@@ -65,3 +68,25 @@ def first_token_timings(loaded, prompt, *, lag, stream, runs=5, max_new_tokens=1
                 steps.extend(last[loop].timings.step_ms)
     fastest = {loop: min(values) for loop, values in ttft.items()}
     return last["naive"], last["pipelined"], fastest, statistics.median(steps)
+
+
+def on_two_ranks(work, tmp_path):
+    """Run `work(rank, init_method)` in two spawned processes (it joins the process group with `init_method`, a
+    file:// rendezvous) and return rank 0's result, which must be JSON; the group is torn down either way."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "rank0.json"
+    mp.spawn(_rank_entry, args=(work, f"file://{tmp_path / 'init'}", str(out)), nprocs=2, join=True)
+    return json.loads(out.read_text())
+
+
+def _rank_entry(rank, work, init_method, out_file):
+    import torch.distributed as dist
+
+    try:
+        result = work(rank, init_method)
+        if rank == 0:
+            Path(out_file).write_text(json.dumps(result))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers import on_two_ranks
+
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu"]
 BASE = [*COMMAND, "--max-new-tokens", "12", "--trials", "2", "--no-check"]
@@ -42,28 +44,19 @@ def test_two_ranks_give_the_tokens_of_one(tmp_path, extra):
     assert all(run["timings"]["rank_device_spans"] == [] for run in one["runs"])
 
 
-def _gather_on_rank(rank: int, init_file: str, out_file: str) -> None:
+def _gather_on_rank(rank: int, init_method: str) -> list:
     import torch.distributed as dist
 
     from core.parallel import gather_device_spans
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        # Rank 1's run began 2 s after rank 0's; its spans count from its own start.
-        spans = gather_device_spans(100.0 + 2.0 * rank, [1.0, 3.0], [2.0, 4.0])
-        if rank == 0:
-            Path(out_file).write_text(json.dumps(spans))
-    finally:
-        dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    # Rank 1's run began 2 s after rank 0's; its spans count from its own start.
+    return gather_device_spans(100.0 + 2.0 * rank, [1.0, 3.0], [2.0, 4.0])
 
 
 @pytest.mark.slow
 def test_every_ranks_device_spans_are_moved_onto_rank_0s_time_base(tmp_path):
-    import torch.multiprocessing as mp
-
-    out = tmp_path / "spans.json"
-    mp.spawn(_gather_on_rank, args=(str(tmp_path / "init"), str(out)), nprocs=2, join=True)
-    assert json.loads(out.read_text()) == [
+    assert on_two_ranks(_gather_on_rank, tmp_path) == [
         {"rank": 0, "device_start_ms": [1.0, 3.0], "device_end_ms": [2.0, 4.0]},
         {"rank": 1, "device_start_ms": [2001.0, 2003.0], "device_end_ms": [2002.0, 2004.0]}]
 

@@ -8,63 +8,52 @@ packed residual and norm between layers, the final norm). The kernel itself runs
 from __future__ import annotations
 
 import importlib.util
-import json
-from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from core.models import load_model
 from core.tp_fusion import PackedRMSNorm, PartialLinear, why_not_fusable
+from tests.helpers import on_two_ranks
 
 PROMPT = "The quick brown fox"
 
 
-def _rank(rank: int, init_file: str, out_file: str) -> None:
-    import torch.distributed as dist
-
+def _rank(rank: int, init_method: str) -> dict:
     from core.generation import generate
     from core.parallel import init_tensor_parallel
     from core.tp_fusion import FusedAllReduceDecoderLayer, fuse_all_reduce
 
     torch.set_num_threads(1)
-    init_tensor_parallel(rank, 2, f"file://{init_file}", "cpu")
-    try:
-        loaded = load_model("tiny-random", device="cpu", tp=2)
-        ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids
-        options = {"max_new_tokens": 10, "cache": "static", "ignore_eos": True}
-        with torch.inference_mode():
-            logits_before = loaded.model(ids).logits
-        tokens_before = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
-        parameters_before = loaded.num_parameters
-        problem = fuse_all_reduce(loaded.model, symmetric=False)
-        loaded.setups.clear()
-        with torch.inference_mode():
-            logits_after = loaded.model(ids).logits
-        tokens_after = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
-        layers = loaded.model.model.layers
-        result = {
-            "problem": problem,
-            "logits_equal": bool(torch.equal(logits_before, logits_after)),
-            "tokens_before": tokens_before, "tokens_after": tokens_after,
-            "layers_fused": all(isinstance(layer, FusedAllReduceDecoderLayer) for layer in layers),
-            "partials": sum(isinstance(m, PartialLinear) for m in loaded.model.modules()),
-            "final_norm_packed": isinstance(loaded.model.model.norm, PackedRMSNorm),
-            "parameters": [parameters_before, loaded.num_parameters],  # the HBM floor's weights, counted whole
-            "again": fuse_all_reduce(loaded.model, symmetric=False),
-        }
-        if rank == 0:
-            Path(out_file).write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    init_tensor_parallel(rank, 2, init_method, "cpu")
+    loaded = load_model("tiny-random", device="cpu", tp=2)
+    ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids
+    options = {"max_new_tokens": 10, "cache": "static", "ignore_eos": True}
+    with torch.inference_mode():
+        logits_before = loaded.model(ids).logits
+    tokens_before = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
+    parameters_before = loaded.num_parameters
+    problem = fuse_all_reduce(loaded.model, symmetric=False)
+    loaded.setups.clear()
+    with torch.inference_mode():
+        logits_after = loaded.model(ids).logits
+    tokens_after = [generate(loaded, PROMPT, loop=loop, **options).token_ids for loop in ("naive", "pipelined")]
+    layers = loaded.model.model.layers
+    return {
+        "problem": problem,
+        "logits_equal": bool(torch.equal(logits_before, logits_after)),
+        "tokens_before": tokens_before, "tokens_after": tokens_after,
+        "layers_fused": all(isinstance(layer, FusedAllReduceDecoderLayer) for layer in layers),
+        "partials": sum(isinstance(m, PartialLinear) for m in loaded.model.modules()),
+        "final_norm_packed": isinstance(loaded.model.model.norm, PackedRMSNorm),
+        "parameters": [parameters_before, loaded.num_parameters],  # the HBM floor's weights, counted whole
+        "again": fuse_all_reduce(loaded.model, symmetric=False),
+    }
 
 
 @pytest.mark.slow
 def test_the_rewired_model_gives_transformers_logits_and_tokens_on_two_cpu_ranks(tmp_path):
-    out = tmp_path / "result.json"
-    mp.spawn(_rank, args=(str(tmp_path / "init"), str(out)), nprocs=2, join=True)
-    result = json.loads(out.read_text())
+    result = on_two_ranks(_rank, tmp_path)
     assert result["problem"] is None and result["layers_fused"] and result["final_norm_packed"]
     assert result["partials"] == 2 * 2  # tiny-random has 2 layers: o_proj and down_proj each
     assert result["logits_equal"]
@@ -136,20 +125,15 @@ def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_an_empty_slot_holds_negative_zero_and_the_barrier_choice_is_checked(dtype, monkeypatch):
-    from core.options import TP_BARRIER_ENV as BARRIER_ENV
+def test_an_empty_slot_holds_negative_zero_and_push_is_the_default_kernel(dtype, monkeypatch):
+    from core.options import TP_BARRIER_ENV
     from core.tp_fusion import _mark_empty, barrier_kind
 
-    monkeypatch.delenv(BARRIER_ENV, raising=False)
     buffer = torch.ones(64, dtype=dtype)
     _mark_empty(buffer)
     assert torch.equal(buffer, torch.zeros(64, dtype=dtype)) and torch.signbit(buffer).all()
-    assert barrier_kind() == "push"
-    monkeypatch.setenv(BARRIER_ENV, " ASM ")
-    assert barrier_kind() == "asm"
-    monkeypatch.setenv(BARRIER_ENV, "lamport")
-    with pytest.raises(ValueError, match="push, asm, atomic"):
-        barrier_kind()
+    monkeypatch.delenv(TP_BARRIER_ENV, raising=False)
+    assert barrier_kind() == "push"  # a malformed value is refused with the other tuning variables (test_tuning_env)
 
 
 def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):

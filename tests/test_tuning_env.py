@@ -21,6 +21,7 @@ def test_unset_or_blank_variables_take_their_defaults():
     ("SYNCSCOPE_DECODE_ATTENTION", "flash", "must be one of auto, reduce, split, sdpa, triton, got 'flash'"),
     ("SYNCSCOPE_PDL", "on", "must be one of off, safe, inductor, got 'on'"),
     ("SYNCSCOPE_TP_ALL_REDUCE", "two-shot", "must be one of auto, one-shot, nccl, got 'two-shot'"),
+    ("SYNCSCOPE_TP_BARRIER", "lamport", "must be one of push, asm, atomic, got 'lamport'"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "{max_autotune}", "is not valid JSON"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "[1]", "must be a JSON object of inductor options"),
 ])
