@@ -34,8 +34,8 @@ from core.run_schema import (
     values_from_args,
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
+from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS
 from dashboard.reports import MAX_REPORT_BYTES, parse_report
-from dashboard.settings import EXPOSED_LIMITS, LOCAL_LIMITS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line

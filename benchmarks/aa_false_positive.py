@@ -8,8 +8,8 @@
 An A/A comparison is one core.bench.compare of the pipelined loop against itself (contestants `pipelined` and
 `pipelined-again`) at the dashboard's default settings for the device (app.py CPU_FORM / GPU_FORM; flags override
 them). All comparisons run in one process on one loaded model; every comparison's per-trial rates are kept, and
-the rule before issue 20 (`old_verdict` below) and today's rule (core.stats.verdict) are both evaluated on the same
-data. False-positive rate: the share of A/A comparisons called "faster" or "slower". Writes JSON to --out and
+the rule before issue 20 (`old_verdict` below) and today's rule (core.measure.stats.verdict) are both evaluated on the
+same data. False-positive rate: the share of A/A comparisons called "faster" or "slower". Writes JSON to --out and
 prints a summary table last.
 
 With --reports DIR it loads no model: it finds every bench report (a dict with "runs" of naive and pipelined) in
@@ -32,10 +32,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.measure.stats import paired_trials, spread, verdict  # noqa: E402
 from core.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
 from core.report_files import read_report_bytes, report_paths  # noqa: E402
 from core.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
-from core.stats import paired_trials, spread, verdict  # noqa: E402
 
 CONTESTANTS = ("pipelined", PIPELINED_AGAIN)
 CALLED = ("faster", "slower")
@@ -90,7 +90,7 @@ def judge(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from core.bench import compare
+    from core.compare import compare
     from core.models import load_model
 
     if args.threads:

@@ -1,10 +1,10 @@
-"""How well device spans land on the host clock: the real error of core.step_times's reference-event alignment.
+"""How well device spans land on the host clock: the real error of core.measure.step_times's reference-event alignment.
 
     python benchmarks/clock_alignment.py --out clock_alignment.json            # 10 s drift run
     python benchmarks/clock_alignment.py --seconds 3 --events 200 --out a.json
 
-core.step_times puts a CUDA event on the host clock (perf_counter) as: the reference event's host time (the midpoint
-of [perf_counter before its record, perf_counter after its synchronize], taken with the device idle) plus
+core.measure.step_times puts a CUDA event on the host clock (perf_counter) as: the reference event's host time (the
+midpoint of [perf_counter before its record, perf_counter after its synchronize], taken with the device idle) plus
 `reference.elapsed_time(event)`. This script measures, with StepClock's own reference:
   reference  the width of that interval over many tries (half of it is the `clock_sync_error_ms` a run reports);
   busy       events between GPU sleeps of known length on one stream, queued ahead; the host spins on each event's
@@ -16,7 +16,7 @@ of [perf_counter before its record, perf_counter after its synchronize], taken w
              taken at the start: the slope is the drift between the GPU's and the host's clocks (µs per s); then
              the same events against the two-reference prediction (start and end) that every run uses.
   kineto     (also on the CPU) the offset CLOCK_REALTIME - perf_counter that places torch.profiler's trace on the
-             report's axis (core.profiling): its bracket and its drift over the same run.
+             report's axis (core.measure.profiling): its bracket and its drift over the same run.
 Writes JSON to --out and prints a one-screen summary. Without CUDA the GPU parts are skipped with one line.
 """
 
@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from core.profiling import realtime_minus_perf_counter_ns
-from core.stats import percentile
-from core.step_times import StepClock
+from core.measure.profiling import realtime_minus_perf_counter_ns
+from core.measure.stats import percentile
+from core.measure.step_times import StepClock
 
 
 def describe(values_us: list[float]) -> dict[str, float]:

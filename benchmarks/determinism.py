@@ -33,8 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.bench import compare, deterministic_algorithms
-from core.generation import _forward_fn, _new_static_cache, encode_prompt
+from core.compare import compare, deterministic_algorithms
+from core.loops.prompt import encode_prompt
+from core.loops.step import _forward_fn, _new_static_cache
 from core.models import load_model
 from core.options import BenchRequest, GenerationOptions, static_cache_length
 
@@ -187,9 +188,9 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
 
 def record_logits_in_every_step() -> None:
     """Make each decode step also copy its logits into a device buffer (graph-safe: one index_copy_ per step)."""
-    from core import generation
+    from core.loops import step
 
-    original = generation.DecodeSetup.commit
+    original = step.DecodeSetup.commit
     if getattr(original, "traced", False):
         return
 
@@ -202,7 +203,7 @@ def record_logits_in_every_step() -> None:
         original(self, logits)
 
     commit.traced = True  # type: ignore[attr-defined]
-    generation.DecodeSetup.commit = commit
+    step.DecodeSetup.commit = commit
 
 
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
@@ -234,8 +235,8 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def trace_runs(args: argparse.Namespace, loaded: Any, mode: str, options: dict, runs: list[dict]) -> None:
-    from core.bench import hf_generate
-    from core.generation import generate
+    from core.loops.generation import generate
+    from core.loops.hf_generate import hf_generate
 
     reference = None
     for index in range(args.runs):

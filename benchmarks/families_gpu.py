@@ -148,8 +148,9 @@ def run_mode(loaded: Any, spec: str, mode: str, prompt_tokens: int, new_tokens: 
              reference: list[list[int]] | None,
              contestants: tuple[str, ...] = ("naive", "pipelined")) -> dict[str, Any]:
     """One `core.bench.compare` in `mode`, as a row; a refusal or failure as one line."""
-    from core.bench import BenchRequest, compare, synthetic_prompt
-    from core.options import GenerationOptions
+    from core.compare import compare
+    from core.loops.prompt import synthetic_prompt
+    from core.options import BenchRequest, GenerationOptions
 
     options = GenerationOptions(max_new_tokens=new_tokens, cache="static", compile=mode, ignore_eos=True)
     request = BenchRequest(prompt=synthetic_prompt(prompt_tokens), options=options, trials=trials,
@@ -164,7 +165,7 @@ def run_mode(loaded: Any, spec: str, mode: str, prompt_tokens: int, new_tokens: 
 
 def report_row(spec: str, mode: str, report: dict[str, Any], reference: list[list[int]] | None,
                wall_s: float) -> dict[str, Any]:
-    from core.bench import first_difference
+    from core.report import first_difference
 
     tokens = next(r["token_ids"] for r in report["runs"] if r["contestant"] == "naive")
     timed = report["summary"].get("pipelined") or report["summary"]["naive"]

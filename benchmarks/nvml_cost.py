@@ -7,7 +7,7 @@ For each GPU and polling interval it times, with time.perf_counter in this proce
   instant  nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetPowerUsage and GetClockInfo(SM): one value each;
   samples  nvmlDeviceGetSamples for utilization, power and SM clock (only samples newer than the last seen),
            plus GetMemoryInfo: every value the driver buffered since the previous poll;
-  reader   core.gpu_monitor's NvmlReader.read(): the samples style plus the monitor's own Python work.
+  reader   core.measure.gpu_monitor's NvmlReader.read(): the samples style plus the monitor's own Python work.
 and prints the median and 95th percentile milliseconds per poll, and how many driver samples per second the
 samples style brought back. The buffers fill faster on a busy GPU (an idle one may stop adding utilization
 samples), so run it once idle and once beside a workload. Before timing, it records what each buffer holds: value
@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.gpu_monitor import BUFFERED, NvmlReader, import_pynvml
+from core.measure.gpu_monitor import BUFFERED, NvmlReader, import_pynvml
 
 STYLES = ("instant", "samples", "reader")
 

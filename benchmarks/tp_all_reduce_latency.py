@@ -7,7 +7,7 @@ graph of 64 calls (as a step's graph holds them, consecutive calls on different 
 the median replay divided by 64, at the widths of Llama-8B (4096) and Llama-70B (8192), bf16, one row:
 - `nccl`: `dist.all_reduce` alone (SYNCSCOPE_TP_ALL_REDUCE=nccl);
 - `one-shot`: PyTorch's `symm_mem.one_shot_all_reduce` alone (SYNCSCOPE_TP_ALL_REDUCE=one-shot);
-- `fused-asm`, `fused-push`: core.tp_fusion's kernel, which also adds the residual and normalises (the default;
+- `fused-asm`, `fused-push`: core.kernels.tp_fusion's kernel, which also adds the residual and normalises (the default;
   SYNCSCOPE_TP_BARRIER picks how it learns the peers' rows are there).
 The all-reduces alone are timed without the add and norm that follow them in the model (two more kernels there).
 """
@@ -53,8 +53,8 @@ def _one_width(hidden: int, group) -> list[dict]:
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
+    from core.kernels.tp_fusion import Workspace, _allocate, launch_fused_kernel
     from core.options import TP_BARRIER_ENV
-    from core.tp_fusion import Workspace, _allocate, launch_fused_kernel
 
     dtype = torch.bfloat16
     partial = torch.randn(1, hidden, device="cuda", dtype=dtype)
@@ -114,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
         sys.exit("needs two CUDA GPUs")
-    from engine.launch import free_port
+    from core.parallel.launch import free_port
 
     out = args.json or Path("/tmp/tp_all_reduce_latency.json")
     mp.spawn(_measure, args=(free_port(), str(out)), nprocs=2, join=True)

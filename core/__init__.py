@@ -1,7 +1,7 @@
-"""syncscope core: model loading, the naive and pipelined decode loops, timings and the A/B benchmark.
+"""syncscope core: model loading, the naive and pipelined decode loops, what they measure, and the A/B comparison.
 
 The names below load lazily, so that importing a torch-free part of the package (`core.options`, `core.specs`,
-`core.gpu_monitor`) does not import torch: the dashboard's server process never does.
+`core.measure.gpu_monitor`) does not import torch: the dashboard's server process never does.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 _EXPORTS = {
     "GenerationOptions": "core.options", "BUILTIN_SPECS": "core.specs", "DEFAULT_MODEL": "core.specs",
-    "GenerationResult": "core.generation", "TokenEvent": "core.generation", "generate": "core.generation",
-    "LoadedModel": "core.models", "load_model": "core.models",
+    "GenerationResult": "core.loops.generation", "TokenEvent": "core.loops.generation",
+    "generate": "core.loops.generation", "LoadedModel": "core.models", "load_model": "core.models",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from core.options import CUDA_GRAPH_COMPILE_MODES, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
-from core.parallel import FUSED, ONE_SHOT
+from core.parallel.tensor_parallel import FUSED, ONE_SHOT
 from core.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
@@ -48,14 +48,15 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     tp: int = 1  # tensor-parallel degree: this process holds 1/tp of the weights
-    # How tensor-parallel all-reduces run (core.parallel): "gloo", "nccl", "one-shot" (symmetric memory in step-graph
-    # mode, NCCL in the others) or "fused" (one-shot, and the decoder layers' all-reduces fused with their residual
-    # add and RMSNorm, core.tp_fusion); "" without TP. The note says why not fused or why NCCL, where it matters.
+    # How tensor-parallel all-reduces run (core.parallel.tensor_parallel): "gloo", "nccl", "one-shot" (symmetric memory
+    # in step-graph mode, NCCL in the others) or "fused" (one-shot, and the decoder layers' all-reduces fused with their
+    # residual add and RMSNorm, core.kernels.tp_fusion); "" without TP. The note says why not fused or why NCCL, where
+    # it matters.
     all_reduce: str = ""
     all_reduce_note: str = ""
-    # What prepare_for_decode did: the projections core.fusion stacked ("qkv", "gate_up"), the compiled decode
-    # attention kernel (core.attention: "reduce", "split", "sdpa" or "triton"; None when not used), and why it left
-    # anything out, one sentence each.
+    # What prepare_for_decode did: the projections core.kernels.fusion stacked ("qkv", "gate_up"), the compiled decode
+    # attention kernel (core.kernels.attention: "reduce", "split", "sdpa" or "triton"; None when not used), and why it
+    # left anything out, one sentence each.
     fused_projections: tuple[str, ...] = ()
     decode_attention: str | None = None
     not_prepared: tuple[str, ...] = ()
@@ -95,8 +96,8 @@ class LoadedModel:
 
 
 def _parameter_sizes(model: Any) -> list[tuple[int, int]]:
-    """(elements over all ranks, bytes per element) per parameter, tied ones once; a fused projection (core.fusion)
-    holds one rank's rows."""
+    """(elements over all ranks, bytes per element) per parameter, tied ones once; a fused projection
+    (core.kernels.fusion) holds one rank's rows."""
     sizes, seen = [], set()
     for module in model.modules():
         ranks = getattr(module, "ranks", 1)
@@ -148,13 +149,13 @@ def load_model(
 ) -> LoadedModel:
     """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path.
 
-    With tp > 1 this process must be one rank of a process group of that size (core.parallel): it gets its shard
-    of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo. Unless `hf_modules`, the model is
-    prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels."""
+    With tp > 1 this process must be one rank of a process group of that size (core.parallel.tensor_parallel): it gets
+    its shard of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo. Unless `hf_modules`, the model
+    is prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels."""
     spec = check_spec(spec)
     _quiet_transformers()
     if tp > 1:
-        from core.parallel import tp_device
+        from core.parallel.tensor_parallel import tp_device
 
         target = tp_device(device)
     else:
@@ -168,8 +169,8 @@ def load_model(
     prepared = Preparation() if hf_modules else prepare_for_decode(model)
     all_reduce, all_reduce_note = "", ""
     if tp > 1:
-        from core.parallel import use_one_shot_all_reduce
-        from core.tp_fusion import fuse_decoder_all_reduces
+        from core.kernels.tp_fusion import fuse_decoder_all_reduces
+        from core.parallel.tensor_parallel import use_one_shot_all_reduce
 
         all_reduce, all_reduce_note = use_one_shot_all_reduce(model)
         if not hf_modules:
@@ -190,17 +191,17 @@ class Preparation:
 
 
 def prepare_for_decode(model: Any) -> Preparation:
-    """Fuse q/k/v and gate/up projections (core.fusion) and read grouped KV heads in place in compiled decode
-    steps (core.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was done, and why
-    anything was left out."""
-    from core.attention import decode_attention_kernel, use_decode_attention
-    from core.fusion import fuse_projections, unknown_layouts
+    """Fuse q/k/v and gate/up projections (core.kernels.fusion) and read grouped KV heads in place in compiled decode
+    steps (core.kernels.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was done, and
+    why anything was left out."""
+    from core.kernels.attention import decode_attention_kernel, use_decode_attention
+    from core.kernels.fusion import fuse_projections, unknown_layouts
 
     fused = tuple(fuse_projections(model))
     reasons = []
     unknown = unknown_layouts(model)
     if unknown:
-        reasons.append(f"not fused: {', '.join(unknown)} (a forward that core.fusion does not know)")
+        reasons.append(f"not fused: {', '.join(unknown)} (a forward that core.kernels.fusion does not know)")
     elif not fused:
         reasons.append(_why_nothing_to_fuse(model))
     kernel, why_not = use_decode_attention(model, decode_attention_kernel())
@@ -374,7 +375,7 @@ def _load_weights(spec: str, dtype: torch.dtype, trust_remote_code: bool, device
 def _sharded(model: Any, tp: int, device: torch.device) -> Any:
     if tp <= 1:
         return model
-    from core.parallel import shard
+    from core.parallel.tensor_parallel import shard
 
     return shard(model, tp, device)
 
@@ -456,7 +457,7 @@ def _rank() -> int:
 
 @torch.no_grad()
 def _init_random_weights(model: Any, std: float) -> None:
-    from core.parallel import local
+    from core.parallel.tensor_parallel import local
 
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):

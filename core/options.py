@@ -1,7 +1,7 @@
 """What a run asks for, checked without torch: generation options, benchmark requests and their names.
 
 The dashboard's server process builds and validates these without importing torch; the engine process that runs
-them imports `core.generation` and `core.bench`, which re-export everything here.
+them imports `core.loops.generation` and `core.bench`, which re-export everything here.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and g
 # Environment variables that change what a run computes or how fast; a command that reproduces a run carries those
 # that are set. Each is read here, where the CLI and the app check them all before any work
 # (check_tuning_environment); the module that acts on one documents it.
-DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"  # core.attention
+DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"  # core.kernels.attention
 DECODE_ATTENTION_KERNELS = ("reduce", "split", "sdpa", "triton")
 DECODE_ATTENTION_CHOICES = ("auto", *DECODE_ATTENTION_KERNELS)  # auto: triton on CUDA where it can, else reduce
-INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.generation
-PDL_ENV = "SYNCSCOPE_PDL"  # core.pdl
+INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.loops.generation
+PDL_ENV = "SYNCSCOPE_PDL"  # core.kernels.pdl
 PDL_CHOICES = ("off", "safe", "inductor")
-TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel
+TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel.tensor_parallel
 TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
-TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.tp_fusion: how its kernel learns the peers' rows are there
+TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.kernels.tp_fusion: how its kernel learns the peers' rows are there
 TP_BARRIER_CHOICES = ("push", "asm", "atomic")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV)
 
@@ -318,10 +318,10 @@ def require(condition: bool, message: str) -> None:
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
-# How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel).
+# How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel.tensor_parallel).
 ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"
 FUSED_ALL_REDUCE = ("decoder layers: all-reduce + residual add + RMSNorm in one symmetric-memory kernel at decode "
-                    "(core.tp_fusion; NCCL for long prefills); other all-reduces: " + ONE_SHOT_ALL_REDUCE)
+                    "(core.kernels.tp_fusion; NCCL for long prefills); other all-reduces: " + ONE_SHOT_ALL_REDUCE)
 
 
 def env_choice(name: str, choices: Sequence[str], environ: Mapping[str, str] | None = None) -> str:

@@ -233,7 +233,8 @@ GPU_METRICS = (("util_pct", "GPU util %", "util %", "#ff7f0e", "x", "y", "solid"
                ("sm_clock_mhz", "SM clock MHz", "SM clock MHz", "#8c564b", "x", "y2", "dot"),
                ("mem_used_mb", "memory used MiB", "memory used MiB", "#17becf", "x2", "y3", "solid"),
                ("power_w", "power W", "power W", "#bcbd22", "x2", "y4", "solid"))
-# On the CPU the sampler reads the engine processes, where the model lives and runs (core.gpu_monitor.CpuReader).
+# On the CPU the sampler reads the engine processes, where the model lives and runs
+# (core.measure.gpu_monitor.CpuReader).
 CPU_METRICS = (("util_pct", "engine CPU % (of all cores)", "", "#ff7f0e", "x", "y", "solid"),
                ("mem_used_mb", "engine RSS MiB (all ranks)", "", "#17becf", "x2", "y3", "solid"))
 # The smallest top of each zero-based axis, so a small change stays small: MHz, MiB (1 GiB), W.

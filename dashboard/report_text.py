@@ -9,8 +9,8 @@ import html
 import re
 from typing import Any
 
-from core.identity import difference_note
-from core.stats import verdict_sentence
+from core.measure.identity import difference_note
+from core.measure.stats import verdict_sentence
 from dashboard.reports import PageRecord, headline, report_notices, summary_rows
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
@@ -47,7 +47,7 @@ def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
 
 
 def identity_notes(report: dict[str, Any]) -> list[str]:
-    """Why outputs differ, where the report can say (core.identity); a bare NO* where it cannot."""
+    """Why outputs differ, where the report can say (core.measure.identity); a bare NO* where it cannot."""
     note = difference_note(report)
     return [note] if note else []
 

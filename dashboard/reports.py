@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.identity import sameness
+from core.measure.identity import sameness
 from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
@@ -387,7 +387,7 @@ SUMMARY_NUMBERS = ("trials", "tokens_per_s", "spread", "decode_tokens_per_s", "d
                    "ttft_gpu_ms", "ms_per_token_p50", "ms_per_token_p95", "gpu_busy_fraction", "gpu_gap_ms_mean",
                    "gpu_gap_ms_p50", "gpu_gap_ms_p99", "gpu_gap_ms_max", "new_tokens", "overshoot_steps")
 TIMING_NUMBERS = ("total_ms", "ttft_ms", "tokens_per_s", "new_tokens", "kept_steps", "computed_steps",
-                  "ms_per_token_p50", "ms_per_token_p95", "warmup_ms", "compile_ms", "ttft_gpu_ms",
+                  "ms_per_token_p50", "ms_per_token_p95", "setup_ms", "warmup_ms", "compile_ms", "ttft_gpu_ms",
                   "gpu_busy_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s", "overshoot_steps")
 WARMUP_NUMBERS = ("total_ms", "setup_ms", "engine_warmup_ms", "compile_ms")  # engine_warmup_ms: setup_ms's old name
 VERDICT_NUMBERS = ("trials", "ratio", "noise")

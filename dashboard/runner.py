@@ -13,17 +13,17 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from core.gpu_monitor import GpuMonitor, nvml_index
+from core.measure.gpu_monitor import GpuMonitor, nvml_index
 from core.options import Cancelled
 from core.run_schema import Limits, request_from_values
 from core.specs import DEFAULT_MODEL, loading_note
 from dashboard.history import RunHistory
 from dashboard.job_queue import MAX_QUEUE, JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, Job
+from dashboard.limits import LOCAL_LIMITS
 from dashboard.live_view import LiveView, TextDecoder
 from dashboard.model_policy import ModelPolicy
 from dashboard.reports import PageRecord, history_row
-from dashboard.settings import LOCAL_LIMITS
 from dashboard.supervisor import EngineSupervisor
 from engine.client import EngineClient
 from engine.protocol import Loaded

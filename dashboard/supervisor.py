@@ -17,9 +17,9 @@ from typing import Any
 
 from dashboard.job_queue import JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, LOADING, QUEUED, RUNNING, Job
+from dashboard.limits import Limits
 from dashboard.live_view import TextDecoder
 from dashboard.model_policy import ModelPolicy
-from dashboard.settings import Limits
 from engine.client import EngineClient, EngineLost
 from engine.protocol import (
     Compare,

@@ -22,12 +22,13 @@ from typing import Any
 
 import gradio as gr
 
+from core.measure.trace import chrome_trace
 from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
 from core.report_files import read_report_bytes
 from core.run_schema import cli_command, option_defaults
-from core.trace import chrome_trace
 from dashboard import charts, lanes
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
+from dashboard.limits import LOCAL_LIMITS
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
 from dashboard.reports import (
     MAX_REPORT_BYTES,
@@ -42,7 +43,6 @@ from dashboard.reports import (
     too_large,
 )
 from dashboard.runner import Runner
-from dashboard.settings import LOCAL_LIMITS
 
 EXAMPLE_PROMPTS = (
     DEFAULT_PROMPT,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.launch import child_environment, free_port, spawn_context
+from core.parallel.launch import child_environment, free_port, spawn_context
 from engine.process import RESTART_EXIT_CODE, EngineConfig, serve
 from engine.protocol import Compare, Failed, Hello, JobCancelled, JobEnd, Load, Ready, Reply, Shutdown, Started
 

@@ -146,7 +146,7 @@ class EngineCore:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
 
     def _compare(self, job: int, spec: str | None, request: BenchRequest) -> None:
-        from core.bench import compare
+        from core.compare import compare
 
         if spec and self.loaded_spec != spec:
             self.send(self._load(spec, job))
@@ -234,7 +234,7 @@ def engine_facts() -> dict[str, Any]:
 
     import torch
 
-    from core.bench import compiled_graph_count
+    from core.compare import compiled_graph_count
 
     facts: dict[str, Any] = {"pid": os.getpid(), "graphs_compiled_total": compiled_graph_count(),
                              "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -316,7 +316,7 @@ def _hello(config: EngineConfig) -> Hello:
 def _start_distributed(config: EngineConfig) -> None:
     if config.world_size <= 1:
         return
-    from core.parallel import init_tensor_parallel
+    from core.parallel.tensor_parallel import init_tensor_parallel
 
     init_tensor_parallel(config.rank, config.world_size, config.rendezvous, config.device)
 

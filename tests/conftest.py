@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from core.models import load_model
-from engine.launch import free_port
+from core.parallel.launch import free_port
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU (CUDA)")
@@ -81,7 +81,7 @@ def fast_settings(**changes: Any) -> dict[str, Any]:
 def page_request(form: dict[str, Any], cuda: bool = False, limits: Any = None) -> tuple[Any, list[str]]:
     """The request a local page (or one with `limits`) on the CPU, or on CUDA, makes of `form`, and its notices."""
     from core.run_schema import request_from_values
-    from dashboard.settings import LOCAL_LIMITS
+    from dashboard.limits import LOCAL_LIMITS
 
     return request_from_values(form, limits=limits or LOCAL_LIMITS, deferred_with_hf=cuda)
 
@@ -159,7 +159,7 @@ def serving(runner: Any, **build: Any) -> Iterator[ServedApp]:
 
 def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
     """A report straight from core.bench.compare (no dashboard timeline), as `python -m core.bench --json` writes."""
-    from core.bench import compare
+    from core.compare import compare
 
     request, _ = page_request(fast_settings(**settings))
     return compare(loaded, request)

@@ -5,7 +5,7 @@ import json
 import time
 from pathlib import Path
 
-from core.generation import generate
+from core.loops.generation import generate
 
 
 def free_run(loaded, prompt, steps, **kwargs):

@@ -9,7 +9,8 @@ Each run is simulated step by step, the way the loops run, with every time in ms
 - on the CPU there are no device spans: the host's step spans are the compute;
 - under TP every rank has its spans (rank 1 a few µs behind rank 0);
 - old reports have none of the new fields (as written before the contract).
-Derived fields (gpu_gap_ms, gpu_step_ms, step_ms, rates) are computed from the same spans, as core.step_times would.
+Derived fields (gpu_gap_ms, gpu_step_ms, step_ms, rates) are computed from the same spans, as core.measure.step_times
+would.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.bench import ratios, summarize
-from core.stats import percentile, verdict
+from core.measure.stats import percentile, verdict
+from core.report import ratios, summarize
 
 PREFILL_MS = 3.0
 HOST_QUEUE_MS = 1.5         # the host's time to queue one decode step (reduce-overhead's per-call cost)
@@ -77,14 +78,15 @@ def simulate(loop: str, kept: int, *, cpu: bool = False, lag: int = 1, seed: int
 
 def timings(loop: str, kept: int = 256, *, cpu: bool = False, ranks: int = 1, lag: int = 1, seed: int = 0,
             old: bool = False) -> dict[str, Any]:
-    """A run's timings as core.step_times.Timings.to_dict writes them, with the contract's fields (none if `old`)."""
+    """A run's timings as core.measure.step_times.Timings.to_dict writes them, with the contract's fields (none if
+    `old`)."""
     s = simulate(loop, kept, cpu=cpu, lag=lag, seed=seed)
     computed = len(s.queued)
     total = max(s.known[-1], s.queued[-1] if cpu else s.dev_end[-1]) + 0.05
     out: dict[str, Any] = {
         "clock": "host" if cpu else "cuda-events", "total_ms": total, "ttft_ms": s.known[0],
         "tokens_per_s": kept / (total / 1000), "new_tokens": kept, "kept_steps": kept, "computed_steps": computed,
-        "host_queued_ms": s.queued, "host_known_ms": s.known, "warmup_ms": 0.0, "compile_ms": 0.0,
+        "host_queued_ms": s.queued, "host_known_ms": s.known, "setup_ms": 0.0, "compile_ms": 0.0,
         "decode_tokens": kept - 1, "decode_ms": total - s.known[0],
         "decode_tokens_per_s": (kept - 1) / ((total - s.known[0]) / 1000), "overshoot_steps": computed - kept,
         "gpu_step_ms": [], "gpu_gap_ms": [], "gpu_busy_fraction": None, "ttft_gpu_ms": None,

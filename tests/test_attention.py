@@ -1,4 +1,5 @@
-"""core.attention: compiled decode steps read grouped KV heads in place, with the same result as transformers."""
+"""core.kernels.attention: compiled decode steps read grouped KV heads in place, with the same result as
+transformers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from core.attention import (
+from core.kernels.attention import (
     IMPLEMENTATIONS,
     _reads_cache_in_place,
     decode_attention_kernel,
@@ -18,7 +19,7 @@ from core.attention import (
     resolve_decode_attention,
     split_decode_attention,
 )
-from core.generation import blockwise_argmax
+from core.loops.step import blockwise_argmax
 from core.models import load_model
 
 
@@ -105,7 +106,7 @@ def _model_on(device: str, head_dim: int) -> SimpleNamespace:
 ])
 def test_auto_takes_the_triton_kernel_on_cuda_where_it_can(monkeypatch, device, head_dim, triton_installed,
                                                           expected):
-    import core.attention as attention
+    import core.kernels.attention as attention
 
     real_find_spec = attention.importlib.util.find_spec
     monkeypatch.setattr(attention.importlib.util, "find_spec",

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from core.bench import BenchRequest, build_report, compare, format_table, main, synthetic_prompt
-from core.generation import GenerationOptions
+from core.bench import main
+from core.compare import compare
+from core.loops.prompt import synthetic_prompt
+from core.options import BenchRequest, GenerationOptions
+from core.report import build_report, format_table
 from tests.conftest import TINY
 
 
@@ -111,7 +114,7 @@ def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewh
 
 
 def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
-    from core.bench import compare
+    from core.compare import compare
 
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=8), trials=1, min_seconds=0.3)
     report = compare(tiny, request)

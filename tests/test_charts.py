@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from core.bench import compare
+from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
 from dashboard.reports import PageRecord, page_report, timeline_from_report

@@ -9,8 +9,10 @@ import warnings
 import pytest
 import torch
 
-from core.bench import BenchRequest, compare, hf_generate
-from core.generation import GenerationOptions, generate
+from core.compare import compare
+from core.loops.generation import generate
+from core.loops.hf_generate import hf_generate
+from core.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 from tests.helpers import eos_for_steps, first_token_timings, free_run, ids_not_in
 
@@ -51,7 +53,7 @@ def test_compiled_static_loops_agree_and_compile_once(tiny_gpu, compile_mode):
     again = generate(tiny_gpu, BATCH[1], loop="naive", **common)
     piped = generate(tiny_gpu, BATCH[1], loop="pipelined", lag=2, **common)
     eager = generate(tiny_gpu, BATCH[1], loop="naive", cache="static", max_new_tokens=32, ignore_eos=True)
-    assert first.timings.compile_ms > 0 and again.timings.compile_ms == 0 and again.timings.warmup_ms == 0
+    assert first.timings.compile_ms > 0 and again.timings.compile_ms == 0 and again.timings.setup_ms == 0
     assert first.token_ids == again.token_ids == piped.token_ids
     # Compiled kernels may round differently from eager; most of the sequence must still agree.
     agree = sum(a == b for a, b in zip(first.token_ids[0], eager.token_ids[0]))
@@ -208,7 +210,7 @@ def test_cli_out_of_memory_is_one_line_and_exit_3(capsys):
 
 
 def test_compiled_blockwise_argmax_is_argmax_on_cuda():
-    from core.generation import _compiled_argmax
+    from core.loops.step import _compiled_argmax
 
     logits = torch.randn(3, 128256, device="cuda").to(torch.bfloat16)
     logits[1, 40000] = logits[1, 128000] = logits[1].max() + 1  # a tie across blocks: the first wins
@@ -217,7 +219,7 @@ def test_compiled_blockwise_argmax_is_argmax_on_cuda():
 
 @pytest.mark.parametrize("kernel", ["sdpa", "reduce", "split", "triton"])
 def test_compiled_decode_attention_matches_sdpa_on_cuda(kernel):
-    from core.attention import decode_sdpa
+    from core.kernels.attention import decode_sdpa
 
     class Attention(torch.nn.Module):
         num_key_value_groups = 8

@@ -14,8 +14,8 @@ import importlib.util
 
 import pytest
 
-from core.bench import BenchRequest, compare
-from core.generation import GenerationOptions
+from core.compare import compare
+from core.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 
 pytestmark = [

@@ -1,4 +1,5 @@
-"""The fused all-reduce + residual add + RMSNorm kernel (core.tp_fusion) on two GPUs, against the same sums in PyTorch.
+"""The fused all-reduce + residual add + RMSNorm kernel (core.kernels.tp_fusion) on two GPUs, against the same sums in
+PyTorch.
 
 Skipped without two GPUs; on the device: `python -m pytest -q -m cuda tests/test_cuda_tp_fusion.py`. Each case runs
 both ranks (NCCL, symmetric memory), eagerly and replayed from a CUDA graph many times with new inputs: the push
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from engine.launch import free_port
+from core.parallel.launch import free_port
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
@@ -32,8 +33,8 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
     import torch.distributed as dist
     from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
+    from core.kernels.tp_fusion import FUSED_ROWS, Workspace, _allocate
     from core.options import TP_BARRIER_ENV
-    from core.tp_fusion import FUSED_ROWS, Workspace, _allocate
 
     os.environ[TP_BARRIER_ENV] = barrier
     torch.cuda.set_device(rank)
@@ -59,7 +60,7 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
 def _one_case(workspace, dtype, hidden, rows, rank) -> dict:
     import torch.distributed as dist
 
-    from core.tp_fusion import launch_fused_kernel
+    from core.kernels.tp_fusion import launch_fused_kernel
 
     generator = torch.Generator(device="cuda").manual_seed(1234)  # the same residual and weight on both ranks
     residual = torch.randn(rows, hidden, device="cuda", dtype=dtype, generator=generator)

@@ -19,8 +19,8 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from core.parallel.launch import free_port
 from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, page_inputs
-from engine.launch import free_port
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
 from tests.helpers import wait_until
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from core.parallel.launch import CHILD_ENV_DEFAULTS
 from engine.client import EngineClient, EngineLost, _Rank, describe_exit
-from engine.launch import CHILD_ENV_DEFAULTS
 from engine.process import RESTART_EXIT_CODE
 from engine.protocol import Compare, Done, Failed, FailureCategory, Hello, JobCancelled, Progress, Ready, Started
 from tests.helpers import wait_until

@@ -1,11 +1,11 @@
-"""engine.launch: the environment every spawned engine and rank gets, a free port, the spawn context."""
+"""core.parallel.launch: the environment every spawned engine and rank gets, a free port, the spawn context."""
 
 from __future__ import annotations
 
 import os
 import socket
 
-from engine.launch import CHILD_ENV_DEFAULTS, child_environment, free_port, spawn_context
+from core.parallel.launch import CHILD_ENV_DEFAULTS, child_environment, free_port, spawn_context
 
 
 def test_the_children_get_the_defaults_where_the_environment_says_nothing(monkeypatch):

@@ -164,11 +164,11 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
     import torch
     from transformers import cache_utils
 
-    import core.generation as generation
+    import core.loops.step as step
     from core.options import BenchRequest, GenerationOptions
 
     caches: list[weakref.ref] = []
-    make_cache = generation._new_static_cache
+    make_cache = step._new_static_cache
 
     def tracked_cache(loaded, length):
         cache = make_cache(loaded, length)
@@ -190,7 +190,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
         sent.append(message)
 
     sent: list[dict] = []
-    monkeypatch.setattr(generation, "_new_static_cache", tracked_cache)
+    monkeypatch.setattr(step, "_new_static_cache", tracked_cache)
     monkeypatch.setattr(cache_utils.StaticLayer, "lazy_initialization", allocate_then_run_out)
     core = EngineCore(send, EngineConfig(device="cpu"))
     huge = BenchRequest(prompt=["Hello"] * 5, options=GenerationOptions(max_new_tokens=4, cache="static",
@@ -207,7 +207,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
 
 
 def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkeypatch):
-    import core.bench as bench
+    import core.compare as compare_module
     from core.options import BenchRequest, GenerationOptions
 
     def broken(*args, **kwargs):
@@ -216,7 +216,7 @@ def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkey
     sent: list[dict] = []
     core = EngineCore(sent.append, EngineConfig(device="cpu"))
     core.handle(Load(job=1, spec=TINY))
-    monkeypatch.setattr(bench, "compare", broken)
+    monkeypatch.setattr(compare_module, "compare", broken)
     request = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=2), trials=1)
     core.handle(Compare(job=2, spec=TINY, request=request))
     assert isinstance(sent[-1], Failed) and sent[-1].category == FailureCategory.DEVICE

@@ -86,7 +86,7 @@ def test_a_job_ends_with_done_cancelled_or_failed():
 
 
 def test_the_engine_package_imports_neither_torch_nor_gradio_nor_plotly():
-    code = ("import sys, engine, engine.protocol, engine.client, engine.launch, engine.ranks; "
+    code = ("import sys, engine, engine.protocol, engine.client, core.parallel.launch, core.parallel.ranks; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -17,8 +17,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from core.bench import hf_generate, main
-from core.generation import generate
+from core.bench import main
+from core.loops.generation import generate
+from core.loops.hf_generate import hf_generate
 from core.models import LoadedModel, check_spec, compile_failure, load_model, new_static_cache, support_problem
 from core.options import LOOPS, GenerationOptions
 from core.specs import SYNTHETIC_CONFIG_CLASSES, SYNTHETIC_SHAPES, TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
@@ -122,7 +123,7 @@ def test_what_was_prepared_and_why_not(family: str) -> None:
 def test_gemma2_keeps_eager_attention_and_soft_caps_in_the_decode_kernels() -> None:
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
-    from core.attention import EAGER_IMPLEMENTATIONS, decode_sdpa
+    from core.kernels.attention import EAGER_IMPLEMENTATIONS, decode_sdpa
 
     loaded = tiny("gemma2")
     assert loaded.model.config._attn_implementation == EAGER_IMPLEMENTATIONS["reduce"]
@@ -153,7 +154,7 @@ def test_the_triton_kernel_is_not_chosen_for_a_soft_capping_family(monkeypatch, 
                                                                    reason) -> None:
     from types import SimpleNamespace
 
-    import core.attention as attention
+    import core.kernels.attention as attention
 
     real_find_spec = attention.importlib.util.find_spec
     monkeypatch.setattr(attention.importlib.util, "find_spec",
@@ -183,14 +184,14 @@ def test_a_family_that_cannot_run_a_mode_is_refused_in_one_line() -> None:
 def test_a_compile_that_fails_reaches_the_user_as_one_line(monkeypatch, capsys) -> None:
     from torch._dynamo.exc import TorchRuntimeError
 
-    import core.generation as generation
+    import core.loops.generation as generation
 
-    def failing_warm_up(self, *args, **kwargs):
+    def failing_set_up(*args, **kwargs):
         raise TorchRuntimeError("RuntimeError when making fake tensor call\n" + "internal frames\n" * 50)
 
-    monkeypatch.setattr(generation.DecodeSetup, "warm_up", failing_warm_up)
+    monkeypatch.setattr(generation, "_set_up", failing_set_up)
     loaded = tiny("gemma2")
-    monkeypatch.setattr(loaded, "setups", {})  # an earlier test's warmed setup of this shape would skip the warm-up
+    monkeypatch.setattr(loaded, "setups", {})  # an earlier test's setup of this shape would skip the setup run
     assert compile_failure(loaded, "off", TorchRuntimeError("x")) is None
     assert compile_failure(loaded, "default", KeyError("x")) is None
     with pytest.raises(ValueError, match=r"^compile=default failed for tiny-random:gemma2 \(gemma2\) while compiling"):
@@ -235,11 +236,11 @@ def test_synthetic_family_shapes_match_the_real_sizes(shape: str, billions: floa
 
 
 def test_the_fused_forwards_are_those_of_the_installed_transformers() -> None:
-    """Each fingerprint in core.fusion is the forward of a class in this transformers: a new version that changes one
-    shows up here (and its modules are then left unfused, with the reason in the report)."""
+    """Each fingerprint in core.kernels.fusion is the forward of a class in this transformers: a new version that
+    changes one shows up here (and its modules are then left unfused, with the reason in the report)."""
     import importlib
 
-    from core.fusion import ATTENTION_LAYOUTS, MLP_FORWARDS, forward_fingerprint
+    from core.kernels.fusion import ATTENTION_LAYOUTS, MLP_FORWARDS, forward_fingerprint
 
     found = {}
     for module_name in ("llama", "gemma", "granite", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma3",
@@ -253,7 +254,7 @@ def test_the_fused_forwards_are_those_of_the_installed_transformers() -> None:
 
 
 def test_the_compile_line_counts_recompiles_in_warm_ups_and_trials() -> None:
-    from core.bench import compile_note
+    from core.report import compile_note
 
     assert compile_note({"warmup": {"naive": {"graphs_compiled": 0}}, "runs": []}) is None
     report = {"warmup": {"naive": {"graphs_compiled": 2, "compiling_ms": 30_000.0},

@@ -1,5 +1,5 @@
-"""Fused q/k/v and gate/up projections (core.fusion): the same logits and tokens as the separate Linears, at tp=1
-and over two gloo ranks on the CPU."""
+"""Fused q/k/v and gate/up projections (core.kernels.fusion): the same logits and tokens as the separate Linears, at
+tp=1 and over two gloo ranks on the CPU."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
 from transformers.models.llama.modeling_llama import LlamaAttention
 
-from core.fusion import FusedLinear, FusedLlamaAttention, FusedLlamaMLP, fuse_projections
-from core.generation import generate
+from core.kernels.fusion import FusedLinear, FusedLlamaAttention, FusedLlamaMLP, fuse_projections
+from core.loops.generation import generate
 from core.models import load_model
-from engine.launch import free_port
+from core.parallel.launch import free_port
 from tests.conftest import TINY
 
 PROMPT = "Tell me about pipelines."
@@ -171,7 +171,7 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
     """One of two gloo ranks: tiny-random sharded with and without fusion, and a biased Llama against one process."""
     import torch.distributed as dist
 
-    from core.parallel import init_tensor_parallel, shard
+    from core.parallel.tensor_parallel import init_tensor_parallel, shard
 
     init_tensor_parallel(rank, 2, f"tcp://127.0.0.1:{port}", "cpu")
     result = {"rank": rank, **_tiny_random_on_two_ranks(), **_biased_on_two_ranks(shard)}

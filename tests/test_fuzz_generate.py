@@ -3,7 +3,7 @@
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from core.generation import generate
+from core.loops.generation import generate
 
 ANY_INT = st.one_of(st.integers(-5, 40), st.just(10**7), st.none(), st.booleans(), st.floats(-2, 2),
                     st.text(max_size=3))

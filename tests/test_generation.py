@@ -5,8 +5,10 @@ import itertools
 import pytest
 import torch
 
-from core.bench import hf_generate
-from core.generation import GenerationOptions, encode_prompt, generate
+from core.loops.generation import generate
+from core.loops.hf_generate import hf_generate
+from core.loops.prompt import encode_prompt
+from core.options import GenerationOptions
 from tests.helpers import eos_for_steps, first_new_at, first_token_timings, free_run, ids_not_in
 
 PROMPT = "Tell me about pipelines."
@@ -194,7 +196,7 @@ def test_decode_setup_reused_across_runs(tiny):
     generate(tiny, PROMPT, max_new_tokens=5, cache="static")
     first = generate(tiny, PROMPT, max_new_tokens=5, cache="static")
     assert len(tiny.setups) <= before + 1
-    assert first.timings.warmup_ms == 0.0
+    assert first.timings.setup_ms == 0.0
 
 
 def test_no_grad_state_left_behind(tiny):
@@ -218,7 +220,8 @@ def test_no_check_baseline_runs_every_step_but_returns_through_eos(tiny):
 
 
 def test_step_graph_is_recaptured_when_baked_in_choices_change(tiny):
-    from core.generation import GenerationOptions, StepGraph, step_graph_key
+    from core.loops.step import StepGraph, step_graph_key
+    from core.options import GenerationOptions
 
     graph = StepGraph()
     graph.graph, graph.key = object(), step_graph_key(GenerationOptions(), [2], "state")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from core.gpu_monitor import CpuReader, GpuMonitor, gpu_facts, import_pynvml, nvml_index, open_reader
+from core.measure.gpu_monitor import CpuReader, GpuMonitor, gpu_facts, import_pynvml, nvml_index, open_reader
 
 NOT_SUPPORTED, NOT_FOUND = 3, 6
 POWER, UTIL, CLOCK = 0, 1, 5  # NVML_*_SAMPLES
@@ -386,7 +386,7 @@ def test_bad_arguments_are_refused():
 
 
 def test_importing_the_monitor_does_not_import_torch():
-    code = "import sys, core.gpu_monitor; print('torch' in sys.modules)"
+    code = "import sys, core.measure.gpu_monitor; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -3,9 +3,7 @@ cannot, instead of a bare NO."""
 
 from dataclasses import replace
 
-from core.bench import BenchRequest, build_report, format_table
-from core.generation import GenerationOptions
-from core.identity import (
+from core.measure.identity import (
     GENERATE_KERNELS,
     HALF_PRECISION_ATTENTION,
     INDUCTOR_PDL,
@@ -16,6 +14,8 @@ from core.identity import (
     footnote,
     sameness,
 )
+from core.options import BenchRequest, GenerationOptions
+from core.report import build_report, format_table
 
 BOTH = ("naive", "pipelined")
 
@@ -107,7 +107,7 @@ def test_the_page_says_why_instead_of_a_bare_no():
 
 
 def test_the_report_knows_which_attention_ran(tiny):
-    from core.bench import _fused_attention
+    from core.report import _fused_attention
 
     assert tiny.transforms[-1] == "compiled decode attention: reduce"
     assert _fused_attention(tiny, "off") and not _fused_attention(tiny, "step-graph")

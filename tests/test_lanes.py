@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.bench import summarize
+from core.report import summarize
 from dashboard import charts, lanes
 from tests import lanes_reports
 

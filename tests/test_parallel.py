@@ -47,7 +47,7 @@ def test_two_ranks_give_the_tokens_of_one(tmp_path, extra):
 def _gather_on_rank(rank: int, init_method: str) -> list:
     import torch.distributed as dist
 
-    from core.parallel import gather_device_spans
+    from core.parallel.tensor_parallel import gather_device_spans
 
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
     # Rank 1's run began 2 s after rank 0's; its spans count from its own start.
@@ -62,7 +62,7 @@ def test_every_ranks_device_spans_are_moved_onto_rank_0s_time_base(tmp_path):
 
 
 def test_a_tp_degree_that_does_not_divide_the_heads_is_refused_before_any_rank_starts(tiny):
-    from core.parallel import check_shardable
+    from core.parallel.tensor_parallel import check_shardable
 
     check_shardable(tiny.model.config, 2)
     with pytest.raises(ValueError, match=r"--tp 3 does not divide the model's num_attention_heads \(4\)"):

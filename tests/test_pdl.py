@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from core.bench import main
-from core.options import STEP_GRAPH
-from core.pdl import (
+from core.kernels.pdl import (
     PDL_ENV,
     SafePdlCacheKey,
     install_safe_pdl_placement,
@@ -16,6 +15,7 @@ from core.pdl import (
     pdl_inductor_options,
     supports_pdl,
 )
+from core.options import STEP_GRAPH
 
 
 def test_pdl_is_off_by_default_and_a_typo_is_refused(monkeypatch):
@@ -42,7 +42,7 @@ def test_no_pdl_on_the_cpu_and_no_options_for_it(monkeypatch):
 
 
 def test_the_report_follows_the_mode_and_the_users_inductor_options(monkeypatch):
-    monkeypatch.setattr("core.pdl.supports_pdl", lambda device: True)
+    monkeypatch.setattr("core.kernels.pdl.supports_pdl", lambda device: True)
     monkeypatch.setenv(PDL_ENV, "safe")
     assert pdl_in_effect("cuda", STEP_GRAPH, {}) == "safe"
     assert pdl_in_effect("cuda", "reduce-overhead", {}) == "off"
@@ -54,7 +54,7 @@ def test_the_report_follows_the_mode_and_the_users_inductor_options(monkeypatch)
 
 
 def test_the_safe_options_carry_a_cache_key_of_their_own(monkeypatch):
-    monkeypatch.setattr("core.pdl.supports_pdl", lambda device: True)
+    monkeypatch.setattr("core.kernels.pdl.supports_pdl", lambda device: True)
     safe = pdl_inductor_options("cuda", "safe")
     assert safe["triton.enable_pdl"] is True and isinstance(safe["post_grad_custom_post_pass"], SafePdlCacheKey)
     assert safe["post_grad_custom_post_pass"].uuid() == "syncscope-safe-pdl-1"

@@ -1,4 +1,4 @@
-"""core.profiling and the CLI options for looking inside a step: kernel kinds, the per-step table, `--profile`,
+"""core.measure.profiling and the CLI options for looking inside a step: kernel kinds, the per-step table, `--profile`,
 inductor options."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from core.bench import main
-from core.profiling import format_summary, kernel_kind, summarize_kernels
+from core.measure.profiling import format_summary, kernel_kind, summarize_kernels
 
 H200_NAMES = {  # names seen in the fifth H200 run's profiles (Llama-8B, TP=2, step-graph)
     "void (anonymous namespace)::one_shot_all_reduce_kernel<c10::BFloat16, 16, 2>(c10::BFloat16**)": "all-reduce",
@@ -24,7 +24,8 @@ H200_NAMES = {  # names seen in the fifth H200 run's profiles (Llama-8B, TP=2, s
         "attention",
     "nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT": "matmul (library)",
     "Memcpy DtoH (Device -> Pinned)": "copy / fill",
-    "fused_all_reduce_add_rms_norm": "all-reduce + add + norm",  # core.tp_kernels (a Triton kernel keeps its name)
+    # core.kernels.tp_kernels: a Triton kernel keeps its name
+    "fused_all_reduce_add_rms_norm": "all-reduce + add + norm",
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::ArgMaxOps<float>>": "other",
 }
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from core.bench import hf_generate
-from core.generation import GenerationOptions, generate
+from core.loops.generation import generate
+from core.loops.hf_generate import hf_generate
+from core.options import GenerationOptions
 
 pytestmark = pytest.mark.slow
 

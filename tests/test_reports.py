@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.bench import compare
+from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard.report_text import headline_md
 from dashboard.reports import (

@@ -172,7 +172,7 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
 
 
 def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
-    code = ("import sys, dashboard.runner, dashboard.settings, dashboard.reports, core.gpu_monitor; "
+    code = ("import sys, dashboard.runner, dashboard.limits, dashboard.reports, core.measure.gpu_monitor; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -248,7 +248,7 @@ def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
 
 
 def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatch):
-    from core.gpu_monitor import GpuMonitor
+    from core.measure.gpu_monitor import GpuMonitor
 
     slow = GpuMonitor(interval_s=60.0, host_pids=lambda: tiny_runner.engine.pids).start()
     monkeypatch.setattr(tiny_runner, "monitor", slow)

@@ -14,7 +14,7 @@ import app
 from core.bench import build_parser, request_from_args
 from core.options import BenchRequest
 from core.run_schema import cli_command, shell_quote
-from dashboard.settings import EXPOSED_LIMITS
+from dashboard.limits import EXPOSED_LIMITS
 from tests.conftest import TINY, fast_settings, page_request
 
 FAST = fast_settings()

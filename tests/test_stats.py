@@ -1,4 +1,4 @@
-"""The verdict rule (core.stats): A/A-like noise is not called, a clear effect is, too few trials says so."""
+"""The verdict rule (core.measure.stats): A/A-like noise is not called, a clear effect is, too few trials says so."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stats import MIN_TRIALS_FOR_A_CALL, t_quantile_975, verdict, verdict_sentence
+from core.measure.stats import MIN_TRIALS_FOR_A_CALL, t_quantile_975, verdict, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

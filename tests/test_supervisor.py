@@ -8,8 +8,8 @@ import pytest
 
 from dashboard.job_queue import JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, QUEUED, RUNNING, Job
+from dashboard.limits import LOCAL_LIMITS
 from dashboard.model_policy import ModelPolicy
-from dashboard.settings import LOCAL_LIMITS
 from dashboard.supervisor import EngineSupervisor, RestartPolicy
 from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, Loaded, Started
 

@@ -1,4 +1,4 @@
-"""core.tp_fusion: the decoder layers rewired so each all-reduce comes with its residual add and RMSNorm.
+"""core.kernels.tp_fusion: the decoder layers rewired so each all-reduce comes with its residual add and RMSNorm.
 
 On the CPU the rewired model runs the op's PyTorch path (gloo, then the add and the norm), which must give exactly
 the logits and tokens of the model as transformers shards it; that checks the rewiring (partial projections, the
@@ -12,17 +12,18 @@ import importlib.util
 import pytest
 import torch
 
+import core.kernels.tp_fusion as tp_fusion
+from core.kernels.tp_fusion import PackedRMSNorm, PartialLinear, why_not_fusable
 from core.models import load_model
-from core.tp_fusion import PackedRMSNorm, PartialLinear, why_not_fusable
 from tests.helpers import on_two_ranks
 
 PROMPT = "The quick brown fox"
 
 
 def _rank(rank: int, init_method: str) -> dict:
-    from core.generation import generate
-    from core.parallel import init_tensor_parallel
-    from core.tp_fusion import FusedAllReduceDecoderLayer, fuse_all_reduce
+    from core.kernels.tp_fusion import FusedAllReduceDecoderLayer, fuse_all_reduce
+    from core.loops.generation import generate
+    from core.parallel.tensor_parallel import init_tensor_parallel
 
     torch.set_num_threads(1)
     init_tensor_parallel(rank, 2, init_method, "cpu")
@@ -105,7 +106,7 @@ _CONSTANTS = {"HIDDEN": 4096, "BLOCK": 4096, "RANK": 1, "WORLD": 2}
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 def test_the_flag_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
     """The meeting is the release / acquire compare-and-swap pair at system scope between two CTA barriers."""
-    from core.tp_kernels import fused_all_reduce_add_rms_norm
+    from core.kernels.tp_kernels import fused_all_reduce_add_rms_norm
 
     ptx = _hopper_ptx(fused_all_reduce_add_rms_norm, _SCALARS, {**_CONSTANTS, "ATOMIC_BARRIER": False})
     assert "atom.global.release.sys.cas.b32" in ptx and "atom.global.acquire.sys.cas.b32" in ptx
@@ -116,7 +117,7 @@ def test_the_flag_kernel_compiles_for_hopper_with_its_barrier_in_ptx():
 def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls():
     """No atomics: the row goes to the peer in 16-byte stores, and the own buffer is polled with 16-byte volatile
     loads (a load the compiler may not cache or hoist out of the loop), then marked empty in 16-byte stores."""
-    from core.tp_kernels import fused_all_reduce_add_rms_norm_push
+    from core.kernels.tp_kernels import fused_all_reduce_add_rms_norm_push
 
     ptx = _hopper_ptx(fused_all_reduce_add_rms_norm_push, _SCALARS, {**_CONSTANTS, "ROWS": 8})
     assert "atom." not in ptx
@@ -126,8 +127,8 @@ def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_an_empty_slot_holds_negative_zero_and_push_is_the_default_kernel(dtype, monkeypatch):
+    from core.kernels.tp_fusion import _mark_empty, barrier_kind
     from core.options import TP_BARRIER_ENV
-    from core.tp_fusion import _mark_empty, barrier_kind
 
     buffer = torch.ones(64, dtype=dtype)
     _mark_empty(buffer)
@@ -137,17 +138,16 @@ def test_an_empty_slot_holds_negative_zero_and_push_is_the_default_kernel(dtype,
 
 
 def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):
-    import core.tp_fusion
-    from core.parallel import FUSED, ONE_SHOT
-    from core.tp_fusion import fuse_decoder_all_reduces
+    from core.kernels.tp_fusion import fuse_decoder_all_reduces
+    from core.parallel.tensor_parallel import FUSED, ONE_SHOT
 
     def no_buffer(model, **_):
         raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 MiB\nmore detail")
 
-    monkeypatch.setattr(core.tp_fusion, "fuse_all_reduce", no_buffer)
+    monkeypatch.setattr(tp_fusion, "fuse_all_reduce", no_buffer)
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (
         ONE_SHOT, "not fused with the norms: RuntimeError: CUDA out of memory. Tried to allocate 40.00 MiB")
-    monkeypatch.setattr(core.tp_fusion, "fuse_all_reduce", lambda model, **_: None)
+    monkeypatch.setattr(tp_fusion, "fuse_all_reduce", lambda model, **_: None)
     monkeypatch.delenv("SYNCSCOPE_TP_BARRIER", raising=False)
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (FUSED, "SYNCSCOPE_TP_BARRIER=push")
     monkeypatch.setenv("SYNCSCOPE_TP_ALL_REDUCE", "one-shot")

@@ -1,6 +1,6 @@
-"""The timeline fields and the Chrome trace built from them (core.trace), checked against the trace-event format:
-every event has ph, ts, pid and tid; no negative durations; the spans of one track never overlap; device spans come
-in step order, one per computed step; the naive loop's host waits add up to the time it spent in its sync."""
+"""The timeline fields and the Chrome trace built from them (core.measure.trace), checked against the trace-event
+format: every event has ph, ts, pid and tid; no negative durations; the spans of one track never overlap; device spans
+come in step order, one per computed step; the naive loop's host waits add up to the time it spent in its sync."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ from collections import defaultdict
 
 import pytest
 
-import core.generation as generation
-from core.bench import BenchRequest, compare, main, write_json
-from core.generation import GenerationOptions, generate
-from core.trace import DEVICE_TID, HOST_TID, OLD_REPORT_NOTE, PROFILER_PID_BASE, RUNS_TID, chrome_trace
+import core.loops.generation as generation
+from core.bench import main
+from core.compare import compare
+from core.loops.generation import generate
+from core.measure.trace import DEVICE_TID, HOST_TID, OLD_REPORT_NOTE, PROFILER_PID_BASE, RUNS_TID, chrome_trace
+from core.options import BenchRequest, GenerationOptions
+from core.report_files import write_json
 from tests.conftest import requires_cuda
 
 STEPS = 10

@@ -1,5 +1,5 @@
-"""core.triton_attention: the hand-written decode attention against the reduction form, in Triton's interpreter on
-the CPU (where the triton package is installed; PyTorch's CPU wheels do not bring it) and on CUDA."""
+"""core.kernels.triton_attention: the hand-written decode attention against the reduction form, in Triton's interpreter
+on the CPU (where the triton package is installed; PyTorch's CPU wheels do not bring it) and on CUDA."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.attention import grouped_decode_attention
-from core.triton_attention import BLOCK_KEYS, MAX_SPLITS, keys_per_program, takes_shapes
+from core.kernels.attention import grouped_decode_attention
+from core.kernels.triton_attention import BLOCK_KEYS, MAX_SPLITS, keys_per_program, takes_shapes
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -56,7 +56,7 @@ CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per progr
 def interpreter_errors() -> dict[str, float]:
     """Run in a process of its own with TRITON_INTERPRET=1 (Triton reads it when it is first imported): the largest
     difference from the reduction form, per case and dtype."""
-    import core.triton_attention as module
+    import core.kernels.triton_attention as module
 
     errors = {}
     for dtype in (torch.float32, torch.bfloat16):
@@ -88,7 +88,7 @@ def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
 def test_the_operator_traces_with_fake_tensors_as_inside_a_compile():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    import core.triton_attention as module
+    import core.kernels.triton_attention as module
 
     module.register_triton_decode_attention()  # done at import already: again is harmless
     query, key, value, mask = _case(torch.bfloat16, 1, 16, 4, 2048, 128, "bool")  # two programs per KV head
@@ -130,7 +130,7 @@ def _hopper_cases() -> list:
 def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single,
                                                                                dtype, head_dim, group):
     """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
-    from core.triton_attention import _kernels
+    from core.kernels.triton_attention import _kernels
 
     attend, combine = _kernels()
     elements = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
@@ -147,7 +147,7 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
 
 
 def test_shapes_it_cannot_take_are_refused_with_the_reason():
-    from core.triton_attention import _launch
+    from core.kernels.triton_attention import _launch
 
     query, key, value, _ = _case(torch.float32, 1, 6, 4, 64, 32, None)
     with pytest.raises(ValueError, match="query heads a multiple of KV heads"):
@@ -160,7 +160,7 @@ def test_shapes_it_cannot_take_are_refused_with_the_reason():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
 @pytest.mark.parametrize("case", [*CASES, (1, 64, 8, 4096, 128, "bool", None)])
 def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
-    from core.triton_attention import run_kernels_directly, triton_decode_attention
+    from core.kernels.triton_attention import run_kernels_directly, triton_decode_attention
 
     batch, heads, kv_heads, length, dim, mask_kind, _ = case
     query, key, value, mask = _case(torch.bfloat16, batch, heads, kv_heads, length, dim, mask_kind, device="cuda")

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from dashboard.limits import EXPOSED_LIMITS
 from dashboard.report_text import plain
-from dashboard.settings import EXPOSED_LIMITS
 from tests.conftest import TINY, fast_settings
 from tests.test_dashboard_client import EVIL, text_of
 from tests.test_lanes import lane_labels

@@ -9,14 +9,14 @@ Measured on the H200 (Llama-8B shape, TP=2, 512-slot cache): 64 copy kernels per
 `decode_sdpa` is transformers' SDPA attention except in that case (one query token, grouped heads, inside a
 compile). There it reads the cache as it is, with one of these kernels (SYNCSCOPE_DECODE_ATTENTION; the default,
 "auto", takes "triton" on CUDA where Triton is installed and takes the head size, else "reduce"):
-- "triton": one hand-written Triton kernel per layer (core.triton_attention), flash-decoding with each KV head's
+- "triton": one hand-written Triton kernel per layer (core.kernels.triton_attention), flash-decoding with each KV head's
   query heads together. Side by side on two H200s (TP=2, step-graph, 512-slot cache) it decoded Llama-8B at 287.3
   tok/s against 272.7 with "reduce", and Llama-70B at 51.9 against 49.3 (both with safe PDL), every bf16 trial
   repeating bitwise (h200-2026-11-30);
 - "reduce": `grouped_decode_attention`, broadcast products and sums that inductor compiles into reductions spread
   over the whole GPU, accumulated in fp32 (the CPU's kernel). Side by side in one run on two H200s (Llama-8B, TP=2,
   step-graph) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated bitwise, where the
-  fused kernel's drift past 256 keys (core.identity) made every "sdpa" trial differ;
+  fused kernel's drift past 256 keys (core.measure.identity) made every "sdpa" trial differ;
 - "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
   work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
 - "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
@@ -45,8 +45,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.kernels.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
 from core.options import DECODE_ATTENTION_CHOICES, DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
-from core.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
 
 KERNELS = DECODE_ATTENTION_KERNELS
 # The name each kernel is registered under with transformers; the model's config names the one it runs. Models that
@@ -94,7 +94,7 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 def decode_attention_kernel() -> str:
     """"auto" (the default: `resolve_decode_attention` picks when the model is known), "triton"
-    (core.triton_attention), "reduce" (grouped_decode_attention), "split" (split_decode_attention) or "sdpa"
+    (core.kernels.triton_attention), "reduce" (grouped_decode_attention), "split" (split_decode_attention) or "sdpa"
     (PyTorch's fused attention), from SYNCSCOPE_DECODE_ATTENTION."""
     return env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES)
 
@@ -242,7 +242,7 @@ def _attentions(model: Any) -> list[torch.nn.Module]:
 @functools.cache
 def _dispatches(cls: type) -> bool:
     """Whether `cls` looks its attention function up in transformers' registry, without special-casing names."""
-    from core.fusion import FusedAttention
+    from core.kernels.fusion import FusedAttention
 
     if issubclass(cls, FusedAttention):
         return True

@@ -85,7 +85,7 @@ def shard(model: Any, tp: int, device: torch.device) -> Any:
 
 
 ONE_SHOT = "one-shot"  # the kind of all-reduce use_one_shot_all_reduce enabled (step-graph mode)
-FUSED = "fused"  # ONE_SHOT, and the decoder layers' all-reduces fused with their add and norm (core.tp_fusion)
+FUSED = "fused"  # ONE_SHOT, and the decoder layers' all-reduces fused with their add and norm (core.kernels.tp_fusion)
 SYMMETRIC = (ONE_SHOT, FUSED)  # the kinds with symmetric memory enabled for the group
 
 
@@ -99,7 +99,7 @@ def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     lowering on for the step-graph compile only, because CUDA-graph trees (reduce-overhead) refuse the
     symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked as outputs", seen on the
     H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
-    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (core.tp_fusion goes
+    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (core.kernels.tp_fusion goes
     one step further where it can: each decoder layer's all-reduce fused with its add and norm.)"""
     mesh = getattr(model, "_device_mesh", None)
     if mesh is None or mesh.device_type != "cuda":

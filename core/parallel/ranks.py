@@ -10,16 +10,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import wait
 
-from engine.launch import child_environment, free_port, spawn_context
+from core.parallel.launch import child_environment, free_port, spawn_context
 
 
-def run_ranks(world_size: int, argv: list[str]) -> int:
-    """Run `core.bench` with `argv` on `world_size` ranks; the exit code of the first rank that failed, else 0."""
+def run_ranks(world_size: int, argv: list[str], entry: Callable[[list[str]], int]) -> int:
+    """Run `entry(argv)` (core.bench's main) on `world_size` ranks; the exit code of the first rank that failed, else
+    0. `entry` must be a module-level function: each spawned rank imports it by name."""
     ctx = spawn_context()
     port = free_port()
-    ranks = [ctx.Process(target=_rank_main, args=(rank, world_size, port, argv), name=f"core.bench-rank{rank}")
+    ranks = [ctx.Process(target=_rank_main, args=(rank, world_size, port, argv, entry),
+                         name=f"core.bench-rank{rank}")
              for rank in range(world_size)]
     with child_environment():
         for process in ranks:
@@ -58,13 +61,11 @@ def _how(code: int | None) -> str:
     return f"failed (exit code {code})"
 
 
-def _rank_main(rank: int, world_size: int, port: int, argv: list[str]) -> None:
+def _rank_main(rank: int, world_size: int, port: int, argv: list[str], entry: Callable[[list[str]], int]) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     if rank:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - rank 0 alone prints the table
-    from core.bench import main
-
-    code = main(argv)
+    code = entry(argv)
     sys.stdout.flush()
     os._exit(code)  # skip interpreter teardown, where a rank's NCCL/gloo threads can hang

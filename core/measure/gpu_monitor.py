@@ -2,7 +2,7 @@
 
 NVML's utilization is the share of one driver sample period (1/6 s to 1 s, depending on the product; 200 ms on an
 H200) in which any kernel ran: coarse, and 100% even when a single SM is busy. The per-step CUDA events of
-core.step_times give the exact idle gap; this sampler gives the device-wide picture over time, other processes
+core.measure.step_times give the exact idle gap; this sampler gives the device-wide picture over time, other processes
 included.
 
 The driver keeps its own buffers of utilization, power and clock samples, each stamped in microseconds at the end

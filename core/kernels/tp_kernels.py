@@ -1,4 +1,5 @@
-"""core.tp_fusion's Triton kernels: all-reduce over symmetric memory, residual add and RMSNorm, one row per program.
+"""core.kernels.tp_fusion's Triton kernels: all-reduce over symmetric memory, residual add and RMSNorm, one row per
+program.
 
 Imported only where it runs (CUDA with Triton). Two ways to learn that the peers' partial rows are there:
 

@@ -12,13 +12,13 @@ Measured (benchmarks/results/h200-2026-11-29-d, RESULTS.md "Are the loops token-
   tokens (512 keys) in step-graph and reduce-overhead modes, greedy and sampled.
 With bf16 logits, two candidates are often tied or one rounding step apart, so one rounding difference anywhere
 in a step can pick another token from then on. The fifth run (h200-2026-11-29-e) placed the drift in the fused
-attention kernel: with compiled decode attention written as reductions (core.attention, "reduce"), every bf16
+attention kernel: with compiled decode attention written as reductions (core.kernels.attention, "reduce"), every bf16
 trial repeated token for token at 512 keys (Llama-8B and -70B shapes, TP=2, step-graph), and every run with the
 fused kernel drifted. So the explanation below applies where a fused attention kernel ran. The sixth run
 (h200-2026-11-29-f) added one more: with inductor's own placement of programmatic-dependent-launch waits
-(core.pdl, SYNCSCOPE_PDL=inductor), Llama-70B bf16 trials drifted where the same run without it repeated bitwise.
-The hand-written Triton decode attention (core.triton_attention, fixed order of sums) repeated bitwise too
-(h200-2026-11-30: Llama-8B and -70B, TP=2, step-graph, with PDL off and safe).
+(core.kernels.pdl, SYNCSCOPE_PDL=inductor), Llama-70B bf16 trials drifted where the same run without it repeated
+bitwise. The hand-written Triton decode attention (core.kernels.triton_attention, fixed order of sums) repeated bitwise
+too (h200-2026-11-30: Llama-8B and -70B, TP=2, step-graph, with PDL off and safe).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def attended_keys(prompt_width: int, options: Any, longest_output: int) -> int:
 def explain(identical: dict[str, bool], self_consistent: dict[str, bool], *, device_type: str, dtype: str,
             keys: int, compile_mode: str, fused_attention: bool = True, pdl: str = "off") -> dict[str, Any]:
     """{"cause", "reason", "keys"}: cause None when every contestant is identical to the reference.
-    `fused_attention`: whether decode steps ran a fused attention kernel (False: core.attention's reductions);
-    `pdl`: the programmatic-dependent-launch placement the compile used (core.pdl)."""
+    `fused_attention`: whether decode steps ran a fused attention kernel (False: core.kernels.attention's reductions);
+    `pdl`: the programmatic-dependent-launch placement the compile used (core.kernels.pdl)."""
     drifting = [name for name, ok in self_consistent.items() if not ok]
     differing = [name for name, ok in identical.items() if not ok and self_consistent.get(name, True)]
     entry: dict[str, Any] = {"cause": None, "reason": None, "keys": keys, "drifting": drifting,

@@ -21,9 +21,9 @@ Linear did, and the result is split back into q, k, v (gate, up) by their widths
 promised: the stacked product may be blocked differently by the matmul library, so the accumulation order of a
 row can change and fp32 results may differ in the last bits (bf16 more visibly, after rounding).
 
-Tensor parallelism (core.parallel.shard) shards q/k/v and gate/up by output rows (colwise, DTensor Shard(0)),
-and transformers' replacement `forward` on those Linears passes the replicated plain input straight through and
-returns this rank's plain slice of the output. The fused weight is the concatenation of this rank's local
+Tensor parallelism (core.parallel.tensor_parallel.shard) shards q/k/v and gate/up by output rows (colwise, DTensor
+Shard(0)), and transformers' replacement `forward` on those Linears passes the replicated plain input straight through
+and returns this rank's plain slice of the output. The fused weight is the concatenation of this rank's local
 shards, a plain tensor, so its output is this rank's q, k and v slices side by side: exactly what the separate
 colwise layers returned. o_proj and down_proj (rowwise, with their all-reduce) are left untouched and receive
 the same local inputs as before. Under TP the fused Linear holds only this rank's rows, so summing `numel()` over
@@ -55,7 +55,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 from transformers.utils.deprecation import deprecate_kwarg
 
-from core.parallel import local
+from core.parallel.tensor_parallel import local
 
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")

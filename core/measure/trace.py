@@ -4,7 +4,7 @@ One process per contestant; in each, a "runs" track (every warm-up and trial, pl
 "host" track (each step's queuing, each wait for the device, an instant when each step's tokens became known) and
 one track per device rank (each computed step's busy span, overshoot included, with the idle gap before it).
 Times are microseconds since the comparison began, on the host clock (device spans are put on it by
-core.step_times's reference event). Reports written before these fields existed give what they hold (host spans
+core.measure.step_times's reference event). Reports written before these fields existed give what they hold (host spans
 where present, runs laid end to end) and a note in the metadata saying so; a reader never gets an exception.
 
 This module is torch-free: the dashboard server imports it.
@@ -12,6 +12,8 @@ This module is torch-free: the dashboard server imports it.
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -199,3 +201,23 @@ def _metadata(report: dict[str, Any], starts: dict[str, Any]) -> dict[str, Any]:
                                          for run in report.get("runs", [])):
         data["note"] = OLD_REPORT_NOTE
     return data
+
+
+def build_trace(report: dict[str, Any], profiled: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's trace; with a profile, the profiler's events moved onto the report's time axis.
+
+    Kineto stamps events on CLOCK_REALTIME (`ts` µs + `baseTimeNanoseconds`); the report counts from a perf_counter
+    (CLOCK_MONOTONIC) origin. The offset between the two clocks, read right after the profiled run, moves one onto
+    the other."""
+    trace = chrome_trace(report)
+    if profiled and profiled.get("trace_file") and "origin_perf_counter_s" in report:
+        with gzip.open(profiled["trace_file"], "rt", encoding="utf-8") as handle:
+            kineto = json.load(handle)
+        base_ns = int(kineto.get("baseTimeNanoseconds", 0))
+        clock = profiled["clock"]
+        shift_us = (base_ns - clock["offset_ns"]) / 1000 - report["origin_perf_counter_s"] * 1e6
+        merge_profiler_trace(trace, kineto, shift_us)
+        trace["metadata"]["profiler"] = {"file": profiled["trace_file"], "shift_us": shift_us,
+                                         "clock_offset_error_us": clock["error_ns"] / 1000}
+    return trace
+

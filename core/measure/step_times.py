@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from core.stats import percentile
+from core.measure.stats import percentile
 
 
 @dataclass
@@ -40,8 +40,8 @@ class Timings:
     ms_per_token_p95: float | None
     host_queued_ms: list[float]     # per computed step: when the host finished queuing it (from the start)
     host_known_ms: list[float]      # per kept step: when its tokens were known on the host
-    warmup_ms: float = 0.0          # untimed warm-up before this run (0 when this shape was already warm)
-    compile_ms: float = 0.0         # the part of the warm-up that compiled (first run of a compiled shape)
+    setup_ms: float = 0.0           # the shape's untimed setup run before this run (0 once the shape is set up)
+    compile_ms: float = 0.0         # that setup run, when it compiled (the first run of a compiled shape)
     ttft_gpu_ms: float | None = None        # device: prefill start to the first token computed
     gpu_step_ms: list[float] = field(default_factory=list)   # device span of each kept step
     gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
@@ -97,7 +97,7 @@ class StepClock:
 
     @classmethod
     def for_run(cls, setup: Any, max_steps: int) -> StepClock:
-        """Event objects are reused across runs of one decode setup (core.generation.DecodeSetup): creating
+        """Event objects are reused across runs of one decode setup (core.loops.step.DecodeSetup): creating
         hundreds per run would cost host time."""
         key = ("clock", max_steps)
         clock = setup.reusables.get(key)
@@ -135,7 +135,7 @@ class StepClock:
         if self.cuda:
             self.end_reference_host_s, self.end_reference_error_s = _stamp(self.end_reference)
 
-    def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, warmup_ms: float,
+    def summary(self, *, kept_steps: int, computed_steps: int, new_tokens: int, setup_ms: float,
                 compile_ms: float, rows: int = 1) -> Timings:
         total_ms = (self.t_end - self.t0) * 1000
         known = self._since_start(self.known_at[:kept_steps])
@@ -144,7 +144,7 @@ class StepClock:
             clock="cuda-events" if self.cuda else "host", total_ms=total_ms, ttft_ms=known[0],
             tokens_per_s=new_tokens / (total_ms / 1000) if total_ms > 0 else 0.0, new_tokens=new_tokens,
             kept_steps=kept_steps, computed_steps=computed_steps, step_ms=[], ms_per_token_p50=0.0,
-            ms_per_token_p95=0.0, host_queued_ms=queued, host_known_ms=known, warmup_ms=warmup_ms,
+            ms_per_token_p95=0.0, host_queued_ms=queued, host_known_ms=known, setup_ms=setup_ms,
             compile_ms=compile_ms, host_step_start_ms=self._since_start(self.step_started[:computed_steps]),
             host_wait_start_ms=self._since_start(self.wait_started[:kept_steps]),
         )

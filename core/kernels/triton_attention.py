@@ -1,7 +1,7 @@
 """Decode attention as one Triton kernel per layer (flash-decoding with grouped heads), for CUDA decode steps.
 
-The "reduce" decode attention (core.attention) compiles into three inductor kernels per layer, 11 µs a layer on the
-H200 at 512 keys (Llama-8B shape, TP=2), and cuDNN's fused kernel takes 9.6 µs. The work is tiny (each rank reads
+The "reduce" decode attention (core.kernels.attention) compiles into three inductor kernels per layer, 11 µs a layer on
+the H200 at 512 keys (Llama-8B shape, TP=2), and cuDNN's fused kernel takes 9.6 µs. The work is tiny (each rank reads
 0.6 MB of K/V per step); what costs is kernels and their latency. Here one program handles one KV head and all the
 query heads that share it, so each key and value is read once, and streams the keys in blocks with an online
 softmax in fp32. Scores are tensor-core products of the bf16 query and keys, exact in fp32 and summed in fp32; the

@@ -7,7 +7,7 @@ what the one before wrote. vLLM and TensorRT-LLM fuse the three (FlashInfer's `t
 TensorRT-LLM's AllReduce+RMSNorm). Here one Triton kernel does it over PyTorch's symmetric memory: each rank
 stores its partial row into every peer's symmetric buffer and polls its own until the peers' rows are all there
 (the Lamport-style one-shot all-reduce of TensorRT-LLM and FlashInfer: an empty slot holds negative zero's bits,
-core.tp_kernels), sums the rows in rank order in fp32 (so every rank gets the same bits), adds the residual and
+core.kernels.tp_kernels), sums the rows in rank order in fp32 (so every rank gets the same bits), adds the residual and
 normalises. SYNCSCOPE_TP_BARRIER=asm (or atomic) takes the earlier kernel instead: each rank writes its row into
 its own buffer, meets the peers at a flag in their signal pads (the barrier of PyTorch's one-shot all-reduce), and
 reads their rows over NVLink. The partial sum and the sum with the residual
@@ -48,7 +48,7 @@ from transformers.models.mistral.modeling_mistral import MistralModel
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 from transformers.utils.deprecation import deprecate_kwarg
 
-from core.fusion import forward_fingerprint
+from core.kernels.fusion import forward_fingerprint
 from core.options import (
     TP_ALL_REDUCE_CHOICES,
     TP_ALL_REDUCE_ENV,
@@ -56,7 +56,7 @@ from core.options import (
     TP_BARRIER_ENV,
     env_choice,
 )
-from core.parallel import FUSED, ONE_SHOT, local
+from core.parallel.tensor_parallel import FUSED, ONE_SHOT, local
 
 FUSED_ROWS = 8  # tokens per call that the fused kernel takes (decode steps up to batch 8); more take NCCL
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
@@ -248,7 +248,7 @@ def _allocate(workspace: Workspace, like: torch.Tensor) -> None:
 
 
 def _mark_empty(buffer: torch.Tensor) -> None:
-    """Fill with negative zero's bits, the push kernel's empty mark (core.tp_kernels)."""
+    """Fill with negative zero's bits, the push kernel's empty mark (core.kernels.tp_kernels)."""
     bits = {2: torch.int16, 4: torch.int32}[buffer.element_size()]
     buffer.view(bits).fill_(torch.iinfo(bits).min)
 
@@ -297,8 +297,8 @@ def _(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: 
 
 def launch_fused_kernel(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
                         eps: float, workspace: Workspace, slot: int) -> None:
-    """One program per row: share the partial rows, sum, add, normalise (core.tp_kernels)."""
-    from core.tp_kernels import fused_all_reduce_add_rms_norm, fused_all_reduce_add_rms_norm_push
+    """One program per row: share the partial rows, sum, add, normalise (core.kernels.tp_kernels)."""
+    from core.kernels.tp_kernels import fused_all_reduce_add_rms_norm, fused_all_reduce_add_rms_norm_push
 
     rows, hidden = partial.shape
     block = 1 << (hidden - 1).bit_length()

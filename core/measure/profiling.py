@@ -23,8 +23,8 @@ import torch
 # First match wins; names are CUDA kernel names as the profiler reports them. Inductor names a kernel after the ops
 # it fused, so a "matmul (inductor)" kernel includes the norm or activation fused into it and, under tensor
 # parallelism, the write of the all-reduce's input; "all-reduce" is the collective kernel alone, including the time
-# it waits for the other GPUs. "all-reduce + add + norm" is core.tp_fusion's kernel: the all-reduce with the residual
-# add and RMSNorm after it.
+# it waits for the other GPUs. "all-reduce + add + norm" is core.kernels.tp_fusion's kernel: the all-reduce with the
+# residual add and RMSNorm after it.
 KERNEL_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("all-reduce + add + norm", re.compile(r"fused_all_reduce_add_rms_norm", re.I)),
     ("all-reduce", re.compile(r"one_shot_all_reduce|two_shot_all_reduce|multimem|nccl.*allreduce|nccl:all_reduce",

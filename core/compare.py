@@ -1,0 +1,190 @@
+"""The fair A/B protocol: the naive and the pipelined loop (and optionally HF generate) on one prompt.
+
+Every contestant first runs once untimed (its warm-up: compilation, CUDA-graph capture and library set-up happen
+there and are reported apart); then k timed trials, the order of contestants alternating between trials so that
+neither always runs first; medians over trials; a check that all contestants produced the same tokens
+(core.report). Tokens/s counts the new tokens of all sequences (through EOS) over the host wall time of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from core.loops.generation import TokenEvent, run
+from core.loops.hf_generate import hf_generate
+from core.models import LoadedModel, check_support
+from core.options import (
+    ALL_LOOPS,
+    HF_DEFERRED,
+    PIPELINED_AGAIN,
+    BenchRequest,
+    Cancelled,
+    effective_options,
+    hf_generate_options,
+)
+from core.report import build_report
+
+BenchEvent = dict[str, Any]
+
+
+def compare(
+    loaded: LoadedModel,
+    request: BenchRequest,
+    *,
+    on_event: Callable[[BenchEvent], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings.
+
+    Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured."""
+    _check_device_for(loaded, request)
+    check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
+    emit = on_event or (lambda event: None)
+    stop = should_stop or (lambda: False)
+    streaming = request.stream or on_event is not None
+    runs: list[dict[str, Any]] = []
+    warmups: dict[str, dict[str, Any]] = {}
+    origin_s = time.perf_counter()  # every run's `started_ms` counts from here, so a trace lays them on one axis
+    with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
+        for name in request.contestants:
+            emit({"type": "phase", "phase": "warmup", "contestant": name, "t": time.perf_counter()})
+            # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
+            # during a long warm-up.
+            watcher = _token_listener(emit, name, None) if streaming or should_stop else None
+            began_s, graphs_before, compiling_before = time.perf_counter(), compiled_graph_count(), compiling_ms()
+            warmups[name] = {**_warmup_entry(run_contestant(loaded, request, name, watcher, stop), began_s, origin_s),
+                             "graphs_compiled": compiled_graph_count() - graphs_before,
+                             "compiling_ms": compiling_ms() - compiling_before}
+        for trial in _trial_indices(request, runs):
+            order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
+            for position, name in enumerate(order):
+                emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial,
+                      "t": time.perf_counter()})
+                listener = _token_listener(emit, name, trial) if streaming else None
+                graphs_before, compiling_before = compiled_graph_count(), compiling_ms()
+                outcome = run_contestant(loaded, request, name, listener, stop)
+                started_ms = (outcome.pop("started_s") - origin_s) * 1000
+                entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
+                         "graphs_compiled": compiled_graph_count() - graphs_before,
+                         "compiling_ms": compiling_ms() - compiling_before}
+                runs.append(entry)
+                emit({"type": "run", "t": time.perf_counter(), **entry})
+    report = build_report(loaded, request, runs, warmups)
+    report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
+    if request.deterministic:
+        report["nondeterministic_ops"] = sorted(nondeterministic_ops)
+    return report
+
+
+def _check_device_for(loaded: LoadedModel, request: BenchRequest) -> None:
+    if HF_DEFERRED in request.contestants and loaded.device.type != "cuda":
+        raise ValueError("hf-deferred needs CUDA: transformers' DeferredStopCheck records CUDA events")
+
+
+def _trial_indices(request: BenchRequest, runs: list[dict[str, Any]]) -> Iterator[int]:
+    """0 .. trials-1, then more whole rounds while some contestant has been timed less than min_seconds."""
+    trial = 0
+    while trial < request.trials or _least_timed_s(request, runs) < request.min_seconds:
+        yield trial
+        trial += 1
+
+
+def _least_timed_s(request: BenchRequest, runs: list[dict[str, Any]]) -> float:
+    return min(sum(r["timings"]["total_ms"] for r in runs if r["contestant"] == name) / 1000
+               for name in request.contestants)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[set[str]]:
+    """PyTorch's deterministic algorithms for the duration (warn-only); yields the ops that warned they are not."""
+    seen: set[str] = set()
+    if not enabled:
+        yield seen
+        return
+    import warnings
+
+    # cuBLAS reads this when deterministic algorithms are on; without it PyTorch raises on every matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
+        seen.update(str(w.message).split(" does not have a deterministic")[0] for w in caught
+                    if "deterministic" in str(w.message))
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def compiled_graph_count() -> int:
+    """How many graphs torch.compile has produced in this process: a timed run should add none."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compiling_ms() -> float:
+    """Milliseconds torch.compile has spent compiling in this process, by its own timer (tracing and inductor, every
+    recompile included; not CUDA-graph capture)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(compilation_time_metrics.get("_compile.compile_inner", ())) * 1000
+
+
+
+def _token_listener(emit: Callable[[BenchEvent], None], name: str,
+                    trial: int | None) -> Callable[[TokenEvent], None]:
+    def listener(event: TokenEvent) -> None:
+        emit({"type": "tokens", "contestant": name, "trial": trial, "step": event.step,
+              "tokens": event.tokens, "host_time_s": event.host_time_s})
+
+    return listener
+
+
+def run_contestant(loaded: LoadedModel, request: BenchRequest, name: str,
+             listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool]) -> dict[str, Any]:
+    if stop():
+        raise Cancelled("cancelled")
+    loop = "pipelined" if name == PIPELINED_AGAIN else name
+    if loop in ALL_LOOPS:
+        options = replace(request.options, loop=loop)
+        result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
+        return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
+                "notices": result.notices, "started_s": result.started_s}
+    started_s = time.perf_counter()  # generate() has no step timings to place, only its call
+    token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
+    texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    notices = hf_generate_options(request.options, loaded.device.type)[1]
+    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": notices,
+            "started_s": started_s}
+
+
+def _stoppable(listener: Callable[[TokenEvent], None] | None,
+               stop: Callable[[], bool]) -> Callable[[TokenEvent], None] | None:
+    if listener is None:
+        return None
+
+    def guarded(event: TokenEvent) -> None:
+        if stop():
+            raise Cancelled("cancelled")
+        listener(event)
+
+    return guarded
+
+
+def _warmup_entry(outcome: dict[str, Any], began_s: float, origin_s: float) -> dict[str, Any]:
+    """The untimed first run: setting up its decode shape (`setup_ms`: compile, capture) and then one whole run,
+    `wall_ms` in all. Reports written before the decode setup had its name call `setup_ms` "engine_warmup_ms"."""
+    timings = outcome["timings"]
+    return {"total_ms": timings["total_ms"], "setup_ms": timings["setup_ms"],
+            "compile_ms": timings["compile_ms"], "started_ms": (began_s - origin_s) * 1000,
+            "wall_ms": (time.perf_counter() - began_s) * 1000}
+

@@ -1,0 +1,70 @@
+"""The generate() contestant: transformers' own `model.generate()` with the loops' cache and compile settings, and
+with its DeferredStopCheck forced on for CUDA (transformers 5.24 enables it on mps only)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from core.loops.prompt import cut_at_eos, encode_prompt, resolve_eos_ids
+from core.measure.step_times import StepClock, Timings
+from core.models import LoadedModel
+from core.options import GenerationOptions, hf_generate_options
+
+
+def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
+                deferred: bool = False) -> tuple[list[list[int]], Timings]:
+    """transformers' own generate() with the same cache and compile settings, timed on the host."""
+    from transformers import GenerationConfig
+
+    options, _ = hf_generate_options(options, loaded.device.type)
+    input_ids, attention_mask = encode_prompt(loaded, prompt)
+    config = GenerationConfig(
+        max_new_tokens=options.max_new_tokens, do_sample=options.do_sample,
+        temperature=options.temperature if options.do_sample else None,
+        top_k=options.top_k if options.do_sample else None, top_p=options.top_p if options.do_sample else None,
+        pad_token_id=loaded.tokenizer.pad_token_id, bos_token_id=loaded.model.generation_config.bos_token_id,
+        eos_token_id=None if options.ignore_eos else (resolve_eos_ids(loaded, options.eos_token_id) or None),
+        cache_implementation="static" if options.cache == "static" else None,
+        disable_compile=options.compile == "off",
+    )
+    if options.compile != "off":
+        from transformers import CompileConfig
+
+        config.compile_config = CompileConfig(mode=options.compile)
+    if options.seed is not None:
+        torch.manual_seed(options.seed)
+    clock = StepClock(loaded.device, 1)
+    clock.start()
+    with _deferred_stop_check(deferred), torch.inference_mode():
+        output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    clock.stop()
+    rows = output[:, input_ids.shape[1]:].tolist()
+    token_ids = cut_at_eos(rows, [] if options.ignore_eos else resolve_eos_ids(loaded, options.eos_token_id))
+    total_ms = (clock.t_end - clock.t0) * 1000
+    new_tokens = sum(map(len, token_ids))
+    timings = Timings(clock="host", total_ms=total_ms, ttft_ms=None, tokens_per_s=new_tokens / (total_ms / 1000),
+                      new_tokens=new_tokens, kept_steps=len(rows[0]), computed_steps=len(rows[0]), step_ms=[],
+                      ms_per_token_p50=total_ms / max(1, len(rows[0])), ms_per_token_p95=0.0,
+                      host_queued_ms=[], host_known_ms=[])
+    return token_ids, timings
+
+
+@contextlib.contextmanager
+def _deferred_stop_check(enabled: bool) -> Iterator[None]:
+    """Turn on transformers' DeferredStopCheck for CUDA (5.24 enables it only on mps)."""
+    if not enabled:
+        yield
+        return
+    from transformers.generation import utils as generation_utils
+
+    check = generation_utils.DeferredStopCheck
+    original = check.__dict__["is_supported"]
+    check.is_supported = staticmethod(lambda device, cache, cache_is_returned, is_assistant: not is_assistant)
+    try:
+        yield
+    finally:
+        check.is_supported = original

@@ -1,0 +1,219 @@
+"""The report of one comparison (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
+medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
+
+`format_table` is the report as the CLI prints it. Old reports keep opening where they are read (dashboard.reports).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import statistics
+from dataclasses import asdict, replace
+from typing import Any
+
+import torch
+
+from core.kernels.pdl import pdl_in_effect
+from core.loops.prompt import encode_prompt
+from core.loops.step import inductor_overrides
+from core.measure import identity
+from core.measure.stats import percentile, spread, verdict, verdict_sentence
+from core.models import LoadedModel
+from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, effective_options
+
+SCHEMA = "syncscope.bench/1"
+COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
+
+
+def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
+                 warmups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    summary = {name: summarize([r for r in runs if r["contestant"] == name]) for name in request.contestants}
+    reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
+    for entry in runs:
+        entry["first_difference"] = first_difference(entry["token_ids"], reference)
+    identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
+                 for name in request.contestants}
+    self_consistent = {name: _self_consistent(runs, name) for name in request.contestants}
+    effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
+    loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment(loaded, loops_ran.compile),
+        "model": model_facts(loaded),
+        "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
+                    "contestants": list(request.contestants), "stream": request.stream,
+                    "min_seconds": request.min_seconds, "deterministic": request.deterministic},
+        # What each contestant ran with: the device can change what was asked (CUDA-only modes on the CPU).
+        "effective": {name: {"options": asdict(options), "notices": notices}
+                      for name, (options, notices) in effective.items()},
+        "warmup": warmups,
+        "runs": runs,
+        "summary": summary,
+        "ratios": ratios(summary),
+        "verdict": verdict(runs) if {"naive", "pipelined"} <= set(request.contestants) else None,
+        "identical": identical,
+        "all_identical": all(identical.values()),
+        # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
+        "self_consistent": self_consistent,
+        "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
+    }
+
+
+def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], identical: dict[str, bool],
+              self_consistent: dict[str, bool]) -> dict[str, Any]:
+    width = encode_prompt(loaded, request.prompt)[0].shape[1]
+    keys = identity.attended_keys(width, request.options, identity.longest_row([r["token_ids"] for r in runs]))
+    return identity.explain(identical, self_consistent, device_type=loaded.device.type,
+                            dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
+                            compile_mode=request.options.compile,
+                            fused_attention=_fused_attention(loaded, request.options.compile),
+                            pdl=pdl_in_effect(loaded.device, request.options.compile, inductor_overrides()))
+
+
+def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
+    """Whether the decode steps ran a fused attention kernel whose sums may fall differently from run to run:
+    everywhere but core.kernels.attention's compiled kernels with a fixed order of sums ("reduce", "split" and "triton",
+    whose bf16 trials all repeated bitwise on the H200)."""
+    return compile_mode == "off" or loaded.decode_attention not in ("reduce", "split", "triton")
+
+
+def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
+    outputs = [r["token_ids"] for r in runs if r["contestant"] == name]
+    return all(ids == outputs[0] for ids in outputs)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def median_of(key: str) -> float | None:
+        values = [r["timings"][key] for r in runs if r["timings"].get(key) is not None]
+        return statistics.median(values) if values else None
+
+    rates = [r["timings"]["tokens_per_s"] for r in runs]
+    decode = [r["timings"]["decode_tokens_per_s"] for r in runs if r["timings"].get("decode_tokens_per_s")]
+    steps = [ms for r in runs for ms in r["timings"]["step_ms"]]
+    gaps = [g for r in runs for g in r["timings"].get("gpu_gap_ms", [])]
+    return {
+        "trials": len(runs),
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_all": rates,
+        "spread": spread(rates),
+        "decode_tokens_per_s": statistics.median(decode) if decode else None,
+        "decode_tokens_per_s_all": decode,
+        "decode_spread": spread(decode) if decode else None,
+        "total_ms": median_of("total_ms"),
+        "ttft_ms": median_of("ttft_ms"),
+        "ttft_gpu_ms": median_of("ttft_gpu_ms"),
+        "ms_per_token_p50": statistics.median(steps) if steps else median_of("ms_per_token_p50"),
+        "ms_per_token_p95": percentile(steps, 95) if steps else None,
+        "gpu_busy_fraction": median_of("gpu_busy_fraction"),
+        "gpu_gap_ms_mean": statistics.fmean(gaps) if gaps else None,
+        "gpu_gap_ms_p50": percentile(gaps, 50) if gaps else None,
+        "gpu_gap_ms_p99": percentile(gaps, 99) if gaps else None,
+        "gpu_gap_ms_max": max(gaps) if gaps else None,
+        "new_tokens": median_of("new_tokens"),
+        "overshoot_steps": median_of("overshoot_steps"),
+    }
+
+
+def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """pipelined over each other contestant: end to end, and for the decode phase where both have one."""
+    out = {}
+    pipelined = summary.get("pipelined", {})
+    for other in ("naive", NO_CHECK, PIPELINED_AGAIN, HF, HF_DEFERRED):
+        base = summary.get(other, {})
+        if pipelined.get("tokens_per_s") and base.get("tokens_per_s"):
+            out[f"pipelined/{other}"] = pipelined["tokens_per_s"] / base["tokens_per_s"]
+        if pipelined.get("decode_tokens_per_s") and base.get("decode_tokens_per_s"):
+            out[f"decode pipelined/{other}"] = pipelined["decode_tokens_per_s"] / base["decode_tokens_per_s"]
+    return out
+
+
+def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
+    import transformers
+
+
+    gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
+    return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
+            "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
+            "inductor_options": inductor_overrides() or None,
+            "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_overrides()),
+            "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
+            "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
+            "gpus": _gpu_facts(loaded),
+            "torch": str(torch.__version__), "transformers": str(transformers.__version__),
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:
+    """NVML's facts (driver, clock and power limits, ...) of the GPUs this run used: every rank's, under TP."""
+    if loaded.device.type != "cuda":
+        return []
+    from core.measure.gpu_monitor import gpu_facts, nvml_index
+
+    first = loaded.device.index or 0
+    return gpu_facts([nvml_index(first + offset) for offset in range(loaded.tp)] if loaded.tp > 1
+                     else [nvml_index(first)])
+
+
+def model_facts(loaded: LoadedModel) -> dict[str, Any]:
+    """Sizes, and the HBM floor of one batch-1 decode step: each GPU reads its share of the weights once."""
+    weight_bytes = loaded.weight_bytes
+    return {"spec": loaded.spec, "parameters": loaded.num_parameters, "weight_bytes": weight_bytes,
+            "hbm_floor_ms_per_step": weight_bytes / loaded.tp / COPY_BANDWIDTH_BYTES_PER_S * 1000}
+
+
+
+def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
+    """Index of the first token where two results differ (over all rows), or None when identical."""
+    for row_a, row_b in zip(a, b):
+        for index, (x, y) in enumerate(zip(row_a, row_b)):
+            if x != y:
+                return index
+        if len(row_a) != len(row_b):
+            return min(len(row_a), len(row_b))
+    return None if len(a) == len(b) else 0
+
+
+def format_table(report: dict[str, Any]) -> str:
+    rows = [f"{'contestant':<16} {'decode tok/s':>12} {'tok/s':>9} {'spread':>7} {'ttft ms':>8} {'ms/tok p50':>10} "
+            f"{'p95':>7} {'busy':>6} {'gap ms':>7} {'same':>5}"]
+    for name, s in report["summary"].items():
+        rows.append(
+            f"{name:<16} {_num(s.get('decode_tokens_per_s')):>12} {s['tokens_per_s']:>9.1f} "
+            f"{_pct(s['spread'], 1):>7} {_num(s['ttft_ms']):>8} "
+            f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
+            f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
+            f"{identity.sameness(report, name):>5}")
+    rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
+    if report.get("verdict"):
+        rows.append(verdict_sentence(report["verdict"]))
+    note = identity.difference_note(report)
+    if note:
+        rows.append(note)
+    return "\n".join(rows)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}%}"
+
+
+
+def compile_note(report: dict[str, Any]) -> str | None:
+    """One line on what torch.compile did, recompiles included: in the warm-ups, and in timed trials if it did."""
+    warm = report.get("warmup", {}).values()
+    graphs = sum(w.get("graphs_compiled", 0) for w in warm)
+    seconds = sum(w.get("compiling_ms", 0.0) for w in warm) / 1000
+    late = [r for r in report.get("runs", []) if r.get("graphs_compiled")]
+    if not graphs and not late:
+        return None
+    line = f"compile: the warm-ups compiled {graphs} graph(s) in {seconds:.1f} s"
+    if late:
+        line += (f"; timed trials compiled {sum(r['graphs_compiled'] for r in late)} more (recompiles), and their "
+                 "times include it")
+    return line
+
