@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from core.measure.stats import percentile  # noqa: E402
 from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
 from core.run_schema import cli_command, request_from_values  # noqa: E402
-from dashboard.ui import OUTPUTS, page_inputs  # noqa: E402
+from dashboard.ui import OUTPUTS, page_values  # noqa: E402
 
 Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
 
@@ -126,7 +126,7 @@ def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go:
     client = Client(url, verbose=False)
     go.wait()
     started = time.perf_counter()
-    job = client.submit(*page_inputs(settings), api_name="/run")
+    job = client.submit(**page_values(settings), api_name="/run")
     updates = 0
     for _ in job:
         updates += 1

@@ -28,7 +28,7 @@ from dashboard.runner import Runner
 def memory_now(report: dict | None = None) -> dict[str, float]:
     gc.collect()
     sample = {"server_rss_mib": psutil.Process().memory_info().rss / 2**20}
-    engine = (report or {}).get("engine") or {}
+    engine = (report or {}).get("engine_process") or {}
     sample.update({key: engine[key] for key in ("rss_mib", "gpu_allocated_mib", "gpu_reserved_mib") if key in engine})
     return sample
 
@@ -44,14 +44,14 @@ def main() -> int:
     args = parser.parse_args()
     runner = Runner(None, device=args.device, monitor=True)
     loaded = runner.load(args.model, timeout=600)
-    settings = dict(prompt="Tell me a story about a lighthouse.", max_new_tokens=args.max_new_tokens,
-                           ignore_eos=True, static_cache=args.compile != "off", compile=args.compile, trials=1)
+    settings = dict(prompt="Tell me a story about a lighthouse.", max_new_tokens=args.max_new_tokens, ignore_eos=True,
+                    cache="static" if args.compile != "off" else "dynamic", compile=args.compile, trials=1)
     start = memory_now()
     samples = []
     t0 = time.perf_counter()
     for index in range(args.runs):
         report = runner.run(settings)
-        total = report["engine"]["graphs_compiled_total"]
+        total = report["engine_process"]["graphs_compiled_total"]
         graphs = total - (samples[-1]["graphs_total"] if samples else 0)
         samples.append({"run": index, **memory_now(report), "graphs_compiled": graphs, "graphs_total": total,
                         "pipelined_tokens_per_s": report["summary"]["pipelined"]["tokens_per_s"]})

@@ -48,6 +48,15 @@ TP_BARRIER_CHOICES = ("push", "asm", "atomic")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV)
 
 
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class GenerationOptions:
     """How the loops decode. Checked when made (`RUN_OPTIONS` holds each field's bounds), so the loops trust it."""
@@ -62,7 +71,7 @@ class GenerationOptions:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    seed: int | None = None
+    seed: int | None = 0  # None: a fresh seed each run
     eos_token_id: int | Sequence[int] | None = None
     ignore_eos: bool = False
 
@@ -129,6 +138,8 @@ class Cancelled(Exception):
 # --------------------------------------------------------------------------------------- the run options
 
 OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
+PAGE_GROUPS = ("run", "loop", "sampling")  # where the page shows an option (RunOption.group), in the page's order
+CLI_ONLY = "cli"  # the group of an option that only the command line offers
 BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic")
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
@@ -162,6 +173,11 @@ class RunOption:
     contestants: tuple[str, ...] = ()
     group: str = "run"
     history: bool = False  # a column of the run history
+
+    def __post_init__(self) -> None:
+        require(self.group in (*PAGE_GROUPS, CLI_ONLY),
+                f"run option {self.name!r}: group {self.group!r} has no place on the page; use one of "
+                f"{', '.join(PAGE_GROUPS)} (the page's) or {CLI_ONLY!r} (the command line only)")
 
     @property
     def cli_flag(self) -> str:
@@ -229,7 +245,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("hf", FLAG, False, "Include HF generate() (on CUDA also with its DeferredStopCheck on)",
               "add transformers' generate() as a contestant", part=CONTESTANT, contestants=(HF,), group="loop"),
     RunOption("hf_deferred", FLAG, False, "", "add generate() with DeferredStopCheck forced on", part=CONTESTANT,
-              contestants=(HF_DEFERRED,), group="cli"),
+              contestants=(HF_DEFERRED,), group=CLI_ONLY),
     RunOption("no_check", FLAG, False, "Include no-check baseline",
               "add the upper-bound baseline that never checks EOS while running", part=CONTESTANT,
               contestants=(NO_CHECK,), group="loop"),
@@ -310,13 +326,6 @@ def effective_options(contestant: str, options: GenerationOptions,
     return adapt_to_device(options, device_type)
 
 
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 # How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel.tensor_parallel).
 ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"

@@ -17,6 +17,7 @@ from typing import Any
 
 from core.options import (
     CHOICE,
+    CLI_ONLY,
     CONTESTANT,
     FLAG,
     HF,
@@ -109,7 +110,7 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
     if option.kind == TEXT:
         return _checked_text(value, called)
     if option.kind == FLAG:
-        return bool(value)
+        return _flag(value, called)
     if option.kind == CHOICE:
         value = value or option.default
         option.check(value, called)
@@ -122,6 +123,20 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
     high = getattr(limits, option.limit) if limits is not None and option.limit else None
     option.check(number, called, high)
     return number
+
+
+_FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def _flag(value: Any, called: str) -> bool:
+    """A flag from a form (a bool) or an API call (also the words true/false, yes/no, on/off, 1/0); anything else is
+    refused rather than read as true."""
+    if isinstance(value, bool):
+        return value
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in _FLAG_WORDS:
+        return _FLAG_WORDS[word]
+    raise ValueError(f"{called} must be true or false, got {value!r}")
 
 
 def _number(called: str, value: Any) -> float:
@@ -161,7 +176,7 @@ def add_run_arguments(parser: argparse.ArgumentParser | Any, *, form_defaults: b
     """A flag per run option. With `form_defaults` (app.py) each defaults to None, "the page's default for this
     device", and the help says both defaults."""
     for option in RUN_OPTIONS:
-        if option.group == "cli" and form_defaults:
+        if option.group == CLI_ONLY and form_defaults:
             continue
         parser.add_argument(option.cli_flag, dest=option.name, **_argparse_kwargs(option, form_defaults))
 

@@ -88,7 +88,6 @@ TINY_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {  # name: (transformers 
     "falcon": ("FalconConfig", {**_TINY_MHA, "max_position_embeddings": 2048, "multi_query": True,
                                 "new_decoder_architecture": False}),
 }
-TINY_FAMILY_SPECS = tuple(TINY_FAMILY_PREFIX + name for name in TINY_FAMILIES)
 BUILTIN_SPECS = (DEFAULT_MODEL, *(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES), TINY_RANDOM)
 
 

@@ -1,7 +1,7 @@
 """Plotly figures built from plain data (lists and dicts), so they can be tested without a browser.
 
-A *timeline* is what the page builds while a run streams, and `dashboard.reports.timeline_from_report` rebuilds
-for a saved report:
+The *live series* is what the page records while a run streams (dashboard.live_view), and
+`dashboard.reports.live_series_from_report` rebuilds for a saved report:
     {"series": {name: {"t": [...], "tokens_per_s": [...]}},            # None in both lists separates trials
      "spans": [{"contestant", "phase" ("warmup"|"trial"), "trial", "t0", "t1"}],
      "monitor": {"source" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
@@ -157,24 +157,24 @@ def _label_width_s(text: str, view: Sequence[float]) -> float:
     return (len(text) * LABEL_CHAR_PX + LABEL_PAD_PX) / PLOT_WIDTH_PX * (view[1] - view[0])
 
 
-def time_range(timeline: dict[str, Any]) -> list[float] | None:
+def time_range(live: dict[str, Any]) -> list[float] | None:
     """The same x range on the tokens/s and device charts: the whole run, or only the timed trials when the
     warm-up (compilation, often seconds against trials of a fraction of one) would squeeze them into a sliver;
     never under MIN_TIME_SPAN_S, so a run that has barely started does not zoom to nanoseconds.
     Double-clicking a chart shows everything."""
-    end = timeline.get("t_end") or _data_end(timeline)
+    end = live.get("t_end") or _data_end(live)
     if end is None:
         return None
-    starts = [s["t0"] for s in timeline.get("spans") or [] if s["phase"] == "trial"]
+    starts = [s["t0"] for s in live.get("spans") or [] if s["phase"] == "trial"]
     first_trial = min(starts) if starts else 0.0
     start = first_trial - 0.02 * (end - first_trial) if first_trial > 0.5 * end else 0.0
     return [start, max(end, start + MIN_TIME_SPAN_S)]
 
 
-def _data_end(timeline: dict[str, Any]) -> float | None:
-    times = [t for s in (timeline.get("series") or {}).values() for t in s.get("t") or [] if t is not None]
-    times += [s.get("t1") or s["t0"] for s in timeline.get("spans") or []]
-    times += [s["t"] for s in (timeline.get("monitor") or {}).get("samples") or []]
+def _data_end(live: dict[str, Any]) -> float | None:
+    times = [t for s in (live.get("series") or {}).values() for t in s.get("t") or [] if t is not None]
+    times += [s.get("t1") or s["t0"] for s in live.get("spans") or []]
+    times += [s["t"] for s in (live.get("monitor") or {}).get("samples") or []]
     return max(times, default=None)
 
 
@@ -190,17 +190,17 @@ def line(x: list[Any], y: list[Any], name: str, line_color: str, dash: str = "so
 
 # ------------------------------------------------------------------------------------------------ tokens/s
 
-def tokens_per_s_figure(timeline: dict[str, Any]) -> go.Figure:
+def tokens_per_s_figure(live: dict[str, Any]) -> go.Figure:
     """Tokens/s over time for each contestant (a rate over the last few steps), with the spans shaded."""
     title = "Tokens/s over time"
-    series = timeline.get("series") or {}
+    series = live.get("series") or {}
     if not any(s.get("t") for s in series.values()):
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
     timed = {name: s for name, s in series.items() if s.get("t")}
     data = [line(s["t"], s["tokens_per_s"], name, color(name), dash=dash(name), connectgaps=False)
             for name, s in timed.items()]
-    spans = timeline.get("spans") or []
-    view = time_range(timeline)
+    spans = live.get("spans") or []
+    view = time_range(live)
     shapes, notes = span_shapes(spans, view)
     for span in _untimed_spans(spans, set(timed)):
         data.append(_span_legend_entry(span))
@@ -244,17 +244,17 @@ NVML_SUBTITLE = "util % = share of each ~1/6 s sample period in which any kernel
 CPU_TITLE = "Engine CPU use (no NVIDIA GPU here)"
 
 
-def device_figure(timeline: dict[str, Any]) -> go.Figure:
+def device_figure(live: dict[str, Any]) -> go.Figure:
     """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU).
     One line per GPU and metric, through the samples that read that metric."""
-    monitor = timeline.get("monitor") or {}
+    monitor = live.get("monitor") or {}
     samples = monitor.get("samples") or []
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
     gpu = monitor.get("source") == "nvml"
     data, ranges = _device_traces(samples, GPU_METRICS if gpu else CPU_METRICS)
-    view = time_range(timeline)
-    spans = timeline.get("spans") or []
+    view = time_range(live)
+    spans = live.get("spans") or []
     top_shapes, notes = span_shapes(spans, view, xref="x", yref="y domain", label_at="bottom")
     bottom_shapes, _ = span_shapes(spans, view, labels=False, xref="x2", yref="y3 domain")
     right = {"side": "right", "showgrid": False, "tickmode": "auto", "nticks": 5}
@@ -434,19 +434,19 @@ def _subsample(values: list[float]) -> list[float]:
     return values[::stride]
 
 
-def all_figures(timeline: dict[str, Any], report: dict[str, Any] | SavedReport | None) -> tuple[go.Figure, ...]:
+def all_figures(live: dict[str, Any], report: dict[str, Any] | SavedReport | None) -> tuple[go.Figure, ...]:
     """The four charts of the page: tokens/s, device, step latency, idle gap (`report`: a report, or any document
     the page saves one in)."""
     report = split_report(report).report if report else {}
-    return tokens_per_s_figure(timeline), device_figure(timeline), step_latency_figure(report), gap_figure(report)
+    return tokens_per_s_figure(live), device_figure(live), step_latency_figure(report), gap_figure(report)
 
 
-def warm_up() -> None:
+def prebuild() -> None:
     """Build each kind of figure once, so plotly's lazy imports do not land in the middle of a timed run."""
     spans = [{"contestant": "naive", "phase": "trial", "trial": 0, "t0": 0.0, "t1": 1.0}]
     sample = {"t": 0.0, "gpu": 0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
     run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
-    timeline = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
-                "monitor": {"source": "nvml", "samples": [sample]}}
-    for fig in all_figures(timeline, {"runs": [run]}):
+    live = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
+            "monitor": {"source": "nvml", "samples": [sample]}}
+    for fig in all_figures(live, {"runs": [run]}):
         fig.to_json()

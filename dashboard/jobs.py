@@ -5,24 +5,18 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from core.options import BenchRequest
 from dashboard.reports import PageRecord
+from engine.protocol import MessageType
 
 QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
 
 
-class Work(StrEnum):
-    """What a job asks of the engine (engine.protocol's Load and Compare)."""
-
-    LOAD = "load"
-    COMPARE = "compare"
-
-
-LOAD, COMPARE = Work.LOAD, Work.COMPARE
+# What a job asks of the engine process: the type of the request it becomes (engine.protocol's Load or Compare).
+LOAD, COMPARE = MessageType.LOAD, MessageType.COMPARE
 
 
 @dataclass
@@ -30,10 +24,10 @@ class Job:
     """A model load or a comparison; `events` are the engine's bench events as (engine clock time, event).
 
     `report` is core.bench's report exactly as the engine sent it; `page` is what the page itself saw of the run
-    (its live timeline, the device samples, its notices), kept apart so that each has one author."""
+    (its live series, the device samples, its notices), kept apart so that each has one author."""
 
     id: int
-    work: Work
+    work: MessageType
     owner: str | None
     model: str | None
     request: BenchRequest | None = None

@@ -387,7 +387,7 @@ def _steps(means: Means) -> str:
     return "–" if means.first is None else f"{means.first}-{means.last}"
 
 
-def warm_up() -> None:
+def prebuild() -> None:
     """Build one figure, so plotly's lazy imports do not land in the middle of a run."""
     timings = {"host_known_ms": [1.0, 2.0, 3.0], "host_queued_ms": [0.5, 1.5, 2.5], "tokens_per_s": 1.0}
     lanes_figure({"runs": [{"contestant": "naive", "timings": timings}]}).to_json()

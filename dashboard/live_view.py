@@ -38,6 +38,13 @@ class TextDecoder:
     def available(self) -> bool:
         return self.tokenizer is not None
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is without a chat template (0 when only the engine can tokenize): the least a
+        prompt of this text takes, since a template only adds tokens."""
+        if self.tokenizer is None:
+            return 0
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
             return f"[{len(ids)} tokens; this tokenizer can only be decoded by the engine, after each trial]"
@@ -99,15 +106,15 @@ class LiveView:
                 "position": self.position(job), "error": job.error, "notices": list(job.notices),
                 "model": job.model, "panes": self._panes(), "report": job.report, "runs": list(self.runs),
                 "batch": job.request.batch if job.request else 1,
-                **self.timeline(final=job.done, locked=True),
+                **self.live_series(final=job.done, locked=True),
             }
 
-    def timeline(self, final: bool = False, locked: bool = False) -> dict[str, Any]:
+    def live_series(self, final: bool = False, locked: bool = False) -> dict[str, Any]:
         """Series, spans and monitor samples, with times in seconds since the job started."""
         if not locked:
             with self.lock:
                 self._consume()
-                return self.timeline(final, locked=True)
+                return self.live_series(final, locked=True)
         t0 = self.job.t0 or time.perf_counter()
         end = (self.job.t_end if final and self.job.t_end else time.perf_counter()) - t0
         spans = [{**s, "t1": s["t1"] if s["t1"] is not None else end} for s in self.spans]

@@ -1,7 +1,7 @@
 """Reports as the page shows them: the summary table, the headline, run history rows, and replaying a saved report.
 
 A *report* is the JSON of `python -m core.bench --json`; the engine writes it and nothing here changes it. What the
-page itself saw of a run (its live timeline, the device samples, the form's notices, NVML means) is a PageRecord,
+page itself saw of a run (its live series, the device samples, the form's notices, NVML means) is a PageRecord,
 kept next to the report. The page's download holds both, each under its own key (`page_report`):
 
     {"schema": "syncscope.page-report/1", "report": <the report>, "page": <the PageRecord> or null}
@@ -45,7 +45,7 @@ SUMMARY_HEADERS = ("contestant", "decode tok/s", "spread %", "same tokens", "end
 
 @dataclass(frozen=True)
 class PageRecord:
-    """What the page saw of one run, that core.bench's report cannot hold: the live timeline (seconds since the job
+    """What the page saw of one run, that core.bench's report cannot hold: the live series (seconds since the job
     started), the device samples over it, the notices its settings gave, and each contestant's NVML means."""
 
     t_end: float | None
@@ -56,21 +56,21 @@ class PageRecord:
     nvml_by_contestant: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
-    def of_run(cls, timeline: dict[str, Any], notices: list[str] | tuple[str, ...]) -> PageRecord:
-        """The record of a finished run, from its final live timeline (dashboard.live_view)."""
-        monitor = timeline.get("monitor") or _no_monitor()
-        spans = timeline.get("spans", [])
+    def of_run(cls, live: dict[str, Any], notices: list[str] | tuple[str, ...]) -> PageRecord:
+        """The record of a finished run, from its final live series (dashboard.live_view)."""
+        monitor = live.get("monitor") or _no_monitor()
+        spans = live.get("spans", [])
         # On the CPU fallback the samples are the engine's CPU %, not NVML's: the NVML column gets a dash.
         nvml = nvml_means(monitor.get("samples", []), spans) if monitor.get("source") == "nvml" else {}
-        return cls(t_end=timeline.get("t_end"), series=timeline.get("series", {}), spans=spans, monitor=monitor,
+        return cls(t_end=live.get("t_end"), series=live.get("series", {}), spans=spans, monitor=monitor,
                    notices=tuple(notices), nvml_by_contestant=nvml)
 
-    def timeline(self) -> dict[str, Any]:
-        """The chart data (dashboard.charts' timeline)."""
+    def live_series(self) -> dict[str, Any]:
+        """The chart data (dashboard.charts' live series)."""
         return {"t_end": self.t_end, "series": self.series, "spans": self.spans, "monitor": self.monitor}
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.timeline(), "notices": list(self.notices), "nvml_by_contestant": self.nvml_by_contestant}
+        return {**self.live_series(), "notices": list(self.notices), "nvml_by_contestant": self.nvml_by_contestant}
 
     @classmethod
     def from_json(cls, section: dict[str, Any]) -> PageRecord:
@@ -280,13 +280,13 @@ def _pct(fraction: float | None) -> float | None:
 
 # ------------------------------------------------------------------------------- replaying a saved report
 
-def timeline_from_report(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> dict[str, Any]:
-    """Chart data for a saved report: the page's recorded timeline when the page made it, else one rebuilt from
+def live_series_from_report(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> dict[str, Any]:
+    """Chart data for a saved report: the page's recorded live series when the page made it, else one rebuilt from
     the per-step host timestamps, with the runs laid end to end in the order they ran."""
     saved = split_report(report)
     page = page or saved.page
     if page is not None:
-        return page.timeline()
+        return page.live_series()
     report = saved.report
     cursor, spans = 0.0, []
     series: dict[str, dict[str, list[float | None]]] = {}

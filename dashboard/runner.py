@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from core.measure.gpu_monitor import GpuMonitor, nvml_index
-from core.options import Cancelled
+from core.options import BenchRequest, Cancelled
 from core.run_schema import Limits, request_from_values
 from core.specs import DEFAULT_MODEL, loading_note
 from dashboard.history import RunHistory
@@ -54,8 +54,8 @@ class Runner:
     # ---- the parts, as the page reads them
 
     @property
-    def engine(self) -> EngineClient:
-        return self.supervisor.engine
+    def engine_client(self) -> EngineClient:
+        return self.supervisor.client
 
     @property
     def loaded(self) -> Loaded | None:
@@ -90,7 +90,7 @@ class Runner:
         """Whether runs go to a CUDA device: the engine's word once it has started, else NVML's guess."""
         if self.loaded is not None:
             return self.loaded.device_type == "cuda"
-        hello = self.engine.hello
+        hello = self.engine_client.hello
         if hello is not None:
             return hello.cuda
         return not str(self.device or "").startswith("cpu") and self.monitor is not None and self.monitor.available
@@ -141,11 +141,26 @@ class Runner:
         whatever is loaded)."""
         request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
         model = self.check_model(form["model"]) if form.get("model") else None
+        self._check_context(request, model)
         if owner is not None and any(j.owner == owner and j.work == COMPARE for j in self.pending()):
             raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")
         job = Job(id=self.queue.next_id(), work=COMPARE, owner=owner, model=model, request=request, notices=notices)
         job.view = LiveView(job, lambda: self.decoder, self.monitor, self.position)
         return self.queue.add(job)
+
+    def _check_context(self, request: BenchRequest, model: str | None) -> None:
+        """Refuse, before it is queued, a run that cannot fit the loaded model's context (the engine checks again,
+        exactly, with the chat template)."""
+        loaded, decoder = self.loaded, self.decoder
+        if loaded is None or (model is not None and model != loaded.spec):
+            return
+        prompt = request.value("prompt")
+        least = decoder.count_tokens(prompt) if decoder is not None and isinstance(prompt, str) else 0
+        needed = least + request.options.max_new_tokens
+        if needed > loaded.context_length:
+            raise ValueError(f"prompt ({'at least ' if least else ''}{least} tokens) + max new tokens "
+                             f"({request.options.max_new_tokens}) = {needed} exceeds the model's context of "
+                             f"{loaded.context_length} tokens")
 
     def run(self, form: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Submit and wait: the report, or ValueError (failed) / Cancelled."""
@@ -210,14 +225,14 @@ class Runner:
         device = str(self.device or "")
         index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
         indices = [nvml_index(index + rank) for rank in range(self.tp)]
-        return GpuMonitor(device_indices=indices, host_pids=lambda: self.engine.pids).start()
+        return GpuMonitor(device_indices=indices, host_pids=lambda: self.engine_client.pids).start()
 
     def _record_page(self, job: Job) -> None:
         """What the page saw of a comparison whose report just arrived, kept next to that report (PageRecord)."""
         job.t_end = time.perf_counter()
         if self.monitor is not None:
             self.monitor.sample_now()  # the utilization line reaches the run's end, not the last periodic poll
-        job.page = PageRecord.of_run(job.view.timeline(final=True) if job.view else {}, job.notices)
+        job.page = PageRecord.of_run(job.view.live_series(final=True) if job.view else {}, job.notices)
 
     def _finished(self, job: Job) -> None:
         """A job ended: a comparison that ran gets its history row (one cancelled while queued never ran)."""

@@ -82,7 +82,7 @@ class EngineSupervisor:
         self.last_load_error: str | None = None  # the startup load's (or a reload's) failure: the banner says it
         self._wanted_model: str | None = None  # loaded again after a restart
         self._cancel_requested: set[int] = set()
-        self.engine = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
+        self.client = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
                                    hf_modules=hf_modules, **(engine or {}))
 
     @property
@@ -90,10 +90,10 @@ class EngineSupervisor:
         return self.loaded.spec if self.loaded else None
 
     def start(self) -> None:
-        self.engine.start()
+        self.client.start()
 
     def close(self) -> None:
-        self.engine.close()
+        self.client.close()
 
     # ---- running a job (the queue's worker thread)
 
@@ -104,7 +104,7 @@ class EngineSupervisor:
         if not self._engine_ready(job):
             return
         try:
-            self.engine.submit(_request(job))
+            self.client.submit(_request(job))
         except EngineLost as exc:
             self._retry_after_restart(job, exc)
             return
@@ -113,14 +113,14 @@ class EngineSupervisor:
     def stop(self, job: Job) -> None:
         """Ask the running job to stop within one decode step (the engine is restarted if it does not)."""
         self._cancel_requested.add(job.id)
-        self.engine.cancel(job.id)
+        self.client.cancel(job.id)
 
     def _engine_ready(self, job: Job) -> bool:
         """Wait for the engine's hello (a fresh engine takes seconds to import torch); False if the job ended."""
-        while not self.engine.hello_event.wait(0.25):
+        while not self.client.hello_event.wait(0.25):
             if job.done:
                 return False
-            if self.trouble and not self.engine.alive:
+            if self.trouble and not self.client.alive:
                 self._fail(job, self.trouble)
                 return False
         return not job.done
@@ -221,7 +221,7 @@ class EngineSupervisor:
         if restarting:
             logger.warning("restarting the engine process (restart %d of %d allowed in %.0f s)",
                            self.policy.recent_losses, self.policy.allowed, self.policy.window_s)
-            self.engine.restart()
+            self.client.restart()
             if model:
                 self.queue.add(Job(id=self.queue.next_id(), work=LOAD, owner=None, model=model, internal=True,
                                    progress=f"Loading model {model} again after an engine restart"), front=True)

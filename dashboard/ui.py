@@ -23,7 +23,18 @@ from typing import Any
 import gradio as gr
 
 from core.measure.trace import chrome_trace
-from core.options import CHOICE, DEFAULT_PROMPT, FLAG, RUN_OPTION, RUN_OPTIONS, RunOption, compile_needs_static_cache
+from core.options import (
+    CHOICE,
+    CLI_ONLY,
+    DEFAULT_PROMPT,
+    FLAG,
+    PAGE_GROUPS,
+    RUN_OPTION,
+    RUN_OPTIONS,
+    WHOLE,
+    RunOption,
+    compile_needs_static_cache,
+)
 from core.report_files import read_report_bytes
 from core.run_schema import cli_command, option_defaults
 from dashboard import charts, lanes
@@ -36,10 +47,10 @@ from dashboard.reports import (
     SUMMARY_HEADERS,
     PageRecord,
     SavedReport,
+    live_series_from_report,
     open_report,
     page_report,
     public_report,
-    timeline_from_report,
     too_large,
 )
 from dashboard.runner import Runner
@@ -51,7 +62,8 @@ EXAMPLE_PROMPTS = (
     "List ten uses for a paperclip, with a sentence on each.",
     "Write a haiku about waiting for a GPU.",
 )
-PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != "cli")  # the form's fields, in order
+PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != CLI_ONLY)  # the form's fields, in order
+GROUP_ACCORDIONS = {"loop": ("Loop options", True), "sampling": ("Sampling", False)}  # PAGE_GROUPS after "run"
 SUMMARY_WIDTHS = ["140px", "130px", "100px", "130px", "170px", "90px", "120px", "120px", "230px", "130px", "130px",
                   "120px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
@@ -140,7 +152,7 @@ class Dashboard:
         loading = [j for j in runner.pending() if j.work == LOAD or j.state == LOADING]
         if loading:
             lines.append(f"**Loading model {plain(runner.public_name(loading[0].model))}…**")
-        elif not runner.engine.hello_event.is_set() and not runner.engine_trouble:
+        elif not runner.engine_client.hello_event.is_set() and not runner.engine_trouble:
             lines.append("**Starting the engine process** (it imports torch, a few seconds)…")
         if runner.last_load_error and not loading:
             lines.append(f"**{plain(runner.last_load_error)}**" + ("" if runner.model_spec else
@@ -158,11 +170,12 @@ class Dashboard:
 
     # ---- run
 
-    def run(self, request: gr.Request, model: str, *values: Any) -> Iterator[dict]:
-        """Queue a comparison and stream its progress until it finishes. `values` come in PAGE_OPTIONS' order."""
+    def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
+        """Queue a comparison and stream its progress until it finishes. `controls` are the model and the run options
+        by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them."""
         owner = self.owner(request)
-        form = {"model": model, **{option.name: from_widget(option, value)
-                                   for option, value in zip(PAGE_OPTIONS, values, strict=True)}}
+        form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
+                for name, value in controls.items()}
         try:
             job = self.runner.submit(form, owner=owner)
         except ValueError as exc:
@@ -408,7 +421,7 @@ class Dashboard:
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
         r, report = self.r, saved.report
-        figures = charts.all_figures(timeline_from_report(saved), report)
+        figures = charts.all_figures(live_series_from_report(saved), report)
         env, model = report.get("environment", {}), report.get("model", {})
         where = env.get("gpu") or env.get("device") or "unknown device"
         tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
@@ -437,8 +450,8 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                         chart_interval_s=chart_interval_s,
                         max_report_bytes=max_report_bytes)
     app = Dashboard(runner, config)
-    charts.warm_up()
-    lanes.warm_up()
+    charts.prebuild()
+    lanes.prebuild()
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
@@ -505,17 +518,17 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
             c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                 elem_id="download-trace", size="sm", visible=False)
     outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
-    c["run_btn"].click(app.run, inputs=inputs, outputs=outputs, api_name="run", concurrency_limit=runner.max_queue,
-                       concurrency_id="run", show_progress="minimal").then(
+    c["run_btn"].click(app.run, inputs_kwargs=inputs, outputs=outputs, api_name="run",
+                       concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="minimal").then(
         app.enable_downloads, outputs=[c["csv"], c["json"], c["report_file"], c["trace_file"]],
         api_visibility="private", queue=False)
     c["cancel_btn"].click(app.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
     return c
 
 
-def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str, Any]) -> list[Any]:
+def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     """The model, the prompt, Run and Cancel, then a control per run option (core.options.RUN_OPTIONS) in its
-    group; returns the run's inputs: the model, then PAGE_OPTIONS' controls in order."""
+    group; returns the run's inputs by name: the model, then PAGE_OPTIONS' controls in the table's order."""
     c["model"] = model = gr.Dropdown(
         runner.model_choices(), value=d.get("model") or runner.model_spec or runner.model_choices()[0],
         label="Model", allow_custom_value=runner.allow_any_model, elem_id="model",
@@ -529,17 +542,18 @@ def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str,
     if runner.limits != LOCAL_LIMITS:
         gr.Markdown(f"This server is shared, so a run may ask for {plain(runner.limits.describe())}.",
                     elem_id="limits")
-    with gr.Accordion("Loop options", open=True):
-        controls.update(_option_rows("loop", d))
-        note = gr.Markdown(elem_id="options-note")
-    with gr.Accordion("Sampling", open=False):
-        controls.update(_option_rows("sampling", d))
+    for group in PAGE_GROUPS[1:]:  # every group the table may name has a place: no option is left unrendered
+        title, open_ = GROUP_ACCORDIONS.get(group, (group.capitalize(), False))
+        with gr.Accordion(title, open=open_):
+            controls.update(_option_rows(group, d))
+            if group == "loop":
+                note = gr.Markdown(elem_id="options-note")
     compile_mode, static = controls["compile"], controls["cache"]
     compile_mode.input(app.on_compile, inputs=[compile_mode, static], outputs=[static, note],
                        api_visibility="private", queue=False)
     static.input(app.on_static, inputs=[static, compile_mode], outputs=[compile_mode, note],
                  api_visibility="private", queue=False)
-    return [model, *(controls[option.name] for option in PAGE_OPTIONS)]
+    return {"model": model, **{option.name: controls[option.name] for option in PAGE_OPTIONS}}
 
 
 def _option_rows(group: str, d: Mapping[str, Any]) -> dict[str, Any]:
@@ -553,6 +567,15 @@ def _option_rows(group: str, d: Mapping[str, Any]) -> dict[str, Any]:
     return controls
 
 
+def _typed_whole(component: Any, enum: list[int] | None = None) -> Any:
+    """`component` (a number field or a radio of numbers) with an API type of integer. `gr.Number(precision=0)` would
+    round what it is given (2.5 runs as 2, where the run's check refuses it with a reason), and gr.Radio says
+    "string" whatever its values; a subclass would make Gradio write a .pyi stub beside this file."""
+    info = {"type": "integer", **({"enum": enum} if enum else {})}
+    component.api_info = lambda: info  # read per instance when the page's API description is built
+    return component
+
+
 def _control(option: RunOption, value: Any) -> Any:
     """The page's control for one run option. No minimum/maximum on number fields: Gradio would refuse an
     out-of-range value with a bare "Error" badge, where the run's check says what is wrong and what is allowed."""
@@ -564,22 +587,27 @@ def _control(option: RunOption, value: Any) -> Any:
         return gr.Dropdown(list(option.page_choices or option.choices), value=shown, label=option.label,
                            elem_id=elem_id)
     if option.choices:
-        return gr.Radio([str(choice) for choice in option.choices], value=shown, label=option.label, elem_id=elem_id)
+        radio = gr.Radio([(str(choice), choice) for choice in option.choices], value=shown, label=option.label,
+                         elem_id=elem_id)
+        return _typed_whole(radio, list(option.choices)) if option.kind == WHOLE else radio
+    if option.kind == WHOLE:
+        return _typed_whole(gr.Number(shown, label=option.label, elem_id=elem_id))
     return gr.Number(shown, label=option.label, elem_id=elem_id)
 
 
-def page_inputs(form: Mapping[str, Any]) -> list[Any]:
-    """The /run endpoint's inputs for `form` (run options by name and `model`; missing ones take their defaults),
-    in the page's order: `gradio_client.Client(url).predict(*page_inputs(form), api_name="/run")`."""
+def page_values(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The /run endpoint's parameters for `form` (run options by name and `model`; missing ones take their defaults):
+    `gradio_client.Client(url).predict(**page_values(form), api_name="/run")`."""
     values = {**option_defaults(), **form}
-    return [values.get("model"), *(to_widget(option, values[option.name]) for option in PAGE_OPTIONS)]
+    return {"model": values.get("model"), **{option.name: to_widget(option, values[option.name])
+                                              for option in PAGE_OPTIONS}}
 
 
 def to_widget(option: RunOption, value: Any) -> Any:
-    """A run option's value as its control holds it: the cache as "StaticCache on?", a radio's choice as text."""
+    """A run option's value as its control holds it: the cache as "StaticCache on?"."""
     if option.name == "cache":
         return value == "static"
-    return str(value) if option.choices and option.kind != CHOICE else value
+    return value
 
 
 def from_widget(option: RunOption, value: Any) -> Any:

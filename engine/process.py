@@ -163,7 +163,7 @@ class EngineCore:
             raise
         finally:
             batcher.flush()
-        report["engine"] = engine_facts()
+        report["engine_process"] = engine_facts()
         self.send(Done(job=job, report=report if self.leader else None))
 
     def _stop_check(self, job: int) -> Callable[[], bool]:
@@ -219,7 +219,8 @@ def describe_loaded(loaded: Any, job: int, load_s: float) -> Loaded:
         job=job, spec=loaded.spec, device=str(device), device_type=device.type,
         gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         dtype=str(loaded.dtype).replace("torch.", ""), parameters=loaded.num_parameters,
-        weight_bytes=loaded.weight_bytes, tp=loaded.tp, all_reduce=loaded.all_reduce_text,
+        weight_bytes=loaded.weight_bytes, context_length=loaded.context_length,
+        tp=loaded.tp, all_reduce=loaded.all_reduce_text,
         transforms=tuple(loaded.transforms),
         tokenizer_json=backend.to_str() if backend is not None else None,
         tokenizer_cleanup=bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))

@@ -126,6 +126,7 @@ class Loaded:
     dtype: str                # "bfloat16"
     parameters: int
     weight_bytes: int
+    context_length: int       # the most tokens a run may hold: prompt and new tokens together
     tp: int                   # tensor-parallel ranks
     all_reduce: str           # how the ranks all-reduce, as the page says it ("" with one rank)
     transforms: tuple[str, ...]  # what the decode path changed in the model, as the page says it

@@ -12,7 +12,7 @@ import pytest
 from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
-from dashboard.reports import PageRecord, page_report, timeline_from_report
+from dashboard.reports import PageRecord, live_series_from_report, page_report
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -362,13 +362,13 @@ def test_real_reports_draw_all_four_charts(real_report, saved_from):
     samples = [{"t": 0.01 * i, "gpu": None, "util_pct": 30.0, "mem_used_mb": 900.0, "power_w": None,
                 "sm_clock_mhz": None} for i in range(5)]
     if saved_from == "page":  # the page saves its live timeline and the monitor's samples next to the report
-        page = PageRecord.of_run({**timeline_from_report(real_report),
+        page = PageRecord.of_run({**live_series_from_report(real_report),
                                   "monitor": {"source": "cpu", "samples": samples}}, [])
         document = json.loads(json.dumps(page_report(real_report, page)))
     elif saved_from == "old page":  # up to 2026-11 it saved them inside the report, the monitor's source as "kind"
-        recorded = {**timeline_from_report(real_report), "monitor": {"kind": "cpu", "samples": samples}}
+        recorded = {**live_series_from_report(real_report), "monitor": {"kind": "cpu", "samples": samples}}
         document = {**real_report, "dashboard": recorded}
-    timeline = timeline_from_report(document)
+    timeline = live_series_from_report(document)
     tokens, device, steps, gap = charts.all_figures(timeline, document)
     assert names(tokens) == ["naive", "pipelined"]
     assert names(steps) == ["naive", "pipelined"] and names(gap) == ["naive", "pipelined"]
@@ -389,8 +389,8 @@ def test_unvalidated_figures_match_validated_ones(monkeypatch):
     assert [json.loads(f.to_json()) for f in charts.all_figures(timeline, gpu_report())] == validated
 
 
-def test_warm_up_builds_every_figure():
-    charts.warm_up()
+def test_prebuild_builds_every_figure():
+    charts.prebuild()
 
 
 def test_long_titles_are_broken_to_fit_a_phones_chart():

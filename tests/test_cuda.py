@@ -188,12 +188,12 @@ def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works
     try:
         runner.load("synthetic:llama-8b", timeout=600)
         small = dict(prompt="Hello", max_new_tokens=8, ignore_eos=True, cache="static")
-        baseline = runner.run(small, timeout=300)["engine"]["gpu_allocated_mib"]
+        baseline = runner.run(small, timeout=300)["engine_process"]["gpu_allocated_mib"]
         huge = dict(prompt="Hello", max_new_tokens=4096, batch=4096, ignore_eos=True, cache="static")
         with pytest.raises(ValueError, match="ran out of memory"):
             runner.run(huge, timeout=300)
         report = runner.run(small, timeout=300)
-        assert report["engine"]["gpu_allocated_mib"] - baseline < 64  # MiB: the failed run's cache is gone
+        assert report["engine_process"]["gpu_allocated_mib"] - baseline < 64  # MiB: the failed run's cache is gone
         assert report["identical"]["pipelined"] and report["summary"]["pipelined"]["new_tokens"] == 8
         assert runner.history()[-2]["status"] == "failed"
     finally:

@@ -55,7 +55,7 @@ def test_a_run_on_the_gpu_is_timed_with_cuda_events(gpu_runner):
     report = gpu_runner.run(fast_settings(cache="static", compile="step-graph"))
     assert report["all_identical"] and report["environment"]["gpu"]
     assert {r["timings"]["clock"] for r in report["runs"]} == {"cuda-events"}
-    assert report["engine"]["gpu_allocated_mib"] > 0
+    assert report["engine_process"]["gpu_allocated_mib"] > 0
 
 
 def test_a_cuda_error_restarts_the_engine_and_the_next_run_works(gpu_runner, tmp_path):
@@ -69,7 +69,7 @@ def test_a_cuda_error_restarts_the_engine_and_the_next_run_works(gpu_runner, tmp
 
 def test_a_killed_engine_gives_its_gpu_memory_back(gpu_runner):
     gpu_runner.run(fast_settings(cache="static"))
-    pid = gpu_runner.engine.pids[0]
+    pid = gpu_runner.engine_client.pids[0]
     long = fast_settings(max_new_tokens=1500, ignore_eos=True, trials=5)
     job = gpu_runner.submit(long)
     time.sleep(3)
@@ -104,10 +104,10 @@ def test_the_dashboard_runs_one_engine_per_gpu(fast_tiny_compiles):
     runner = Runner(TINY, device="cuda", dtype="fp32", tp=2, monitor=False)
     try:
         runner.load(TINY, timeout=300)
-        assert len(runner.engine.pids) == 2 and runner.loaded.tp == 2
+        assert len(runner.engine_client.pids) == 2 and runner.loaded.tp == 2
         report = runner.run(fast_settings(cache="static", compile="step-graph"))
         assert report["all_identical"]
-        os.kill(runner.engine.pids[1], signal.SIGKILL)  # one rank dies: the whole group is replaced
+        os.kill(runner.engine_client.pids[1], signal.SIGKILL)  # one rank dies: the whole group is replaced
         assert runner.run(fast_settings())["all_identical"]
         assert runner.history()[-1]["status"] == DONE
     finally:

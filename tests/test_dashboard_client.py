@@ -19,8 +19,9 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from core.options import RUN_OPTION, WHOLE
 from core.parallel.launch import free_port
-from dashboard.ui import OUTPUTS, REPLAY_OUTPUTS, page_inputs
+from dashboard.ui import OUTPUTS, PAGE_OPTIONS, REPLAY_OUTPUTS, page_values
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
 from tests.helpers import wait_until
 
@@ -35,9 +36,9 @@ def served_app(tiny_runner, tiny, tmp_path_factory):
     yield from serving(tiny_runner, replay_files={"tiny-run.json": bundled})
 
 
-def form(prompt: str = "Hello there", **changes) -> list:
-    """The /run inputs of a quick tiny-random run, with `changes` (run options by name) laid over it."""
-    return page_inputs(fast_settings(prompt=prompt, **changes))
+def form(prompt: str = "Hello there", **changes) -> dict:
+    """The /run parameters of a quick tiny-random run, with `changes` (run options by name) laid over it."""
+    return page_values(fast_settings(prompt=prompt, **changes))
 
 
 def text_of(markdown: str) -> str:
@@ -47,7 +48,7 @@ def text_of(markdown: str) -> str:
 
 def run(url: str, prompt: str = "Hello there", **changes) -> dict:
     client = Client(url, verbose=False)
-    return shown(dict(zip(OUTPUTS, client.predict(*form(prompt, **changes), api_name="/run"))))
+    return shown(dict(zip(OUTPUTS, client.predict(**form(prompt, **changes), api_name="/run"))))
 
 
 MARKDOWN_OUTPUTS = ("status", "headline", "banner", "naive_rate", "pipelined_rate")
@@ -56,6 +57,31 @@ MARKDOWN_OUTPUTS = ("status", "headline", "banner", "naive_rate", "pipelined_rat
 def shown(out: dict) -> dict:
     """The outputs with each Markdown string as the page shows it."""
     return {k: text_of(v) if k in MARKDOWN_OUTPUTS and isinstance(v, str) else v for k, v in out.items()}
+
+
+def test_the_run_endpoint_takes_the_run_options_by_name_typed_and_with_the_forms_defaults(served_app):
+    info = Client(served_app.url, verbose=False).view_api(return_format="dict", print_info=False)
+    parameters = info["named_endpoints"]["/run"]["parameters"]
+    assert [p["parameter_name"] for p in parameters] == ["model", *(option.name for option in PAGE_OPTIONS)]
+    form = page_values(fast_settings())
+    for parameter in parameters:
+        name = parameter["parameter_name"]
+        assert parameter["parameter_has_default"] and parameter["parameter_default"] == form[name], name
+        option = RUN_OPTION.get(name)
+        if option is not None and option.kind == WHOLE:
+            assert parameter["type"]["type"] == "integer", name
+
+
+def test_a_script_elsewhere_runs_by_name_with_gradio_client_alone(served_app, tmp_path):
+    """What another machine does: gradio_client and the URL, none of this project's code on its path."""
+    script = ("import sys\nfrom gradio_client import Client\n"
+              "out = Client(sys.argv[1], verbose=False).predict(prompt='hi', max_new_tokens=8, api_name='/run')\n"
+              "print(out[0]); print(out[7])")
+    done = subprocess.run([sys.executable, "-I", "-c", script, served_app.url], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, command = done.stdout.splitlines()[:2]
+    assert status.startswith("**Done in") and "--max-new-tokens 8" in command
 
 
 def test_the_trace_download_is_hidden_until_a_run_has_finished(served_app):
@@ -138,7 +164,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
 @pytest.mark.slow
 def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_app):
     client = Client(served_app.url, verbose=False)
-    report_file = dict(zip(OUTPUTS, client.predict(*form(), api_name="/run")))["report_file"]
+    report_file = dict(zip(OUTPUTS, client.predict(**form(), api_name="/run")))["report_file"]
     out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(report_file), api_name="/replay")))
     assert out["status"].startswith("Showing the uploaded file")
     device = json.loads(out["device_plot"]["plot"])
@@ -368,7 +394,7 @@ def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_fiel
 
 
 def test_a_model_name_never_reaches_the_page_as_html(served_app):
-    raw = dict(zip(OUTPUTS, Client(served_app.url, verbose=False).predict(*form(model=EVIL), api_name="/run")))
+    raw = dict(zip(OUTPUTS, Client(served_app.url, verbose=False).predict(**form(model=EVIL), api_name="/run")))
     assert "<img" not in raw["status"] and "<a " not in raw["status"] and "&lt;img" in raw["status"]
     assert EVIL not in raw["banner"] and "onerror" not in raw["banner"], "one user's failure is not in the banner"
     assert raw["model"] == TINY, "the spec that failed to load does not stay selected"
@@ -390,8 +416,8 @@ def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp
 @pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
     client = Client(served_app.url, verbose=False)
-    client.predict(*form(), api_name="/run")
-    job = client.submit(*form(prompt="A second question"), api_name="/run")
+    client.predict(**form(), api_name="/run")
+    job = client.submit(**form(prompt="A second question"), api_name="/run")
     first = None
     for update in job:
         first = dict(zip(OUTPUTS, update))
@@ -406,7 +432,7 @@ def test_the_banner_names_the_model_being_timed_while_the_run_goes():
     runner = make_runner(monitor=False)
     app_ = next(serving(runner))
     try:
-        job = Client(app_.url, verbose=False).submit(*form(model="synthetic:smollm2-135m", max_new_tokens=8),
+        job = Client(app_.url, verbose=False).submit(**form(model="synthetic:smollm2-135m", max_new_tokens=8),
                                                      api_name="/run")
         banners = [dict(zip(OUTPUTS, update))["banner"] for update in job]
         live = [text_of(b) for b in banners[:-1] if isinstance(b, str)]

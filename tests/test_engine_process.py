@@ -49,7 +49,7 @@ def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_mode
         if __name__ == "__main__":
             runner = Runner("tiny-random", device="cpu", monitor=False)
             report = runner.run(dict(prompt="Hello there", model="tiny-random", max_new_tokens=8, trials=1))
-            engine = runner.engine.pids[0]
+            engine = runner.engine_client.pids[0]
             print(json.dumps({"server": os.getpid(), "engine": engine, "identical": report["all_identical"],
                               "server_torch": "torch" in sys.modules, "server_libtorch": "libtorch" in maps("self"),
                               "engine_libtorch": "libtorch" in maps(engine),
@@ -83,7 +83,7 @@ def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_run
     queued = runner.submit(fast_settings(), owner="second")
     assert wait_until(lambda: streaming(runner, running))
     killed_at = time.monotonic()
-    os.kill(runner.engine.pids[0], sig)
+    os.kill(runner.engine_client.pids[0], sig)
     assert running.wait(5), "the page learns within seconds that the engine died"
     assert time.monotonic() - killed_at < 5
     assert running.state == FAILED and signal.Signals(sig).name in running.error
@@ -99,7 +99,7 @@ def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_run
 
 @pytest.mark.slow
 def test_a_run_submitted_just_after_the_engine_died_still_runs(runner):
-    os.kill(runner.engine.pids[0], signal.SIGKILL)
+    os.kill(runner.engine_client.pids[0], signal.SIGKILL)
     job = runner.submit(fast_settings())  # before or after the death is noticed: either way it must run
     assert job.wait(120) and job.state == DONE, job.error
 
@@ -109,7 +109,7 @@ def test_a_hung_engine_is_noticed_within_seconds_and_replaced(runner):
     job = runner.submit(LONG)
     assert wait_until(lambda: streaming(runner, job))
     stopped_at = time.monotonic()
-    os.kill(runner.engine.pids[0], signal.SIGSTOP)
+    os.kill(runner.engine_client.pids[0], signal.SIGSTOP)
     assert job.wait(10)
     assert time.monotonic() - stopped_at < 3.0 + 2.0
     assert job.state == FAILED and "stopped responding" in job.error
@@ -151,7 +151,7 @@ def test_the_server_keeps_answering_while_its_engine_is_down(runner):
     try:
         from gradio_client import Client
 
-        os.kill(runner.engine.pids[0], signal.SIGKILL)
+        os.kill(runner.engine_client.pids[0], signal.SIGKILL)
         assert Client(app.url, verbose=False).predict(api_name="/cancel") == "Nothing to cancel."
         assert wait_until(lambda: runner.model_spec == TINY, 120), "the model is loaded again on the new engine"
     finally:
@@ -257,11 +257,11 @@ def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_
         one.close()
     runner = make_runner(monitor=False, tp=2)
     try:
-        assert len(runner.engine.pids) == 2 and runner.loaded.tp == 2
+        assert len(runner.engine_client.pids) == 2 and runner.loaded.tp == 2
         assert "tensor parallel over 2 GPUs (all-reduce: gloo); fused qkv, fused gate_up" in runner.device_label()
         report = runner.run(fast_settings(trials=2))
         assert [r["token_ids"] for r in report["runs"]] == expected and report["environment"]["tp"] == 2
-        pids = runner.engine.pids
+        pids = runner.engine_client.pids
         os.kill(pids[1], signal.SIGKILL)  # one rank dies: the whole group goes, and a new one starts
         assert runner.run(fast_settings())["all_identical"]
         assert not any(_running(pid) for pid in pids), "no process of the old group is left behind"

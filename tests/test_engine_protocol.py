@@ -32,7 +32,8 @@ from engine.protocol import (
 
 REQUEST = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=4), trials=1)
 LOADED = Loaded(job=3, spec="tiny-random", device="cpu", device_type="cpu", gpu=None, dtype="float32",
-                parameters=1234, weight_bytes=4936, tp=1, all_reduce="", transforms=("fused qkv",),
+                parameters=1234, weight_bytes=4936, context_length=2048, tp=1, all_reduce="",
+                transforms=("fused qkv",),
                 tokenizer_json="{}", tokenizer_cleanup=False, load_s=0.5)
 ONE_OF_EACH = (
     Load(job=1, spec="tiny-random"), Compare(job=2, spec=None, request=REQUEST), Shutdown(),
@@ -66,7 +67,8 @@ def test_messages_are_frozen():
 
 def test_a_loaded_model_is_described_by_typed_fields():
     fields = {f.name for f in dataclasses.fields(Loaded)}
-    assert fields == {"job", "spec", "device", "device_type", "gpu", "dtype", "parameters", "weight_bytes", "tp",
+    assert fields == {"job", "spec", "device", "device_type", "gpu", "dtype", "parameters", "weight_bytes",
+                      "context_length", "tp",
                       "all_reduce", "transforms", "tokenizer_json", "tokenizer_cleanup", "load_s"}
 
 

@@ -415,9 +415,11 @@ def test_gpu_facts_say_what_a_result_depends_on_and_none_for_what_nvml_cannot_te
 def test_without_a_gpu_it_samples_the_processes_it_is_given_not_its_own():
     import psutil
 
-    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(300 * 2**20); import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(300 * 2**20); import time; time.sleep(60)"])
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30  # a busy machine can take seconds to start the child and fill its memory
+        while psutil.Process(child.pid).memory_info().rss < 300 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.1)
         monitor = GpuMonitor(interval_s=60, nvml=fake_nvml(init_error="no NVML"), host_pids=lambda: [child.pid])
         monitor.sample_now()
         time.sleep(0.2)

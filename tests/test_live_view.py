@@ -33,7 +33,7 @@ def test_a_trials_tokens_per_s_curve_starts_at_the_decode_rate_not_from_zero():
     job = Job(id=1, work=COMPARE, owner=None, model="tiny-random", request=request, state=RUNNING, t0=100.0)
     job.events.extend(trial_events(100.0, 40))
     view = LiveView(job, lambda: None, None, lambda job: 0)
-    rates = [r for r in view.timeline()["series"]["pipelined"]["tokens_per_s"] if r is not None]
+    rates = [r for r in view.live_series()["series"]["pipelined"]["tokens_per_s"] if r is not None]
     assert rates and all(abs(rate - 1 / STEP_S) < 1 for rate in rates), rates[:4]
 
 

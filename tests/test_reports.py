@@ -23,13 +23,13 @@ from dashboard.reports import (
     SUMMARY_HEADERS,
     PageRecord,
     history_row,
+    live_series_from_report,
     open_report,
     page_report,
     parse_report,
     report_notices,
     split_report,
     summary_rows,
-    timeline_from_report,
 )
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
@@ -208,7 +208,7 @@ def test_csv_cells_cannot_become_formulas():
 
 def test_a_bench_report_replays_as_a_timeline(tiny):
     report = json.loads(json.dumps(bench_report(tiny, trials=2)))
-    timeline = timeline_from_report(parse_report(json.dumps(report).encode()))
+    timeline = live_series_from_report(parse_report(json.dumps(report).encode()))
     spans = timeline["spans"]
     assert [s["phase"] for s in spans] == ["warmup", "warmup", "trial", "trial", "trial", "trial"]
     assert set(timeline["series"]) == {"naive", "pipelined"}
@@ -243,9 +243,9 @@ OLD_PAGE_DOWNLOAD = REPO / "benchmarks/results/h200-2026-11-29-c/live-dashboard-
 
 
 def recorded_page(saved: dict) -> PageRecord:
-    timeline = {**timeline_from_report(saved), "monitor": {"source": "nvml", "description": "H200", "samples": [
+    timeline = {**live_series_from_report(saved), "monitor": {"source": "nvml", "description": "H200", "samples": [
         {"t": s["t0"], "gpu": 0, "util_pct": 80.0, "mem_used_mb": 1e3, "power_w": 300.0, "sm_clock_mhz": 1980.0}
-        for s in timeline_from_report(saved)["spans"]]}}
+        for s in live_series_from_report(saved)["spans"]]}}
     return PageRecord.of_run(timeline, ["compile needs StaticCache: turned on"])
 
 
@@ -261,7 +261,7 @@ def test_the_page_saves_the_report_as_the_engine_wrote_it_next_to_its_own_record
     opened = open_report(json.dumps(document))
     assert opened.page == page and opened.report == document["report"]
     assert parse_report(json.dumps(document)) == document["report"]
-    assert timeline_from_report(document) == page.timeline()
+    assert live_series_from_report(document) == page.live_series()
     nvml = SUMMARY_HEADERS.index("NVML util %")
     assert [row[nvml] for row in summary_rows(document)] == [80.0, 80.0]
     assert report_notices(document) == ["compile needs StaticCache: turned on"]
@@ -270,7 +270,7 @@ def test_the_page_saves_the_report_as_the_engine_wrote_it_next_to_its_own_record
 def test_a_page_download_without_a_record_opens_as_the_bare_report(saved):
     document = json.loads(json.dumps(page_report(saved, None)))
     assert document["page"] is None and open_report(json.dumps(document)).page is None
-    assert timeline_from_report(document) == timeline_from_report(saved)
+    assert live_series_from_report(document) == live_series_from_report(saved)
 
 
 def test_old_page_downloads_still_open_with_their_recorded_timeline():
@@ -280,7 +280,7 @@ def test_old_page_downloads_still_open_with_their_recorded_timeline():
     assert "dashboard" not in opened.report and opened.report["runs"] == old["runs"]
     assert opened.page.spans == old["dashboard"]["spans"] and opened.page.t_end == old["dashboard"]["t_end"]
     assert opened.page.monitor["source"] == "nvml" and "kind" not in opened.page.monitor, "the old name is read"
-    assert timeline_from_report(old) == opened.page.timeline()
+    assert live_series_from_report(old) == opened.page.live_series()
     assert split_report(old) == opened
     assert report_notices(old) == list(dict.fromkeys(old["dashboard"]["notices"])), "old notices, each once"
 

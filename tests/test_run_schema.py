@@ -1,15 +1,19 @@
-"""core.run_schema: the run-option table put to work (flags, values by name -> request, request -> command)."""
+"""core.run_schema: the run-option table put to work (flags, values by name -> request, request -> command): what
+a form asks for is checked once, and the reproduce command runs what the page shows."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import app
 from core.bench import build_parser, request_from_args
-from core.options import CHOICE, FLAG, REAL, RUN_OPTIONS, WHOLE, GenerationOptions, RunOption
+from core.options import CHOICE, FLAG, REAL, RUN_OPTIONS, WHOLE, BenchRequest, GenerationOptions, RunOption
 from core.run_schema import (
     Limits,
     add_run_arguments,
@@ -17,8 +21,10 @@ from core.run_schema import (
     coerce,
     option_defaults,
     request_from_values,
+    shell_quote,
     values_from_args,
 )
+from tests.conftest import TINY, fast_settings, page_request
 
 
 def another_value(option: RunOption) -> object:
@@ -118,3 +124,145 @@ def test_the_history_has_a_column_for_each_option_marked_so():
     row = history_row(1, "done", request, "m", None, None)
     assert row["lag"] == 3 and row["batch"] == 2
     assert all(option.name in HISTORY_FIELDS for option in RUN_OPTIONS if option.history)
+
+
+# ------------------------------------------------------------ forms -> requests, and the reproduce command
+
+FAST = fast_settings()
+
+TRICKY = [
+    "Say hi \u202elive done\u202c",          # right-to-left override: shown reversed, run as typed
+    "zero\u200bwidth and \u2066isolate\u2069",
+    "two\nlines\tand a tab",
+    "bell\a, escape \x1b[31m, delete \x7f",
+    "no\u00a0break space",
+    "quotes ' \" and back\\slash $HOME `id` $(id)",
+]
+
+
+def shell_words(command: str) -> list[str]:
+    """The words bash makes of `command` (after any VAR=value prefixes), without running it."""
+    script = f"set -- {command.split('python ', 1)[1]}; printf '%s\\0' \"$@\""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={"LC_ALL": "C"}).stdout
+    return out.decode("utf-8").split("\0")[:-1]
+
+
+@pytest.mark.parametrize("prompt", TRICKY)
+def test_the_reproduce_command_runs_the_prompt_it_shows(prompt):
+    request, _ = page_request(dict(prompt=prompt))
+    command = cli_command(request, "tiny-random", environ={})
+    assert command.isprintable(), command  # nothing invisible or reordering is shown
+    words = shell_words(command)
+    assert words[words.index("--prompt") + 1] == prompt
+
+
+def test_plain_words_keep_their_familiar_quoting():
+    assert shell_quote("Hello there") == "'Hello there'"
+    assert shell_quote("tiny-random") == "tiny-random"
+    assert shell_quote("a\u202eb") == "$'a\\xe2\\x80\\xaeb'"
+
+
+def test_tuning_variables_are_quoted_the_same_way():
+    request, _ = page_request(dict(prompt="Hi"))
+    command = cli_command(request, "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
+    assert command.startswith("SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' python -m core.bench")
+
+
+
+
+def test_the_cli_command_rebuilds_the_same_request():
+    settings = dict(prompt="Say 'hi' twice", model=TINY, max_new_tokens=24, batch=3, do_sample=True, seed=5,
+                           temperature=0.7, top_k=20, top_p=0.95, compile="default", lag=2, trials=2,
+                           hf=True, no_check=True, ignore_eos=True)
+    request, _ = page_request(settings)
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == request
+    extras = page_request(dict(prompt="Hi", aa=True, min_seconds=1.5, deterministic=True))[0]
+    argv = shlex.split(cli_command(extras, TINY))[3:]
+    assert request_from_args(build_parser().parse_args(argv))[0] == extras
+    assert not build_parser().parse_args(argv).hf_modules
+    argv = shlex.split(cli_command(extras, TINY, tp=2, hf_modules=True))[3:]
+    assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
+
+
+def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
+    request = page_request(dict(prompt="Hi"))[0]
+    environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
+               "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
+    command = cli_command(request, TINY, environ=environ)
+    expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
+    assert command.startswith(expected)
+    assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
+    result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
+                            check=True)
+    assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
+    assert cli_command(request, TINY, environ={}).startswith("python -m core.bench")
+
+
+def test_hf_option_adds_deferred_stop_check_on_cuda():
+    settings = dict(prompt="Hi", hf=True)
+    assert page_request(settings)[0].contestants == ("naive", "pipelined", "hf")
+    request, _ = page_request(settings, cuda=True)
+    assert request.contestants == ("naive", "pipelined", "hf", "hf-deferred")
+    argv = shlex.split(cli_command(request, TINY))[3:]
+    assert "--hf-deferred" in argv and request_from_args(build_parser().parse_args(argv))[0] == request
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"prompt": ""}, "prompt is empty"),
+    ({"prompt": "   \n"}, "prompt is empty"),
+    ({"prompt": "x" * 20_001}, "characters long"),
+    ({"max_new_tokens": 0}, "max new tokens must be between 1 and 4096, got 0"),
+    ({"max_new_tokens": -3}, "max new tokens must be between"),
+    ({"max_new_tokens": 10**9}, "max new tokens must be between"),
+    ({"max_new_tokens": "lots"}, "max new tokens must be a number"),
+    ({"max_new_tokens": None}, "max new tokens is empty"),
+    ({"max_new_tokens": 2.5}, "max new tokens must be a whole number"),
+    ({"max_new_tokens": float("nan")}, "finite"),
+    ({"batch": 0}, "batch size must be between 1 and 64"),
+    ({"batch": 100_000}, "batch size must be between 1 and 64"),
+    ({"lag": 0}, "pipeline lag must be between 1"),
+    ({"trials": 0}, "trials must be between 1"),
+    ({"streams": 3}, "streams must be between 1 and 2"),
+    ({"temperature": 0}, "temperature must be in (0"),
+    ({"top_p": 1.5}, "top-p must be in (0, 1]"),
+    ({"top_k": -1}, "top-k must be between 0"),
+    ({"seed": True}, "seed must be a number"),
+    ({"compile": "turbo"}, "unknown compile mode 'turbo'"),
+])
+def test_bad_settings_give_clear_messages(changes, message):
+    with pytest.raises(ValueError) as caught:
+        page_request(dict(**{**FAST, **changes}))
+    assert message in str(caught.value)
+
+
+def test_numbers_from_a_form_are_accepted():
+    request, _ = page_request(dict(prompt="hi", max_new_tokens=32.0, batch="2", lag="3", streams=2.0))
+    assert request.options.max_new_tokens == 32 and request.prompt == ["hi", "hi"] and request.options.lag == 3
+
+
+def test_compile_turns_the_static_cache_on_visibly():
+    request, notices = page_request(dict(prompt="hi", compile="default"))
+    assert request.options.cache == "static"
+    assert any("StaticCache" in n for n in notices)
+
+
+anything = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                     st.text(max_size=12), st.lists(st.integers(), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt=st.one_of(st.text(max_size=40), anything), max_new_tokens=anything, batch=anything, seed=anything,
+       temperature=anything, top_k=anything, top_p=anything, lag=anything, streams=anything, trials=anything,
+       compile_mode=st.one_of(st.sampled_from(["off", "default", "reduce-overhead", "nope"]), anything))
+def test_form_validation_raises_nothing_but_value_errors(prompt, max_new_tokens, batch, seed, temperature, top_k,
+                                                         top_p, lag, streams, trials, compile_mode):
+    form = dict(prompt=prompt, max_new_tokens=max_new_tokens, batch=batch, seed=seed, do_sample=True,
+                       temperature=temperature, top_k=top_k, top_p=top_p, lag=lag, streams=streams, trials=trials,
+                       compile=compile_mode)
+    try:
+        request, _ = page_request(form)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    assert BenchRequest(**{f: getattr(request, f) for f in BenchRequest.__dataclass_fields__}) == request

@@ -136,11 +136,21 @@ def test_failed_model_load_keeps_the_previous_model(tiny_runner):
 
 
 def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
-    too_long = dict(prompt="word " * 3000, model=TINY, max_new_tokens=16)
-    job = tiny_runner.submit(too_long)
+    job = tiny_runner.submit(dict(prompt="Hi", model="./no-such-model-directory", max_new_tokens=16))
     finish(tiny_runner, job)
-    assert job.state == FAILED and "exceeds the model's context" in job.error
+    assert job.state == FAILED and "no such directory" in job.error
     assert tiny_runner.run(FAST)["all_identical"]
+
+
+def test_a_run_longer_than_the_context_is_refused_before_it_is_queued(tiny_runner):
+    too_long = dict(prompt="word " * 3000, model=TINY, max_new_tokens=16)
+    queued = len(tiny_runner.pending())
+    with pytest.raises(ValueError, match=r"^prompt \(at least \d+ tokens\) \+ max new tokens \(16\) = \d+ exceeds the "
+                                         r"model's context of 2048 tokens$"):
+        tiny_runner.submit(too_long)
+    assert len(tiny_runner.pending()) == queued
+    with pytest.raises(ValueError, match="exceeds the model's context"):  # the new tokens alone can be too many
+        tiny_runner.submit(dict(prompt="Hi", model=TINY, max_new_tokens=2048))
 
 
 @pytest.mark.slow
@@ -187,7 +197,7 @@ def test_a_hundred_runs_keep_memory_and_state_bounded(tiny_runner):
     for _ in range(10):
         tiny_runner.run(short)
     start = process.memory_info().rss
-    engine = psutil.Process(tiny_runner.engine.pids[0])
+    engine = psutil.Process(tiny_runner.engine_client.pids[0])
     engine_start = engine.memory_info().rss
     for _ in range(100):
         assert tiny_runner.run(short)["all_identical"]
@@ -232,7 +242,7 @@ def test_the_cpu_sampler_reads_the_engine_processes_memory_all_ranks(tiny_runner
         pytest.skip("an NVIDIA GPU is read here: the CPU fallback is not used")
     monitor.sample_now()
     sample = monitor.samples()[-1]
-    engine = sum(psutil.Process(pid).memory_info().rss for pid in tiny_runner.engine.pids) / 2**20
+    engine = sum(psutil.Process(pid).memory_info().rss for pid in tiny_runner.engine_client.pids) / 2**20
     assert sample["mem_used_mb"] == pytest.approx(engine, rel=0.1), "the engine's memory, not the web server's"
     assert "engine processes" in monitor.description
 
@@ -250,7 +260,7 @@ def test_a_cpu_run_shows_no_nvml_utilization(tiny_runner):
 def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatch):
     from core.measure.gpu_monitor import GpuMonitor
 
-    slow = GpuMonitor(interval_s=60.0, host_pids=lambda: tiny_runner.engine.pids).start()
+    slow = GpuMonitor(interval_s=60.0, host_pids=lambda: tiny_runner.engine_client.pids).start()
     monkeypatch.setattr(tiny_runner, "monitor", slow)
     try:
         job = tiny_runner.submit(fast_settings(max_new_tokens=64))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.measure.stats import MIN_TRIALS_FOR_A_CALL, t_quantile_975, verdict, verdict_sentence
+from core.measure.stats import MIN_TRIALS_FOR_A_CALL, t_quantile, verdict, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -92,11 +92,11 @@ def test_the_a_a_control_distance_must_be_exceeded():
 
 
 def test_t_quantiles():
-    assert t_quantile_975(2) == 4.303
-    assert abs(t_quantile_975(31) - 2.040) < 0.002
-    assert abs(t_quantile_975(10_000) - 1.960) < 0.001
+    assert t_quantile(2, 0.95) == 4.303
+    assert abs(t_quantile(31, 0.95) - 2.040) < 0.002
+    assert abs(t_quantile(10_000, 0.95) - 1.960) < 0.001
     with pytest.raises(ValueError, match="at least 1 degree"):
-        t_quantile_975(0)
+        t_quantile(0, 0.95)
 
 
 def test_an_old_report_still_reads():

@@ -18,8 +18,8 @@ TINY = "tiny-random"
 
 def loaded(spec: str = TINY, job: int = 1) -> Loaded:
     return Loaded(job=job, spec=spec, device="cpu", device_type="cpu", gpu=None, dtype="float32", parameters=1,
-                  weight_bytes=4, tp=1, all_reduce="", transforms=(), tokenizer_json=None, tokenizer_cleanup=False,
-                  load_s=0.1)
+                  weight_bytes=4, context_length=2048, tp=1, all_reduce="", transforms=(), tokenizer_json=None,
+                  tokenizer_cleanup=False, load_s=0.1)
 
 
 class Clock:
@@ -40,7 +40,7 @@ class Supervised(EngineSupervisor):
         super().__init__(JobQueue(), ModelPolicy(named=[TINY]), LOCAL_LIMITS,
                          lambda job: self.reports.append((job.id, job.state)),
                          policy=RestartPolicy(allowed=2, window_s=60, clock=Clock()))
-        self.engine.restart = self._count_restart  # type: ignore[method-assign]
+        self.client.restart = self._count_restart  # type: ignore[method-assign]
 
     def _count_restart(self) -> None:
         self.restarts += 1
@@ -126,7 +126,7 @@ def test_a_job_the_lost_engine_never_received_runs_on_the_next_one(supervisor):
 def test_a_cancelled_job_whose_engine_had_to_be_killed_is_cancelled(supervisor, monkeypatch):
     job = add(supervisor)
     supervisor._on_message(Started(job=job.id))
-    monkeypatch.setattr(supervisor.engine, "cancel", lambda job_id: None)
+    monkeypatch.setattr(supervisor.client, "cancel", lambda job_id: None)
     supervisor.stop(job)
     supervisor._on_lost(job.id, "did not stop within 10 s of the cancel")
     assert job.state == CANCELLED and "did not stop" in job.error

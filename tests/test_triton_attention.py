@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,6 +54,12 @@ CASES = [  # batch, query heads, KV heads, keys, head size, mask, keys per progr
 ]
 
 
+def _run_kernels_directly(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          mask: torch.Tensor | None, scale: float, split_keys: int | None) -> torch.Tensor:
+    """The two kernels launched as plain Triton calls, outside any compile (Triton's interpreter on the CPU)."""
+    return module._launch(query, key, value, mask, scale, lambda kernel: kernel, module._kernels(), split_keys)
+
+
 def interpreter_errors() -> dict[str, float]:
     """Run in a process of its own with TRITON_INTERPRET=1 (Triton reads it when it is first imported): the largest
     difference from the reduction form, per case and dtype."""
@@ -64,7 +71,7 @@ def interpreter_errors() -> dict[str, float]:
             batch, heads, kv_heads, length, dim, mask_kind, split_keys = case
             query, key, value, mask = _case(dtype, batch, heads, kv_heads, length, dim, mask_kind)
             expected = grouped_decode_attention(query, key, value, mask, None)
-            got = module.run_kernels_directly(query, key, value, mask, dim ** -0.5, split_keys=split_keys)
+            got = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, split_keys)
             assert got.shape == expected.shape and got.dtype == dtype
             errors[f"{dtype} {case}"] = (got.float() - expected.float()).abs().max().item()
     return errors
@@ -160,7 +167,8 @@ def test_shapes_it_cannot_take_are_refused_with_the_reason():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
 @pytest.mark.parametrize("case", [*CASES, (1, 64, 8, 4096, 128, "bool", None)])
 def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
-    from core.kernels.triton_attention import run_kernels_directly, triton_decode_attention
+    import core.kernels.triton_attention as module
+    from core.kernels.triton_attention import triton_decode_attention
 
     batch, heads, kv_heads, length, dim, mask_kind, _ = case
     query, key, value, mask = _case(torch.bfloat16, batch, heads, kv_heads, length, dim, mask_kind, device="cuda")
@@ -169,5 +177,5 @@ def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
     first = compiled(query, key, value, mask, None)
     torch.testing.assert_close(first, expected, atol=1.6e-2, rtol=0)
     assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
-    unsplit = run_kernels_directly(query, key, value, mask, dim ** -0.5, split_keys=length)  # the one-kernel path
+    unsplit = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, length)  # the one-kernel path
     torch.testing.assert_close(unsplit, expected, atol=1.6e-2, rtol=0)

@@ -7,19 +7,11 @@ import itertools
 import pytest
 
 from dashboard.limits import EXPOSED_LIMITS
-from dashboard.report_text import plain
 from tests.conftest import TINY, fast_settings
-from tests.test_dashboard_client import EVIL, text_of
+from tests.test_dashboard_client import text_of
 from tests.test_lanes import lane_labels
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
-
-
-def test_user_text_is_escaped_for_markdown():
-    shown_text = plain(EVIL)
-    assert "<" not in shown_text and ">" not in shown_text
-    assert "\\*\\*bold\\*\\*" in shown_text and "https\\://evil\\.example" in shown_text
-    assert text_of(shown_text) == EVIL  # the characters survive; only their meaning goes
 
 
 def test_the_form_says_what_a_shared_server_allows(tiny_runner):

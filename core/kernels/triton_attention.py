@@ -206,13 +206,6 @@ def _kernels() -> tuple[Any, Any]:
     return attend, combine
 
 
-def run_kernels_directly(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                         attention_mask: torch.Tensor | None, scale: float,
-                         split_keys: int | None = None) -> torch.Tensor:
-    """The two kernels launched as plain Triton calls, outside any compile (tests; Triton's interpreter on the CPU)."""
-    return _launch(query, key, value, attention_mask, scale, lambda kernel: kernel, _kernels(), split_keys)
-
-
 def register_triton_decode_attention() -> None:
     """Register the kernels as the operator `syncscope::triton_decode_attention` (once, when this module is imported
     where Triton is installed: compiled code cannot create an operator, since dynamo traces into whatever does)."""

@@ -82,11 +82,6 @@ def t_quantile(degrees_of_freedom: int, confidence: float = VERDICT_CONFIDENCE) 
     return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
-def t_quantile_975(degrees_of_freedom: int) -> float:
-    """The 97.5% quantile of Student's t: the half-width factor of a two-sided 95% interval."""
-    return t_quantile(degrees_of_freedom, 0.95)
-
-
 def paired_interval(log_ratios: list[float], confidence: float = VERDICT_CONFIDENCE) -> tuple[float, float, float]:
     """(geometric-mean ratio, low, high): the two-sided t interval of paired log ratios at `confidence`, as ratios."""
     mean = statistics.fmean(log_ratios)
