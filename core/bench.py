@@ -165,6 +165,7 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     if compiled:
         print(compiled)
     print(format_table(report))
+    print(f"reproduce: {report['command']}")
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
 
 

@@ -60,6 +60,7 @@ class LoadedModel:
     fused_projections: tuple[str, ...] = ()
     decode_attention: str | None = None
     not_prepared: tuple[str, ...] = ()
+    hf_modules: bool = False  # load_model(hf_modules=True): transformers' modules as they are, not prepared
     setups: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
@@ -178,7 +179,7 @@ def load_model(
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
                        all_reduce=all_reduce, all_reduce_note=all_reduce_note,
                        fused_projections=prepared.fused_projections, decode_attention=prepared.decode_attention,
-                       not_prepared=prepared.not_prepared)
+                       not_prepared=prepared.not_prepared, hf_modules=hf_modules)
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 
 from core.kernels.pdl import pdl_in_effect
-from core.loops.prompt import encode_prompt
+from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.loops.step import inductor_overrides
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.models import LoadedModel
 from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, effective_options
+from core.run_schema import cli_command
 
 SCHEMA = "syncscope.bench/1"
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
@@ -58,7 +59,23 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
         "self_consistent": self_consistent,
         "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
+        "command": reproduce_command(loaded, request),
     }
+
+
+DTYPE_FLAGS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def reproduce_command(loaded: LoadedModel, request: BenchRequest) -> str:
+    """The `python -m core.bench` command that runs this comparison again, on this model, device and dtype, with
+    the tuning variables this process runs with."""
+    device = loaded.device
+    on_default_gpu = device.type == "cuda" and (loaded.tp > 1 or not device.index)
+    rows = request.prompt if request.batch > 1 else [request.prompt]
+    synthetic = all(isinstance(row, list) and row == synthetic_prompt(len(row)) for row in rows)
+    return cli_command(request, loaded.spec, device=None if on_default_gpu else str(device),
+                       dtype=DTYPE_FLAGS.get(loaded.dtype), tp=loaded.tp, hf_modules=loaded.hf_modules,
+                       prompt_tokens=len(rows[0]) if synthetic else None)
 
 
 def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], identical: dict[str, bool],

@@ -224,9 +224,11 @@ def command_words(request: BenchRequest) -> list[str]:
 
 
 def cli_command(request: BenchRequest, model: str, device: str | None = None, dtype: str | None = None,
-                tp: int = 1, hf_modules: bool = False, environ: Mapping[str, str] | None = None) -> str:
+                tp: int = 1, hf_modules: bool = False, environ: Mapping[str, str] | None = None,
+                prompt_tokens: int | None = None) -> str:
     """The `python -m core.bench` command that reproduces `request`, after the tuning variables (TUNING_ENV) set in
-    `environ` (default: this process's environment, which the engine processes inherit)."""
+    `environ` (default: this process's environment, which the engine processes inherit). `prompt_tokens`: the prompt
+    is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens)."""
     environ = os.environ if environ is None else environ
     assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
     words = ["python", "-m", "core.bench", "--model", model]
@@ -234,7 +236,11 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
     words += ["--dtype", dtype] if dtype else []
     words += ["--tp", str(tp)] if tp > 1 else []
     words += ["--hf-modules"] if hf_modules else []
+    words += ["--prompt-tokens", str(prompt_tokens)] if prompt_tokens else []
     words += command_words(request)
+    eos = request.options.eos_token_id
+    for token in [] if eos is None else [eos] if isinstance(eos, int) else eos:
+        words += ["--eos-token-id", str(token)]
     words += ["--stream"] if request.stream else []
     return "".join(assignments) + " ".join(shell_quote(word) for word in words)
 

@@ -28,6 +28,7 @@ from core.options import (
     CLI_ONLY,
     DEFAULT_PROMPT,
     FLAG,
+    MAX_PROMPT_CHARS,
     PAGE_GROUPS,
     RUN_OPTION,
     RUN_OPTIONS,
@@ -36,7 +37,7 @@ from core.options import (
     compile_needs_static_cache,
 )
 from core.report_files import read_report_bytes
-from core.run_schema import cli_command, option_defaults
+from core.run_schema import option_defaults
 from dashboard import charts, lanes
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS
@@ -71,7 +72,9 @@ HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decod
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
            "report_file", "trace_file", "banner", "model")
-REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot")
+REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command")
+# The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
+MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
 CSS = """
 .pane textarea { font-family: ui-monospace, monospace; font-size: 13px; }
 #status { min-height: 2.2em; }
@@ -325,13 +328,11 @@ class Dashboard:
                 c["report_file"]: gr.DownloadButton(value=report_path, interactive=report_path is not None),
                 c["trace_file"]: gr.DownloadButton(value=trace_path, visible=trace_path is not None)}
 
-    def _command(self, job: Job) -> str:
-        report = job.report or {}
-        spec = report.get("model", {}).get("spec") or job.model or self.runner.model_spec or "?"
-        assert job.request is not None
-        return (cli_command(job.request, spec, self.runner.device, self.runner.dtype, self.runner.tp,
-                            self.runner.hf_modules)
-                + " --json results.json")
+    @staticmethod
+    def _command(job: Job) -> str:
+        """The report's own reproduce command (core.report.reproduce_command), with a file to write the report to."""
+        assert job.report is not None
+        return job.report["command"] + " --json results.json"
 
     def cancel(self, request: gr.Request) -> str:
         owner = self.owner(request)
@@ -434,7 +435,18 @@ class Dashboard:
         note = lanes.lanes_note(report)
         update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
         update[r["lanes_plot"]] = lanes.lanes_figure(report)
+        update[r["command"]] = replay_command(report)
         return update
+
+
+def replay_command(report: dict[str, Any]) -> str:
+    """The command a replayed report says reproduces it, as text of a bounded length."""
+    command = report.get("command")
+    if not isinstance(command, str) or not command:
+        return "(this report was written before reports carried the command that reproduces them)"
+    if len(command) > MAX_COMMAND_CHARS:
+        return command[:MAX_COMMAND_CHARS] + f"… ({len(command) - MAX_COMMAND_CHARS:,} more characters not shown)"
+    return command
 
 
 # ------------------------------------------------------------------------------------------------- layout
@@ -657,6 +669,8 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
     r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
                                 elem_id="replay-summary", label="Summary (medians over trials)",
                                 column_widths=SUMMARY_WIDTHS, datatype="str")
+    r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False, elem_id="replay-command",
+                              buttons=["copy"])
     r["lanes_note"] = gr.Markdown(elem_id="replay-lanes-note")
     with gr.Row():
         r["lanes_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)

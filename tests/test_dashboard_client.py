@@ -159,6 +159,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     assert out["status"].startswith("Showing the uploaded file: tiny-random on cpu")
     assert "outputs identical: yes" in out["headline"]
     assert json.loads(out["tokens_plot"]["plot"])["data"]
+    assert out["command"].startswith("python -m core.bench --model tiny-random --device cpu")
 
 
 @pytest.mark.slow
