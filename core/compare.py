@@ -9,7 +9,9 @@ neither always runs first; medians over trials; a check that all contestants pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -19,6 +21,7 @@ import torch
 
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_generate
+from core.measure.sync_audit import SyncAudit, loop_steps
 from core.models import LoadedModel, check_support
 from core.options import (
     ALL_LOOPS,
@@ -29,6 +32,7 @@ from core.options import (
     effective_options,
     hf_generate_options,
 )
+from core.parallel.tensor_parallel import gather_objects
 from core.report import build_report
 
 BenchEvent = dict[str, Any]
@@ -76,11 +80,46 @@ def compare(
                          "compiling_ms": compiling_ms() - compiling_before}
                 runs.append(entry)
                 emit({"type": "run", "t": time.perf_counter(), **entry})
+        audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
     report = build_report(loaded, request, runs, warmups)
+    if audits is not None:
+        report["sync_audit"] = audits
     report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
     if request.deterministic:
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
     return report
+
+
+def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], origin_s: float,
+                  emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
+    """After the trials, each contestant once more under the sync audit (core.measure.sync_audit): its reads, and
+    the audited run's decode rate against the timed trials' median (what the audit costs)."""
+    audits = {}
+    for name in request.contestants:
+        emit({"type": "phase", "phase": "audit", "contestant": name, "t": time.perf_counter()})
+        if stop():
+            raise Cancelled("cancelled")
+        audit = SyncAudit(loaded.device)
+        loop = name in ALL_LOOPS or name == PIPELINED_AGAIN
+        marks = None if loop else functools.partial(audit.step, launch=False)
+        with audit, loop_steps(audit):
+            outcome = run_contestant(loaded, request, name, None, stop, on_step=marks)
+        result = audit.result(started_ms=(audit.started_s - origin_s) * 1000,
+                              **_audit_cost(outcome["timings"], [r for r in runs if r["contestant"] == name]))
+        # Under tensor parallelism every rank audits its own run; the report keeps each rank's reads per step.
+        result["ranks"] = gather_objects({"reads_per_decode_step": result["reads_per_decode_step"],
+                                          "most_reads_in_a_decode_step": result["most_reads_in_a_decode_step"]})
+        audits[name] = result
+    return audits
+
+
+def _audit_cost(audited: dict[str, Any], timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The audited run's rate, and its ratio to the timed trials' median: below 1, what the audit's wrappers cost."""
+    key = "decode_tokens_per_s" if audited.get("decode_tokens_per_s") else "tokens_per_s"
+    rates = [r["timings"][key] for r in timed if r["timings"].get(key)]
+    rate = audited.get(key)
+    return {"rate_metric": key, "audited_rate": rate,
+            "rate_vs_timed": rate / statistics.median(rates) if rate and rates else None}
 
 
 def _check_device_for(loaded: LoadedModel, request: BenchRequest) -> None:
@@ -150,7 +189,9 @@ def _token_listener(emit: Callable[[BenchEvent], None], name: str,
 
 
 def run_contestant(loaded: LoadedModel, request: BenchRequest, name: str,
-             listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool]) -> dict[str, Any]:
+                   listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool],
+                   on_step: Callable[[], None] | None = None) -> dict[str, Any]:
+    """One run of a contestant: a loop (core.loops.generation.run) or generate() (`on_step`: its step marks)."""
     if stop():
         raise Cancelled("cancelled")
     loop = "pipelined" if name == PIPELINED_AGAIN else name
@@ -160,7 +201,8 @@ def run_contestant(loaded: LoadedModel, request: BenchRequest, name: str,
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
                 "notices": result.notices, "started_s": result.started_s}
     started_s = time.perf_counter()  # generate() has no step timings to place, only its call
-    token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED)
+    token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED,
+                                     on_step=on_step)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
     notices = hf_generate_options(request.options, loaded.device.type)[1]
     return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": notices,

@@ -90,7 +90,8 @@ class BenchRequest:
 
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
-    algorithms for the run (and the cuBLAS workspace setting they need). Checked when made."""
+    algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
+    the trials under the sync audit (core.measure.sync_audit). Checked when made."""
 
     prompt: Any
     options: GenerationOptions = field(default_factory=GenerationOptions)
@@ -99,6 +100,7 @@ class BenchRequest:
     stream: bool = False
     min_seconds: float = 0.0
     deterministic: bool = False
+    audit: bool = False
 
     def __post_init__(self) -> None:
         for option in RUN_OPTIONS:
@@ -140,7 +142,7 @@ class Cancelled(Exception):
 OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
 PAGE_GROUPS = ("run", "loop", "sampling")  # where the page shows an option (RunOption.group), in the page's order
 CLI_ONLY = "cli"  # the group of an option that only the command line offers
-BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic")
+BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit")
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
 
@@ -256,6 +258,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "PyTorch's deterministic algorithms for the run (the report lists ops that have none). On the H200 "
               "this did not make bf16 decode reproducible past 256 keys; --dtype fp32 did", part=REQUEST,
               group="loop"),
+    RunOption("audit", FLAG, False, "Find the syncs (one audited run more)",
+              "after the trials, run each contestant once more under the sync audit: every host read of a device "
+              "value, at its line, per decode step", part=REQUEST, group="loop"),
     RunOption("do_sample", FLAG, False, "Seeded sampling", "sample instead of greedy decoding", flag="--sample",
               group="sampling"),
     RunOption("seed", WHOLE, 0, "Seed", "sampling seed, the same for every contestant", low=0, high=2**63 - 1,

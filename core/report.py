@@ -220,6 +220,33 @@ def _pct(value: float | None, digits: int = 0) -> str:
 
 
 
+def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
+    """The sync audit (core.measure.sync_audit) in a few lines: each contestant's device reads per decode step and
+    its top sites; empty when the run had no audit."""
+    audits = report.get("sync_audit") or {}
+    if not audits:
+        return []
+    lines = ["host reads of device values per decode step (sync audit: one more run of each contestant):"]
+    for name, audit in audits.items():
+        per_step = audit.get("reads_per_decode_step")
+        cost = audit.get("rate_vs_timed")
+        cost_text = f"; audited run at {cost:.0%} of the timed rate" if cost else ""
+        lines.append(f"  {name}: {_num(per_step, 2)} per step over {audit.get('decode_steps', 0)} decode steps"
+                     f"{cost_text}")
+        for site in [s for s in audit.get("sites", []) if s.get("in_decode_steps")][:top]:
+            cost = ""
+            if site.get("host_blocked_ms_per_step") is not None:
+                cost = f", host blocked {site['host_blocked_ms_per_step'] * 1000:.0f} us/step"
+            if site.get("device_idle_after_ms_per_step") is not None:
+                cost += f", device idle after {site['device_idle_after_ms_per_step'] * 1000:.0f} us/step"
+            lines.append(f"    {site['per_step']:.2f}/step {site['kind']:<14} {site['file']}:{site['line']}  "
+                         f"{site['code'][:70]}{cost}")
+    note = next((a["note"] for a in audits.values() if a.get("note")), None)
+    if note:
+        lines.append(f"  ({note})")
+    return lines
+
+
 def compile_note(report: dict[str, Any]) -> str | None:
     """One line on what torch.compile did, recompiles included: in the warm-ups, and in timed trials if it did."""
     warm = report.get("warmup", {}).values()

@@ -83,7 +83,8 @@ def request_from_values(values: Mapping[str, Any], *, limits: Limits | None = No
     batch, prompt = typed["batch"], prompt_ids or typed["prompt"]
     request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
                            trials=typed["trials"], contestants=contestants(typed, deferred_with_hf), stream=stream,
-                           min_seconds=typed["min_seconds"], deterministic=typed["deterministic"])
+                           min_seconds=typed["min_seconds"], deterministic=typed["deterministic"],
+                           audit=typed["audit"])
     return request, notices
 
 

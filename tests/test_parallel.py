@@ -44,6 +44,14 @@ def test_two_ranks_give_the_tokens_of_one(tmp_path, extra):
     assert all(run["timings"]["rank_device_spans"] == [] for run in one["runs"])
 
 
+@pytest.mark.slow
+def test_under_tensor_parallelism_no_rank_reads_the_device_in_a_pipelined_step(tmp_path):
+    report = bench(tmp_path, 2, "--audit", "--prompt", "Hi", "--batch", "2")
+    audits = report["sync_audit"]
+    assert [rank["reads_per_decode_step"] for rank in audits["pipelined"]["ranks"]] == [0.0, 0.0]
+    assert [rank["reads_per_decode_step"] for rank in audits["naive"]["ranks"]] == [1.0, 1.0]
+
+
 def _gather_on_rank(rank: int, init_method: str) -> list:
     import torch.distributed as dist
 

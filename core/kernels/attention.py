@@ -209,12 +209,32 @@ def use_decode_attention(model: Any, kernel: str) -> tuple[str | None, str | Non
     for name in KERNELS:
         names = EAGER_IMPLEMENTATIONS if eager else IMPLEMENTATIONS
         ALL_ATTENTION_FUNCTIONS.register(names[name], functools.partial(decode_sdpa, kernel=name, eager=eager))
-        ALL_MASK_ATTENTION_FUNCTIONS.register(names[name], ALL_MASK_ATTENTION_FUNCTIONS["eager" if eager else "sdpa"])
+        ALL_MASK_ATTENTION_FUNCTIONS.register(names[name], ALL_MASK_ATTENTION_FUNCTIONS["eager"] if eager
+                                              else mask_without_host_reads(ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]))
     implementation = (EAGER_IMPLEMENTATIONS if eager else IMPLEMENTATIONS)[kernel]
     model.set_attn_implementation(implementation)
     if model.config._attn_implementation != implementation:
         return None, "no compiled decode attention: transformers did not accept it for this model"
     return kernel, not_taken
+
+
+def mask_without_host_reads(mask_function: Callable[..., Any]) -> Callable[..., Any]:
+    """transformers' SDPA mask function, except that a decode step given a padding mask builds the mask at once.
+
+    Given one, transformers first reads it on the host (`_ignore_causal_mask_sdpa`: are all its entries ones?) to see
+    whether it could leave the mask out, a sync on every dynamic-cache decode step. core.loops passes a decode step a
+    mask only when a row is padded, where the answer is no and the mask is built anyway: the same mask, no read.
+    (A static cache's steps never try to leave it out, and eager's mask function never does.)"""
+
+    @functools.wraps(mask_function)
+    def build(*args: Any, q_length: int | None = None, attention_mask: Any = None, allow_is_causal_skip: bool = True,
+              **kwargs: Any) -> Any:
+        if q_length == 1 and attention_mask is not None:
+            allow_is_causal_skip = False
+        return mask_function(*args, q_length=q_length, attention_mask=attention_mask,
+                             allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+
+    return build
 
 
 def _why_not_decode_attention(model: Any) -> str | None:

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from core.loops.prompt import Prompt, check_length, cut_at_eos, encode_prompt
+from core.loops.prompt import EncodedPrompt, Prompt, check_length, cut_at_eos, encode
 from core.loops.step import DecodeSetup, DecodeState, decode_setup_for, synchronize
 from core.measure.step_times import StepClock, Timings
+from core.measure.sync_audit import host_memory
 from core.models import LoadedModel, compile_failure
 from core.options import NO_CHECK, GenerationOptions, adapt_to_device
 from core.parallel.tensor_parallel import gather_device_spans
@@ -32,11 +33,10 @@ SETUP_STEPS = 4  # the decode steps of a shape's setup run (compile, capture), b
 
 # ------------------------------------------------------------------------------------------- 1) the loops
 
-def _naive_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                options: GenerationOptions) -> tuple[int, int]:
+def _naive_loop(ctx: _LoopContext, prompt: EncodedPrompt, options: GenerationOptions) -> tuple[int, int]:
     state = ctx.setup.state
     for index in range(options.max_new_tokens):
-        ctx.queue_step(index, input_ids, attention_mask)
+        ctx.queue_step(index, prompt)
         ctx.clock.waiting(index)
         # What a streamer does: one more sync (the one that blocks, when there is a streamer).
         tokens = state.out[index].tolist() if ctx.on_tokens is not None else None
@@ -55,13 +55,12 @@ def read_stop_flag(state: DecodeState, index: int) -> bool:
 
 
 
-def _pipelined_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    options: GenerationOptions) -> tuple[int, int]:
+def _pipelined_loop(ctx: _LoopContext, prompt: EncodedPrompt, options: GenerationOptions) -> tuple[int, int]:
     mirror = ctx.mirror
     mirror.state = ctx.setup.state
     last = options.max_new_tokens
     for index in range(last):
-        ctx.queue_step(index, input_ids, attention_mask)
+        ctx.queue_step(index, prompt)
         mirror.send(index)
         # The first token is read as soon as prefill's copy lands, before step 1 is queued: the time to first token
         # is naive's, for the price of one wait (on a GPU, one launch gap before step 1) per run, not per step.
@@ -86,11 +85,10 @@ def _receive(ctx: _LoopContext, mirror: HostMirror, index: int) -> bool:
 
 
 
-def _no_check_loop(ctx: _LoopContext, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   options: GenerationOptions) -> tuple[int, int]:
+def _no_check_loop(ctx: _LoopContext, prompt: EncodedPrompt, options: GenerationOptions) -> tuple[int, int]:
     """Upper-bound baseline: all max_new_tokens steps, never asking whether generation is over."""
     for index in range(options.max_new_tokens):
-        ctx.queue_step(index, input_ids, attention_mask)
+        ctx.queue_step(index, prompt)
     ctx.clock.waiting(0)  # one wait for everything; each later step is read from what it brought back
     synchronize(ctx.setup.device)
     done = ctx.setup.state.done[: options.max_new_tokens].tolist()
@@ -118,11 +116,11 @@ class _LoopContext:
     mirror: HostMirror | None = None
     finished_rows: set[int] = field(default_factory=set)
 
-    def queue_step(self, index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def queue_step(self, index: int, prompt: EncodedPrompt) -> None:
         """Queue step `index` (0: prefill) between the clock's two host marks; on the CPU this computes it."""
         self.clock.before_step(index)
         if index == 0:
-            self.setup.prefill(input_ids, attention_mask, self.cache)
+            self.setup.prefill(prompt, self.cache)
         else:
             self.setup.decode(index, self.cache)
         self.clock.after_step(index)
@@ -138,8 +136,7 @@ class _LoopContext:
 
 def _timed_run(
     setup: DecodeSetup,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    prompt: EncodedPrompt,
     options: GenerationOptions,
     on_tokens: Callable[[TokenEvent], None] | None,
 ) -> tuple[int, int, StepClock]:
@@ -148,11 +145,11 @@ def _timed_run(
     # Pinned buffers and events are set up before the clock starts, so their first allocation is never timed.
     mirror = HostMirror.for_run(setup, options) if options.loop == "pipelined" else None
     clock.start()
-    cache = setup.begin(input_ids, attention_mask, options)
+    cache = setup.begin(prompt, options)
     context = _LoopContext(setup=setup, cache=cache, clock=clock, on_tokens=on_tokens,
                            eos_ids=frozenset(setup.eos_ids_list), ignore_eos=options.ignore_eos, mirror=mirror)
     loop = {"naive": _naive_loop, "pipelined": _pipelined_loop, NO_CHECK: _no_check_loop}[options.loop]
-    kept, computed = loop(context, input_ids, attention_mask, options)
+    kept, computed = loop(context, prompt, options)
     clock.stop()
     return kept, computed, clock
 
@@ -168,7 +165,7 @@ class HostMirror:
     def __init__(self, device: torch.device, max_steps: int, batch: int, streams: int):
         cuda = device.type == "cuda"
         self.cuda = cuda
-        self.rows = torch.empty(max_steps, batch + 1, dtype=torch.long, pin_memory=cuda)
+        self.rows = host_memory(torch.empty(max_steps, batch + 1, dtype=torch.long, pin_memory=cuda))
         self.tokens = self.rows[:, :-1]
         self.done = self.rows[:, -1]
         self.copy_stream = torch.cuda.Stream(device) if cuda and streams == 2 else None
@@ -248,13 +245,13 @@ def run(
     """`generate` with the options already gathered (and checked: GenerationOptions cannot be made invalid)."""
     notices: list[str] = []
     options = _adapt_to_device(loaded, options, notices)
-    input_ids, attention_mask = encode_prompt(loaded, prompt)
-    check_length(loaded, input_ids.shape[1], options.max_new_tokens)
-    setup = decode_setup_for(loaded, input_ids.shape, options)
+    encoded = encode(loaded, prompt)
+    check_length(loaded, encoded.width, options.max_new_tokens)
+    setup = decode_setup_for(loaded, encoded.input_ids.shape, options)
     try:
-        setup_ms = _set_up(setup, input_ids, attention_mask, options) if not setup.ready else 0.0
+        setup_ms = _set_up(setup, encoded, options) if not setup.ready else 0.0
         with torch.inference_mode():
-            kept, computed, clock = _timed_run(setup, input_ids, attention_mask, options, on_tokens)
+            kept, computed, clock = _timed_run(setup, encoded, options, on_tokens)
     except Exception as exc:  # the compiler's pages of text become one line; any other error is raised as it is
         failure = compile_failure(loaded, options.compile, exc)
         if failure is None:
@@ -268,7 +265,7 @@ def run(
     if options.loop == NO_CHECK:
         _forget_host_observations(timings)
     texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    return GenerationResult(token_ids=token_ids, texts=texts, prompt_tokens=int(input_ids.shape[1]),
+    return GenerationResult(token_ids=token_ids, texts=texts, prompt_tokens=encoded.width,
                             options=options, timings=timings, notices=notices, started_s=clock.t0)
 
 
@@ -280,14 +277,13 @@ def _forget_host_observations(timings: Timings) -> None:
 
 
 
-def _set_up(setup: DecodeSetup, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-            options: GenerationOptions) -> float:
+def _set_up(setup: DecodeSetup, prompt: EncodedPrompt, options: GenerationOptions) -> float:
     """The setup run of a new shape: SETUP_STEPS untimed steps of the naive loop, so that compilation, CUDA-graph
     capture and library set-up stay out of the timings; returns its milliseconds."""
     start = time.perf_counter()
     steps = replace(options, max_new_tokens=min(options.max_new_tokens, SETUP_STEPS), loop="naive")
     with torch.inference_mode():
-        _timed_run(setup, input_ids, attention_mask, steps, None)
+        _timed_run(setup, prompt, steps, None)
     synchronize(setup.device)
     setup.ready = True
     return (time.perf_counter() - start) * 1000

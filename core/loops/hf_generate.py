@@ -4,7 +4,7 @@ with its DeferredStopCheck forced on for CUDA (transformers 5.24 enables it on m
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -15,10 +15,11 @@ from core.models import LoadedModel
 from core.options import GenerationOptions, hf_generate_options
 
 
-def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
-                deferred: bool = False) -> tuple[list[list[int]], Timings]:
-    """transformers' own generate() with the same cache and compile settings, timed on the host."""
-    from transformers import GenerationConfig
+def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferred: bool = False,
+                on_step: Callable[[], None] | None = None) -> tuple[list[list[int]], Timings]:
+    """transformers' own generate() with the same cache and compile settings, timed on the host. `on_step` is called
+    once per decode step, after its token is chosen (the sync audit's step marks)."""
+    from transformers import GenerationConfig, StoppingCriteriaList
 
     options, _ = hf_generate_options(options, loaded.device.type)
     input_ids, attention_mask = encode_prompt(loaded, prompt)
@@ -40,7 +41,9 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
     clock = StepClock(loaded.device, 1)
     clock.start()
     with _deferred_stop_check(deferred), torch.inference_mode():
-        output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        markers = StoppingCriteriaList([_StepMarker(on_step)]) if on_step is not None else None
+        output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
+                                       stopping_criteria=markers)
     clock.stop()
     rows = output[:, input_ids.shape[1]:].tolist()
     token_ids = cut_at_eos(rows, [] if options.ignore_eos else resolve_eos_ids(loaded, options.eos_token_id))
@@ -51,6 +54,20 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions,
                       ms_per_token_p50=total_ms / max(1, len(rows[0])), ms_per_token_p95=0.0,
                       host_queued_ms=[], host_known_ms=[])
     return token_ids, timings
+
+
+class _StepMarker:
+    """A stopping criterion that never stops: generate() calls it once per step, and it tells `on_step`."""
+
+    def __init__(self, on_step: Callable[[], None]):
+        self.on_step = on_step
+        self.never: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.on_step()
+        if self.never is None or self.never.shape[0] != input_ids.shape[0]:
+            self.never = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        return self.never
 
 
 @contextlib.contextmanager

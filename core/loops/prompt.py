@@ -4,6 +4,7 @@ prompt for benchmarks (the same ids on every machine)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,14 +15,35 @@ from core.options import is_int, require
 Prompt = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 
 
-def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn a string, a batch of strings, or token ids into left-padded `input_ids` and `attention_mask`."""
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A prompt as the loops feed it: left-padded token ids and their mask on the device, and whether any row is
+    padded, known on the host (so that no decode step has to read the mask to find out)."""
+
+    input_ids: torch.Tensor       # [batch, width]
+    attention_mask: torch.Tensor  # [batch, width]: 0 over each row's padding, then ones
+    padded: bool
+
+    @property
+    def width(self) -> int:
+        return int(self.input_ids.shape[1])
+
+
+def encode(loaded: LoadedModel, prompt: Prompt) -> EncodedPrompt:
+    """Turn a string, a batch of strings, or token ids into left-padded token ids and their mask."""
     rows = _prompt_rows(loaded.tokenizer, prompt)
     width = max(len(row) for row in rows)
     pad = loaded.tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], dtype=torch.long)
-    return input_ids.to(loaded.device), mask.to(loaded.device)
+    return EncodedPrompt(input_ids.to(loaded.device), mask.to(loaded.device),
+                         padded=any(len(row) < width for row in rows))
+
+
+def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
+    """`input_ids` and `attention_mask` of `encode`."""
+    encoded = encode(loaded, prompt)
+    return encoded.input_ids, encoded.attention_mask
 
 
 def _prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:

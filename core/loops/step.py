@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from core.kernels.pdl import pdl_inductor_options
-from core.loops.prompt import resolve_eos_ids
+from core.loops.prompt import EncodedPrompt, resolve_eos_ids
 from core.models import LoadedModel, new_static_cache
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
@@ -91,6 +91,7 @@ class DecodeSetup:
         self.pad = torch.tensor(loaded.tokenizer.pad_token_id, dtype=torch.long, device=loaded.device)
         self.graph_key: tuple = ()
         self.reusables: dict = {}  # events and pinned buffers, allocated once per shape and reused across runs
+        self.decode_mask = True  # whether decode steps pass the mask (begin: not when no row is padded)
 
     def take_compile_ms(self, setup_ms: float) -> float:
         """The first setup run of a compiled shape is its compile time; report it once."""
@@ -99,9 +100,9 @@ class DecodeSetup:
             return setup_ms
         return 0.0
 
-    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, options: GenerationOptions) -> Any:
+    def begin(self, prompt: EncodedPrompt, options: GenerationOptions) -> Any:
         """Reset the cache and buffers for a new run; return the cache object the forward uses."""
-        batch, width = input_ids.shape
+        batch, width = prompt.input_ids.shape
         max_steps = options.max_new_tokens
         cache = self._fresh_cache()
         eos_ids = resolve_eos_ids(self.loaded, options.eos_token_id) or [-1]  # -1: matches no token
@@ -117,8 +118,11 @@ class DecodeSetup:
             self.state = DecodeState.allocate(batch, mask_len, out_rows, self.device)
             if self.step_graph is not None:
                 self.step_graph.invalidate()
-        self.state.reset(attention_mask)
+        self.state.reset(prompt.attention_mask)
         self.prompt_width = width
+        # A dynamic cache's decode step with a mask makes transformers read it on the host every step, to see
+        # whether it needs it: with no row padded it needs none, and a static cache's step keeps its mask.
+        self.decode_mask = prompt.padded or self.static_cache is not None
         self.graph_key = step_graph_key(options, eos_ids, self.state)
         return cache
 
@@ -130,11 +134,12 @@ class DecodeSetup:
 
         return DynamicCache(config=self.model.config)
 
-    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any) -> None:
+    def prefill(self, prompt: EncodedPrompt, cache: Any) -> None:
         """Step 0: the whole prompt through the model (eager), then the first token."""
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        mask = prompt.attention_mask
+        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        logits = self.model(input_ids=prompt.input_ids, attention_mask=mask, position_ids=position_ids, cache=cache,
+                            use_cache=True, logits_to_keep=1).logits[:, -1]
         self.commit(logits)
 
     def decode(self, index: int, cache: Any) -> None:
@@ -147,7 +152,8 @@ class DecodeSetup:
     def decode_body(self, index: int, cache: Any) -> None:
         state = self.state
         kv_len = self.cache_len if self.static_cache is not None else self.prompt_width + index
-        logits = self.forward(input_ids=state.tokens[:, None], attention_mask=state.mask[:, :kv_len],
+        mask = state.mask[:, :kv_len] if self.decode_mask else None
+        logits = self.forward(input_ids=state.tokens[:, None], attention_mask=mask,
                               position_ids=state.positions[:, None], cache=cache, use_cache=True,
                               logits_to_keep=1).logits[:, -1]
         state.positions.add_(1)

@@ -123,6 +123,16 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
+def gather_objects(value: Any) -> list[Any]:
+    """`value` from every rank, in rank order ([value] without a process group); a collective: every rank calls it."""
+    _, size = world()
+    if size == 1:
+        return [value]
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def gather_device_spans(start_s: float, device_start_ms: list[float],
                         device_end_ms: list[float]) -> list[dict[str, Any]]:
     """Every rank's device spans of one run on rank 0's time base; [] without a process group.
