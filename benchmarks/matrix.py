@@ -128,7 +128,8 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "case": case["name"], "shape": case["shape"], "batch": case["batch"], "cache": case["cache"],
             "compile": case["compile"], "contestant": name, "tokens_per_s": round(s["tokens_per_s"], 1),
             "spread": round(s["spread"], 4), "ttft_ms": s["ttft_ms"], "ms_per_token_p50": s["ms_per_token_p50"],
-            "gpu_busy_fraction": s["gpu_busy_fraction"], "gpu_gap_ms_mean": s["gpu_gap_ms_mean"],
+            "device_span_fraction": s.get("device_span_fraction", s.get("gpu_busy_fraction")),
+            "gpu_gap_ms_mean": s["gpu_gap_ms_mean"],
             "identical_to_first": report["identical"][name],
             "first_difference": max((r["first_difference"] or -1) for r in report["runs"] if r["contestant"] == name),
             "graphs_compiled_in_timed_runs": sum(r["graphs_compiled"] for r in report["runs"]

@@ -26,7 +26,7 @@ from core.measure.trace import build_trace
 from core.models import LoadedModel, load_model
 from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
 from core.parallel.ranks import run_ranks
-from core.report import audit_lines, compile_note, format_table
+from core.report import TABLE_KEY, audit_lines, compile_note, format_table
 from core.report_files import check_output_path, check_profile_dir, write_json
 from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
 from core.specs import DEFAULT_MODEL
@@ -165,6 +165,7 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     if compiled:
         print(compiled)
     print(format_table(report))
+    print(f"({TABLE_KEY})")
     for line in audit_lines(report):
         print(line)
     print(f"reproduce: {report['command']}")

@@ -21,6 +21,7 @@ import torch
 
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_generate
+from core.measure.kernel_trial import kernel_trial
 from core.measure.sync_audit import SyncAudit, loop_steps
 from core.models import LoadedModel, check_support
 from core.options import (
@@ -81,9 +82,9 @@ def compare(
                 runs.append(entry)
                 emit({"type": "run", "t": time.perf_counter(), **entry})
         audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
-    report = build_report(loaded, request, runs, warmups)
-    if audits is not None:
-        report["sync_audit"] = audits
+        kernels = _kernel_trials(loaded, request, runs, emit, stop) \
+            if loaded.device.type == "cuda" and not request.no_kernel_trial else None
+    report = build_report(loaded, request, runs, warmups, audits, kernels)
     report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
     if request.deterministic:
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
@@ -111,6 +112,23 @@ def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[st
                                           "most_reads_in_a_decode_step": result["most_reads_in_a_decode_step"]})
         audits[name] = result
     return audits
+
+
+def _kernel_trials(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
+                   emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
+    """After the trials, each contestant once more under CUPTI (core.measure.kernel_trial): kernel-busy per step."""
+    trials = {}
+    for name in request.contestants:
+        emit({"type": "phase", "phase": "kernel trial", "contestant": name, "t": time.perf_counter()})
+        if stop():
+            raise Cancelled("cancelled")
+        steps = [r["timings"]["ms_per_token_p50"] for r in runs
+                 if r["contestant"] == name and r["timings"].get("ms_per_token_p50")]
+        result = kernel_trial(lambda name=name: run_contestant(loaded, request, name, None, stop),
+                              statistics.median(steps) if steps else None)
+        result["ranks"] = gather_objects({"kernel_busy_fraction": result.get("kernel_busy_fraction")})
+        trials[name] = result
+    return trials
 
 
 def _audit_cost(audited: dict[str, Any], timed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -91,7 +91,8 @@ class BenchRequest:
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
     algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
-    the trials under the sync audit (core.measure.sync_audit). Checked when made."""
+    the trials under the sync audit (core.measure.sync_audit); on CUDA each also runs once more under CUPTI (the kernel
+    trial, core.measure.kernel_trial) unless `no_kernel_trial`. Checked when made."""
 
     prompt: Any
     options: GenerationOptions = field(default_factory=GenerationOptions)
@@ -101,6 +102,7 @@ class BenchRequest:
     min_seconds: float = 0.0
     deterministic: bool = False
     audit: bool = False
+    no_kernel_trial: bool = False
 
     def __post_init__(self) -> None:
         for option in RUN_OPTIONS:
@@ -142,7 +144,7 @@ class Cancelled(Exception):
 OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
 PAGE_GROUPS = ("run", "loop", "sampling")  # where the page shows an option (RunOption.group), in the page's order
 CLI_ONLY = "cli"  # the group of an option that only the command line offers
-BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit")
+BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_kernel_trial")
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
 
@@ -261,6 +263,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("audit", FLAG, False, "Find the syncs (one audited run more)",
               "after the trials, run each contestant once more under the sync audit: every host read of a device "
               "value, at its line, per decode step", part=REQUEST, group="loop"),
+    RunOption("no_kernel_trial", FLAG, False, "Skip the kernel trial (CUDA)",
+              "on CUDA, skip the extra run of each contestant under CUPTI that gives kernel-busy time per step",
+              part=REQUEST, group="loop"),
     RunOption("do_sample", FLAG, False, "Seeded sampling", "sample instead of greedy decoding", flag="--sample",
               group="sampling"),
     RunOption("seed", WHOLE, 0, "Seed", "sampling seed, the same for every contestant", low=0, high=2**63 - 1,

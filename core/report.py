@@ -19,6 +19,7 @@ from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.loops.step import inductor_overrides
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
+from core.measure.waits import step_work_ms, trial_waits
 from core.models import LoadedModel
 from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, effective_options
 from core.run_schema import cli_command
@@ -28,8 +29,12 @@ COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H2
 
 
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
-                 warmups: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    summary = {name: summarize([r for r in runs if r["contestant"] == name]) for name in request.contestants}
+                 warmups: dict[str, dict[str, Any]], audits: dict[str, dict[str, Any]] | None = None,
+                 kernel_trials: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The report of a comparison: its timed runs and warm-ups, and the extra runs' findings where they ran (the sync
+    audit's per contestant, the kernel trial's per contestant)."""
+    summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
+                               (kernel_trials or {}).get(name), loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
     for entry in runs:
         entry["first_difference"] = first_difference(entry["token_ids"], reference)
@@ -45,7 +50,8 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
-                    "min_seconds": request.min_seconds, "deterministic": request.deterministic},
+                    "min_seconds": request.min_seconds, "deterministic": request.deterministic,
+                    "audit": request.audit, "no_kernel_trial": request.no_kernel_trial},
         # What each contestant ran with: the device can change what was asked (CUDA-only modes on the CPU).
         "effective": {name: {"options": asdict(options), "notices": notices}
                       for name, (options, notices) in effective.items()},
@@ -60,6 +66,8 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "self_consistent": self_consistent,
         "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
         "command": reproduce_command(loaded, request),
+        **({"sync_audit": audits} if audits is not None else {}),
+        **({"kernel_trial": kernel_trials} if kernel_trials is not None else {}),
     }
 
 
@@ -101,7 +109,20 @@ def _self_consistent(runs: list[dict[str, Any]], name: str) -> bool:
     return all(ids == outputs[0] for ids in outputs)
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def loop_runs(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The runs of each loop contestant (they share one decode step: core.measure.waits.step_work_ms)."""
+    names = dict.fromkeys(r["contestant"] for r in runs if r["contestant"] not in (HF, HF_DEFERRED))
+    return [[r for r in runs if r["contestant"] == name] for name in names]
+
+
+def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
+              kernel_trial: dict[str, Any] | None = None,
+              loops: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """One contestant's medians over its trials; per decode step its waits (core.measure.waits, with the step's
+    device work from the kernel trial, else from the spans of `loops`); where the extra runs ran, its device reads
+    per step (the sync audit) and the share of the device's time kernels ran (the kernel trial)."""
+    work_ms, work_source = step_work_ms(loops if loops is not None else [runs],
+                                        (kernel_trial or {}).get("kernel_busy_ms_per_step"))
     def median_of(key: str) -> float | None:
         values = [r["timings"][key] for r in runs if r["timings"].get(key) is not None]
         return statistics.median(values) if values else None
@@ -123,13 +144,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "ttft_gpu_ms": median_of("ttft_gpu_ms"),
         "ms_per_token_p50": statistics.median(steps) if steps else median_of("ms_per_token_p50"),
         "ms_per_token_p95": percentile(steps, 95) if steps else None,
-        "gpu_busy_fraction": median_of("gpu_busy_fraction"),
+        # The share of the device's time inside some step's span: a span brackets the waits for launches inside it, so
+        # this is not how busy the device was (kernel_busy_fraction is).
+        "device_span_fraction": median_of("device_span_fraction"),
         "gpu_gap_ms_mean": statistics.fmean(gaps) if gaps else None,
         "gpu_gap_ms_p50": percentile(gaps, 50) if gaps else None,
         "gpu_gap_ms_p99": percentile(gaps, 99) if gaps else None,
         "gpu_gap_ms_max": max(gaps) if gaps else None,
         "new_tokens": median_of("new_tokens"),
         "overshoot_steps": median_of("overshoot_steps"),
+        **{f"{key}_per_step": value for key, value in trial_waits(runs, work_ms).items()},
+        "step_work_ms": work_ms, "step_work_source": work_source,
+        "reads_per_step": (audit or {}).get("reads_per_decode_step"),
+        "kernel_busy_fraction": (kernel_trial or {}).get("kernel_busy_fraction"),
     }
 
 
@@ -192,15 +219,22 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
     return None if len(a) == len(b) else 0
 
 
+TABLE_KEY = ("decode spread: the decode rate's (max - min) / median over trials; host wait and device idle: per "
+             "decode step, in us (core.measure.waits); kernel-busy: the kernel trial's; reads/step: the sync audit's")
+
+
 def format_table(report: dict[str, Any]) -> str:
-    rows = [f"{'contestant':<16} {'decode tok/s':>12} {'tok/s':>9} {'spread':>7} {'ttft ms':>8} {'ms/tok p50':>10} "
-            f"{'p95':>7} {'busy':>6} {'gap ms':>7} {'same':>5}"]
+    rows = [f"{'contestant':<16} {'decode tok/s':>12} {'tok/s':>9} {'decode spread':>13} {'ttft ms':>8} "
+            f"{'ms/tok p50':>10} {'p95':>7} {'host wait':>9} {'dev idle':>8} {'kernel-busy':>11} {'reads/step':>10} "
+            f"{'same':>5}"]
     for name, s in report["summary"].items():
+        spread_of = s.get("decode_spread") if s.get("decode_spread") is not None else s.get("spread")
         rows.append(
             f"{name:<16} {_num(s.get('decode_tokens_per_s')):>12} {s['tokens_per_s']:>9.1f} "
-            f"{_pct(s['spread'], 1):>7} {_num(s['ttft_ms']):>8} "
+            f"{_pct(spread_of, 1):>13} {_num(s['ttft_ms']):>8} "
             f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
-            f"{_pct(s['gpu_busy_fraction']):>6} {_num(s['gpu_gap_ms_mean'], 3):>7} "
+            f"{_us(s.get('host_wait_ms_per_step')):>9} {_us(s.get('device_idle_ms_per_step')):>8} "
+            f"{_pct(s.get('kernel_busy_fraction')):>11} {_num(s.get('reads_per_step'), 2):>10} "
             f"{identity.sameness(report, name):>5}")
     rows.append("  ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items()))
     if report.get("verdict"):
@@ -213,6 +247,10 @@ def format_table(report: dict[str, Any]) -> str:
 
 def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _us(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms * 1000:.0f}"
 
 
 def _pct(value: float | None, digits: int = 0) -> str:

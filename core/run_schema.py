@@ -84,7 +84,7 @@ def request_from_values(values: Mapping[str, Any], *, limits: Limits | None = No
     request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
                            trials=typed["trials"], contestants=contestants(typed, deferred_with_hf), stream=stream,
                            min_seconds=typed["min_seconds"], deterministic=typed["deterministic"],
-                           audit=typed["audit"])
+                           audit=typed["audit"], no_kernel_trial=typed["no_kernel_trial"])
     return request, notices
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.measure.identity import sameness
+from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
 from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
@@ -37,8 +38,9 @@ PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
 OLD_PAGE_SECTION = "dashboard"  # where the page's downloads up to 2026-11 kept its record, inside the report
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
-SUMMARY_HEADERS = ("contestant", "decode tok/s", "spread %", "same tokens", "end-to-end tok/s", "TTFT ms",
-                   "ms/tok p50", "ms/tok p95", "GPU busy % (CUDA events)", "NVML util %", "idle gap ms", "compile ms")
+SUMMARY_HEADERS = ("contestant", "decode tok/s", "decode spread %", "same tokens", "host wait µs/step",
+                   "device idle µs/step", "device reads/step (audit)", "kernel-busy % (kernel trial)", "NVML util %",
+                   "end-to-end tok/s", "TTFT ms", "ms/tok p50", "ms/tok p95", "compile ms")
 
 
 # ------------------------------------------------------------------------------------- the page's own record
@@ -132,12 +134,29 @@ def summary_rows(report: dict[str, Any] | SavedReport, page: PageRecord | None =
     rows = []
     for name, s in report.get("summary", {}).items():
         warm = report.get("warmup", {}).get(name, {})
+        waits = contestant_waits(report, name)
         rows.append([name, _r(s.get("decode_tokens_per_s"), 1), _r(_pct(_spread(report, name, s)), 1),
-                     sameness(report, name), _r(s.get("tokens_per_s"), 1),
+                     sameness(report, name), _r(_us(waits["host_wait_ms"]), 0), _r(_us(waits["device_idle_ms"]), 0),
+                     _r(s.get("reads_per_step"), 2), _r(_pct(s.get("kernel_busy_fraction")), 1),
+                     _r((nvml.get(name) or {}).get("util_pct"), 0), _r(s.get("tokens_per_s"), 1),
                      _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
-                     _r(_pct(s.get("gpu_busy_fraction")), 1), _r((nvml.get(name) or {}).get("util_pct"), 0),
-                     _r(s.get("gpu_gap_ms_mean"), 3), _r(warm.get("compile_ms") or None, 0)])
+                     _r(warm.get("compile_ms") or None, 0)])
     return rows
+
+
+def contestant_waits(report: dict[str, Any], name: str) -> dict[str, float | None]:
+    """A contestant's host wait and device idle per decode step (core.measure.waits), in ms: the summary's, or for a
+    report written before it had them, from its trials' timestamps."""
+    summary = (report.get("summary") or {}).get(name) or {}
+    if "device_idle_ms_per_step" in summary:
+        return {key: summary.get(f"{key}_per_step") for key in WAIT_KEYS}
+    runs = [r for r in report.get("runs", []) if isinstance(r.get("timings"), dict)]
+    try:
+        loops = [[r for r in runs if r["contestant"] == loop] for loop in (*LOOPS, NO_CHECK)]
+        work_ms, _ = step_work_ms([group for group in loops if group])
+        return trial_waits([r for r in runs if r["contestant"] == name], work_ms)
+    except (TypeError, ValueError, KeyError, IndexError):  # timestamps of an unexpected shape: no numbers, no error
+        return dict.fromkeys(WAIT_KEYS)
 
 
 def _spread(report: dict[str, Any], name: str, summary: dict[str, Any]) -> float | None:
@@ -186,8 +205,9 @@ OPTION_COLUMNS = tuple(option.name for option in RUN_OPTIONS if option.history)
 HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", *OPTION_COLUMNS, "compile_asked",
                   "sampling", "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s",
                   "hf_tok_s", "speedup", "verdict", "naive_ttft_ms", "pipelined_ttft_ms", "naive_p50_ms",
-                  "pipelined_p50_ms", "naive_p95_ms", "pipelined_p95_ms", "naive_gpu_busy_pct",
-                  "pipelined_gpu_busy_pct", "compile_ms", "identical", "clock", "notes", "error")
+                  "pipelined_p50_ms", "naive_p95_ms", "pipelined_p95_ms", "naive_kernel_busy_pct",
+                  "pipelined_kernel_busy_pct", "naive_reads_per_step", "pipelined_reads_per_step", "compile_ms",
+                  "identical", "clock", "notes", "error")
 
 
 def history_row(job_id: int, state: str, request: Any, model: str | None, report: dict[str, Any] | None,
@@ -242,7 +262,8 @@ def _add_report_numbers(row: dict[str, Any], report: dict[str, Any]) -> None:
             row[f"{prefix}_ttft_ms"] = _r(s.get("ttft_ms"), 2)
             row[f"{prefix}_p50_ms"] = _r(s.get("ms_per_token_p50"), 3)
             row[f"{prefix}_p95_ms"] = _r(s.get("ms_per_token_p95"), 3)
-            row[f"{prefix}_gpu_busy_pct"] = _r(_pct(s.get("gpu_busy_fraction")), 1)
+            row[f"{prefix}_kernel_busy_pct"] = _r(_pct(s.get("kernel_busy_fraction")), 1)
+            row[f"{prefix}_reads_per_step"] = _r(s.get("reads_per_step"), 2)
     compiled = [w.get("compile_ms") or 0 for w in report.get("warmup", {}).values()]
     row["compile_ms"] = _r(max(compiled, default=0) or None, 0)
 
@@ -272,6 +293,10 @@ def public_report(report: dict[str, Any]) -> dict[str, Any]:
 
 def _r(value: float | None, digits: int) -> float | None:
     return None if value is None else round(float(value), digits)
+
+
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else ms * 1000
 
 
 def _pct(fraction: float | None) -> float | None:
@@ -384,11 +409,14 @@ def _json_document(data: bytes | str, max_bytes: int) -> dict[str, Any]:
 
 # Numbers the page reads (None where a number does not exist); other fields are left alone.
 SUMMARY_NUMBERS = ("trials", "tokens_per_s", "spread", "decode_tokens_per_s", "decode_spread", "total_ms", "ttft_ms",
-                   "ttft_gpu_ms", "ms_per_token_p50", "ms_per_token_p95", "gpu_busy_fraction", "gpu_gap_ms_mean",
+                   "ttft_gpu_ms", "ms_per_token_p50", "ms_per_token_p95", "gpu_busy_fraction", "device_span_fraction",
+                   "kernel_busy_fraction", "reads_per_step", "host_wait_ms_per_step", "device_gap_ms_per_step",
+                   "launch_wait_ms_per_step", "device_idle_ms_per_step", "gpu_gap_ms_mean",
                    "gpu_gap_ms_p50", "gpu_gap_ms_p99", "gpu_gap_ms_max", "new_tokens", "overshoot_steps")
 TIMING_NUMBERS = ("total_ms", "ttft_ms", "tokens_per_s", "new_tokens", "kept_steps", "computed_steps",
                   "ms_per_token_p50", "ms_per_token_p95", "setup_ms", "warmup_ms", "compile_ms", "ttft_gpu_ms",
-                  "gpu_busy_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s", "overshoot_steps")
+                  "gpu_busy_fraction", "device_span_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s",
+                  "overshoot_steps")
 WARMUP_NUMBERS = ("total_ms", "setup_ms", "engine_warmup_ms", "compile_ms")  # engine_warmup_ms: setup_ms's old name
 VERDICT_NUMBERS = ("trials", "ratio", "noise")
 SAMPLE_NUMBERS = ("t", "util_pct", "mem_used_mb", "power_w", "sm_clock_mhz")

@@ -89,7 +89,7 @@ def timings(loop: str, kept: int = 256, *, cpu: bool = False, ranks: int = 1, la
         "host_queued_ms": s.queued, "host_known_ms": s.known, "setup_ms": 0.0, "compile_ms": 0.0,
         "decode_tokens": kept - 1, "decode_ms": total - s.known[0],
         "decode_tokens_per_s": (kept - 1) / ((total - s.known[0]) / 1000), "overshoot_steps": computed - kept,
-        "gpu_step_ms": [], "gpu_gap_ms": [], "gpu_busy_fraction": None, "ttft_gpu_ms": None,
+        "gpu_step_ms": [], "gpu_gap_ms": [], "device_span_fraction": None, "ttft_gpu_ms": None,
         "host_step_start_ms": s.host_start, "host_wait_start_ms": s.wait_start,
         "device_start_ms": [] if cpu else s.dev_start, "device_end_ms": [] if cpu else s.dev_end,
         "clock_sync_error_ms": None if cpu else 0.0021, "rank_device_spans": [] if cpu or ranks == 1 else
@@ -104,7 +104,7 @@ def timings(loop: str, kept: int = 256, *, cpu: bool = False, ranks: int = 1, la
         out["gpu_gap_ms"] = [max(0.0, b - e) for e, b in zip(ends, starts[1:])]
         out["step_ms"] = [b - a for a, b in itertools.pairwise(ends)]
         out["ttft_gpu_ms"] = out["gpu_step_ms"][0]
-        out["gpu_busy_fraction"] = min(1.0, sum(out["gpu_step_ms"]) / (ends[-1] - starts[0]))
+        out["device_span_fraction"] = min(1.0, sum(out["gpu_step_ms"]) / (ends[-1] - starts[0]))
     out["ms_per_token_p50"] = statistics.median(out["step_ms"])
     out["ms_per_token_p95"] = percentile(out["step_ms"], 95)
     if old:

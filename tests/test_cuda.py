@@ -66,7 +66,7 @@ def test_device_timeline(smol_gpu):
     assert t.clock == "cuda-events"
     assert len(t.gpu_step_ms) == 40 and len(t.gpu_gap_ms) == 39 and len(t.step_ms) == 39
     assert all(ms > 0 for ms in t.gpu_step_ms) and all(g >= 0 for g in t.gpu_gap_ms)
-    assert 0 < t.gpu_busy_fraction <= 1
+    assert 0 < t.device_span_fraction <= 1
     assert 0 < t.ttft_gpu_ms <= t.ttft_ms
 
 

@@ -349,7 +349,7 @@ def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts
 def test_the_summary_puts_the_verdicts_evidence_first(served_app):
     from dashboard.reports import SUMMARY_HEADERS
 
-    assert SUMMARY_HEADERS[:4] == ("contestant", "decode tok/s", "spread %", "same tokens")
+    assert SUMMARY_HEADERS[:4] == ("contestant", "decode tok/s", "decode spread %", "same tokens")
     out = run(served_app.url)
     assert [row[3] for row in out["summary"]["data"]] == ["yes", "yes"]
 

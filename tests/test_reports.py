@@ -116,7 +116,7 @@ def test_one_trial_in_the_old_format_shows_no_spread(saved):
     old["runs"] = [r for r in old["runs"] if r["trial"] == 0]
     for entry in old["summary"].values():
         entry.update(trials=1, spread=0.0, decode_spread=0.0)  # what older versions wrote for one trial
-    spread = SUMMARY_HEADERS.index("spread %")
+    spread = SUMMARY_HEADERS.index("decode spread %")
     assert [row[spread] for row in summary_rows(old)] == [None, None]
     assert all(row[spread] is not None for row in summary_rows(saved))
 
@@ -165,7 +165,7 @@ def test_numbers_that_mean_nothing_are_dashes(tiny):
     no_check = dict(zip(SUMMARY_HEADERS, rows["no-check"]))
     naive = dict(zip(SUMMARY_HEADERS, rows["naive"]))
     assert no_check["TTFT ms"] is None and no_check["decode tok/s"] is None
-    assert naive["spread %"] is None, "one trial has no spread (it is not 0%)"
+    assert naive["decode spread %"] is None, "one trial has no spread (it is not 0%)"
     assert naive["compile ms"] is None, "nothing was compiled: no compile time"
 
 

@@ -40,7 +40,7 @@ def test_on_the_cpu_the_timings_are_the_hosts_moments(ticking):
     assert timings.host_wait_start_ms == pytest.approx([3, 7, 11, 15])
     assert timings.host_known_ms == pytest.approx([4, 8, 12, 16]) and timings.ttft_ms == pytest.approx(4)
     assert timings.step_ms == pytest.approx([4, 4, 4]) and timings.ms_per_token_p50 == pytest.approx(4)
-    assert timings.gpu_step_ms == [] and timings.gpu_busy_fraction is None and timings.setup_ms == 12.0
+    assert timings.gpu_step_ms == [] and timings.device_span_fraction is None and timings.setup_ms == 12.0
 
 
 def test_the_decode_phase_is_the_tokens_after_each_rows_first_over_the_time_after_it(ticking):

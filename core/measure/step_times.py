@@ -47,8 +47,8 @@ class Timings:
     gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
     # Share of the device's time from the first step's start to the last one's end spent inside a step's span. A span
     # includes any wait for the host *within* the step (eager mode launches kernels one by one), so this measures the
-    # waits between steps, not every idle moment.
-    gpu_busy_fraction: float | None = None
+    # waits between steps, not how busy the device was: the kernel trial (core.measure.kernel_trial) measures that.
+    device_span_fraction: float | None = None
     # The decode phase: tokens after each sequence's first, over the host time after the first token was known.
     # Prefill is shared code, so this is where the loops differ; None where the first token is not observed apart.
     # Both loops learn the first token before step 1 is queued, so both decode windows hold every decode step.
@@ -187,7 +187,7 @@ class StepClock:
         timings.step_ms = [a.elapsed_time(b) for a, b in itertools.pairwise(ends)]
         timings.gpu_gap_ms = [max(0.0, e.elapsed_time(s)) for e, s in zip(ends, starts[1:])]
         span = starts[0].elapsed_time(ends[-1])
-        timings.gpu_busy_fraction = min(1.0, sum(timings.gpu_step_ms) / span) if span > 0 else None
+        timings.device_span_fraction = min(1.0, sum(timings.gpu_step_ms) / span) if span > 0 else None
 
 
 def _stamp(event: Any) -> tuple[float, float]:

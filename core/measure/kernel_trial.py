@@ -1,0 +1,156 @@
+"""The kernel trial: one more run of a contestant under CUPTI (torch.profiler with CUDA activity only), read per
+decode step on the GPU's own terms: how long kernels ran (kernel-busy), how long the device sat inside a step's span
+with nothing running (waiting for the host to launch), and how long it idled between steps.
+
+Why a trial of its own: a step's two CUDA events (core.measure.step_times) bracket it, so a span counts as busy the
+time the device spends waiting for each launch inside the step; in eager mode that is most of it (measured on the
+H200: Llama-8B 5.8 ms of kernels in a step of about 20 ms). Kernel tracing costs the host time (6-14% of the rate
+and 3-5 s of post-processing for 256 steps, measured on the H200), so it is never a timed trial; the trial's own
+slowdown is reported with it.
+
+The kernels' times come on the profiler's clock; the steps' spans on the host's (perf_counter). The offset between
+the two is read at the end of the trial, for the profiler's realtime clock and for the monotonic one, and the one
+under which the kernels fall inside the steps' spans is taken (its coverage is reported).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+INTERVAL_STEPS = 40  # decode steps around the middle of the trial whose kernel intervals the report keeps (lanes)
+
+
+def kernel_trial(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None) -> dict[str, Any]:
+    """Run `run_once` (one run of a contestant, returning its outcome: `timings` and `started_s`) under CUPTI and
+    read its kernels per decode step; `timed_step_ms` is the timed trials' median step, for the trial's slowdown."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        outcome = run_once()
+    began = time.perf_counter()
+    kernels = device_intervals_ns(profiler)
+    clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
+              - time.perf_counter_ns()}
+    result = read_kernels(kernels, outcome["timings"], outcome["started_s"], clocks)
+    profiled_step = outcome["timings"].get("ms_per_token_p50")
+    result.update(profiled_step_ms=profiled_step, timed_step_ms=timed_step_ms,
+                  slowdown=profiled_step / timed_step_ms if profiled_step and timed_step_ms else None,
+                  post_processing_s=round(time.perf_counter() - began, 3))
+    return result
+
+
+def device_intervals_ns(profiler: Any) -> list[tuple[int, int]]:
+    """(start, end) in ns on the profiler's clock of every kernel, memcpy and memset the profiler saw."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return sorted((event.start_ns(), event.end_ns()) for event in profiler.profiler.kineto_results.events()
+                  if event.device_type() == cuda and event.end_ns() > event.start_ns())
+
+
+def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any], started_s: float,
+                 clocks: dict[str, int]) -> dict[str, Any]:
+    """Per decode step kernel-busy, idle inside and idle between steps, in ms, from device intervals (ns on the
+    profiler's clock) and the run's timings (device spans in ms since `started_s`, perf_counter). `clocks`: for each
+    clock the profiler may stamp on, that clock minus perf_counter, in ns."""
+    starts, ends = timings.get("device_start_ms") or [], timings.get("device_end_ms") or []
+    kept = int(timings.get("kept_steps") or 0)
+    fits = {name: _on_run_clock(kernels_ns, offset, started_s) for name, offset in clocks.items()}
+    if not starts:  # generate(): no step spans, only its kernels over the whole call
+        clock, kernels = next(iter(fits.items()))
+        return {"clock": clock, "kernels": len(kernels), **_whole_run(kernels)}
+    coverage = {name: _share_inside(kernels, starts[:kept], ends[:kept]) for name, kernels in fits.items()}
+    clock = max(coverage, key=coverage.get)
+    kernels = _merged(fits[clock])
+    steps = range(1, min(kept, len(starts)))
+    busy, inside, gaps, counts = [], [], [], []
+    for step in steps:
+        span = ends[step] - starts[step]
+        ran = _clipped(kernels, starts[step], ends[step])
+        busy.append(sum(b - a for a, b in ran))
+        inside.append(max(0.0, span - busy[-1]))
+        gaps.append(max(0.0, starts[step] - ends[step - 1]))
+        counts.append(len(ran))
+    device_time = sum(ends[s] - starts[s] for s in steps) + sum(gaps)
+    return {
+        "clock": clock, "alignment": round(coverage[clock], 4), "decode_steps": len(busy),
+        "kernel_busy_fraction": sum(busy) / device_time if device_time > 0 else None,
+        "kernel_busy_ms_per_step": _mean(busy), "idle_inside_ms_per_step": _mean(inside),
+        "gap_ms_per_step": _mean(gaps), "kernel_runs_per_step": statistics.median(counts) if counts else None,
+        "per_step": {"busy_ms": _rounded(busy), "idle_inside_ms": _rounded(inside), "gap_ms": _rounded(gaps)},
+        "intervals": _window(kernels, starts, ends, kept),
+    }
+
+
+def _on_run_clock(kernels_ns: Sequence[tuple[int, int]], offset_ns: int,
+                  started_s: float) -> list[tuple[float, float]]:
+    """The intervals in ms since the run began, if the profiler's clock is perf_counter + `offset_ns`."""
+    base_ns = started_s * 1e9 + offset_ns
+    return [((a - base_ns) / 1e6, (b - base_ns) / 1e6) for a, b in kernels_ns]
+
+
+def _share_inside(kernels: list[tuple[float, float]], starts: Sequence[float], ends: Sequence[float]) -> float:
+    """The share of the kernels' time that lies inside the run's step spans."""
+    total = sum(b - a for a, b in kernels)
+    if total <= 0:
+        return 0.0
+    inside = sum(b - a for s, e in zip(starts, ends) for a, b in _clipped(kernels, s, e))
+    return inside / total
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping or touching intervals joined (kernels on several streams run side by side)."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _clipped(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """The parts of sorted, merged `intervals` inside [start, end]."""
+    import bisect
+
+    first = max(0, bisect.bisect_left(intervals, (start, start)) - 1)
+    out = []
+    for a, b in intervals[first:]:
+        if a >= end:
+            break
+        if b > start:
+            out.append((max(a, start), min(b, end)))
+    return out
+
+
+def _whole_run(kernels: list[tuple[float, float]]) -> dict[str, Any]:
+    merged = _merged(kernels)
+    if not merged:
+        return {"kernel_busy_fraction": None}
+    span = merged[-1][1] - merged[0][0]
+    return {"kernel_busy_fraction": sum(b - a for a, b in merged) / span if span > 0 else None}
+
+
+def _window(kernels: list[tuple[float, float]], starts: Sequence[float], ends: Sequence[float],
+            kept: int) -> dict[str, Any]:
+    """The merged kernel intervals of INTERVAL_STEPS decode steps around the middle, each step's relative to its
+    start, for the timeline to draw inside each step's span."""
+    first = max(1, kept // 2 - INTERVAL_STEPS // 2)
+    last = min(kept, first + INTERVAL_STEPS)
+    steps = []
+    for step in range(first, last):
+        steps.append({"step": step, "span_ms": round(ends[step] - starts[step], 4),
+                      "busy": [[round(a - starts[step], 4), round(b - starts[step], 4)]
+                               for a, b in _clipped(kernels, starts[step], ends[step])]})
+    return {"first_step": first, "steps": steps}
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(v, 4) for v in values]
