@@ -66,11 +66,13 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     clock = max(coverage, key=coverage.get)
     kernels = _merged(fits[clock])
     steps = range(1, min(kept, len(starts)))
-    busy, inside, gaps, counts = [], [], [], []
+    busy, inside, gaps, counts, summed = [], [], [], [], []
+    separate = sorted(fits[clock])
     for step in steps:
         span = ends[step] - starts[step]
         ran = _clipped(kernels, starts[step], ends[step])
         busy.append(sum(b - a for a, b in ran))
+        summed.append(sum(b - a for a, b in _clipped(separate, starts[step], ends[step])))
         inside.append(max(0.0, span - busy[-1]))
         gaps.append(max(0.0, starts[step] - ends[step - 1]))
         counts.append(len(ran))
@@ -78,6 +80,8 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     return {
         "clock": clock, "alignment": round(coverage[clock], 4), "decode_steps": len(busy),
         "kernel_busy_fraction": sum(busy) / device_time if device_time > 0 else None,
+        # every kernel's own time summed (kernels side by side on two streams count twice): the profiler's kernel share
+        "kernel_time_fraction": sum(summed) / device_time if device_time > 0 else None,
         "kernel_busy_ms_per_step": _mean(busy), "idle_inside_ms_per_step": _mean(inside),
         "gap_ms_per_step": _mean(gaps), "kernel_runs_per_step": statistics.median(counts) if counts else None,
         "per_step": {"busy_ms": _rounded(busy), "idle_inside_ms": _rounded(inside), "gap_ms": _rounded(gaps)},
