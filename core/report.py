@@ -123,6 +123,8 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
     per step (the sync audit) and the share of the device's time kernels ran (the kernel trial)."""
     work_ms, work_source = step_work_ms(loops if loops is not None else [runs],
                                         (kernel_trial or {}).get("kernel_busy_ms_per_step"))
+    if not any(r["timings"].get("device_start_ms") for r in runs):  # generate(), the CPU: no step spans to split
+        work_ms = work_source = None
     def median_of(key: str) -> float | None:
         values = [r["timings"][key] for r in runs if r["timings"].get(key) is not None]
         return statistics.median(values) if values else None
@@ -156,8 +158,22 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
         **{f"{key}_per_step": value for key, value in trial_waits(runs, work_ms).items()},
         "step_work_ms": work_ms, "step_work_source": work_source,
         "reads_per_step": (audit or {}).get("reads_per_decode_step"),
-        "kernel_busy_fraction": (kernel_trial or {}).get("kernel_busy_fraction"),
+        "kernel_busy_fraction": kernel_busy(kernel_trial, median_of("ms_per_token_p50"), median_of("total_ms")),
     }
+
+
+def kernel_busy(kernel_trial: dict[str, Any] | None, step_ms: float | None, total_ms: float | None) -> float | None:
+    """The share of the timed trials' device time that kernels ran: the kernel trial's kernel time per step over the
+    timed step (the trial's own steps are slower: tracing costs the host), or for generate(), which has no steps,
+    the trial's kernel time over the timed run."""
+    if not kernel_trial:
+        return None
+    per_step, whole = kernel_trial.get("kernel_busy_ms_per_step"), kernel_trial.get("kernel_busy_ms")
+    if per_step is not None and step_ms:
+        return min(1.0, per_step / step_ms)
+    if whole is not None and total_ms:
+        return min(1.0, whole / total_ms)
+    return None
 
 
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:

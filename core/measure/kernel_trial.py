@@ -79,10 +79,13 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     device_time = sum(ends[s] - starts[s] for s in steps) + sum(gaps)
     return {
         "clock": clock, "alignment": round(coverage[clock], 4), "decode_steps": len(busy),
+        # of the kernel trial's own device time (its host is slowed by the tracing: the summary relates the kernel time
+        # per step to the timed trials' steps instead)
         "kernel_busy_fraction": sum(busy) / device_time if device_time > 0 else None,
         # every kernel's own time summed (kernels side by side on two streams count twice): the profiler's kernel share
         "kernel_time_fraction": sum(summed) / device_time if device_time > 0 else None,
-        "kernel_busy_ms_per_step": _mean(busy), "idle_inside_ms_per_step": _mean(inside),
+        "kernel_busy_ms_per_step": _mean(busy), "kernel_busy_ms": sum(b - a for a, b in kernels),
+        "idle_inside_ms_per_step": _mean(inside),
         "gap_ms_per_step": _mean(gaps), "kernel_runs_per_step": statistics.median(counts) if counts else None,
         "per_step": {"busy_ms": _rounded(busy), "idle_inside_ms": _rounded(inside), "gap_ms": _rounded(gaps)},
         "intervals": _window(kernels, starts, ends, kept),
@@ -134,8 +137,8 @@ def _whole_run(kernels: list[tuple[float, float]]) -> dict[str, Any]:
     merged = _merged(kernels)
     if not merged:
         return {"kernel_busy_fraction": None}
-    span = merged[-1][1] - merged[0][0]
-    return {"kernel_busy_fraction": sum(b - a for a, b in merged) / span if span > 0 else None}
+    span, busy = merged[-1][1] - merged[0][0], sum(b - a for a, b in merged)
+    return {"kernel_busy_fraction": busy / span if span > 0 else None, "kernel_busy_ms": busy}
 
 
 def _window(kernels: list[tuple[float, float]], starts: Sequence[float], ends: Sequence[float],

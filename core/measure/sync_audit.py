@@ -557,16 +557,12 @@ def _caller_site() -> Site:
 
 
 def short_path(filename: str) -> str:
-    """A path as a reader finds it: under the working folder relative to it, in an installed package from the
-    package on (transformers/masking_utils.py), else whole."""
-    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if relative.startswith("..") else relative
+    """A path as a reader finds it: relative to the innermost import root (or the working folder) that holds it, so
+    an installed package's file reads from the package on (transformers/masking_utils.py) wherever it is installed,
+    and the program's own files relative to where it runs; else whole."""
+    roots = [root for root in (*sys.path, os.getcwd()) if root and os.path.isabs(root)]
+    holding = [root for root in roots if filename.startswith(root.rstrip(os.sep) + os.sep)]
+    return os.path.relpath(filename, max(holding, key=len)) if holding else filename
 
 
 def _is_mask(index: Any) -> bool:
