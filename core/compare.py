@@ -22,11 +22,13 @@ import torch
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_generate
 from core.measure.kernel_trial import kernel_trial
+from core.measure.stats import timeline_center_steps
 from core.measure.sync_audit import SyncAudit, loop_steps
 from core.models import LoadedModel, check_support
 from core.options import (
     ALL_LOOPS,
     HF_DEFERRED,
+    LOOPS,
     PIPELINED_AGAIN,
     BenchRequest,
     Cancelled,
@@ -118,6 +120,8 @@ def _kernel_trials(loaded: LoadedModel, request: BenchRequest, runs: list[dict[s
                    emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
     """After the trials, each contestant once more under CUPTI (core.measure.kernel_trial): kernel-busy per step."""
     trials = {}
+    centers = timeline_center_steps({name: [r for r in runs if r["contestant"] == name] for name in LOOPS
+                                     if name in request.contestants})
     for name in request.contestants:
         emit({"type": "phase", "phase": "kernel trial", "contestant": name, "t": time.perf_counter()})
         if stop():
@@ -125,7 +129,7 @@ def _kernel_trials(loaded: LoadedModel, request: BenchRequest, runs: list[dict[s
         steps = [r["timings"]["ms_per_token_p50"] for r in runs
                  if r["contestant"] == name and r["timings"].get("ms_per_token_p50")]
         result = kernel_trial(lambda name=name: run_contestant(loaded, request, name, None, stop),
-                              statistics.median(steps) if steps else None)
+                              statistics.median(steps) if steps else None, centers.get(name))
         result["ranks"] = gather_objects({"kernel_busy_fraction": result.get("kernel_busy_fraction")})
         trials[name] = result
     return trials

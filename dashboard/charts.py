@@ -27,6 +27,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from core.measure import stats
 from dashboard.reports import SavedReport, clock_of, split_report
 
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
@@ -403,19 +404,8 @@ def gap_figure(report: dict[str, Any]) -> go.Figure:
 
 
 def representative_run(report: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The trial of `name` whose decode tokens/s (else tokens/s) is closest to the median: the one behind the
-    summary number."""
-    runs = _runs(report, name)
-    if not runs:
-        return None
-    middle = statistics.median(_rate(r) for r in runs)
-    return min(runs, key=lambda r: abs(_rate(r) - middle))
-
-
-def _rate(run: dict[str, Any]) -> float:
-    timings = run["timings"]
-    decode = timings.get("decode_tokens_per_s")
-    return decode if decode is not None else timings["tokens_per_s"]
+    """The trial of `name` behind the summary number (core.measure.stats.representative_run)."""
+    return stats.representative_run(_runs(report, name))
 
 
 def contestants(report: dict[str, Any]) -> list[str]:

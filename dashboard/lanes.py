@@ -17,6 +17,7 @@ handful of SVG paths and the figure builds in a few ms (plotly validation off, a
 
 from __future__ import annotations
 
+import html
 import re
 import statistics
 from collections.abc import Sequence
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.options import LOOPS
+from core.measure.waits import step_work_ms
+from core.options import LOOPS, NO_CHECK
 from dashboard import charts
 from dashboard.charts import Spec, color
 
@@ -56,9 +58,16 @@ WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
 IDLE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#757575", "bgcolor": "#f5f5f5", "size": 6, "solidity": 0.3}}
 SPAN_KEY = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)")
-LAUNCH_KEY = "pale: device span while its step was still queued"
+LAUNCH_KEY = "pale: the device waiting inside a step for its launch (the span beyond the step's work)"
 LAUNCH_STYLE = {"fillcolor": "rgba(255,255,255,0.6)"}
 KNOWN_KEY = "black tick: a step's tokens known on the host"
+SYNC_KEY = "red triangle: a host read of a device value (the sync audit's run, at its place in the step)"
+KERNEL_KEY = ("steps {first}-{last}: the device lane draws the kernel trial's kernels (an extra run under CUPTI, "
+              "each step scaled onto this span), dotted between them")
+SYNC_COLOR = "#d62728"
+IDLE_INSIDE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
+                     "fillpattern": {"shape": ".", "fgcolor": "#9e9e9e", "bgcolor": "#fafafa", "size": 5,
+                                     "solidity": 0.25}}
 KNOWN_COLOR = "#212121"
 QUEUED_KEY = "coloured tick: a step queued by the host"
 NBSP = "\u00a0"
@@ -93,6 +102,12 @@ class LoopTrial:
     gap_source: DeviceLane | None = None        # rank 0's spans: the summary's idle gap is measured on them
     recorded_gaps: np.ndarray = field(default_factory=_empty)  # gpu_gap_ms, for reports without device spans
     sync_error_ms: float | None = None
+    # The kernel trial's merged kernel intervals of some steps (core.measure.kernel_trial), by step: (starts, ends) in
+    # ms since that step's start, scaled onto this trial's span of the step.
+    kernels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # The sync audit's reads (core.measure.sync_audit), placed where they fell in their step: times, hover texts.
+    syncs: tuple[np.ndarray, list[str]] = (np.zeros(0), [])
+    work_ms: float | None = None  # the device work of one step (core.measure.waits.step_work_ms)
 
     @property
     def kept(self) -> int:
@@ -111,16 +126,15 @@ class LoopTrial:
         """Per kept step, how long the host sat blocked before learning its tokens."""
         return np.maximum(0.0, self.known - self.wait_start) if self.complete else None
 
-    def launch_waits_ms(self) -> np.ndarray | None:
-        """Per kept step, how long its device span was open before the host had finished queuing the step. A span
-        opens at the step's first marker; in compiled modes the host spends most of a step's queuing time before
-        the launch, so for a loop that queues each step only after the last one ended, this is at most the device
-        waiting for the launch inside the step, which the gap between steps does not show."""
+    def idle_inside_ms(self) -> np.ndarray | None:
+        """Per kept step, how long its device span held no work: the span less the step's work (core.measure.waits,
+        the kernel trial's kernel time per step or the quickest loop's span), the device waiting for the host to
+        launch inside the step, which the gap between steps does not show."""
         lane = self.gap_source
-        if lane is None or self.cpu or not self.complete:
+        if lane is None or self.cpu or not self.complete or self.work_ms is None:
             return None
         kept = self.kept
-        return np.clip(np.minimum(self.queued[:kept], lane.ends[:kept]) - lane.starts[:kept], 0.0, None)
+        return np.clip(lane.ends[:kept] - lane.starts[:kept] - self.work_ms, 0.0, None)
 
     def gaps_ms(self) -> np.ndarray | None:
         """Per kept step, the device's idle time before it (NaN for step 0): the summary's gpu_gap_ms."""
@@ -171,26 +185,84 @@ def _array(values: Any) -> np.ndarray:
 
 
 def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
-    """The representative trial of each loop that has one, naive first."""
+    """The representative trial of each loop that has one, naive first, with its kernel trial's kernels and its
+    audit's reads where the report has them."""
     trials = []
+    loops = [[r for r in report.get("runs", []) if r.get("contestant") == name] for name in (*LOOPS, NO_CHECK)]
+    kernel_trials = report.get("kernel_trial") or {}
     for name in LOOPS:
         run = charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
-            trials.append(loop_trial(run))
+            trial = loop_trial(run)
+            busy = (kernel_trials.get(name) or {}).get("kernel_busy_ms_per_step")
+            trial.work_ms = _work_ms([group for group in loops if group], busy)
+            if trial.complete and not trial.cpu:
+                trial.kernels = _kernels_onto(trial, (report.get("kernel_trial") or {}).get(name))
+            if trial.complete:
+                trial.syncs = _syncs_onto(trial, (report.get("sync_audit") or {}).get(name))
+            trials.append(trial)
     return trials
+
+
+def _work_ms(loops: list[list[dict[str, Any]]], busy: Any) -> float | None:
+    try:
+        return step_work_ms(loops, busy if isinstance(busy, int | float) else None)[0]
+    except (TypeError, ValueError, KeyError, IndexError):  # spans of an unexpected shape: no idle inside is shown
+        return None
+
+
+def _kernels_onto(trial: LoopTrial, kernel_trial: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The kernel trial's kernel intervals of each step it kept, scaled from its span onto this trial's span."""
+    lane = trial.gap_source
+    steps = ((kernel_trial or {}).get("intervals") or {}).get("steps") if isinstance(kernel_trial, dict) else None
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for entry in steps or []:
+        try:
+            step, span = int(entry["step"]), float(entry["span_ms"])
+            busy = np.asarray(entry["busy"], dtype=np.float64).reshape(-1, 2)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if lane is None or not 0 <= step < min(len(lane.starts), trial.kept) or span <= 0:
+            continue
+        scale = (lane.ends[step] - lane.starts[step]) / span
+        out[step] = (lane.starts[step] + busy[:, 0] * scale, lane.starts[step] + busy[:, 1] * scale)
+    return out
+
+
+def _syncs_onto(trial: LoopTrial, audit: Any) -> tuple[np.ndarray, list[str]]:
+    """The audit's reads, each at its offset into its step, placed into this trial's same step (the audited run is a
+    run of its own: its reads fall at the same places in a step)."""
+    if not isinstance(audit, dict):
+        return np.zeros(0), []
+    starts, sites = audit.get("step_starts_ms") or [], audit.get("sites") or []
+    by_index = {site.get("index", i): site for i, site in enumerate(sites) if isinstance(site, dict)}
+    times, texts = [], []
+    for event in audit.get("events") or []:
+        try:
+            step, at = int(event["step"]), float(event["t_ms"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not (0 <= step < min(len(starts), len(trial.host_start))):
+            continue
+        site = by_index.get(event.get("site"), {})
+        times.append(trial.host_start[step] + at - float(starts[step]))
+        code = html.escape(str(site.get("code", ""))[:120])
+        texts.append(f"{trial.name} · sync in step {step}: {site.get('kind', '?')} at "
+                     f"{site.get('file', '?')}:{site.get('line', '?')}<br>{code}")
+    return np.asarray(times, dtype=np.float64), texts
 
 
 # ------------------------------------------------------------------------------------------------ window and means
 
 @dataclass
 class Means:
-    """Mean host wait, device gap and launch wait per decode step, in µs, and which decode steps they cover."""
+    """Mean host wait, device gap and idle inside a step per decode step, in µs, and which steps they cover."""
 
     wait_us: float | None
     gap_us: float | None
     first: int | None
     last: int | None
-    launch_us: float | None = None
+    inside_us: float | None = None
 
 
 NO_MEANS = Means(None, None, None, None)
@@ -218,7 +290,7 @@ def window_means(trial: LoopTrial, view: tuple[float, float] | None) -> Means:
     first, last = (int(steps[0]), int(steps[-1])) if len(steps) else (None, None)
     if not trial.complete:
         return Means(None, _mean_us(trial.recorded_gaps) if view is None else None, first, last)
-    waits, gaps, launches = trial.waits_ms(), trial.gaps_ms(), trial.launch_waits_ms()
+    waits, gaps, launches = trial.waits_ms(), trial.gaps_ms(), trial.idle_inside_ms()
     return Means(_mean_us(waits[steps]), _mean_us(gaps[steps]) if gaps is not None else None, first, last,
                  _mean_us(launches[steps]) if launches is not None else None)
 
@@ -306,14 +378,43 @@ def _loop_traces(trial: LoopTrial, y: float) -> tuple[list[Spec], list[Spec]]:
     traces = [_bars(trial.host_start, trial.queued, y, f"{name} · host queues a step", {"fillcolor": hue}),
               _bars(trial.wait_start, trial.known, y, f"{name} · host blocked waiting", WAIT_STYLE)]
     for offset, lane in enumerate(trial.devices, start=1):
-        what = "host computes (device = host)" if trial.cpu else f"{lane.label} busy"
-        traces.append(_bars(lane.starts, lane.ends, y + offset, f"{name} · {what}", {"fillcolor": hue}))
-        traces.append(_bars(*_gaps(lane), y + offset, f"{name} · {lane.label} idle", IDLE_STYLE))
-        if not trial.cpu:
-            opened = np.minimum(trial.queued, lane.ends) > lane.starts
-            traces.append(_bars(lane.starts[opened], np.minimum(trial.queued, lane.ends)[opened], y + offset,
-                                f"{name} · {lane.label} span open before the step was queued", LAUNCH_STYLE))
+        traces += _device_traces(trial, lane, y + offset)
+    if len(trial.syncs[0]):
+        traces.append({"type": "scatter", "mode": "markers", "x": trial.syncs[0].astype(COORDINATE),
+                       "y": np.full(len(trial.syncs[0]), y - BAR_HALF, dtype=COORDINATE),
+                       "marker": {"symbol": "triangle-down", "size": 9, "color": SYNC_COLOR,
+                                  "line": {"width": 1, "color": "#ffffff"}},
+                       "name": f"{name} · sync (audit)", "text": trial.syncs[1], "hoverinfo": "text"})
     return traces, [known]
+
+
+def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float) -> list[Spec]:
+    """A device lane: each step's span solid; where the kernel trial gave the step's kernels, those solid and the
+    rest of the span pale (the device waiting for launches inside the step); the gaps between spans hatched."""
+    name, hue = trial.name, color(trial.name)
+    if trial.cpu:
+        return [_bars(lane.starts, lane.ends, y, f"{name} · host computes (device = host)", {"fillcolor": hue}),
+                _bars(*_gaps(lane), y, f"{name} · {lane.label} idle", IDLE_STYLE)]
+    traced = np.zeros(len(lane.starts), dtype=bool)
+    if lane is trial.gap_source:
+        traced[[step for step in trial.kernels if step < len(traced)]] = True
+    traces = [_bars(lane.starts[~traced], lane.ends[~traced], y, f"{name} · {lane.label} busy", {"fillcolor": hue}),
+              _bars(*_gaps(lane), y, f"{name} · {lane.label} idle", IDLE_STYLE)]
+    if traced.any():
+        traces.append(_bars(lane.starts[traced], lane.ends[traced], y,
+                            f"{name} · {lane.label} waiting inside the step (kernel trial)", IDLE_INSIDE_STYLE))
+        starts = np.concatenate([trial.kernels[s][0] for s in sorted(trial.kernels)])
+        ends = np.concatenate([trial.kernels[s][1] for s in sorted(trial.kernels)])
+        traces.append(_bars(starts, ends, y, f"{name} · {lane.label} kernels (kernel trial)", {"fillcolor": hue}))
+    inside = trial.idle_inside_ms() if lane is trial.gap_source else None
+    if inside is not None:
+        waiting = np.zeros(len(lane.starts), dtype=bool)
+        waiting[:len(inside)] = inside > MIN_GAP_MS
+        waiting &= ~traced
+        kept = np.flatnonzero(waiting)
+        traces.append(_bars(lane.starts[kept], lane.starts[kept] + inside[kept], y,
+                            f"{name} · {lane.label} waiting inside the step", LAUNCH_STYLE))
+    return traces
 
 
 def _gaps(lane: DeviceLane) -> tuple[np.ndarray, np.ndarray]:
@@ -360,13 +461,18 @@ def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) 
         label = f'<span style="color:{color(trial.name)}"><b>{trial.name}</b></span>'
         lines += [_row(trial.name, "host wait", _us(window.wait_us), _us(whole.wait_us), label),
                   _row("", "device gap", _us(window.gap_us), _us(whole.gap_us)),
-                  *([_row("", "launch wait", _us(window.launch_us), _us(whole.launch_us))]
-                    if whole.launch_us is not None else []),
+                  *([_row("", "idle inside", _us(window.inside_us), _us(whole.inside_us))]
+                    if whole.inside_us is not None else []),
                   _row("", "steps", _steps(window), _steps(whole))]
     if any(t.complete for t in trials):
         lines += SPAN_KEY
     if any(t.complete and not t.cpu for t in trials):
         lines.append(LAUNCH_KEY)
+    traced = sorted({step for t in trials for step in t.kernels})
+    if traced:
+        lines.append(KERNEL_KEY.format(first=traced[0], last=traced[-1]))
+    if any(len(t.syncs[0]) for t in trials):
+        lines.append(SYNC_KEY)
     lines.append(KNOWN_KEY)
     if not all(t.complete for t in trials):
         lines.append(QUEUED_KEY)

@@ -259,13 +259,41 @@ def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
 
 
 def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_them():
-    """reduce-overhead, call 19: naive's device spans open ~1 ms before its host has queued the step (the device waits
-    for the launch inside the step, which the gap between steps does not show); pipelined's open after, so it has
-    next to none. The chart states the mean as 'launch wait' and draws that part of each span pale."""
+    """reduce-overhead, call 19: naive's device spans open ~0.6 ms before its work starts (the device waits for the
+    launch inside the step, which the gap between steps does not show); pipelined's next to none. The chart states
+    the mean as 'idle inside' and draws that part of each span pale."""
     path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json"
     report = json.loads(path.read_text(encoding="utf-8"))
     means = lanes.lanes_means(report)
-    assert means["naive"]["trial"].launch_us > 500 and means["pipelined"]["trial"].launch_us < 50
+    assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50
     fig = lanes.lanes_figure(report)
-    assert "launch\xa0wait" in fig.layout.annotations[0].text
-    assert any(t.name == "naive · GPU span open before the step was queued" for t in fig.data)
+    assert "idle\xa0inside" in fig.layout.annotations[0].text
+    assert any(t.name == "naive · GPU waiting inside the step" for t in fig.data)
+
+
+def test_the_audits_reads_are_marked_on_the_host_lane_at_their_place_in_the_step():
+    report = lanes_reports.report(32, trials=1)
+    run = next(r for r in report["runs"] if r["contestant"] == "naive")
+    starts = [t + 1000.0 for t in run["timings"]["host_step_start_ms"]]  # the audited run began later
+    report["sync_audit"] = {"naive": {"step_starts_ms": starts, "events": [
+        {"step": step, "t_ms": starts[step] + 0.25, "site": 0} for step in range(1, 31)],
+        "sites": [{"index": 0, "kind": "item", "file": "loop.py", "line": 7, "code": "flag.item()"}]}}
+    marks = next(t for t in lanes.lanes_figure(report).data if t.name == "naive · sync (audit)")
+    expected = [t + 0.25 for t in run["timings"]["host_step_start_ms"][1:31]]
+    assert list(marks.x) == pytest.approx(expected, abs=1e-3)
+    assert "item at loop.py:7" in marks.text[0] and "flag.item()" in marks.text[0]
+
+
+def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
+    report = lanes_reports.report(32, trials=1)
+    naive = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]
+    report["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
+        {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5], [1.5, 2.0]]} for step in (5, 6)]}}}
+    fig = lanes.lanes_figure(report)
+    kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel trial)")
+    start, end = naive["device_start_ms"][5], naive["device_end_ms"][5]
+    scale = (end - start) / 2.0
+    assert kernels.x[:4].tolist() == pytest.approx([start, start, start + 0.5 * scale, start + 0.5 * scale],
+                                                   abs=1e-3)
+    assert "steps 5-6: the device lane draws the kernel trial's kernels" in fig.layout.annotations[0].text.replace(
+        "\xa0", " ")

@@ -347,3 +347,18 @@ def test_on_cuda_the_naive_loops_waits_add_up_to_its_item_calls_and_fit_the_devi
         # The device finished step `step` before the host learned it, and began the next one only once queued.
         assert timings.device_end_ms[step] <= timings.host_known_ms[step] + bound
         assert timings.device_start_ms[step + 1] >= timings.host_step_start_ms[step + 1] - bound
+
+
+def test_an_audited_report_marks_each_read_with_its_site(tiny):
+    report = compare(tiny, BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=6, ignore_eos=True),
+                                        trials=1, audit=True))
+    trace = chrome_trace(report)
+    syncs = [e for e in trace["traceEvents"] if e.get("cat") == "sync"]
+    naive_pid = next(e["pid"] for e in trace["traceEvents"] if e.get("name") == "process_name"
+                     and e["args"]["name"] == "naive")
+    naive = [e for e in syncs if e["pid"] == naive_pid]
+    assert len(naive) >= 4 and all(e["ph"] == "i" for e in syncs)
+    assert {(e["args"]["file"], e["args"]["kind"]) for e in naive} >= {("core/loops/generation.py", "item")}
+    assert any(e.get("name") == "audited run (sync audit)" for e in trace["traceEvents"])
+    start = report["sync_audit"]["naive"]["started_ms"] * 1000
+    assert all(e["ts"] >= start for e in syncs)

@@ -22,12 +22,14 @@ from typing import Any
 
 import torch
 
-INTERVAL_STEPS = 40  # decode steps around the middle of the trial whose kernel intervals the report keeps (lanes)
+INTERVAL_STEPS = 40  # decode steps whose kernel intervals the report keeps: those the timeline shows first
 
 
-def kernel_trial(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None) -> dict[str, Any]:
+def kernel_trial(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None,
+                 center_step: int | None = None) -> dict[str, Any]:
     """Run `run_once` (one run of a contestant, returning its outcome: `timings` and `started_s`) under CUPTI and
-    read its kernels per decode step; `timed_step_ms` is the timed trials' median step, for the trial's slowdown."""
+    read its kernels per decode step; `timed_step_ms` is the timed trials' median step, for the trial's slowdown;
+    `center_step` the step the kept kernel intervals centre on (default: the middle one)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
@@ -36,7 +38,7 @@ def kernel_trial(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | 
     kernels = device_intervals_ns(profiler)
     clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
               - time.perf_counter_ns()}
-    result = read_kernels(kernels, outcome["timings"], outcome["started_s"], clocks)
+    result = read_kernels(kernels, outcome["timings"], outcome["started_s"], clocks, center_step)
     profiled_step = outcome["timings"].get("ms_per_token_p50")
     result.update(profiled_step_ms=profiled_step, timed_step_ms=timed_step_ms,
                   slowdown=profiled_step / timed_step_ms if profiled_step and timed_step_ms else None,
@@ -52,7 +54,7 @@ def device_intervals_ns(profiler: Any) -> list[tuple[int, int]]:
 
 
 def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any], started_s: float,
-                 clocks: dict[str, int]) -> dict[str, Any]:
+                 clocks: dict[str, int], center_step: int | None = None) -> dict[str, Any]:
     """Per decode step kernel-busy, idle inside and idle between steps, in ms, from device intervals (ns on the
     profiler's clock) and the run's timings (device spans in ms since `started_s`, perf_counter). `clocks`: for each
     clock the profiler may stamp on, that clock minus perf_counter, in ns."""
@@ -88,7 +90,7 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
         "idle_inside_ms_per_step": _mean(inside),
         "gap_ms_per_step": _mean(gaps), "kernel_runs_per_step": statistics.median(counts) if counts else None,
         "per_step": {"busy_ms": _rounded(busy), "idle_inside_ms": _rounded(inside), "gap_ms": _rounded(gaps)},
-        "intervals": _window(kernels, starts, ends, kept),
+        "intervals": _window(kernels, starts, ends, kept, kept // 2 if center_step is None else center_step),
     }
 
 
@@ -142,10 +144,10 @@ def _whole_run(kernels: list[tuple[float, float]]) -> dict[str, Any]:
 
 
 def _window(kernels: list[tuple[float, float]], starts: Sequence[float], ends: Sequence[float],
-            kept: int) -> dict[str, Any]:
-    """The merged kernel intervals of INTERVAL_STEPS decode steps around the middle, each step's relative to its
+            kept: int, center: int) -> dict[str, Any]:
+    """The merged kernel intervals of INTERVAL_STEPS decode steps around `center`, each step's relative to its
     start, for the timeline to draw inside each step's span."""
-    first = max(1, kept // 2 - INTERVAL_STEPS // 2)
+    first = max(1, min(center - INTERVAL_STEPS // 2, kept - INTERVAL_STEPS))
     last = min(kept, first + INTERVAL_STEPS)
     steps = []
     for step in range(first, last):

@@ -40,6 +40,36 @@ from typing import Any
 from core.options import PIPELINED_AGAIN
 
 
+def representative_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Of one contestant's trials, the one whose decode tokens/s (else tokens/s) is closest to the median: the trial
+    behind the summary number, which the timeline draws."""
+    if not runs:
+        return None
+    middle = statistics.median(_rate(r) for r in runs)
+    return min(runs, key=lambda r: abs(_rate(r) - middle))
+
+
+def _rate(run: dict[str, Any]) -> float:
+    timings = run["timings"]
+    decode = timings.get("decode_tokens_per_s")
+    return decode if decode is not None else timings["tokens_per_s"]
+
+
+def timeline_center_steps(runs_by_loop: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """Per loop, the decode step the timeline's first view centres on: the loops share one time axis, and the view
+    is centred on the earliest of their representative trials' middle steps (dashboard.lanes.first_view)."""
+    starts = {}
+    for name, runs in runs_by_loop.items():
+        timings = (representative_run(runs) or {}).get("timings", {})
+        times = (timings.get("host_step_start_ms") or [])[:timings.get("kept_steps") or 0]
+        if len(times) > 2:
+            starts[name] = times
+    if not starts:
+        return {}
+    center = min(times[len(times) // 2] for times in starts.values())
+    return {name: min(range(len(times)), key=lambda i: abs(times[i] - center)) for name, times in starts.items()}
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile; values need not be sorted."""
     ordered = sorted(values)

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-RUNS_TID, HOST_TID, DEVICE_TID = 0, 1, 10  # device rank r is track DEVICE_TID + r
+RUNS_TID, HOST_TID, SYNC_TID, DEVICE_TID = 0, 1, 2, 10  # device rank r is track DEVICE_TID + r
 PROFILER_PID_BASE = 1000                   # torch.profiler's processes, when merged, count from here
 OLD_REPORT_NOTE = ("this report predates the timeline fields (run start times, device spans on the host clock): "
                    "runs are laid end to end in the order they ran, and only host spans are drawn")
@@ -115,6 +115,9 @@ def _contestant_events(pid: int, name: str, runs: list[tuple[int, dict[str, Any]
                     {"setup_ms": _setup_ms(warmup), "compile_ms": warmup.get("compile_ms")})
     for index, run in runs:
         yield from _run_events(pid, run, starts["runs"][index])
+    audit = (report.get("sync_audit") or {}).get(name)
+    if isinstance(audit, dict):
+        yield from _audit_events(pid, audit)
 
 
 def _device_ranks(runs: Iterable[dict[str, Any]]) -> list[int]:
@@ -163,6 +166,26 @@ def _host_events(pid: int, timings: dict[str, Any], start_ms: float) -> Iterable
                         at - waits[step], {"step": step})
         yield {"ph": "i", "s": "t", "name": f"tokens of step {step} known", "cat": "host.known", "pid": pid,
                "tid": HOST_TID, "ts": _us(start_ms + at), "args": {"step": step}}
+
+
+def _audit_events(pid: int, audit: dict[str, Any]) -> Iterable[Event]:
+    """The audited run (core.measure.sync_audit) on the runs track, and an instant per read on a track of its own,
+    with the read's site in its args."""
+    start = float(audit.get("started_ms") or 0.0)
+    events = audit.get("events") or []
+    sites = {site.get("index", i): site for i, site in enumerate(audit.get("sites") or []) if isinstance(site, dict)}
+    yield _meta(pid, SYNC_TID, "thread_name", {"name": "syncs (audited run)"})
+    yield _meta(pid, SYNC_TID, "thread_sort_index", {"sort_index": SYNC_TID})
+    steps = audit.get("step_starts_ms") or []
+    if steps:
+        yield _span(pid, RUNS_TID, "audited run (sync audit)", "run", start, float(steps[-1]),
+                    {"reads_per_decode_step": audit.get("reads_per_decode_step"), "steps": audit.get("steps")})
+    for event in events:
+        site = sites.get(event.get("site"), {})
+        yield {"ph": "i", "s": "t", "name": f"sync: {site.get('kind', '?')}", "cat": "sync", "pid": pid,
+               "tid": SYNC_TID, "ts": _us(start + float(event.get("t_ms") or 0.0)),
+               "args": {"step": event.get("step"), "host_ms": event.get("host_ms"),
+                        **{key: site.get(key) for key in ("file", "line", "code", "kind", "fix")}}}
 
 
 def _device_events(pid: int, tid: int, entry: dict[str, Any], start_ms: float, kept: int) -> Iterable[Event]:
