@@ -23,7 +23,8 @@ How each is seen:
 
 What is not counted as a read:
 - host memory: on CUDA any tensor that is not on the device; on the CPU, where everything is host memory, the buffers
-  marked with `host_memory()` (the pipelined loop's mirror), which on a GPU would not hold device values;
+  marked with `host_memory()` (the pipelined loop's mirror) and the targets of non_blocking copies (a program's
+  pinned mirror on a GPU), which on a GPU would not hold device values;
 - a wait on an event behind which more work was queued (the pipelined loop's): the device keeps working meanwhile, so
   these "lagged waits" are counted apart, with no cost.
 
@@ -37,6 +38,7 @@ On the CPU nothing blocks: the audit reports what would block on a GPU, and its 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import linecache
@@ -181,6 +183,10 @@ class SyncAudit:
         self.inside_step = False
         self.ended = False
         self._markers: list[_Marker] = []
+        self._candidates: list[_Marker] = []  # launch points that assign_steps may make steps
+        self.step_device_starts_ms: list[float] = []  # CUDA: each step's marker on the device, ms since the audit began
+        self._reference: Any = None
+        self._reference_ms = 0.0
         self._call: _Call | None = None
         self._t0 = 0.0
         self._thread = threading.get_ident()
@@ -209,6 +215,28 @@ class SyncAudit:
         """The host has queued the current step's work: what follows is between steps."""
         self.inside_step = False
 
+    def launch_point(self) -> int:
+        """A place where work may be launched right after (an outermost module call, say): a CUDA event there, kept
+        if `assign_steps` later makes it a step's start. Returns its index for that call."""
+        self._candidates.append(_Marker("step", self._now_ms(), None, self._record_event() if self.cuda else None))
+        return len(self._candidates) - 1
+
+    def assign_steps(self, starts: list[int], ends_ms: list[float]) -> None:
+        """Steps found after the run (core.audit: the calls of the model's forward): step k began at launch point
+        `starts[k]` and its host work ended at `ends_ms[k]`; each read goes to the step it fell in. Call it before
+        the audit's context ends (the device idle is measured from the steps' markers there)."""
+        markers = [self._candidates[i] for i in starts]
+        for index, marker in enumerate(markers):
+            marker.step = index
+        self._markers = sorted([*markers, *(m for m in self._markers if m.kind == "replay")], key=lambda m: m.t_ms)
+        self.step_starts_ms = [m.t_ms for m in markers]
+        self.steps = len(markers)
+        begins = self.step_starts_ms
+        for read in self.reads:
+            step = bisect.bisect_right(begins, read.t_ms) - 1
+            read.step = step if step >= 0 else None
+            read.inside_step = step >= 0 and read.t_ms < ends_ms[step]
+
     def end(self) -> None:
         """The run is over: nothing after this belongs to a step."""
         self.ended = True
@@ -224,6 +252,10 @@ class SyncAudit:
     def __enter__(self) -> SyncAudit:
         self._t0 = time.perf_counter()
         self._thread = threading.get_ident()
+        if self.cuda:  # where the device's clock stands on the host's (one wait, before anything is audited)
+            self._reference = self._record_event()
+            self._reference.synchronize()
+            self._reference_ms = self._now_ms()
         for owner, name, make in self._wrappers():
             self._patch(owner, name, make)
         if self.cuda:
@@ -296,8 +328,9 @@ class SyncAudit:
                      for name, kind in (("nonzero", "nonzero"), ("argwhere", "nonzero"), ("equal", "equal"),
                                         ("masked_select", "masked-index"))]
         wrappers += [(torch, name, self._from_scalars) for name in ("tensor", "as_tensor")]
+        wrappers.append((torch.Tensor, "copy_", self._copy))
         if self.cuda:  # on the CPU `.to(device)` of the run's device names the host too: only CUDA tells copies apart
-            wrappers += [(torch.Tensor, "to", self._to), (torch.Tensor, "copy_", self._copy)]
+            wrappers.append((torch.Tensor, "to", self._to))
             wrappers += [(torch.cuda, "synchronize", functools.partial(self._waiting, "synchronize")),
                          (torch.cuda.Stream, "synchronize", functools.partial(self._waiting, "stream-synchronize")),
                          (torch.cuda.Event, "synchronize", self._event_wait),
@@ -346,6 +379,9 @@ class SyncAudit:
 
     def _copy(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(target: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.cuda and self._mine() and (kwargs.get("non_blocking") or any(a is True for a in args)):
+                # On the CPU a non_blocking copy's target is the program's host mirror (on a GPU, pinned memory)
+                host_memory(target)
             kind = None
             if self._mine() and self.cuda and isinstance(source, torch.Tensor) and source.is_cuda \
                     and not target.is_cuda:
@@ -446,9 +482,12 @@ class SyncAudit:
         self._restore.append(restore)
 
     def _settle_costs(self) -> None:
-        """Each read's device idle after it, from the events, once the device has finished the run."""
+        """Each read's device idle after it, from the events, once the device has finished the run; and where each
+        step began on the device, on the audit's clock."""
         _ORIGINAL_SYNCHRONIZE()
         markers = self._markers
+        self.step_device_starts_ms = [self._reference_ms + self._reference.elapsed_time(m.event)
+                                      for m in markers if m.kind == "step" and m.event is not None]
         for read in self.reads:
             if read.drained is None or read.inside_step or read.step is None:
                 continue
