@@ -221,5 +221,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def cli() -> None:
+    """The `syncscope` command: the dashboard (needs `pip install syncscope[dashboard]`)."""
+    try:
+        import gradio  # noqa: F401 - only to say what is missing before anything starts
+    except ImportError:
+        sys.stderr.write("syncscope: error: the dashboard needs gradio and plotly: "
+                         "pip install 'syncscope[dashboard]'\n")
+        raise SystemExit(2) from None
+    raise SystemExit(main())
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import importlib
 import os
 import platform
@@ -53,7 +54,10 @@ class ModuleCalls:
     which torch.compile would trace (graph breaks) where a profile function it leaves alone."""
 
     def __init__(self, audit: SyncAudit, only: type | None = None):
-        self.audit, self.only = audit, only
+        self.audit = audit
+        # A class named by --steps-of, by its name and file: the script runs as __main__, so its classes are not the
+        # ones an import of it makes.
+        self.only = (only.__qualname__, _defined_in(only)) if only is not None else None
         self.calls: list[tuple[int, str, int, float]] = []  # (module id, class name, launch point, end ms)
         self._depth = 0
         self._open: tuple[int, str, int, int] | None = None  # the call being watched, and the depth it began at
@@ -64,7 +68,7 @@ class ModuleCalls:
             return
         if event == "call":
             module = frame.f_locals.get("self")
-            if self._open is None and (isinstance(module, self.only) if self.only else self._depth == 0):
+            if self._open is None and (self._named(module) if self.only else self._depth == 0):
                 self._open = (id(module), type(module).__name__, self.audit.launch_point(), self._depth)
             self._depth += 1
             return
@@ -72,6 +76,9 @@ class ModuleCalls:
         if self._open is not None and self._depth == self._open[3]:
             self.calls.append((*self._open[:3], self.audit._now_ms()))
             self._open = None
+
+    def _named(self, module: Any) -> bool:
+        return any((cls.__qualname__, _defined_in(cls)) == self.only for cls in type(module).__mro__)
 
     def steps(self) -> tuple[str | None, list[int], list[float]]:
         """The module called most often at the top, and its calls' launch points and end times: the decode steps."""
@@ -133,6 +140,13 @@ def step_watcher(audit: SyncAudit, steps_of: str | None, script: str) -> ModuleC
     if code is None:
         raise ValueError(f"--steps-of {steps_of}: it names neither a function nor an nn.Module class")
     return FunctionCalls(audit, os.path.abspath(code.co_filename), code.co_qualname)
+
+
+@functools.cache
+def _defined_in(cls: type) -> str | None:
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return os.path.abspath(filename) if filename else None
 
 
 def inspect_unwrap(function: Any) -> Any:
@@ -242,7 +256,9 @@ def site_lines(report: dict[str, Any], top: int = 8, every: float = 0.5) -> list
                      f"{site['code'][:80]}{cost}")
         if site.get("fix"):
             lines.append(f"      fix: {site['fix']}")
-    rare = [s for s in sites if s not in recurring[:top]]
+    if len(recurring) > top:
+        lines.append(f"  and {len(recurring) - top} more site(s) read as often (the report lists them all)")
+    rare = [s for s in sites if s not in recurring]
     if rare:
         named = ", ".join(f"{s['file']}:{s['line']}" for s in rare[:4]) + (" ..." if len(rare) > 4 else "")
         lines.append(f"  and {len(rare)} site(s) read in fewer steps (a run's setup, its first or last step): {named}")

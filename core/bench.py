@@ -172,5 +172,10 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
 
 
+def cli() -> None:
+    """The `syncscope-bench` command."""
+    raise SystemExit(main())
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

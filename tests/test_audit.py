@@ -1,0 +1,141 @@
+"""core.audit: a program of your own run under the sync audit, its decode steps found, its reads at their lines."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.audit import assert_no_syncs, audit_script, main, watch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CORPUS = HERE / "audit_corpus.py"
+EXAMPLES = REPO / "examples"
+
+
+def marked_lines(path: Path, cuda: bool = False) -> dict[int, str]:
+    """line -> kind of every `# read: KIND` comment (the GPU-only ones with `cuda`)."""
+    lines = path.read_text().splitlines()
+    gpu = next(i for i, line in enumerate(lines) if line.startswith("def gpu_reads"))
+    return {i + 1: m.group(1) for i, line in enumerate(lines) if (m := re.search(r"\S.*# read: ([a-z-]+)$", line))
+            and (cuda or i < gpu)}
+
+
+def test_every_kind_the_cpu_sees_is_found_at_its_line_once_per_step():
+    report, code = audit_script(str(CORPUS), ["cpu", "8"])
+    assert code == 0 and report["step_module"] == "Step" and report["steps"] == 8
+    found = {s["line"]: (s["kind"], s["per_step"]) for s in report["sites"] if s["file"].endswith("audit_corpus.py")}
+    expected = marked_lines(CORPUS)
+    assert len(expected) == 11 and set(found) == set(expected), sorted(set(found) ^ set(expected))
+    assert all(found[line] == (kind, 1.0) for line, kind in expected.items())
+    assert report["reads_per_decode_step"] == 11.0 and "cost nothing here" in report["note"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+@pytest.mark.cuda
+def test_every_kind_is_found_on_cuda_with_its_cost():
+    report, _ = audit_script(str(CORPUS), ["cuda", "8"])
+    found = {s["line"]: s for s in report["sites"] if s["file"].endswith("audit_corpus.py")}
+    expected = marked_lines(CORPUS, cuda=True)
+    assert len(expected) == 14 and set(found) == set(expected), sorted(set(found) ^ set(expected))
+    assert all(found[line]["kind"] == kind and found[line]["per_step"] == 1.0 for line, kind in expected.items())
+    assert all(found[line]["host_blocked_ms"] is not None for line in expected)
+    assert report["kernel_busy_fraction"] is not None
+
+
+def audit_cli(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core.audit", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("example", "code", "site"), [
+    ("naive_loop.py", 1, "examples/naive_loop.py:26"), ("pipelined_loop.py", 0, None)])
+def test_fail_on_sync_zero_fails_the_naive_loop_and_passes_the_pipelined_one(example, code, site, tmp_path):
+    out = tmp_path / "audit.json"
+    done = audit_cli("--json", str(out), "--fail-on-sync", "0", "--", f"examples/{example}", "--new-tokens", "12")
+    assert done.returncode == code, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["schema"] == "syncscope.audit/1" and report["step_module"] == "LlamaForCausalLM"
+    assert report["reads_per_decode_step"] == float(code)
+    if site:
+        assert site in done.stdout and "FAIL: a decode step reads the device 1 times" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("deferred", "per_step"), [(False, 1.0), (True, 0.0)])
+def test_generate_reads_its_stop_flag_every_step_unless_its_check_is_deferred(deferred, per_step):
+    args = ["--new-tokens", "12", *(["--deferred"] if deferred else [])]
+    report, _ = audit_script(str(EXAMPLES / "hf_generate.py"), args)
+    stop_check = [s for s in report["sites"] if "unfinished_sequences.max() == 0" in s["code"]]
+    assert (stop_check[0]["per_step"] if stop_check else 0.0) == per_step
+    assert report["reads_per_decode_step"] == per_step
+
+
+def test_steps_of_names_a_function_of_the_script_or_a_module_class():
+    by_function, _ = audit_script(str(CORPUS), ["cpu", "5"], steps_of="reads")
+    assert by_function["step_module"] == "reads" and by_function["steps"] == 5
+    by_class, _ = audit_script(str(CORPUS), ["cpu", "5"], steps_of="audit_corpus:Step")
+    assert by_class["steps"] == 5 and by_class["reads_per_decode_step"] == 11.0
+
+
+def test_a_program_without_a_repeated_module_call_says_how_to_mark_its_steps(tmp_path):
+    script = tmp_path / "flat.py"
+    script.write_text("import torch\nx = torch.ones(3)\nfor _ in range(4):\n    x.sum().item()\n")
+    done = audit_cli("--", str(script))
+    assert done.returncode == 0 and "no decode steps found: give --steps-of" in done.stdout
+
+
+def test_the_program_gets_its_own_argv_and_exit_code(tmp_path):
+    script = tmp_path / "argv.py"
+    script.write_text("import sys\nprint('args', sys.argv[1:])\nsys.exit(3)\n")
+    done = audit_cli("--", str(script), "--flag", "x")
+    assert "args ['--flag', 'x']" in done.stdout and done.returncode == 3
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--", "no/such/script.py"], "no/such/script.py: no such file"),
+    (["--fail-on-sync", "-1", "--", str(CORPUS)], "--fail-on-sync must be 0 or more"),
+    (["--json", "/no/such/folder/a.json", "--", str(CORPUS)], "does not exist")])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_watch_counts_the_steps_it_is_told_of():
+    x = torch.arange(4.0)
+    with watch() as audit:
+        for _ in range(6):
+            audit.step()
+            x = x + 1
+            if x.sum() > 0:
+                pass
+    report = audit.report()
+    assert report["steps"] == 6 and report["reads_per_decode_step"] == 1.0
+    assert report["sites"][0]["code"] == "if x.sum() > 0:"
+
+
+def test_assert_no_syncs_passes_a_step_that_reads_nothing_and_names_the_site_of_one_that_does():
+    x = torch.arange(4.0)
+    assert assert_no_syncs(lambda: x * 2, steps=3)["reads_per_decode_step"] == 0.0
+
+    def reads_once():
+        return (x * 2).max().item()
+
+    with pytest.raises(AssertionError, match=r"1 device reads in one step \(allowed: 0\):\n.*test_audit\.py:\d+"):
+        assert_no_syncs(reads_once, steps=3)
+
+
+def test_the_trace_has_a_span_per_step_and_an_instant_per_read(tmp_path):
+    trace = tmp_path / "t.json"
+    assert main(["--trace", str(trace), "--", str(CORPUS), "cpu", "4"]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e.get("ph") == "X" for e in events) == 3
+    assert sum(e.get("ph") == "i" for e in events) == 4 * 11
