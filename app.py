@@ -10,8 +10,10 @@ The model runs in an engine process of its own (one per GPU with --tp), started 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import ipaddress
+import json
 import logging
 import os
 import socket
@@ -160,16 +162,31 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def find_bundled(folder: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """The benchmark reports (Replay's bundled results) and the audit reports (Your loop's) under `folder`, by path
+    relative to it; other JSON files (summaries, traces) are left out. Each file is read once."""
+    from dashboard.audit_view import is_audit
+
+    reports, audits = {}, {}
+    for path in report_paths(folder, recursive=True):
+        name = path.relative_to(folder).as_posix()
+        try:
+            data = read_report_bytes(path)
+        except (OSError, ValueError):
+            continue
+        try:
+            parse_report(data)
+            reports[name] = path
+        except ValueError:
+            with contextlib.suppress(ValueError):
+                if is_audit(json.loads(data)):
+                    audits[name] = path
+    return reports, audits
+
+
 def find_reports(folder: Path) -> dict[str, Path]:
     """Benchmark reports under `folder` (the Replay tab's bundled results), by path relative to it."""
-    found = {}
-    for path in report_paths(folder, recursive=True):
-        try:
-            parse_report(read_report_bytes(path))
-        except (OSError, ValueError):
-            continue  # summaries and other JSON files
-        found[path.relative_to(folder).as_posix()] = path
-    return found
+    return find_bundled(folder)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = Runner(defaults["model"], device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
                     allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or ())
     print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
-    demo = build_demo(runner, defaults=defaults, replay_files=find_reports(RESULTS_DIR))
+    reports, audits = find_bundled(RESULTS_DIR)
+    demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)
     demo.queue(default_concurrency_limit=4, max_size=64)
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,

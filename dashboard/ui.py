@@ -8,6 +8,7 @@ can serve it in-process. Text that came from a user or a file is shown as text, 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import re
@@ -38,7 +39,7 @@ from core.options import (
 )
 from core.report_files import read_report_bytes
 from core.run_schema import option_defaults
-from dashboard import charts, lanes
+from dashboard import audit_view, charts, lanes
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
@@ -115,6 +116,7 @@ _BROWSER_ID = re.compile(r"[0-9a-f]{32}")
 class PageConfig:
     defaults: dict[str, Any]  # the form's first values: run options by name (core.options.RUN_OPTIONS) and model
     replay_files: dict[str, Path]
+    audit_files: dict[str, Path] = dataclasses.field(default_factory=dict)  # bundled audit reports (Your loop)
     live_interval_s: float = 0.25
     chart_interval_s: float = 1.0
     download_dir: Path | None = None
@@ -131,6 +133,7 @@ class Dashboard:
         self.notes: list[str] = []  # server-level notices for the banner (e.g. a share link that failed)
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
+        self.a: dict[str, Any] = {}  # Your loop tab components
         # Owners are per browser (an id kept in its localStorage), so a reload keeps the visitor's runs and history.
         self._browsers: collections.OrderedDict[str, str] = collections.OrderedDict()  # session hash -> browser id
         self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
@@ -394,6 +397,27 @@ class Dashboard:
         return self._replay_guarded(lambda: open_report(data, self.config.max_report_bytes), "the uploaded file",
                                     "this file")
 
+    def audit_upload(self, data: bytes | None) -> dict:
+        if not data:
+            return {self.a["status"]: "Choose a JSON file written by `python -m core.audit --json audit.json -- "
+                                      "your_script.py`."}
+        return self._audit_guarded(lambda: audit_view.open_audit(data, self.config.max_report_bytes), "the file")
+
+    def audit_bundled(self, name: str | None) -> dict:
+        path = self.config.audit_files.get(name or "")
+        if path is None:
+            return {self.a["status"]: "Choose one of the bundled audits."}
+        return self._audit_guarded(lambda: audit_view.open_audit(read_report_bytes(path),
+                                                                 self.config.max_report_bytes), name or "")
+
+    def _audit_guarded(self, read: Any, called: str) -> dict:
+        try:
+            return _audit_update(self.a, read(), called)
+        except (OSError, ValueError) as exc:
+            return {self.a["status"]: f"**Cannot open {plain(called)}:** {plain(audit_view.clipped(exc))}"}
+        except Exception as exc:  # a file that passed the checks but still breaks the view: say so, keep the page
+            return {self.a["status"]: f"**Cannot show {plain(called)}:** {plain(type(exc).__name__)}."}
+
     def replay_refused(self, refusal: str) -> dict:
         """The page's own check found the chosen file too large to upload (UPLOAD_GUARD_JS): say so in the status
         line, where Gradio's own refusal would be a toast that leaves the previous file's line in place."""
@@ -439,6 +463,13 @@ class Dashboard:
         return update
 
 
+def _audit_update(a: dict[str, Any], report: dict[str, Any], source: str) -> dict:
+    created = audit_view.clipped(report.get("created"), 40)
+    return {a["status"]: f"Showing {plain(source)}, an audit written {plain(created)}.",
+            a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
+            a["plot"]: audit_view.audit_figure(report)}
+
+
 def replay_command(report: dict[str, Any]) -> str:
     """The command a replayed report says reproduces it, as text of a bounded length."""
     command = report.get("command")
@@ -452,13 +483,15 @@ def replay_command(report: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------------- layout
 
 def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
-               replay_files: Mapping[str, Path] | None = None, live_interval_s: float = 0.25,
+               replay_files: Mapping[str, Path] | None = None, audit_files: Mapping[str, Path] | None = None,
+               live_interval_s: float = 0.25,
                chart_interval_s: float = 1.0, title: str = "syncscope",
                max_report_bytes: int = MAX_REPORT_BYTES) -> gr.Blocks:
     """The page for `runner`; launch it with `demo.queue(...)` and `demo.launch(..., max_file_size=max_report_bytes)`
     (see app.py)."""
     config = PageConfig(defaults={**option_defaults(runner.uses_cuda), **(defaults or {})},
-                        replay_files=dict(replay_files or {}), live_interval_s=live_interval_s,
+                        replay_files=dict(replay_files or {}), audit_files=dict(audit_files or {}),
+                        live_interval_s=live_interval_s,
                         chart_interval_s=chart_interval_s,
                         max_report_bytes=max_report_bytes)
     app = Dashboard(runner, config)
@@ -477,6 +510,8 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                 app.c = _compare_tab(app, runner, config.defaults, banner)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
                 app.r = _replay_tab(app, config, demo)
+            with gr.Tab("Your loop", id="audit", elem_id="audit-tab"):
+                app.a = _audit_tab(app, config)
         load_outputs = [app.browser_state, *(app.c[k] for k in OUTPUTS), app.c["lanes_plot"]]
         demo.load(app.on_load, inputs=[app.browser_state], outputs=load_outputs,
                   api_visibility="private", show_progress="hidden", concurrency_limit=None)
@@ -689,6 +724,34 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
     if config.replay_files:
         open_btn.click(app.replay_bundled, inputs=[bundled], outputs=outputs, api_name="replay_bundled")
     return r
+
+
+def _audit_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
+    """Your loop: an audit of your own program (`python -m core.audit --json audit.json -- your_script.py`), read
+    from its file; nothing of it runs here."""
+    a: dict[str, Any] = {}
+    gr.Markdown("Audit your own decode loop where it runs: `python -m core.audit --json audit.json -- "
+                "your_script.py` (or `syncscope-audit` after `pip install` of this project), then open "
+                "`audit.json` here. It lists each line of your program that reads a device value, how often per "
+                "decode step, what it costs on a GPU and what to do about it. The file is only parsed; nothing in it "
+                "runs here.")
+    with gr.Row():
+        upload = gr.File(label="Audit JSON", file_types=[".json"], type="binary", elem_id="audit-upload")
+        if config.audit_files:
+            with gr.Column():
+                bundled = gr.Dropdown(sorted(config.audit_files), label="Bundled audits (examples/)",
+                                      elem_id="audit-bundled")
+                open_btn = gr.Button("Open", elem_id="audit-open")
+    a["status"] = gr.Markdown(elem_id="audit-status")
+    a["summary"] = gr.Markdown(elem_id="audit-summary")
+    a["sites"] = gr.Dataframe(headers=list(audit_view.SITE_HEADERS), value=[], interactive=False, wrap=True,
+                              elem_id="audit-sites", label="Sites (most reads per decode step first)", datatype="str")
+    a["plot"] = gr.Plot(elem_id="audit-plot", show_label=False)
+    outputs = [a["status"], a["summary"], a["sites"], a["plot"]]
+    upload.upload(app.audit_upload, inputs=[upload], outputs=outputs, api_name="audit")
+    if config.audit_files:
+        open_btn.click(app.audit_bundled, inputs=[bundled], outputs=outputs, api_name="audit_bundled")
+    return a
 
 
 def _idle_monitor(runner: Runner) -> dict[str, Any]:

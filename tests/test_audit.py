@@ -70,9 +70,13 @@ def test_fail_on_sync_zero_fails_the_naive_loop_and_passes_the_pipelined_one(exa
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("deferred", "per_step"), [(False, 1.0), (True, 0.0)])
-def test_generate_reads_its_stop_flag_every_step_unless_its_check_is_deferred(deferred, per_step):
-    args = ["--new-tokens", "12", *(["--deferred"] if deferred else [])]
-    report, _ = audit_script(str(EXAMPLES / "hf_generate.py"), args)
+def test_generate_reads_its_stop_flag_every_step_unless_its_check_is_deferred(deferred, per_step, tmp_path):
+    """In a process of its own: the example forces DeferredStopCheck on for the whole process."""
+    out = tmp_path / "audit.json"
+    done = audit_cli("--json", str(out), "--", "examples/hf_generate.py", "--new-tokens", "12",
+                     *(["--deferred"] if deferred else []))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
     stop_check = [s for s in report["sites"] if "unfinished_sequences.max() == 0" in s["code"]]
     assert (stop_check[0]["per_step"] if stop_check else 0.0) == per_step
     assert report["reads_per_decode_step"] == per_step

@@ -509,3 +509,26 @@ def test_every_damaged_report_gets_one_line_and_leaves_the_page_as_it_was(served
         assert "\n" not in out["status"].strip(), name
         unchanged = (None, {"__type__": "update"})
         assert out["tokens_plot"] in unchanged and out["summary"] in unchanged, f"{name}: the page stays as it was"
+
+
+def test_your_loop_opens_an_audit_and_names_its_sites_and_fixes(served_app, tmp_path):
+    from core.audit import audit_script
+
+    report, _ = audit_script(str(REPO / "examples" / "naive_loop.py"), ["--new-tokens", "8"])
+    path = tmp_path / "audit.json"
+    path.write_text(json.dumps(report))
+    status, summary, sites, plot = Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+                                                                                 api_name="/audit")
+    assert text_of(status).startswith("Showing the file, an audit written")
+    assert "1.00 host reads of device values per decode step" in text_of(summary)
+    assert "item at examples/naive_loop.py:26" in text_of(summary)
+    row = sites["data"][0]
+    assert row[:3] == [1.0, "item", "examples/naive_loop.py"] and "pinned memory" in row[-1]
+    assert json.loads(plot["plot"])["data"]
+
+
+def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench_report(tiny)))
+    status = Client(served_app.url, verbose=False).predict(handle_file(str(path)), api_name="/audit")[0]
+    assert "not an audit report" in text_of(status) and "\n" not in status.strip()

@@ -180,6 +180,7 @@ class SyncAudit:
         self.step_index: int | None = None
         self.steps = 0
         self.step_starts_ms: list[float] = []
+        self.step_ends_ms: list[float | None] = []  # where each step's host work ended (queued), where known
         self.inside_step = False
         self.ended = False
         self._markers: list[_Marker] = []
@@ -206,6 +207,7 @@ class SyncAudit:
         self.steps = max(self.steps, self.step_index + 1)
         now = self._now_ms()
         self.step_starts_ms.append(now)
+        self.step_ends_ms.append(None)
         self.inside_step = True
         self._launches += 1
         if self.cuda and launch:
@@ -214,6 +216,8 @@ class SyncAudit:
     def queued(self) -> None:
         """The host has queued the current step's work: what follows is between steps."""
         self.inside_step = False
+        if self.step_ends_ms and self.step_ends_ms[-1] is None:
+            self.step_ends_ms[-1] = self._now_ms()
 
     def launch_point(self) -> int:
         """A place where work may be launched right after (an outermost module call, say): a CUDA event there, kept
@@ -230,6 +234,7 @@ class SyncAudit:
             marker.step = index
         self._markers = sorted([*markers, *(m for m in self._markers if m.kind == "replay")], key=lambda m: m.t_ms)
         self.step_starts_ms = [m.t_ms for m in markers]
+        self.step_ends_ms = list(ends_ms)
         self.steps = len(markers)
         begins = self.step_starts_ms
         for read in self.reads:
@@ -519,6 +524,7 @@ class SyncAudit:
             "events": [{"step": r.step, "t_ms": round(r.t_ms, 4), "site": order[r.site], "host_ms": _round(r.host_ms)}
                        for r in self.reads[:MAX_EVENTS]],
             "step_starts_ms": [round(t, 4) for t in self.step_starts_ms],
+            "step_ends_ms": [None if t is None else round(t, 4) for t in self.step_ends_ms],
         }
         if not self.cuda:
             out["note"] = ("on the CPU host and device are one processor, so these reads cost nothing here; on a GPU "
@@ -596,11 +602,18 @@ def _caller_site() -> Site:
 
 
 def short_path(filename: str) -> str:
-    """A path as a reader finds it: relative to the innermost import root (or the working folder) that holds it, so
-    an installed package's file reads from the package on (transformers/masking_utils.py) wherever it is installed,
-    and the program's own files relative to where it runs; else whole."""
-    roots = [root for root in (*sys.path, os.getcwd()) if root and os.path.isabs(root)]
+    """A path as a reader finds it: an installed package's file from the package on (transformers/masking_utils.py),
+    wherever it is installed; the program's own files relative to the working folder; else relative to the import
+    root that holds it, or whole."""
+    roots = [root for root in sys.path if root and os.path.isabs(root)]
     holding = [root for root in roots if filename.startswith(root.rstrip(os.sep) + os.sep)]
+    installed = [root for root in holding if os.path.basename(root.rstrip(os.sep)) in ("site-packages",
+                                                                                       "dist-packages")]
+    if installed:
+        return os.path.relpath(filename, max(installed, key=len))
+    here = os.getcwd()
+    if filename.startswith(here.rstrip(os.sep) + os.sep):
+        return os.path.relpath(filename, here)
     return os.path.relpath(filename, max(holding, key=len)) if holding else filename
 
 

@@ -1,0 +1,164 @@
+"""An audit report (`python -m core.audit --json`, schema syncscope.audit/1) as the page's "Your loop" tab shows it:
+a few sentences, the sites table with what to do about each, and the audited program's steps on a timeline with a
+mark at each read. Only parses the file; nothing in it is run. Plain data in, text and figures out (no gradio)."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard import charts
+from dashboard.lanes import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, _bars
+from dashboard.report_text import plain
+
+AUDIT_SCHEMA = "syncscope.audit/"
+SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "host blocked µs/step", "device idle after µs/step",
+                "what to do")
+MAX_FIELD_CHARS = 300  # a field taken from a file is shown at most this long
+TITLE = "The audited program, step by step"
+HOST_COLOR = "#1f77b4"
+
+
+def is_audit(document: Any) -> bool:
+    return isinstance(document, dict) and str(document.get("schema", "")).startswith(AUDIT_SCHEMA)
+
+
+def open_audit(data: bytes | str, max_bytes: int) -> dict[str, Any]:
+    """An audit report from JSON text; ValueError naming the first thing missing or wrong (it is only parsed)."""
+    if isinstance(data, bytes | bytearray):
+        if len(data) > max_bytes:
+            raise ValueError(f"the file is {len(data) / 2**20:,.2f} MiB; reports here are limited to "
+                             f"{max_bytes / 2**20:,.0f} MiB")
+        data = data.decode("utf-8-sig", errors="strict")
+    try:
+        report = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not is_audit(report):
+        raise ValueError("this JSON is not an audit report (no \"schema\": \"syncscope.audit/1\"); write one with "
+                         "python -m core.audit --json audit.json -- your_script.py")
+    _check(report)
+    return report
+
+
+def _check(report: dict[str, Any]) -> None:
+    def expect(condition: bool, what: str) -> None:
+        if not condition:
+            raise ValueError(f"the audit report is incomplete or damaged: {what}")
+
+    expect(isinstance(report.get("sites"), list) and all(isinstance(s, dict) for s in report["sites"]),
+           "no valid 'sites'")
+    for key in ("steps", "decode_steps", "reads"):
+        expect(isinstance(report.get(key), int) and not isinstance(report.get(key), bool), f"'{key}' is not a number")
+    for key in ("step_starts_ms", "reads_per_step"):
+        values = report.get(key) or []
+        expect(isinstance(values, list) and all(_number(v) for v in values), f"'{key}' is not a list of numbers")
+    for event in report.get("events") or []:
+        expect(isinstance(event, dict) and _number(event.get("t_ms")), "an event has no time")
+    for site in report["sites"]:
+        expect(_number(site.get("count")) and isinstance(site.get("line"), int), "a site has no count or line")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def clipped(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
+
+
+def summary_md(report: dict[str, Any]) -> str:
+    """Two to four sentences: what was audited, how many reads per decode step, the top site and what it costs."""
+    per_step = report.get("reads_per_decode_step")
+    env = report.get("environment") or {}
+    where = env.get("gpu") or env.get("device") or "?"
+    lines = [f"**{plain(clipped(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
+             f"of {plain(clipped(report.get('step_module') or 'none found', 80))}."]
+    if per_step is None:
+        lines.append("No decode steps were found: audit again with `--steps-of` naming what each step calls, or mark "
+                     "the steps with `core.audit.watch()`.")
+    else:
+        lines.append(f"**{per_step:.2f} host reads of device values per decode step** (at most "
+                     f"{report.get('most_reads_in_a_decode_step')} in one), over {report.get('decode_steps')} decode "
+                     f"steps; {report.get('lagged_waits', 0)} waits on events with work queued behind them, which "
+                     "cost nothing, are not counted.")
+        top = next((s for s in report.get("sites", []) if (s.get("per_step") or 0) >= 0.5), None)
+        if top is not None:
+            cost = ""
+            if top.get("device_idle_after_ms_per_step") is not None:
+                cost = (f": the host waits {top.get('host_blocked_ms_per_step', 0) * 1000:,.0f} µs in it, and the "
+                        f"device then idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what "
+                        "removing it gives back)")
+            lines.append(f"The most frequent is {plain(top.get('kind'))} at {plain(clipped(top.get('file'), 120))}:"
+                         f"{top.get('line')}{cost}.")
+    if report.get("kernel_busy_fraction") is not None:
+        lines.append(f"Kernels ran {report['kernel_busy_fraction']:.0%} of the device's time in decode steps (CUPTI).")
+    if report.get("note"):
+        lines.append(f"*{plain(report['note'])}.*")
+    return "  \n".join(lines)
+
+
+def site_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """The sites table (SITE_HEADERS), those read in decode steps first."""
+    rows = []
+    for site in report.get("sites", []):
+        blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
+        rows.append([_r(site.get("per_step"), 2), clipped(site.get("kind"), 40), clipped(site.get("file"), 120),
+                     f"{site.get('line')}: {clipped(site.get('code'), 120)}", _us(blocked), _us(idle),
+                     clipped(site.get("fix"))])
+    return rows
+
+
+def _r(value: Any, digits: int) -> Any:
+    return "–" if not _number(value) else round(float(value), digits)
+
+
+def _us(ms: Any) -> Any:
+    return "–" if not _number(ms) else round(float(ms) * 1000)
+
+
+def audit_figure(report: dict[str, Any]) -> go.Figure:
+    """The host's steps (solid: the step's call; hatched: between calls) and a mark at each read, on the audited
+    run's clock; on CUDA a second line: kernel-busy per step."""
+    starts = [float(t) for t in report.get("step_starts_ms") or []]
+    if not starts:
+        return charts.empty_figure(TITLE, "No steps were found in this audit.")
+    ends = [e if _number(e) else s for s, e in zip(starts, report.get("step_ends_ms") or [None] * len(starts))]
+    sites = {s.get("index", i): s for i, s in enumerate(report.get("sites", []))}
+    events = [e for e in report.get("events") or [] if _number(e.get("t_ms"))]
+    follows = [*starts[1:], max([*ends, *(e["t_ms"] for e in events)], default=starts[-1])]
+    data: list[dict[str, Any]] = [
+        _bars(np.asarray(starts), np.asarray(ends), 0.0, "a step's call (host)", {"fillcolor": HOST_COLOR}),
+        _bars(np.asarray(ends), np.asarray(follows), 0.0, "between steps (host)", IDLE_STYLE)]
+    if events:
+        texts = [_event_text(e, sites.get(e.get("site"), {})) for e in events]
+        data.append({"type": "scatter", "mode": "markers", "name": "a read of a device value",
+                     "x": np.asarray([e["t_ms"] for e in events], dtype=COORDINATE),
+                     "y": np.full(len(events), -BAR_HALF, dtype=COORDINATE), "text": texts, "hoverinfo": "text",
+                     "marker": {"symbol": "triangle-down", "size": 9, "color": SYNC_COLOR}})
+    busy = report.get("kernel_busy_ms_per_step")
+    layout: dict[str, Any] = {
+        "showlegend": True, "legend": {"orientation": "h", "y": -0.35},
+        "xaxis": {"title": {"text": "ms since the audit began"}, "rangeslider": {"visible": True, "thickness": 0.1},
+                  "range": [starts[min(len(starts) - 1, len(starts) // 2)], starts[min(len(starts) - 1,
+                                                                                       len(starts) // 2 + 12)]]},
+        "yaxis": {"tickvals": [0], "ticktext": ["host"], "range": [0.6, -0.6], "fixedrange": True},
+    }
+    if isinstance(busy, list) and busy and all(_number(b) for b in busy):
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "kernel time per step (ms, CUPTI)",
+                     "x": starts[:len(busy)], "y": busy, "yaxis": "y2", "line": {"color": "#2ca02c"}})
+        layout["yaxis"]["domain"] = [0.45, 1.0]
+        layout["yaxis2"] = {"domain": [0.0, 0.35], "title": {"text": "kernel ms"}, "rangemode": "tozero"}
+    return charts.figure(data, layout, TITLE, height=420 if busy else 300)
+
+
+def _event_text(event: dict[str, Any], site: dict[str, Any]) -> str:
+    """A read's hover: plotly renders it as HTML, so what came from the file is escaped."""
+    kind, file, code = (html.escape(clipped(site.get(key, ""), 100)) for key in ("kind", "file", "code"))
+    return f"step {event.get('step')}: {kind} at {file}:{site.get('line', '?')}<br>{code}"
