@@ -15,8 +15,8 @@ from transformers import StaticCache
 
 
 @torch.inference_mode()
-def generate(model, prompt: torch.Tensor, new_tokens: int, forward) -> torch.Tensor:
-    cache = StaticCache(config=model.config, max_cache_len=prompt.shape[1] + new_tokens)
+def generate(model, prompt: torch.Tensor, new_tokens: int, forward, cache: StaticCache) -> torch.Tensor:
+    cache.reset()
     position = torch.arange(prompt.shape[1], device=prompt.device)
     logits = model(input_ids=prompt, cache=cache, position_ids=position[None]).logits[:, -1]
     tokens = []
@@ -34,10 +34,11 @@ def main() -> None:
     args = arguments(__doc__.split("\n\n")[0])
     model, prompt = model_and_prompt(args.shape, args.device)
     forward = torch.compile(model, mode="reduce-overhead") if args.compile else model
+    cache = StaticCache(config=model.config, max_cache_len=prompt.shape[1] + args.new_tokens + 1)
     if args.compile:
-        generate(model, prompt, args.new_tokens, forward)  # warm-up: compile and capture
+        generate(model, prompt, args.new_tokens, forward, cache)  # warm-up: compile and capture
     started = time.perf_counter()
-    tokens = generate(model, prompt, args.new_tokens, forward)
+    tokens = generate(model, prompt, args.new_tokens, forward, cache)
     print(f"naive loop: {tokens.shape[1]} tokens at {tokens.shape[1] / (time.perf_counter() - started):.1f} tok/s")
 
 
