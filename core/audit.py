@@ -31,6 +31,7 @@ import importlib
 import os
 import platform
 import runpy
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -233,10 +234,10 @@ def kernel_steps(intervals_ns: list[tuple[int, int]], audit: SyncAudit, clocks: 
             best = kernels
     busy = [sum(b - a for a, b in _clipped(best, starts[k], starts[k + 1])) for k in range(len(starts) - 1)]
     period = [starts[k + 1] - starts[k] for k in range(len(starts) - 1)]
-    decode = range(1, len(busy))  # not the prefill
-    total = sum(period[k] for k in decode)
+    # The median step's share: a program's first steps can hold seconds of compiling, which a sum would count.
+    shares = [busy[k] / period[k] for k in range(1, len(busy)) if period[k] > 0]
     return {"kernel_busy_ms_per_step": [round(b, 4) for b in busy],
-            "kernel_busy_fraction": sum(busy[k] for k in decode) / total if total > 0 else None}
+            "kernel_busy_fraction": statistics.median(shares) if shares else None}
 
 
 def site_lines(report: dict[str, Any], top: int = 8, every: float = 0.5) -> list[str]:
@@ -279,7 +280,7 @@ def summary_text(report: dict[str, Any]) -> str:
                      f" in one step), {report.get('lagged_waits', 0)} lagged waits not counted")
         lines += site_lines(report)
     if report.get("kernel_busy_fraction") is not None:
-        lines.append(f"  kernel-busy: {report['kernel_busy_fraction']:.0%} of the device's time in decode steps "
+        lines.append(f"  kernel-busy: {report['kernel_busy_fraction']:.0%} of the median decode step's device time "
                      "(CUPTI, this run)")
     if report.get("note"):
         lines.append(f"  ({report['note']})")

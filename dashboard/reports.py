@@ -39,8 +39,9 @@ OLD_PAGE_SECTION = "dashboard"  # where the page's downloads up to 2026-11 kept 
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
 SUMMARY_HEADERS = ("contestant", "decode tok/s", "decode spread %", "same tokens", "host wait µs/step",
-                   "device idle µs/step", "device reads/step (audit)", "kernel-busy % (kernel trial)", "NVML util %",
-                   "end-to-end tok/s", "TTFT ms", "ms/tok p50", "ms/tok p95", "compile ms")
+                   "device idle µs/step", "device reads/step (audit)", "kernel ms/step (kernel trial)",
+                   "kernel-busy % (kernel trial)", "NVML util %", "end-to-end tok/s", "TTFT ms", "ms/tok p50",
+                   "ms/tok p95", "compile ms")
 
 
 # ------------------------------------------------------------------------------------- the page's own record
@@ -137,7 +138,8 @@ def summary_rows(report: dict[str, Any] | SavedReport, page: PageRecord | None =
         waits = contestant_waits(report, name)
         rows.append([name, _r(s.get("decode_tokens_per_s"), 1), _r(_pct(_spread(report, name, s)), 1),
                      sameness(report, name), _r(_us(waits["host_wait_ms"]), 0), _r(_us(waits["device_idle_ms"]), 0),
-                     _r(s.get("reads_per_step"), 2), _r(_pct(s.get("kernel_busy_fraction")), 1),
+                     _r(s.get("reads_per_step"), 2), _r(s.get("kernel_ms_per_step"), 3),
+                     _r(_pct(s.get("kernel_busy_fraction")), 1),
                      _r((nvml.get(name) or {}).get("util_pct"), 0), _r(s.get("tokens_per_s"), 1),
                      _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
                      _r(warm.get("compile_ms") or None, 0)])

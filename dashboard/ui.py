@@ -66,8 +66,8 @@ EXAMPLE_PROMPTS = (
 )
 PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != CLI_ONLY)  # the form's fields, in order
 GROUP_ACCORDIONS = {"loop": ("Loop options", True), "sampling": ("Sampling", False)}  # PAGE_GROUPS after "run"
-SUMMARY_WIDTHS = ["130px", "100px", "90px", "80px", "100px", "100px", "110px", "110px", "80px", "100px", "80px",
-                  "90px", "90px", "90px"]
+SUMMARY_WIDTHS = ["130px", "100px", "90px", "80px", "100px", "100px", "110px", "110px", "110px", "80px", "100px",
+                  "80px", "90px", "90px", "90px"]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
                    "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
@@ -81,7 +81,7 @@ CSS = """
 #status { min-height: 2.2em; }
 .rate { font-size: 15px; }
 #summary, #replay-summary, #history { overflow-x: auto; }
-#summary table, #replay-summary table { min-width: 1350px; }
+#summary table, #replay-summary table { min-width: 1460px; }
 #history table { min-width: 1200px; }
 /* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
    titles small enough to fit the chart's width, and no span labels (the legend names the colours). */

@@ -525,6 +525,7 @@ class SyncAudit:
                        for r in self.reads[:MAX_EVENTS]],
             "step_starts_ms": [round(t, 4) for t in self.step_starts_ms],
             "step_ends_ms": [None if t is None else round(t, 4) for t in self.step_ends_ms],
+            "step_device_starts_ms": [round(t, 4) for t in self.step_device_starts_ms],
         }
         if not self.cuda:
             out["note"] = ("on the CPU host and device are one processor, so these reads cost nothing here; on a GPU "
