@@ -45,7 +45,9 @@ def test_every_kind_is_found_on_cuda_with_its_cost():
     expected = marked_lines(CORPUS, cuda=True)
     assert len(expected) == 14 and set(found) == set(expected), sorted(set(found) ^ set(expected))
     assert all(found[line]["kind"] == kind and found[line]["per_step"] == 1.0 for line, kind in expected.items())
-    assert all(found[line]["host_blocked_ms"] is not None for line in expected)
+    # A read that PyTorch's sync debug mode finds (a masked index) has no wrapper to time it: only its device idle.
+    untimed = {found[line]["kind"] for line in expected if found[line]["host_blocked_ms"] is None}
+    assert untimed <= {"masked-index"}, untimed
     assert report["kernel_busy_fraction"] is not None
 
 

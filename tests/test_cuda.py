@@ -48,6 +48,7 @@ def test_loops_equal_hf_generate_on_cuda(tiny_gpu, cache, batch):
 def test_compiled_static_loops_agree_and_compile_once(tiny_gpu, compile_mode):
     """On tiny-random: compiling the 135M shape's 30 layers took 30-43 s a mode (call 20) and checked nothing more.
     Real shapes run reduce-overhead in every headline run (benchmarks/headline.py) and in test_cuda_real_model.py."""
+    tiny_gpu.setups.clear()  # another file's test may have compiled this shape on the shared model
     common = dict(cache="static", compile=compile_mode, max_new_tokens=32, ignore_eos=True)
     first = generate(tiny_gpu, BATCH[1], loop="naive", **common)
     again = generate(tiny_gpu, BATCH[1], loop="naive", **common)
