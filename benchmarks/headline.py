@@ -1,4 +1,5 @@
-"""The README's current tables, measured with today's code and default settings through the command line users type.
+"""The headline tables (docs/NUMBERS.md), measured with today's code and default settings through the command line
+users type.
 
     python benchmarks/headline.py --part one-gpu --out benchmarks/results/headline-DATE --gpus 0,1
     python benchmarks/headline.py --part two-gpu --out benchmarks/results/headline-DATE
@@ -11,8 +12,8 @@ measured is what a user types. Each report is written by its run as soon as it f
 (every run's command, lane, exit code and process time) and `commands-PART.sh` (the exact commands) are written as
 runs start and end, so a call cut short keeps what finished, and calls for the two parts can share one folder.
 `tables.md` is then written from the reports alone; `--tables-from` writes it again without running anything, and
-`--update-docs` puts it between the `<!-- headline:start -->` and `<!-- headline:end -->` markers of README.md and
-benchmarks/RESULTS.md.
+`--update-docs` puts it between the `<!-- headline:start -->` and `<!-- headline:end -->` markers of docs/NUMBERS.md
+and benchmarks/RESULTS.md.
 
 One GPU: the offline default model (or its synthetic shape where the model's package is not installed), Llama-1B and
 Llama-8B shapes, each in reduce-overhead (with transformers' generate() and generate() with DeferredStopCheck beside
@@ -62,7 +63,7 @@ SMOKE_TRIALS = 2
 SMOKE_NEW_TOKENS = 8
 START_MARK = "<!-- headline:start -->"
 END_MARK = "<!-- headline:end -->"
-DOCS = ("README.md", "benchmarks/RESULTS.md")
+DOCS = ("docs/NUMBERS.md", "benchmarks/RESULTS.md")
 SMALL_SHAPE = SYNTHETIC_PREFIX + "smollm2-135m"
 # Lines a compile prints by the hundred (max-autotune's choices and the like); the device calls drop them too.
 NOISE = re.compile(r"warn|autotune|triton_mm|strides|dtypes|choices|^  mm|DEBUG|USDT|enable_symm_mem", re.IGNORECASE)
@@ -750,7 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables-from", type=Path, default=None, metavar="DIR",
                    help="write DIR/tables.md from the reports saved there; run nothing")
     p.add_argument("--update-docs", action="store_true",
-                   help="put the tables between the headline markers of README.md and benchmarks/RESULTS.md")
+                   help="put the tables between the headline markers of docs/NUMBERS.md and benchmarks/RESULTS.md")
     return p
 
 

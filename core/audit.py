@@ -1,6 +1,7 @@
 """Audit your own loop: which line of your program makes the GPU wait, on each decode step, and what it costs.
 
-    python -m core.audit [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] -- SCRIPT [ARGS...]
+    python -m core.audit [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] \
+        -- SCRIPT [ARGS...]
 
 SCRIPT runs as `__main__` (as `python -m cProfile` runs it), on whatever device it uses, under the sync audit
 (core.measure.sync_audit): every host read of a device value, at its line, counted per decode step. A decode step is
@@ -293,9 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     from core.run_schema import OneLineParser
 
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                      usage=f"{PROG} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] "
+                      usage=f"{PROG} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] "
                             "-- SCRIPT [ARGS...]")
-    p.add_argument("--json", dest="json_path", metavar="PATH", help="write the audit report here (Replay opens it)")
+    p.add_argument("--json", dest="json_path", metavar="PATH",
+                   help="write the audit report here (the page's Your loop tab opens it)")
     p.add_argument("--trace", dest="trace_path", metavar="PATH",
                    help="write a Chrome trace-event JSON: the steps and an instant per read (ui.perfetto.dev)")
     p.add_argument("--steps-of", metavar="NAME", help="what one decode step calls: package.module:QualName, or "
