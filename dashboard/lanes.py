@@ -58,12 +58,14 @@ WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
 IDLE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#757575", "bgcolor": "#f5f5f5", "size": 6, "solidity": 0.3}}
 SPAN_KEY = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)")
-LAUNCH_KEY = "pale: the device waiting inside a step for its launch (the span beyond the step's work)"
+# Each line of the statistics block fits a phone's chart (50 monospace characters at most): a key of more lines is a
+# tuple.
+LAUNCH_KEY = ("pale: the device waiting inside a step for its", "      launch (the span beyond the step's work)")
 LAUNCH_STYLE = {"fillcolor": "rgba(255,255,255,0.6)"}
 KNOWN_KEY = "black tick: a step's tokens known on the host"
-SYNC_KEY = "red triangle: a host read of a device value (the sync audit's run, at its place in the step)"
-KERNEL_KEY = ("steps {first}-{last}: the device lane draws the kernel trial's kernels (an extra run under CUPTI, "
-              "each step scaled onto this span), dotted between them")
+SYNC_KEY = ("red triangle: a host read of a device value (the", "      sync audit's run, at its place in the step)")
+KERNEL_KEY = ("steps {first}-{last}: the kernel trial's kernels", "      (an extra run under CUPTI, each step scaled",
+              "      onto this span), dotted between them")
 SYNC_COLOR = "#d62728"
 IDLE_INSIDE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
                      "fillpattern": {"shape": ".", "fgcolor": "#9e9e9e", "bgcolor": "#fafafa", "size": 5,
@@ -467,16 +469,22 @@ def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) 
     if any(t.complete for t in trials):
         lines += SPAN_KEY
     if any(t.complete and not t.cpu for t in trials):
-        lines.append(LAUNCH_KEY)
+        lines += LAUNCH_KEY
     traced = sorted({step for t in trials for step in t.kernels})
     if traced:
-        lines.append(KERNEL_KEY.format(first=traced[0], last=traced[-1]))
+        lines += [line.format(first=traced[0], last=traced[-1]) for line in KERNEL_KEY]
     if any(len(t.syncs[0]) for t in trials):
-        lines.append(SYNC_KEY)
+        lines += SYNC_KEY
     lines.append(KNOWN_KEY)
     if not all(t.complete for t in trials):
         lines.append(QUEUED_KEY)
-    return "<br>".join(lines)
+    return "<br>".join(_indent_kept(line) for line in lines)
+
+
+def _indent_kept(line: str) -> str:
+    """A key's continuation line keeps its indent: SVG text would collapse leading spaces."""
+    stripped = line.lstrip(" ")
+    return NBSP * (len(line) - len(stripped)) + stripped
 
 
 def _row(loop: str, metric: str, window: str, trial: str, label: str | None = None) -> str:

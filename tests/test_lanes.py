@@ -295,5 +295,7 @@ def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
     scale = (end - start) / 2.0
     assert kernels.x[:4].tolist() == pytest.approx([start, start, start + 0.5 * scale, start + 0.5 * scale],
                                                    abs=1e-3)
-    assert "steps 5-6: the device lane draws the kernel trial's kernels" in fig.layout.annotations[0].text.replace(
+    assert "steps 5-6: the kernel trial's kernels" in fig.layout.annotations[0].text.replace(
         "\xa0", " ")
+    lines = re.sub(r"<[^>]+>", "", fig.layout.annotations[0].text.replace("<br>", "\n")).splitlines()
+    assert max(map(len, lines)) <= 50, "every line of the block fits a phone's chart"
