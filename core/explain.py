@@ -1,0 +1,470 @@
+"""A report read in plain words, and two reports side by side. Torch-free: the page, Replay and the CLI use it.
+
+- `what_this_run_shows(report)`: two to four sentences from the report's own numbers (docs/MEASUREMENT.md says what
+  each is): where the host waited per decode step and at which line, where the device idled, what the pipelined
+  loop removed, and the decode ratio against this run's noise; on the CPU, why no difference is expected.
+- `compare_reports(a, b)` and `compare_text(result)`: the settings that differ, each contestant's rate in both runs
+  with its ratio b/a and a call against both runs' noise, and the per-step waits side by side
+  (`python -m core.bench --compare A.json B.json`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+from core.measure.stats import MIN_EFFECT, spread
+from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
+from core.options import ALL_LOOPS, NO_CHECK
+
+FIELD_CHARS = 120  # the most of any text taken from a report that a sentence repeats (a file can hold anything)
+
+# How a read of each sync-audit kind is named in a sentence (core.measure.sync_audit.KINDS says what each is).
+READ_NAMES = {
+    "item": "`.item()`", "bool": "`bool()`", "tolist": "`.tolist()`", "copy": "a blocking copy to the host",
+    "pageable-copy": "a non_blocking copy into pageable memory", "print": "printing a tensor",
+    "nonzero": "`nonzero()`", "masked-index": "masked indexing", "equal": "`torch.equal()`",
+    "scalar": "a tensor built from device scalars", "synchronize": "`torch.cuda.synchronize()`",
+    "event-synchronize": "`Event.synchronize()`", "stream-synchronize": "`Stream.synchronize()`",
+    "sync": "a synchronizing operation",
+}
+
+
+# --------------------------------------------------------------------------------------------- one run in words
+
+def what_this_run_shows(report: dict[str, Any]) -> list[str]:
+    """Two to four plain sentences on what the report's numbers show (no Markdown beyond `code` quotes)."""
+    summary = report.get("summary") or {}
+    if not {"naive", "pipelined"} <= set(summary):
+        return _other_contestants(report)
+    sentences = _on_the_cpu(report) if _device_type(report) == "cpu" else _on_a_device(report)
+    sentences.append(_verdict_sentence(report))
+    return sentences
+
+
+def _on_a_device(report: dict[str, Any]) -> list[str]:
+    """Where the naive loop's host waited and the device idled, and what the pipelined loop changed."""
+    device = "the GPU" if _device_type(report) == "cuda" else "the device"
+    naive, pipelined = contestant_waits(report, "naive"), contestant_waits(report, "pipelined")
+    sentences = [_naive_wait_sentence(report, naive["host_wait_ms"])]
+    idle = naive["device_idle_ms"]
+    if idle is not None:
+        parts = _idle_parts(naive)
+        sentences.append(f"{device[0].upper()}{device[1:]} then idled {duration(idle)} per step waiting for the "
+                         f"next launch{parts}.")
+    pipelined_sentence = _pipelined_sentence(report, pipelined, idle, device)
+    return [*sentences, pipelined_sentence] if pipelined_sentence else sentences
+
+
+def _naive_wait_sentence(report: dict[str, Any], host_wait_ms: float | None) -> str:
+    site = top_site(report, "naive")
+    waited = f"waited {duration(host_wait_ms)} per step" if host_wait_ms is not None else "waited"
+    if site:
+        return f"naive {waited} in {site['read']} at {site['where']} ({_per_step(site['per_step'], 'read')})."
+    if (report.get("request") or {}).get("audit"):
+        return f"naive {waited} for each step's tokens; the sync audit found no read inside its decode steps."
+    if host_wait_ms is None:
+        return ("This report has no per-step timestamps, so it cannot say where the host waited (it was written "
+                "before reports kept them).")
+    return f"naive {waited} for each step's tokens (`--audit` names the line that waits)."
+
+
+def _per_step(count: float, noun: str) -> str:
+    return f"{count:.2f} {noun}{'' if round(count, 2) == 1 else 's'} per step"
+
+
+def _times_per_step(count: float) -> str:
+    return "once per step" if round(count, 2) == 1 else f"{count:.2f} times per step"
+
+
+def _idle_parts(waits: dict[str, float | None]) -> str:
+    gap, inside = waits["device_gap_ms"], waits["idle_inside_ms"]
+    if gap is None or inside is None:
+        return ""
+    return f" ({duration(gap)} between steps, {duration(inside)} inside a step before its work was launched)"
+
+
+def _pipelined_sentence(report: dict[str, Any], waits: dict[str, float | None], naive_idle: float | None,
+                        device: str) -> str | None:
+    """What the pipelined loop read and waited for, and the device idle left; None where the report cannot say."""
+    reads = ((report.get("summary") or {}).get("pipelined") or {}).get("reads_per_step")
+    lag = int(((report.get("request") or {}).get("options") or {}).get("lag") or 1)
+    said = []
+    if reads is not None:
+        said.append("read nothing from the device in its decode steps" if reads == 0 else
+                    f"read {reads:.2f} values per decode step")
+    if waits["host_wait_ms"] is not None:
+        said.append(f"waited {duration(waits['host_wait_ms'])} per step for a step it had queued {lag} "
+                    f"step{'s' if lag != 1 else ''} earlier, while {device} worked on the next")
+    idle = waits["device_idle_ms"]
+    if idle is None:
+        return f"pipelined {' and '.join(said)}." if said else None
+    effect = f"{device} idled {duration(idle)} per step"
+    if naive_idle is not None:
+        effect += f", {duration(naive_idle - idle)} less than with naive" if idle < naive_idle else \
+            f", no less than with naive ({duration(naive_idle)})"
+    return f"pipelined {' and '.join(said)}, so {effect}." if said else f"With pipelined {effect}."
+
+
+def _on_the_cpu(report: dict[str, Any]) -> list[str]:
+    sentences = ["On the CPU no difference between the loops is expected: the CPU runs each op as it is queued, so "
+                 "there is no device to keep busy and nothing for the pipelined loop to overlap."]
+    site = top_site(report, "naive")
+    waited = contestant_waits(report, "naive")["host_wait_ms"]
+    waited_text = f" (its host waited {duration(waited)} per step)" if waited is not None else ""
+    if site:
+        sentences.append(f"naive read its stop flag with {site['read']} at {site['where']} "
+                         f"{_times_per_step(site['per_step'])}, which costs nothing here{waited_text} but would "
+                         "block the host on a GPU.")
+    elif waited is not None:
+        sentences.append(f"naive's host waited {duration(waited)} per step for its tokens, the time the read takes "
+                         "once the step is computed; on a GPU it would wait for the device.")
+    return sentences
+
+
+def _verdict_sentence(report: dict[str, Any]) -> str:
+    verdict = report.get("verdict") or {}
+    ratio, call = verdict.get("ratio"), verdict.get("call")
+    what = "decode rate" if verdict.get("metric", "decode_tokens_per_s") == "decode_tokens_per_s" else "rate"
+    cut = _cut_short(report)
+    if not ratio:
+        ratios = report.get("ratios") or {}
+        key = next((k for k in ("decode pipelined/naive", "pipelined/naive") if _number(ratios.get(k))), None)
+        if key is None:
+            return f"There is no pipelined/naive ratio in this report{cut}."
+        what = "decode rate" if key.startswith("decode") else "end-to-end rate"
+        return (f"The {what}: pipelined/naive {ratios[key]:.2f}x, with no verdict on the noise (the report was "
+                f"written before verdicts){cut}.")
+    text = f"The {what}: pipelined/naive {ratio:.2f}x"
+    noise = verdict.get("noise")
+    noise_text = f" ({plus_minus(noise)})" if noise is not None else ""
+    on_cpu = _device_type(report) == "cpu"
+    if call in ("faster", "slower"):
+        text += f", {call}, beyond this run's noise{noise_text}"
+        if on_cpu:
+            text += "; on the CPU that is not a wait the pipelined loop avoids (an A/A control, `--aa`, shows this " \
+                    "machine's own drift)"
+    elif call == "within-noise":
+        text += f", within this run's noise{noise_text}: no difference shown" + (", as expected" if on_cpu else "")
+    elif call == "too-few-trials":
+        text += f" from {verdict.get('trials')} trial(s), too few to tell from noise (use 3 or more)"
+    return f"{text}{cut}."
+
+
+def _cut_short(report: dict[str, Any]) -> str:
+    if not report.get("interrupted"):
+        return ""
+    facts = report.get("interruption") or {}
+    done, planned = facts.get("trials_done"), facts.get("trials_planned")
+    if isinstance(done, int) and isinstance(planned, int):
+        return f" (the run was cut short: {done} of {planned} rounds of trials finished)"
+    return " (the run was cut short)"
+
+
+def _other_contestants(report: dict[str, Any]) -> list[str]:
+    """A report without both loops (an A/A control alone, generate() alone): its rates and ratios."""
+    summary = report.get("summary") or {}
+    rates = [f"{name} {_rate_text(s)}" for name, s in summary.items() if isinstance(s, dict)]
+    sentences = [f"This run timed {', '.join(rates)}." if rates else "This report holds no measured contestant."]
+    ratios = [f"{name} {value:.2f}x" for name, value in (report.get("ratios") or {}).items()
+              if isinstance(value, int | float)]
+    sentences.append(f"Its ratios: {', '.join(ratios)}{_cut_short(report)}." if ratios else
+                     f"Without both the naive and the pipelined loop it has no verdict{_cut_short(report)}.")
+    return sentences
+
+
+def _rate_text(s: dict[str, Any]) -> str:
+    metric, label = rate_metric(s)
+    return f"at {s[metric]:.1f} {label}" if metric else "with no rate"
+
+
+# ------------------------------------------------------------------------------------------- report facts
+
+def contestant_waits(report: dict[str, Any], name: str) -> dict[str, float | None]:
+    """A contestant's per-step waits in ms (core.measure.waits.WAIT_KEYS): the summary's, or for a report written
+    before the summary had them, from its trials' timestamps."""
+    summary = (report.get("summary") or {}).get(name) or {}
+    if "device_idle_ms_per_step" in summary or "host_wait_ms_per_step" in summary:
+        return {key: _number(summary.get(f"{key}_per_step")) for key in WAIT_KEYS}
+    runs = [r for r in report.get("runs") or [] if isinstance(r, dict) and isinstance(r.get("timings"), dict)]
+    try:
+        loops = [[r for r in runs if r.get("contestant") == loop] for loop in ALL_LOOPS]
+        work_ms, _ = step_work_ms([group for group in loops if group])
+        return trial_waits([r for r in runs if r.get("contestant") == name], work_ms)
+    except (TypeError, ValueError, KeyError, IndexError, statistics.StatisticsError):
+        return dict.fromkeys(WAIT_KEYS)
+
+
+def top_site(report: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The sync audit's most frequent read inside `name`'s decode steps: {read, where, per_step}, or None."""
+    audit = ((report.get("sync_audit") or {}).get(name)) or {}
+    sites = [s for s in audit.get("sites") or [] if isinstance(s, dict) and _number(s.get("per_step"))
+             and s.get("in_decode_steps")]
+    if not sites:
+        return None
+    site = max(sites, key=lambda s: s["per_step"])
+    kind = str(site.get("kind", "sync")).split("/")[0]
+    return {"read": READ_NAMES.get(kind, f"a read ({clipped(kind, 30)})"),
+            "where": f"{short_path(site.get('file'))}:{site.get('line')}", "per_step": float(site["per_step"])}
+
+
+def short_path(path: Any) -> str:
+    """A site's file as a reader finds it: from its package (transformers/...) where it lies in an installed one."""
+    text = str(path or "?")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+    if os.path.isabs(text):
+        text = "/".join(text.split("/")[-3:]) if "transformers/" not in text else \
+            "transformers/" + text.rsplit("transformers/", 1)[1]
+    return clipped(text, FIELD_CHARS)
+
+
+def rate_metric(s: dict[str, Any]) -> tuple[str | None, str]:
+    """The key of a contestant summary's headline rate and its label: the decode rate where it has one."""
+    if _number(s.get("decode_tokens_per_s")):
+        return "decode_tokens_per_s", "decode tok/s"
+    if _number(s.get("tokens_per_s")):
+        return "tokens_per_s", "end-to-end tok/s"
+    return None, ""
+
+
+def _device_type(report: dict[str, Any]) -> str:
+    return str((report.get("environment") or {}).get("device") or "").split(":")[0]
+
+
+# ------------------------------------------------------------------------------------------- two runs
+
+COMPARED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_trial", "stream")
+COMPARED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
+                        "pdl", "inductor_options", "torch", "transformers", "python")
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within noise",
+                 "noise unknown": "noise unknown", "no data": "no data"}
+
+
+def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two reports side by side: what differs between their settings, and each contestant's rate in both.
+
+    Returns a dict with:
+      - "a", "b": each run's facts: model, device (the GPU's name, else the device), created, command, interrupted;
+      - "settings": one row per setting, in a fixed order: {"name", "a", "b", "differs"} (the model, the device,
+        dtype and versions from "environment", every run option from "request.options", the request's trials,
+        contestants, audit ...; what a loop ran with where the device changed it, as "ran <option>");
+      - "differs": the names of the settings that differ;
+      - "contestants": per contestant in both runs, in a's order: {"name", "metric" (decode_tokens_per_s where both
+        have it, else tokens_per_s), "a", "b" (the medians), "ratio" (b / a), "a_noise", "b_noise" (each run's half
+        spread of that rate over its trials, as the verdict's noise; None with one trial), "call" ("faster" or
+        "slower" when |ratio - 1| exceeds both noises together and 0.5%, "within noise", "noise unknown" when a run
+        had one trial, "no data"), "a_waits", "b_waits" (per-step waits in ms: core.measure.waits.WAIT_KEYS)};
+      - "only_in_a", "only_in_b": contestants that ran in one report only;
+      - "verdicts": {"a": ..., "b": ...}: each run's own pipelined/naive verdict (ratio, call, noise) or None.
+    Both runs' noise is each run's own: two processes can differ by more (docs/BENCHMARK.md), so a settings'
+    effect is surest where the in-run verdicts differ too.
+    """
+    names_a, names_b = list(a.get("summary") or {}), list(b.get("summary") or {})
+    settings = _settings_rows(a, b)
+    return {
+        "a": _run_facts(a), "b": _run_facts(b),
+        "settings": settings, "differs": [row["name"] for row in settings if row["differs"]],
+        "contestants": [_contestant_row(a, b, name) for name in names_a if name in names_b],
+        "only_in_a": [n for n in names_a if n not in names_b], "only_in_b": [n for n in names_b if n not in names_a],
+        "verdicts": {"a": _verdict_facts(a), "b": _verdict_facts(b)},
+    }
+
+
+def _run_facts(report: dict[str, Any]) -> dict[str, Any]:
+    env = report.get("environment") or {}
+    return {"model": clipped((report.get("model") or {}).get("spec"), FIELD_CHARS),
+            "device": clipped(env.get("gpu") or env.get("device"), FIELD_CHARS),
+            "created": clipped(report.get("created"), 40), "command": clipped(report.get("command"), 2000),
+            "interrupted": bool(report.get("interrupted"))}
+
+
+def _settings(report: dict[str, Any]) -> dict[str, Any]:
+    request, env = report.get("request") or {}, report.get("environment") or {}
+    options = request.get("options") if isinstance(request.get("options"), dict) else {}
+    values: dict[str, Any] = {"model": (report.get("model") or {}).get("spec")}
+    values.update({key: env.get(key) for key in COMPARED_ENVIRONMENT})
+    values.update({key: value for key, value in options.items() if key != "loop"})
+    values.update({key: request.get(key) for key in COMPARED_REQUEST})
+    ran = _loop_ran(report)
+    values.update({f"ran {key}": ran.get(key) for key in ("cache", "compile", "streams") if key in ran})
+    return values
+
+
+def _loop_ran(report: dict[str, Any]) -> dict[str, Any]:
+    effective = report.get("effective") if isinstance(report.get("effective"), dict) else {}
+    for name in (*ALL_LOOPS, NO_CHECK):
+        options = (effective.get(name) or {}).get("options") if isinstance(effective.get(name), dict) else None
+        if isinstance(options, dict):
+            return options
+    return {}
+
+
+def _settings_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    left, right = _settings(a), _settings(b)
+    rows = []
+    for name in dict.fromkeys([*left, *right]):
+        x, y = left.get(name), right.get(name)
+        if name.startswith("ran ") and x == left.get(name[4:]) and y == right.get(name[4:]):
+            continue  # ran as asked in both: the asked-for row says it
+        if x is None and y is None:
+            continue
+        rows.append({"name": name, "a": _setting_value(x), "b": _setting_value(y), "differs": x != y})
+    return rows
+
+
+def _setting_value(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return clipped(", ".join(str(v) for v in value), FIELD_CHARS)
+    if isinstance(value, str):
+        return clipped(value, FIELD_CHARS)
+    return value if isinstance(value, int | float | bool) or value is None else clipped(value, FIELD_CHARS)
+
+
+def _contestant_row(a: dict[str, Any], b: dict[str, Any], name: str) -> dict[str, Any]:
+    sa, sb = a["summary"][name] or {}, b["summary"][name] or {}
+    both_decode = _number(sa.get("decode_tokens_per_s")) and _number(sb.get("decode_tokens_per_s"))
+    metric = "decode_tokens_per_s" if both_decode else "tokens_per_s"
+    rate_a, rate_b = _number(sa.get(metric)), _number(sb.get(metric))
+    noise_a, noise_b = _half_spread(a, name, metric), _half_spread(b, name, metric)
+    ratio = rate_b / rate_a if rate_a and rate_b else None
+    return {"name": name, "metric": metric, "a": rate_a, "b": rate_b, "ratio": ratio, "a_noise": noise_a,
+            "b_noise": noise_b, "call": _call(ratio, noise_a, noise_b),
+            "a_waits": contestant_waits(a, name), "b_waits": contestant_waits(b, name)}
+
+
+def _half_spread(report: dict[str, Any], name: str, metric: str) -> float | None:
+    """Half the (max - min) / median of a contestant's trials of `metric`: the noise the verdict uses."""
+    values = [r["timings"][metric] for r in report.get("runs") or []
+              if isinstance(r, dict) and r.get("contestant") == name and isinstance(r.get("timings"), dict)
+              and _number(r["timings"].get(metric))]
+    if len(values) < 2:
+        return None
+    whole = spread(values)
+    return whole / 2 if whole is not None else None
+
+
+def _call(ratio: float | None, noise_a: float | None, noise_b: float | None) -> str:
+    if ratio is None:
+        return "no data"
+    if noise_a is None or noise_b is None:
+        return "noise unknown"
+    if abs(ratio - 1) <= max(MIN_EFFECT, noise_a + noise_b):
+        return "within noise"
+    return "faster" if ratio > 1 else "slower"
+
+
+def _verdict_facts(report: dict[str, Any]) -> dict[str, Any] | None:
+    verdict = report.get("verdict")
+    if not isinstance(verdict, dict) or not _number(verdict.get("ratio")):
+        return None
+    return {"ratio": verdict["ratio"], "call": clipped(verdict.get("call"), 20), "noise": _number(verdict.get("noise"))}
+
+
+def compare_text(result: dict[str, Any]) -> str:
+    """compare_reports' result as plain text: the two runs, the settings that differ, the rates, the waits."""
+    lines = [f"{key.upper()}: {_run_line(result[key])}" for key in ("a", "b")]
+    differing = [row for row in result["settings"] if row["differs"]]
+    if differing:
+        width = max(len(row["name"]) for row in differing)
+        lines.append("settings that differ (A -> B):")
+        lines += [f"  {row['name']:<{width}}  {_shown(row['a'])} -> {_shown(row['b'])}" for row in differing]
+    else:
+        lines.append("settings: the same in both runs")
+    rows = result["contestants"]
+    if rows:
+        lines.append(f"{'contestant':<16} {'rate':>16} {'A':>9} {'B':>9} {'B/A':>7}  call (noise A / B)")
+        for row in rows:
+            label = "decode tok/s" if row["metric"] == "decode_tokens_per_s" else "end-to-end tok/s"
+            lines.append(f"{row['name']:<16} {label:>16} {_fixed(row['a'], 1):>9} {_fixed(row['b'], 1):>9} "
+                         f"{_times(row['ratio']):>7}  {row['call']} ({_noise(row['a_noise'])} / "
+                         f"{_noise(row['b_noise'])})")
+        lines += _waits_lines(rows)
+    for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
+        if result[key]:
+            lines.append(f"only in {side}: {', '.join(result[key])}")
+    verdicts = result["verdicts"]
+    if verdicts["a"] or verdicts["b"]:
+        lines.append("each run's own verdict, pipelined/naive: " + "; ".join(
+            f"{side} {_verdict_text(verdicts[side.lower()])}" for side in ("A", "B")))
+    lines.append("(noise: half of each run's (max - min) / median over its trials; two processes can differ by more, "
+                 "so an effect is surest where the runs' own verdicts differ too)")
+    return "\n".join(lines)
+
+
+def _run_line(facts: dict[str, Any]) -> str:
+    cut = ", cut short" if facts["interrupted"] else ""
+    return f"{facts['model'] or '?'} on {facts['device'] or '?'}, created {facts['created'] or '?'}{cut}"
+
+
+def _waits_lines(rows: list[dict[str, Any]]) -> list[str]:
+    shown = [row for row in rows if any(row[side][key] is not None for side in ("a_waits", "b_waits")
+                                        for key in ("host_wait_ms", "device_idle_ms"))]
+    if not shown:
+        return []
+    lines = [f"per decode step, A -> B: {'contestant':<16} {'host wait':>21} {'device idle':>21}"]
+    for row in shown:
+        host = f"{duration(row['a_waits']['host_wait_ms'])} -> {duration(row['b_waits']['host_wait_ms'])}"
+        idle = f"{duration(row['a_waits']['device_idle_ms'])} -> {duration(row['b_waits']['device_idle_ms'])}"
+        lines.append(f"{'':<24} {row['name']:<16} {host:>21} {idle:>21}")
+    return lines
+
+
+def _verdict_text(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "none"
+    noise = f", {plus_minus(verdict['noise'])}" if verdict.get("noise") is not None else ""
+    return f"{verdict['ratio']:.2f}x ({verdict['call']}{noise})"
+
+
+# ------------------------------------------------------------------------------------------- numbers as words
+
+def duration(ms: float | None) -> str:
+    """A time in the unit a reader expects: µs under a millisecond, then ms with three significant digits."""
+    if ms is None:
+        return "-"
+    if abs(ms) < 0.01:
+        return f"{ms * 1000:.1f} µs"
+    if abs(ms) < 1:
+        return f"{ms * 1000:.0f} µs"
+    if abs(ms) < 10:
+        return f"{ms:.2f} ms"
+    return f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:,.0f} ms"
+
+
+def plus_minus(fraction: float) -> str:
+    """A noise as ±percent: two significant digits under 10%."""
+    if fraction < 0.01:
+        return f"±{fraction:.2%}"
+    return f"±{fraction:.1%}" if fraction < 0.1 else f"±{fraction:.0%}"
+
+
+def clipped(value: Any, limit: int) -> str:
+    """Text from a report, at most `limit` characters (a file can hold a field of any size)."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3f}x"
+
+
+def _noise(fraction: float | None) -> str:
+    return "?" if fraction is None else plus_minus(fraction)
+
