@@ -45,7 +45,12 @@ TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel.tensor_parallel
 TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
 TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.kernels.tp_fusion: how its kernel learns the peers' rows are there
 TP_BARRIER_CHOICES = ("push", "asm", "atomic")
-TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV)
+# core.kernels.attention: "on" turns the new token by the rotary embedding and writes it into a static cache inside
+# the triton decode attention kernel (one kernel a layer instead of five); "off" leaves that to transformers.
+APPEND_IN_ATTENTION_ENV = "SYNCSCOPE_APPEND_IN_ATTENTION"
+APPEND_IN_ATTENTION_CHOICES = ("on", "off")
+TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
+              APPEND_IN_ATTENTION_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -372,4 +377,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(PDL_ENV, PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
+    env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -244,3 +244,24 @@ def test_pipelined_knows_the_first_token_as_soon_as_naive_does_on_cuda(tiny_gpu,
     assert piped.token_ids == naive.token_ids
     assert piped.timings.host_known_ms[0] <= piped.timings.host_queued_ms[1]
     assert ttft["pipelined"] - ttft["naive"] <= step_ms, (ttft, step_ms)
+
+
+@pytest.mark.parametrize(("spec", "dtype"), [("tiny-random", "fp32"), ("synthetic:smollm2-135m", "bf16")])
+def test_the_appending_attention_kernel_gives_the_tokens_of_transformers_steps(spec, dtype, fast_tiny_compiles):
+    """Step-graph decoding with the rotary, the cache write and the attention in one kernel a layer gives the tokens
+    of the same steps done by transformers' rotary and StaticLayer.update (SYNCSCOPE_APPEND_IN_ATTENTION=off), and
+    leaves each layer's counters at zero and its length at the tokens it holds."""
+    from core.models import load_model
+
+    tokens = {}
+    for choice in ("off", "on"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SYNCSCOPE_APPEND_IN_ATTENTION", choice)  # read when the step is compiled
+            loaded = load_model(spec, device="cuda", dtype=dtype)
+            result = generate(loaded, BATCH[1], loop="pipelined", cache="static", compile="step-graph",
+                              max_new_tokens=40, ignore_eos=True)
+        tokens[choice] = result.token_ids
+        layers = next(iter(loaded.setups.values())).static_cache.layers
+        assert all(not layer.decode_semaphores.any() for layer in layers)
+        assert len({int(layer.cumulative_length) for layer in layers}) == 1
+    assert tokens["on"] == tokens["off"]

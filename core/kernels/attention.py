@@ -45,8 +45,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.kernels.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
-from core.options import DECODE_ATTENTION_CHOICES, DECODE_ATTENTION_ENV, DECODE_ATTENTION_KERNELS, env_choice
+from core.kernels.triton_attention import (
+    NewToken,
+    head_size_fits,
+    takes_shapes,
+    triton_append_decode_attention,
+    triton_decode_attention,
+)
+from core.options import (
+    APPEND_IN_ATTENTION_CHOICES,
+    APPEND_IN_ATTENTION_ENV,
+    DECODE_ATTENTION_CHOICES,
+    DECODE_ATTENTION_ENV,
+    DECODE_ATTENTION_KERNELS,
+    env_choice,
+)
 
 KERNELS = DECODE_ATTENTION_KERNELS
 # The name each kernel is registered under with transformers; the model's config names the one it runs. Models that
@@ -90,6 +103,57 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+SEMAPHORES = 1025  # counters each static cache layer keeps for the appending kernel: batch x KV heads + 1 at most
+
+
+def attend_with_append(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       cos: torch.Tensor, sin: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any,
+                       kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """A compiled decode step's attention of one layer in one kernel: the query and the new key (B, H or KV, 1, D)
+    before the rotary embedding, turned, the key and value written into the static cache, attention over it, and
+    the cache's length moved on (core.kernels.triton_attention.triton_append_decode_attention). Returns what the
+    attention function would, (B, 1, H, D), or None where that kernel does not apply: then the caller turns, updates
+    the cache and attends as transformers does. Applies on CUDA inside a compile, with the "triton" decode attention,
+    a full-length static cache layer, a mask, no soft-capping, and the family's rotary being Llama's."""
+    if not _appends_here(module, query, attention_mask, cache, kwargs):
+        return None
+    layer = cache.layers[module.layer_idx]
+    rows = query.shape[0] * key.shape[1]
+    if cos.dim() != 3 or cos.shape[-1] != query.shape[-1] or rows >= layer.decode_semaphores.numel():
+        return None
+    new = NewToken(key, value, cos[:, 0], sin[:, 0], layer.cumulative_length, layer.decode_semaphores)
+    out = triton_append_decode_attention(query, new, layer.keys, layer.values, attention_mask, module.scaling)
+    return out.transpose(1, 2)
+
+
+def _appends_here(module: torch.nn.Module, query: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any,
+                  kwargs: dict[str, Any]) -> bool:
+    from transformers.cache_utils import StaticLayer
+
+    if not (query.is_cuda and attention_mask is not None and cache is not None
+            and module.config._attn_implementation == IMPLEMENTATIONS["triton"]
+            and _reads_cache_in_place(module, query, kwargs) and not getattr(module.layout, "softcap", False)):
+        return False
+    layers = getattr(cache, "layers", ())
+    layer = layers[module.layer_idx] if module.layer_idx < len(layers) else None
+    return (type(layer) is StaticLayer and layer.is_initialized and hasattr(layer, "decode_semaphores")
+            and type(module).llama_rotary and takes_shapes(query, layer.keys))
+
+
+def attach_append_counters(cache: Any, device: torch.device) -> None:
+    """Give each full-length static layer of `cache` the zeroed counters the appending kernel needs (on CUDA, unless
+    SYNCSCOPE_APPEND_IN_ATTENTION=off), at a fixed address so CUDA graphs keep pointing at them. A layer without
+    them takes transformers' steps."""
+    from transformers.cache_utils import StaticLayer
+
+    if device.type != "cuda" or env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES) != "on":
+        return
+    for layer in getattr(cache, "layers", ()):
+        if type(layer) is StaticLayer:
+            layer.decode_semaphores = torch.zeros(SEMAPHORES, dtype=torch.int32, device=device)
+            torch._dynamo.mark_static_address(layer.decode_semaphores)
 
 
 def decode_attention_kernel() -> str:

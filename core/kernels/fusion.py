@@ -55,6 +55,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 from transformers.utils.deprecation import deprecate_kwarg
 
+from core.kernels.attention import attend_with_append
 from core.parallel.tensor_parallel import local
 
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -131,6 +132,7 @@ class FusedAttention(nn.Module):
     qkv_proj: FusedLinear
     layout: ClassVar[AttentionLayout]
     rotary: ClassVar[Callable[..., Any]]
+    llama_rotary: ClassVar[bool]  # the rotary is Llama's, so the appending decode attention may do it
     eager_attention: ClassVar[Callable[..., Any]]
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -155,6 +157,21 @@ class FusedAttention(nn.Module):
         query_states, key_states, value_states = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
         cos, sin = position_embeddings
+        attn_output = attend_with_append(self, query_states, key_states, value_states, cos, sin, attention_mask,
+                                         cache, kwargs)
+        attn_weights = None
+        if attn_output is None:
+            attn_output, attn_weights = self._attend(query_states, key_states, value_states, cos, sin,
+                                                     attention_mask, cache, kwargs)
+
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, attn_weights
+
+    def _attend(self, query_states: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor, attention_mask: torch.Tensor | None, cache: Cache | None,
+                kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The family's own steps: the rotary embedding, the cache update and the attention function."""
         query_states, key_states = type(self).rotary(query_states, key_states, cos, sin)
 
         if cache is not None:
@@ -163,7 +180,7 @@ class FusedAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, type(self).eager_attention
         )
-        attn_output, attn_weights = attention_interface(
+        return attention_interface(
             self,
             query_states,
             key_states,
@@ -174,10 +191,6 @@ class FusedAttention(nn.Module):
             **self._family_arguments(),
             **kwargs,
         )
-
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, attn_weights
 
     def _family_arguments(self) -> dict[str, Any]:
         layout, extra = self.layout, {}
@@ -207,7 +220,17 @@ def fused_attention_class(cls: type) -> type:
     layout = ATTENTION_LAYOUTS.get(forward_fingerprint(cls), ("", AttentionLayout()))[1]
     return type(f"Fused{cls.__name__}", (FusedAttention, cls), {
         "layout": layout, "rotary": staticmethod(family.apply_rotary_pos_emb),
+        "llama_rotary": _llama_rotary(family),
         "eager_attention": staticmethod(family.eager_attention_forward), "__module__": __name__})
+
+
+def _llama_rotary(family: Any) -> bool:
+    """Whether the family's rotary embedding is Llama's code (x * cos + rotate_half(x) * sin over the whole head),
+    which core.kernels.attention's appending kernel computes."""
+    from transformers.models.llama import modeling_llama
+
+    return all(_fingerprint(getattr(family, name, None)) == _fingerprint(getattr(modeling_llama, name))
+               for name in ("apply_rotary_pos_emb", "rotate_half"))
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,6 +36,18 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     in the query's dtype."""
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
     return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
+
+
+def triton_append_decode_attention(query: torch.Tensor, new: NewToken, key_cache: torch.Tensor,
+                                   value_cache: torch.Tensor, attention_mask: torch.Tensor | None,
+                                   scaling: float | None) -> torch.Tensor:
+    """`triton_decode_attention` for a query and a new token not yet turned by the rotary embedding, nor in the
+    cache: one kernel turns both, writes the token's key and value at the cache's length, attends over the cache
+    and moves the length on (what transformers' rotary, `StaticLayer.update` and the attention do in five)."""
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    return torch.ops.syncscope.triton_append_decode_attention(
+        query, new.key, new.value, new.cos, new.sin, key_cache, value_cache, new.slot, new.semaphores,
+        attention_mask, scale)
 
 
 def takes_shapes(query: torch.Tensor, key: torch.Tensor) -> bool:
@@ -56,10 +69,27 @@ def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
     return _ceil_to(-(-length // splits), BLOCK_KEYS)
 
 
+@dataclass(frozen=True)
+class NewToken:
+    """What the appending kernel takes besides the query and the cache: the new token's key and value before the
+    cache holds them, (B, KV, 1, D), its rotary cos and sin, (B, D), the cache's length (a 0-d integer tensor: the
+    slot the token goes to, moved on by one), and a zeroed int32 counter buffer of at least B x KV + 1 entries."""
+
+    key: torch.Tensor
+    value: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    slot: torch.Tensor
+    semaphores: torch.Tensor
+
+
 def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
-            launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None) -> torch.Tensor:
+            launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None,
+            new: NewToken | None = None) -> torch.Tensor:
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
-    (`wrap_triton` inside a compile, the kernel itself otherwise)."""
+    (`wrap_triton` inside a compile, the kernel itself otherwise). With `new`, one kernel also turns the query and
+    the new key by the rotary embedding, writes the key and value into the cache (`key`, `value`) and combines its
+    own splits."""
     attend, combine = kernels
     batch, heads, _, dim = query.shape
     _, kv_heads, length, _ = key.shape
@@ -84,22 +114,41 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask = mask.expand(batch, mask.shape[1], 1, length)
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
+    token_args = _token_arguments(new, query)
     launch(attend)[(batch * kv_heads, splits)](
-        query, key, value, mask_arg, out, partial, stats,
+        query, key, value, mask_arg, out, partial, stats, *token_args,
         query.stride(0), query.stride(1), query.stride(3),
         key.stride(0), key.stride(1), key.stride(2), key.stride(3),
         value.stride(0), value.stride(1), value.stride(2), value.stride(3),
         mask.stride(0) if has_mask else 0, mask_head_stride if has_mask else 0, mask.stride(3) if has_mask else 0,
+        *_token_strides(new),
         length, scale,
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
-        UPCAST=_interpreted(), num_warps=4, num_stages=2)
-    if splits > 1:
+        UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits), num_warps=4,
+        num_stages=2)
+    if splits > 1 and new is None:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,
             SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, num_warps=4)
     return out
+
+
+def _token_arguments(new: NewToken | None, placeholder: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if new is None:
+        return (placeholder,) * 6  # not read without APPEND
+    return new.key, new.value, new.cos, new.sin, new.slot, new.semaphores
+
+
+def _token_strides(new: NewToken | None) -> tuple[int, ...]:
+    if new is None:
+        return (0,) * 8
+    if new.cos.stride() != new.sin.stride():
+        raise ValueError("the rotary cos and sin must share their strides")
+    return (new.key.stride(0), new.key.stride(1), new.key.stride(3),
+            new.value.stride(0), new.value.stride(1), new.value.stride(3),
+            new.cos.stride(0), new.cos.stride(1))
 
 
 def _sm_count(device: torch.device) -> int:
@@ -124,84 +173,7 @@ def _next_power_of_2(n: int) -> int:
 
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
-               sqb, sqh, sqd, skb, skh, skl, skd, svb, svh, svl, svd, smb, smh, sml,
-               length, scale,
-               SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-               HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
-               SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-        row = tl.program_id(0)
-        split = tl.program_id(1)
-        splits = tl.num_programs(1)
-        b = row // KV_HEADS
-        kv = row % KV_HEADS
-        g = tl.arange(0, GROUP_PAD)
-        d = tl.arange(0, HEAD_DIM)
-        head = kv * GROUP + g
-        real = g < GROUP
-        q = tl.load(q_ptr + b * sqb + head[:, None] * sqh + d[None, :] * sqd, mask=real[:, None], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-        best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        total = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-        first = split * SPLIT_LEN
-        for start in range(0, SPLIT_LEN, BLOCK_KEYS):
-            keys = first + start + tl.arange(0, BLOCK_KEYS)
-            inside = keys < length
-            k = tl.load(k_ptr + b * skb + kv * skh + keys[:, None] * skl + d[None, :] * skd, mask=inside[:, None],
-                        other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32)
-            scores = (scores * scale).to(tl.float32)  # inside a compile `scale` arrives as fp64
-            keep = inside[None, :] & real[:, None]
-            if HAS_MASK:
-                m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
-                if MASK_IS_BOOL:
-                    keep = keep & (m != 0)
-                else:
-                    scores = scores + m.to(tl.float32)
-            scores = tl.where(keep, scores, float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, 1))
-            shift = tl.where(new_best == float("-inf"), 0.0, new_best)
-            weights = tl.exp(scores - shift[:, None])
-            rescale = tl.exp(best - shift)
-            v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
-                        other=0.0).to(tl.float32)
-            total = total * rescale + tl.sum(weights, 1)
-            acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision=PRECISION)
-            best = new_best
-        if SINGLE:
-            result = acc / tl.where(total > 0, total, 1.0)[:, None]
-            out_rows = out_ptr + (b * KV_HEADS * GROUP + head[:, None]) * HEAD_DIM + d[None, :]
-            tl.store(out_rows, result.to(out_ptr.dtype.element_ty), mask=real[:, None])
-        else:
-            slot = (b * KV_HEADS * GROUP + head) * splits + split
-            tl.store(partial_ptr + slot[:, None] * HEAD_DIM + d[None, :], acc, mask=real[:, None])
-            tl.store(stats_ptr + slot * 2, best, mask=real)
-            tl.store(stats_ptr + slot * 2 + 1, total, mask=real)
-
-    @triton.jit
-    def combine(partial_ptr, stats_ptr, out_ptr, splits, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-        row = tl.program_id(0)  # one (batch, query head)
-        s = tl.arange(0, SPLITS_PAD)
-        d = tl.arange(0, HEAD_DIM)
-        used = s < splits
-        best = tl.load(stats_ptr + (row * splits + s) * 2, mask=used, other=float("-inf"))
-        total = tl.load(stats_ptr + (row * splits + s) * 2 + 1, mask=used, other=0.0)
-        acc = tl.load(partial_ptr + (row * splits + s)[:, None] * HEAD_DIM + d[None, :], mask=used[:, None],
-                      other=0.0)
-        top = tl.max(best, 0)
-        shift = tl.where(top == float("-inf"), 0.0, top)
-        rescale = tl.where(used, tl.exp(best - shift), 0.0)
-        whole = tl.sum(total * rescale, 0)
-        result = tl.sum(acc * rescale[:, None], 0) / tl.where(whole > 0, whole, 1.0)
-        tl.store(out_ptr + row * HEAD_DIM + d, result.to(out_ptr.dtype.element_ty))
+    from core.kernels.triton_decode_kernels import attend, combine
 
     return attend, combine
 
@@ -209,7 +181,7 @@ def _kernels() -> tuple[Any, Any]:
 def register_triton_decode_attention() -> None:
     """Register the kernels as the operator `syncscope::triton_decode_attention` (once, when this module is imported
     where Triton is installed: compiled code cannot create an operator, since dynamo traces into whatever does)."""
-    if hasattr(torch.ops.syncscope, "triton_decode_attention"):
+    if hasattr(torch.ops.syncscope, "triton_append_decode_attention"):
         return
     from torch.library import triton_op, wrap_triton
 
@@ -217,6 +189,14 @@ def register_triton_decode_attention() -> None:
     def op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
            scale: float) -> torch.Tensor:
         return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels())
+
+    @triton_op("syncscope::triton_append_decode_attention",
+               mutates_args=("key_cache", "value_cache", "slot", "semaphores"))
+    def append_op(query: torch.Tensor, new_key: torch.Tensor, new_value: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, slot: torch.Tensor,
+                  semaphores: torch.Tensor, attention_mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+        new = NewToken(new_key, new_value, cos, sin, slot, semaphores)
+        return _launch(query, key_cache, value_cache, attention_mask, scale, wrap_triton, _kernels(), new=new)
 
 
 if importlib.util.find_spec("triton") is not None:  # PyTorch's CUDA builds bring it; its CPU builds do not

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.kernels.attention import attach_append_counters
 from core.kernels.pdl import pdl_inductor_options
 from core.loops.prompt import EncodedPrompt, resolve_eos_ids
 from core.models import LoadedModel, new_static_cache
@@ -237,7 +238,9 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
 
 
 def _new_static_cache(loaded: LoadedModel, cache_len: int) -> Any:
-    return new_static_cache(loaded.model, cache_len)
+    cache = new_static_cache(loaded.model, cache_len)
+    attach_append_counters(cache, loaded.device)
+    return cache
 
 
 def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:

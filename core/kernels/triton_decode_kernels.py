@@ -1,0 +1,144 @@
+"""The Triton kernels of core.kernels.triton_attention (imported only where Triton is installed): `attend`, one
+program per (batch x KV head, split of the keys), and `combine`, the splits' partial results into one (which `attend`
+does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rotated(row_ptr, stride, cos, sin, d, HEAD_DIM: tl.constexpr):
+    """One head's row turned by the rotary embedding as transformers' `apply_rotary_pos_emb` does (x * cos +
+    rotate_half(x) * sin), in fp32; `row_ptr` may be a (rows, 1) block of head rows."""
+    half: tl.constexpr = HEAD_DIM // 2
+    partner = (d + half) % HEAD_DIM
+    sign = tl.where(d < half, -1.0, 1.0)
+    x = tl.load(row_ptr + d * stride).to(tl.float32)
+    turned = tl.load(row_ptr + partner * stride).to(tl.float32)
+    return x * cos + sign * turned * sin
+
+
+@triton.jit
+def combine_head(partial_ptr, stats_ptr, out_ptr, row, splits, SPLITS_PAD: tl.constexpr,
+                 HEAD_DIM: tl.constexpr):
+    """One (batch, query head)'s partial results over its splits, combined in split order, written to out."""
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    used = s < splits
+    # ".cg": read past this SM's L1, which may hold another step's partials at these addresses.
+    best = tl.load(stats_ptr + (row * splits + s) * 2, mask=used, other=float("-inf"), cache_modifier=".cg")
+    total = tl.load(stats_ptr + (row * splits + s) * 2 + 1, mask=used, other=0.0, cache_modifier=".cg")
+    acc = tl.load(partial_ptr + (row * splits + s)[:, None] * HEAD_DIM + d[None, :], mask=used[:, None],
+                  other=0.0, cache_modifier=".cg")
+    top = tl.max(best, 0)
+    shift = tl.where(top == float("-inf"), 0.0, top)
+    rescale = tl.where(used, tl.exp(best - shift), 0.0)
+    whole = tl.sum(total * rescale, 0)
+    result = tl.sum(acc * rescale[:, None], 0) / tl.where(whole > 0, whole, 1.0)
+    tl.store(out_ptr + row * HEAD_DIM + d, result.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
+           new_k_ptr, new_v_ptr, cos_ptr, sin_ptr, slot_ptr, semaphore_ptr,
+           sqb, sqh, sqd, skb, skh, skl, skd, svb, svh, svl, svd, smb, smh, sml,
+           snkb, snkh, snkd, snvb, snvh, snvd, scb, scd,
+           length, scale,
+           SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+           HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
+           SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
+           SPLITS_PAD: tl.constexpr):
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    b = row // KV_HEADS
+    kv = row % KV_HEADS
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    head = kv * GROUP + g
+    real = g < GROUP
+    first = split * SPLIT_LEN
+    if APPEND:
+        # The new token: turn its query and key by the rotary embedding, and write its key and value into the
+        # cache at `slot` (by the program whose keys hold it; every program uses them from registers).
+        slot = tl.load(slot_ptr)
+        cos = tl.load(cos_ptr + b * scb + d * scd).to(tl.float32)
+        sin = tl.load(sin_ptr + b * scb + d * scd).to(tl.float32)
+        q_rows = q_ptr + b * sqb + tl.where(real, head, 0)[:, None] * sqh
+        q = rotated(q_rows, sqd, cos[None, :], sin[None, :], d[None, :], HEAD_DIM).to(q_ptr.dtype.element_ty)
+        new_key = rotated(new_k_ptr + b * snkb + kv * snkh, snkd, cos, sin, d, HEAD_DIM).to(
+            k_ptr.dtype.element_ty)
+        new_value = tl.load(new_v_ptr + b * snvb + kv * snvh + d * snvd).to(v_ptr.dtype.element_ty)
+        owner = (slot >= first) & (slot < first + SPLIT_LEN) & (d >= 0)
+        tl.store(k_ptr + b * skb + kv * skh + slot * skl + d * skd, new_key, mask=owner)
+        tl.store(v_ptr + b * svb + kv * svh + slot * svl + d * svd, new_value, mask=owner)
+    else:
+        q = tl.load(q_ptr + b * sqb + head[:, None] * sqh + d[None, :] * sqd, mask=real[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    total = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    for start in range(0, SPLIT_LEN, BLOCK_KEYS):
+        keys = first + start + tl.arange(0, BLOCK_KEYS)
+        inside = keys < length
+        k = tl.load(k_ptr + b * skb + kv * skh + keys[:, None] * skl + d[None, :] * skd, mask=inside[:, None],
+                    other=0.0)
+        if APPEND:
+            k = tl.where((keys == slot)[:, None], new_key[None, :], k)
+        if UPCAST:
+            k = k.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32)
+        scores = (scores * scale).to(tl.float32)  # inside a compile `scale` arrives as fp64
+        keep = inside[None, :] & real[:, None]
+        if HAS_MASK:
+            m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
+            if MASK_IS_BOOL:
+                keep = keep & (m != 0)
+            else:
+                scores = scores + m.to(tl.float32)
+        scores = tl.where(keep, scores, float("-inf"))
+        new_best = tl.maximum(best, tl.max(scores, 1))
+        shift = tl.where(new_best == float("-inf"), 0.0, new_best)
+        weights = tl.exp(scores - shift[:, None])
+        rescale = tl.exp(best - shift)
+        v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
+                    other=0.0)
+        if APPEND:
+            v = tl.where((keys == slot)[:, None], new_value[None, :], v)
+        v = v.to(tl.float32)
+        total = total * rescale + tl.sum(weights, 1)
+        acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision=PRECISION)
+        best = new_best
+    if SINGLE:
+        result = acc / tl.where(total > 0, total, 1.0)[:, None]
+        out_rows = out_ptr + (b * KV_HEADS * GROUP + head[:, None]) * HEAD_DIM + d[None, :]
+        tl.store(out_rows, result.to(out_ptr.dtype.element_ty), mask=real[:, None])
+    else:
+        partial_slot = (b * KV_HEADS * GROUP + head) * splits + split
+        tl.store(partial_ptr + partial_slot[:, None] * HEAD_DIM + d[None, :], acc, mask=real[:, None])
+        tl.store(stats_ptr + partial_slot * 2, best, mask=real)
+        tl.store(stats_ptr + partial_slot * 2 + 1, total, mask=real)
+    if APPEND:
+        # No second kernel: the last program of a row to finish (a counter per row) combines the row, and the
+        # last row to finish (one more counter) moves the cache's length on; each counter is left at zero.
+        tl.debug_barrier()  # every thread's stores are issued before the counter says so
+        row_done = True
+        if not SINGLE:
+            arrived = tl.atomic_add(semaphore_ptr + row, 1)  # acq_rel, GPU scope: the partials are visible
+            row_done = arrived == splits - 1
+            if row_done:
+                for h in tl.static_range(GROUP):
+                    combine_head(partial_ptr, stats_ptr, out_ptr, b * KV_HEADS * GROUP + kv * GROUP + h, splits,
+                                 SPLITS_PAD, HEAD_DIM)
+                tl.atomic_xchg(semaphore_ptr + row, 0)
+        if row_done:
+            rows = tl.num_programs(0)
+            if tl.atomic_add(semaphore_ptr + rows, 1) == rows - 1:
+                tl.store(slot_ptr, slot + 1)
+                tl.atomic_xchg(semaphore_ptr + rows, 0)
+
+
+@triton.jit
+def combine(partial_ptr, stats_ptr, out_ptr, splits, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    combine_head(partial_ptr, stats_ptr, out_ptr, tl.program_id(0), splits, SPLITS_PAD, HEAD_DIM)
