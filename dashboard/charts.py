@@ -245,13 +245,17 @@ NVML_SUBTITLE = "util % = share of each ~1/6 s sample period in which any kernel
 CPU_TITLE = "Engine CPU use (no NVIDIA GPU here)"
 
 
-def device_figure(live: dict[str, Any]) -> go.Figure:
+def device_figure(live: dict[str, Any], device_type: str | None = None) -> go.Figure:
     """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU).
-    One line per GPU and metric, through the samples that read that metric."""
+    One line per GPU and metric, through the samples that read that metric. With `device_type` (a report's:
+    "cuda" or "cpu"), samples of another kind of device than the report's own are not drawn, and it says why."""
     monitor = live.get("monitor") or {}
     samples = monitor.get("samples") or []
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
+    mismatch = _foreign_samples(monitor.get("source"), device_type)
+    if mismatch:
+        return empty_figure("Device utilization", mismatch)
     gpu = monitor.get("source") == "nvml"
     data, ranges = _device_traces(samples, GPU_METRICS if gpu else CPU_METRICS)
     view = time_range(live)
@@ -275,6 +279,26 @@ def device_figure(live: dict[str, Any]) -> go.Figure:
     height = HEIGHT + 80 + 12 * max(0, len(data) - 4)
     return figure(data, layout, NVML_TITLE if gpu else CPU_TITLE, height=height,
                   subtitle=NVML_SUBTITLE if gpu else None)
+
+
+def _foreign_samples(source: Any, device_type: str | None) -> str | None:
+    """Why samples from `source` cannot be those of a report measured on `device_type`; None when they can."""
+    if device_type == "cpu" and source == "nvml":
+        return ("This report was measured on the CPU, yet it holds NVML (GPU) samples: they are not of its own "
+                "device, so they are not drawn.")
+    if device_type == "cuda" and source == "cpu":
+        return ("This report was measured on a GPU, yet it holds CPU-use samples: they are not of its own device, "
+                "so they are not drawn.")
+    return None
+
+
+def report_device_type(report: dict[str, Any]) -> str | None:
+    """"cuda" or "cpu" where a report says where it ran (its environment), else None."""
+    env = report.get("environment") or {}
+    device = env.get("device")
+    if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
+        return "cuda"
+    return "cpu" if isinstance(device, str) and device.startswith("cpu") else None
 
 
 def _device_traces(samples: list[dict[str, Any]], metrics: Sequence[tuple]) -> tuple[list[Spec], dict[str, Spec]]:
@@ -428,7 +452,8 @@ def all_figures(live: dict[str, Any], report: dict[str, Any] | SavedReport | Non
     """The four charts of the page: tokens/s, device, step latency, idle gap (`report`: a report, or any document
     the page saves one in)."""
     report = split_report(report).report if report else {}
-    return tokens_per_s_figure(live), device_figure(live), step_latency_figure(report), gap_figure(report)
+    return (tokens_per_s_figure(live), device_figure(live, report_device_type(report)), step_latency_figure(report),
+            gap_figure(report))
 
 
 def prebuild() -> None:

@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 from core.measure.identity import difference_note
-from core.measure.stats import verdict_sentence
+from core.measure.stats import spread, verdict_sentence
+from core.options import LOOPS
 from dashboard.reports import PageRecord, headline, report_notices, summary_rows
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
@@ -32,9 +33,9 @@ def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
     extra = []
     if facts["end_to_end"]:
         extra.append(f"end to end {facts['end_to_end']:.3f}×")
-    ttft = facts["ttft"]
-    if ttft.get("naive") is not None and ttft.get("pipelined") is not None:
-        extra.append(f"TTFT {ttft['naive']:.1f} / {ttft['pipelined']:.1f} ms (naive / pipelined)")
+    ttft = ttft_md(report, facts)
+    if ttft:
+        extra.append(ttft)
     identical = "yes" if facts["identical"] else ("NO* (see note)" if not facts["self_consistent"] else "NO")
     extra.append(f"outputs identical: {identical}")
     clock = "GPU clock (CUDA events)" if facts["clock"] == "cuda-events" else "host clock (no CUDA events)"
@@ -44,6 +45,26 @@ def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
     notices += identity_notes(report)
     lines += [f"Note: {plain(n)}" for n in notices]
     return "  \n".join(lines)
+
+
+CPU_TTFT_CAVEAT = ("on the CPU the first token's time moves with whatever else the machine does, so it tells the "
+                   "loops apart by nothing")
+
+
+def ttft_md(report: dict[str, Any], facts: dict[str, Any]) -> str:
+    """Both loops' median TTFT with its spread over trials; on the host clock, the caveat that it varies there."""
+    ttft = facts["ttft"]
+    if ttft.get("naive") is None or ttft.get("pipelined") is None:
+        return ""
+    spreads = []
+    for name in LOOPS:
+        values = [r["timings"]["ttft_ms"] for r in report.get("runs", []) if r.get("contestant") == name
+                  and isinstance(r.get("timings", {}).get("ttft_ms"), int | float)]
+        share = spread(values) if len(values) > 1 and min(values) > 0 else None
+        spreads.append(f"{share:.0%}" if share is not None else "–")
+    text = (f"TTFT {ttft['naive']:.1f} / {ttft['pipelined']:.1f} ms (naive / pipelined, median; spread over trials "
+            f"{spreads[0]} / {spreads[1]})")
+    return f"{text}; {CPU_TTFT_CAVEAT}" if facts["clock"] != "cuda-events" else text
 
 
 def identity_notes(report: dict[str, Any]) -> list[str]:

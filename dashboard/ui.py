@@ -16,6 +16,7 @@ import secrets
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from core.options import (
 from core.report_files import read_report_bytes
 from core.run_schema import option_defaults
 from dashboard import audit_view, charts, lanes
+from dashboard.history import HISTORY_SCHEMA
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
@@ -49,6 +51,7 @@ from dashboard.reports import (
     SUMMARY_HEADERS,
     PageRecord,
     SavedReport,
+    history_csv,
     live_series_from_report,
     open_report,
     page_report,
@@ -66,22 +69,31 @@ EXAMPLE_PROMPTS = (
 )
 PAGE_OPTIONS = tuple(option for option in RUN_OPTIONS if option.group != CLI_ONLY)  # the form's fields, in order
 GROUP_ACCORDIONS = {"loop": ("Loop options", True), "sampling": ("Sampling", False)}  # PAGE_GROUPS after "run"
-SUMMARY_WIDTHS = ["130px", "100px", "90px", "80px", "100px", "100px", "110px", "110px", "110px", "80px", "100px",
-                  "80px", "90px", "90px", "90px"]
+# The summary in two tables, so that the verdict's evidence is in view at 1400 px without scrolling sideways: each
+# contestant's decode rate, its spread and sameness, its ratio to the baseline, and (for the verdict's contender) the
+# interval and the call; then where the time went and the rest (SUMMARY_HEADERS' other columns).
+SPREAD_HEADER = "decode-rate spread %"
+EVIDENCE_HEADERS = ("contestant", "decode tok/s", SPREAD_HEADER, "same tokens", "× naive (decode)", "95% interval",
+                    "verdict")
+EVIDENCE_WIDTHS = ["130px", "100px", "110px", "90px", "110px", "120px", "110px"]
+_EVIDENCE_FROM_SUMMARY = ("contestant", "decode tok/s", "decode spread %", "same tokens")
+DETAIL_HEADERS = ("contestant", *(h for h in SUMMARY_HEADERS if h not in _EVIDENCE_FROM_SUMMARY))
+DETAIL_WIDTHS = ["130px", *("110px" for _ in DETAIL_HEADERS[1:])]
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
                    "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
-           "report_file", "trace_file", "banner", "model")
-REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command")
+           "report_file", "trace_file", "banner", "model", "run_note", "summary_more")
+REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
+                  "summary_more")
 # The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
 MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
 CSS = """
 .pane textarea { font-family: ui-monospace, monospace; font-size: 13px; }
 #status { min-height: 2.2em; }
 .rate { font-size: 15px; }
-#summary, #replay-summary, #history { overflow-x: auto; }
-#summary table, #replay-summary table { min-width: 1460px; }
+#summary, #replay-summary, #summary-more, #replay-summary-more, #history { overflow-x: auto; }
+#summary-more table, #replay-summary-more table { min-width: 1200px; }
 #history table { min-width: 1200px; }
 /* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
    titles small enough to fit the chart's width, and no span labels (the legend names the colours). */
@@ -102,6 +114,14 @@ CSS = """
 
 EXPLAIN = (Path(__file__).with_name("explain.md")).read_text(encoding="utf-8")  # the page's Explain section
 
+REPORT_ON_CPU = ("**The report shown in Replay was measured on the CPU** ({where}), where host and device are one "
+                 "processor: the sync the pipelined loop removes costs nothing there, and no difference between the "
+                 "loops is expected. The lines above describe this server.")
+REPORT_ON_GPU = ("**The report shown in Replay was measured on {where}**: there the host and the GPU are separate, so "
+                 "a per-step sync can leave the GPU waiting; its verdict says whether removing it helped. The lines "
+                 "above describe this server.")
+REPORT_NOWHERE = ("**The report shown in Replay does not say where it was measured.** The lines above describe this "
+                  "server, not that machine.")
 ONE_PROCESSOR = ("**On the CPU, host and device are one processor:** there is no separate device to wait for, so the "
                  "sync the pipelined loop removes costs nothing here and no difference between the loops is "
                  "expected. A GPU server shows the effect.")
@@ -134,6 +154,8 @@ class Dashboard:
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
         self.a: dict[str, Any] = {}  # Your loop tab components
+        self.view_state: Any = None  # build_demo's gr.State of what the page shows (Dashboard.banner_for)
+        self.banner_md: Any = None
         # Owners are per browser (an id kept in its localStorage), so a reload keeps the visitor's runs and history.
         self._browsers: collections.OrderedDict[str, str] = collections.OrderedDict()  # session hash -> browser id
         self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
@@ -149,12 +171,20 @@ class Dashboard:
 
     # ---- banner: the same for every visitor, so it holds server state only, never one user's errors
 
-    def banner(self) -> str:
+    def banner_for(self, view: Any = None) -> str:
+        """The banner for what this page shows (`view`, its view_state): on Replay, the replayed report's device
+        replaces what this server's device leads one to expect."""
+        shown = view.get("replay") if isinstance(view, dict) and view.get("tab") == "replay" else None
+        return self.banner(shown if isinstance(shown, dict) else None)
+
+    def banner(self, replayed: dict[str, Any] | None = None) -> str:
+        """The server's state; with `replayed` (report_device of a report shown in Replay), what that report's
+        device leads one to expect in place of this server's."""
         runner, monitor = self.runner, self.runner.monitor
         lines = [f"**Note:** {plain(note)}" for note in self.notes]
         if runner.model_spec:
             lines.append(f"**Model:** {plain(runner.public_name(runner.model_spec))} on "
-                         f"{plain(runner.device_label())}.")
+                         f"{plain(model_line(runner.device_label()))}")
         loading = [j for j in runner.pending() if j.work == LOAD or j.state == LOADING]
         if loading:
             lines.append(f"**Loading model {plain(runner.public_name(loading[0].model))}…**")
@@ -170,9 +200,16 @@ class Dashboard:
                          "CUDA events, GPU busy % or idle gaps to show.")
         elif monitor is not None:
             lines.append(f"**GPU:** {plain(monitor.description)}.")
-        if not runner.uses_cuda:
+        if replayed is not None:
+            lines.append(replayed_line(replayed))
+        elif not runner.uses_cuda:
             lines.append(ONE_PROCESSOR)
         return "  \n".join(lines)
+
+    def on_tab(self, tab: str, view: Any) -> tuple[dict[str, Any], str]:
+        """A tab was chosen: remember it in this page's view_state and redraw the banner for it."""
+        view = {**(view if isinstance(view, dict) else {}), "tab": tab}
+        return view, self.banner_for(view)
 
     # ---- run
 
@@ -182,6 +219,10 @@ class Dashboard:
         owner = self.owner(request)
         form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
                 for name, value in controls.items()}
+        going = self._pending_run(owner)
+        if going is not None:  # a second click while one streams: answered beside Run, the first's status goes on
+            yield {self.c["run_note"]: self._already_going(going)}
+            return
         try:
             job = self.runner.submit(form, owner=owner)
         except ValueError as exc:
@@ -194,11 +235,22 @@ class Dashboard:
             yield {self.c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: "
                                      f"{plain(exc)}"}
 
+    def _pending_run(self, owner: str) -> Job | None:
+        return next((j for j in self.runner.pending() if j.owner == owner and j.work == COMPARE), None)
+
+    def _already_going(self, job: Job) -> str:
+        ahead = self.runner.position(job)
+        where = f"queued, position {ahead + 1}: {ahead} job{'s' if ahead != 1 else ''} ahead of it" if ahead \
+            else "running now"
+        return (f"**A run of yours is already going** ({where}): this click started nothing. Wait for it to "
+                "finish, or press Cancel and Run again.")
+
     def _cleared(self, job: Job) -> dict:
         """What a new run replaces: the previous run's headline, summary, command and charts go at once."""
         c = self.c
         update = {c["headline"]: "*This run's verdict appears here when it finishes.*", c["summary"]: [],
-                  c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
+                  c["summary_more"]: [],
+                  c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: "", c["run_note"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
                           charts.all_figures({}, None)))
         update[c["lanes_plot"]] = lanes.lanes_figure({})
@@ -298,18 +350,14 @@ class Dashboard:
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
         update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report, job.page) if report else ""
-        update[c["summary"]] = table_rows(report, job.page) if report else []
+        update[c["summary"]], update[c["summary_more"]] = summary_tables(report, job.page) if report else ([], [])
         update[c["command"]] = self._command(job) if report else ""
         update[c["history"]] = self._historytable_rows(owner)
         update[c["banner"]] = self.banner()
         if job.state == FAILED and self.runner.model_spec and job.model != self.runner.model_spec:
             update[c["model"]] = self.runner.model_spec  # a spec that failed to load does not stay selected
-        csv_path, json_path = self._write_history(owner)
-        update[c["csv"]] = csv_path
-        update[c["json"]] = json_path
-        update[c["report_file"]] = self._write_report(owner, report, job.page) if report else None
-        update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
-                                            else None)
+        # Every download with something behind it is enabled here too: a reload shows this last run (on_load).
+        update.update(self._downloads(owner, report, job.page))
         return update
 
     def enable_downloads(self, request: gr.Request) -> dict:
@@ -348,8 +396,14 @@ class Dashboard:
 
     # ---- history and downloads
 
+    def visitor_history(self, owner: str) -> list[dict[str, Any]]:
+        """`owner`'s history rows, each "run" numbered from 1 for this visitor (run ids are server-wide); the job's
+        own id stays under "job"."""
+        return [{**row, "run": number, "job": row.get("run")}
+                for number, row in enumerate(self.runner.history(owner), start=1)]
+
     def _historytable_rows(self, owner: str) -> list[list[Any]]:
-        return [[cell(row.get(k)) for k in HISTORY_COLUMNS] for row in self.runner.history(owner)]
+        return [[cell(row.get(k)) for k in HISTORY_COLUMNS] for row in self.visitor_history(owner)]
 
     def _owner_dir(self, owner: str) -> Path:
         # Session ids come from the client: hash them rather than use them in a path.
@@ -360,8 +414,9 @@ class Dashboard:
     def _write_history(self, owner: str) -> tuple[str, str]:
         folder = self._owner_dir(owner)
         csv_path, json_path = folder / "syncscope-history.csv", folder / "syncscope-history.json"
-        csv_path.write_text(self.runner.history_csv(owner), encoding="utf-8")
-        json_path.write_text(self.runner.history_json(owner), encoding="utf-8")
+        rows = [{k: v for k, v in row.items() if k != "job"} for row in self.visitor_history(owner)]
+        csv_path.write_text(history_csv(rows), encoding="utf-8")
+        json_path.write_text(json.dumps({"schema": HISTORY_SCHEMA, "runs": rows}, indent=1), encoding="utf-8")
         return str(csv_path), str(json_path)
 
     def _write_report(self, owner: str, report: dict[str, Any], page: PageRecord | None) -> str:
@@ -392,16 +447,18 @@ class Dashboard:
     # ---- replay: every file that is not a complete report gets one line, and the page stays as it was
 
     def replay_upload(self, data: bytes | None) -> dict:
-        if not data:
+        if data is None:
             return {self.r["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
-        return self._replay_guarded(lambda: open_report(data, self.config.max_report_bytes), "the uploaded file",
+        limit = self.config.max_report_bytes
+        return self._replay_guarded(lambda: open_report(uploaded_json(data, limit), limit), "the uploaded file",
                                     "this file")
 
     def audit_upload(self, data: bytes | None) -> dict:
-        if not data:
+        if data is None:
             return {self.a["status"]: "Choose a JSON file written by `python -m core.audit --json audit.json -- "
                                       "your_script.py`."}
-        return self._audit_guarded(lambda: audit_view.open_audit(data, self.config.max_report_bytes), "the file")
+        limit = self.config.max_report_bytes
+        return self._audit_guarded(lambda: audit_view.open_audit(uploaded_json(data, limit), limit), "the file")
 
     def audit_bundled(self, name: str | None) -> dict:
         path = self.config.audit_files.get(name or "")
@@ -453,14 +510,75 @@ class Dashboard:
         status = (f"Showing {plain(source)}: {plain(model.get('spec', '?'))} on {plain(where)} "
                   f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(report.get('request', {}).get('trials', '?'))} "
                   f"trial(s), created {plain(report.get('created', '?'))}.")
-        update = {r["status"]: status, r["headline"]: headline_md(report, saved.page),
-                  r["summary"]: table_rows(report, saved.page)}
+        if report.get("interrupted") is True:
+            status += ("  \n**This run was cut short** (interrupted before it finished): its numbers cover only the "
+                       "trials it completed.")
+        update = {r["status"]: status, r["headline"]: headline_md(report, saved.page)}
+        update[r["summary"]], update[r["summary_more"]] = summary_tables(report, saved.page)
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         note = lanes.lanes_note(report)
         update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
         update[r["lanes_plot"]] = lanes.lanes_figure(report)
         update[r["command"]] = replay_command(report)
+        if self.view_state is not None:
+            view = {"tab": "replay", "replay": report_device(report)}
+            update[self.view_state] = view
+            update[self.banner_md] = self.banner_for(view)
         return update
+
+
+_COMPILED_ATTENTION = re.compile(r"compiled decode attention: ([\w-]+)")
+
+
+def model_line(label: str) -> str:
+    """The banner's model line from Runner.device_label: the compiled decode attention runs only inside a compiled
+    step, so it is named as what a run with Compile on uses, not among what every run runs."""
+    match = _COMPILED_ATTENTION.search(label)
+    if match is None:
+        return f"{label}."
+    before, after = label[:match.start()], label[match.end():]
+    if before.endswith(", "):
+        before = before[:-2]
+    elif before.endswith("; "):
+        before, after = (before, after[2:]) if after.startswith(", ") else (before[:-2], after)
+    return f"{before}{after}. With Compile on, decode attention runs as {match[1]}."
+
+
+def report_device(report: dict[str, Any]) -> dict[str, str]:
+    """Where a report was measured: {"type": "cuda" or "cpu", "where": the GPU's name or the device}."""
+    env = report.get("environment") or {}
+    where = env.get("gpu") or env.get("device") or "unknown device"
+    return {"type": charts.report_device_type(report) or "unknown", "where": str(where)[:80]}
+
+
+def replayed_line(device: Mapping[str, Any]) -> str:
+    template = {"cuda": REPORT_ON_GPU, "cpu": REPORT_ON_CPU}.get(str(device.get("type")), REPORT_NOWHERE)
+    return template.format(where=plain(device.get("where", "unknown device")))
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def uploaded_json(data: bytes, limit: int) -> bytes:
+    """An uploaded file's JSON text: as it is, or decompressed when it is gzipped (benchmarks/results keeps its large
+    reports as .json.gz); ValueError saying so when it is empty, or when it is gzip that is damaged or would
+    decompress past `limit` bytes."""
+    if not data.strip():
+        raise ValueError("the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        text = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"the file is gzip but damaged ({exc})") from None
+    if len(text) > limit:
+        raise ValueError(f"the file decompresses to more than {limit / 2**20:,.0f} MiB, the limit for reports here")
+    if not inflater.eof:
+        raise ValueError("the file is gzip but cut short (it ends before its compressed data does)")
+    if not text.strip():
+        raise ValueError("the file is gzip of an empty file")
+    return text
 
 
 def _audit_update(a: dict[str, Any], report: dict[str, Any], source: str) -> dict:
@@ -468,6 +586,40 @@ def _audit_update(a: dict[str, Any], report: dict[str, Any], source: str) -> dic
     return {a["status"]: f"Showing {plain(source)}, an audit written {plain(created)}.",
             a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
             a["plot"]: audit_view.audit_figure(report)}
+
+
+def summary_tables(report: dict[str, Any], page: PageRecord | None = None) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The summary's cells as two tables: the verdict's evidence (EVIDENCE_HEADERS), then the rest
+    (DETAIL_HEADERS), a dash where a number does not exist."""
+    rows = [dict(zip(SUMMARY_HEADERS, row)) for row in table_rows(report, page)]
+    verdict = report.get("verdict") or {}
+    baseline = verdict.get("baseline") or "naive"
+    base_rate = next((r["decode tok/s"] for r in rows if r["contestant"] == baseline), None)
+    evidence, details = [], []
+    for row in rows:
+        rate = row["decode tok/s"]
+        ratio = (f"{rate / base_rate:.3f}×" if _positive(rate) and _positive(base_rate) and
+                 row["contestant"] != baseline else "–")
+        interval, call = _verdict_cells(verdict) if row["contestant"] == verdict.get("contender") else ("–", "–")
+        evidence.append([row["contestant"], rate, row["decode spread %"], row["same tokens"], ratio, interval, call])
+        details.append([row[h] for h in DETAIL_HEADERS])
+    return evidence, details
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def _verdict_cells(verdict: dict[str, Any]) -> tuple[str, str]:
+    """The verdict's interval (or, in a report from before intervals, its noise) and its call, as cells."""
+    interval = verdict.get("interval")
+    if isinstance(interval, list) and len(interval) == 2 and all(_positive(v) for v in interval):
+        shown = f"{interval[0]:.3f}–{interval[1]:.3f}×"
+    elif _positive(verdict.get("noise")):
+        shown = f"±{verdict['noise']:.1%}"
+    else:
+        shown = "–"
+    return shown, str(verdict.get("call") or "–")[:40]
 
 
 def replay_command(report: dict[str, Any]) -> str:
@@ -502,16 +654,23 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
         banner = gr.Markdown(app.banner(), elem_id="banner")
         # Always ticking: every open page shows the server's state (model, loads, restarts) within seconds.
+        # What this page shows (its tab, and the report open in Replay), so the banner can describe that.
+        app.view_state = gr.State({"tab": "compare", "replay": None})
         timer = gr.Timer(BANNER_REFRESH_S)
-        timer.tick(app.banner, outputs=[banner], api_visibility="private", show_progress="hidden", queue=False)
+        timer.tick(app.banner_for, inputs=[app.view_state], outputs=[banner], api_visibility="private",
+                   show_progress="hidden", queue=False)
         app.browser_state = gr.BrowserState(None, storage_key="syncscope-browser")
+        app.banner_md = banner
         with gr.Tabs():
-            with gr.Tab("Compare", id="compare"):
+            with gr.Tab("Compare", id="compare") as compare_tab:
                 app.c = _compare_tab(app, runner, config.defaults, banner)
-            with gr.Tab("Replay", id="replay", elem_id="replay-tab"):
+            with gr.Tab("Replay", id="replay", elem_id="replay-tab") as replay_tab:
                 app.r = _replay_tab(app, config, demo)
-            with gr.Tab("Your loop", id="audit", elem_id="audit-tab"):
+            with gr.Tab("Your loop", id="audit", elem_id="audit-tab") as audit_tab:
                 app.a = _audit_tab(app, config)
+        for tab, name in ((compare_tab, "compare"), (replay_tab, "replay"), (audit_tab, "audit")):
+            tab.select(_tab_chosen(app, name), inputs=[app.view_state], outputs=[app.view_state, banner],
+                       api_visibility="private", show_progress="hidden", queue=False)
         load_outputs = [app.browser_state, *(app.c[k] for k in OUTPUTS), app.c["lanes_plot"]]
         demo.load(app.on_load, inputs=[app.browser_state], outputs=load_outputs,
                   api_visibility="private", show_progress="hidden", concurrency_limit=None)
@@ -520,6 +679,23 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
             gr.Markdown(EXPLAIN, elem_id="explain")
     demo.dashboard = app  # type: ignore[attr-defined]
     return demo
+
+
+def _summary_tables(elem_id: str) -> tuple[gr.Dataframe, gr.Dataframe]:
+    """The summary's two tables (summary_tables): the verdict's evidence, then where the time went and the rest."""
+    evidence = gr.Dataframe(headers=list(EVIDENCE_HEADERS), value=[], interactive=False, wrap=False,
+                            elem_id=elem_id, label="Summary: the verdict's evidence (medians over trials)",
+                            column_widths=EVIDENCE_WIDTHS, datatype="str")
+    details = gr.Dataframe(headers=list(DETAIL_HEADERS), value=[], interactive=False, wrap=False,
+                           elem_id=f"{elem_id}-more", label="Where the time went, and the rest",
+                           column_widths=DETAIL_WIDTHS, datatype="str")
+    return evidence, details
+
+
+def _tab_chosen(app: Dashboard, name: str) -> Any:
+    def chosen(view: Any) -> tuple[dict[str, Any], str]:
+        return app.on_tab(name, view)
+    return chosen
 
 
 def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: gr.Markdown) -> dict[str, Any]:
@@ -538,9 +714,7 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
                                                        interactive=False, elem_id=f"{name}-text",
                                                        elem_classes=["pane"])
             c["headline"] = gr.Markdown(elem_id="headline")
-            c["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
-                                        elem_id="summary", label="Summary (medians over trials)",
-                                        column_widths=SUMMARY_WIDTHS, datatype="str")
+            c["summary"], c["summary_more"] = _summary_tables("summary")
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
@@ -566,7 +740,8 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
                                                 elem_id="download-trace", size="sm", visible=False)
     outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
     c["run_btn"].click(app.run, inputs_kwargs=inputs, outputs=outputs, api_name="run",
-                       concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="minimal").then(
+                       concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="minimal",
+                       trigger_mode="multiple").then(
         app.enable_downloads, outputs=[c["csv"], c["json"], c["report_file"], c["trace_file"]],
         api_visibility="private", queue=False)
     c["cancel_btn"].click(app.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
@@ -584,6 +759,7 @@ def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str,
     with gr.Row(elem_id="run-row"):
         c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=80)
         c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn", min_width=80)
+    c["run_note"] = gr.Markdown(elem_id="run-note")
     gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[controls["prompt"]], label="Example prompts")
     controls.update(_option_rows("run", d))
     if runner.limits != LOCAL_LIMITS:
@@ -694,16 +870,15 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
     gr.Markdown("Open a report written by `python -m core.bench ... --json results.json` (for instance on a "
                 "headless GPU server), or one downloaded from this page. The file is only parsed as JSON.")
     with gr.Row():
-        upload = gr.File(label="Report JSON", file_types=[".json"], type="binary", elem_id="replay-upload")
+        upload = gr.File(label="Report JSON (or .json.gz)", file_types=[".json", ".gz"], type="binary",
+                         elem_id="replay-upload")
         if config.replay_files:
             with gr.Column():
                 bundled = gr.Dropdown(sorted(config.replay_files), label="Bundled results", elem_id="replay-bundled")
                 open_btn = gr.Button("Open", elem_id="replay-open")
     r["status"] = gr.Markdown(elem_id="replay-status")
     r["headline"] = gr.Markdown(elem_id="replay-headline")
-    r["summary"] = gr.Dataframe(headers=list(SUMMARY_HEADERS), value=[], interactive=False, wrap=False,
-                                elem_id="replay-summary", label="Summary (medians over trials)",
-                                column_widths=SUMMARY_WIDTHS, datatype="str")
+    r["summary"], r["summary_more"] = _summary_tables("replay-summary")
     r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False, elem_id="replay-command",
                               buttons=["copy"])
     r["lanes_note"] = gr.Markdown(elem_id="replay-lanes-note")
@@ -716,7 +891,7 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
         r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
         r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
     refused = gr.Textbox(visible="hidden", elem_id="replay-refused")
-    outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["lanes_note"], r["lanes_plot"]]
+    outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["lanes_note"], r["lanes_plot"], app.view_state, app.banner_md]
     upload.upload(app.replay_upload, inputs=[upload], outputs=outputs, api_name="replay")
     refused.change(app.replay_refused, inputs=[refused], outputs=[r["status"]], api_visibility="private",
                   show_progress="hidden")
@@ -736,7 +911,7 @@ def _audit_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
                 "decode step, what it costs on a GPU and what to do about it. The file is only parsed; nothing in it "
                 "runs here.")
     with gr.Row():
-        upload = gr.File(label="Audit JSON", file_types=[".json"], type="binary", elem_id="audit-upload")
+        upload = gr.File(label="Audit JSON", file_types=[".json", ".gz"], type="binary", elem_id="audit-upload")
         if config.audit_files:
             with gr.Column():
                 bundled = gr.Dropdown(sorted(config.audit_files), label="Bundled audits (examples/)",

@@ -439,3 +439,22 @@ def test_notes_write_numbers_out_never_in_scientific_notation():
     note = charts.step_latency_figure(report).layout.annotations[0].text
     assert "e+" not in note and note.endswith(" ms not shown") and "," in note
     assert [charts.readable(v) for v in (1351.7, 0.01234, 12.0, 0.5)] == ["1,352", "0.0123", "12", "0.5"]
+
+
+def test_a_reports_device_chart_draws_only_samples_of_its_own_device():
+    samples = [{"t": 0.1 * i, "gpu": 0, "util_pct": 50.0, "mem_used_mb": 100.0, "power_w": 80.0,
+                "sm_clock_mhz": 1900.0} for i in range(5)]
+    live = {"spans": SPANS, "t_end": 2.2, "series": {}, "monitor": {"source": "nvml", "samples": samples}}
+    cpu_report = {"environment": {"device": "cpu", "gpu": None}}
+    gpu_report = {"environment": {"device": "cuda:0", "gpu": "NVIDIA H200"}}
+    assert charts.report_device_type(cpu_report) == "cpu" and charts.report_device_type(gpu_report) == "cuda"
+    assert charts.report_device_type({}) is None
+    refused = charts.all_figures(live, cpu_report)[1]
+    assert charts.NVML_TITLE not in refused.layout.title.text and not refused.data
+    assert "measured on the CPU, yet it holds NVML" in refused.layout.annotations[0].text.replace("<br>", " ")
+    drawn = charts.all_figures(live, gpu_report)[1]
+    assert drawn.layout.title.text.startswith("GPU utilization (NVML") and drawn.data
+    cpu_samples = {**live, "monitor": {"source": "cpu", "samples": [{**s, "gpu": None} for s in samples]}}
+    assert not charts.device_figure(cpu_samples, "cuda").data
+    assert charts.device_figure(cpu_samples, "cpu").layout.title.text == charts.CPU_TITLE
+    assert charts.device_figure(live).data, "a live run's samples are the server's own: drawn"

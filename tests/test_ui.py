@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,154 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
     assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
                                                      "pipelined · GPU"]
+
+
+# ---- issue 33: a page that describes what it shows
+
+H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
+
+
+@pytest.fixture(scope="module")
+def h200_saved():
+    from core.report_files import read_report_bytes
+    from dashboard.reports import open_report
+    from tests.test_dashboard_browser import REPO
+
+    return open_report(read_report_bytes(REPO / H200_REPORT))
+
+
+class QuietRunner:
+    """What Dashboard.banner, run and the history read of a runner, with nothing loading and no engine."""
+
+    model_spec, monitor, last_load_error, engine_trouble, uses_cuda = TINY, None, None, None, False
+    engine_client = type("Client", (), {"hello_event": type("Set", (), {"is_set": lambda self: True})()})()
+
+    def __init__(self, pending=(), rows=()):
+        self._pending, self._rows = list(pending), list(rows)
+
+    def pending(self):
+        return self._pending
+
+    def position(self, job):
+        return 2
+
+    def public_name(self, spec):
+        return spec
+
+    def device_label(self):
+        return "cpu, float32; fused qkv, fused gate_up, compiled decode attention: reduce"
+
+    def history(self, owner=None):
+        return [dict(row) for row in self._rows]
+
+
+def quiet_page(runner=None):
+    from dashboard.ui import Dashboard, PageConfig
+
+    return Dashboard(runner or QuietRunner(), PageConfig(defaults=dict(), replay_files={}))
+
+
+def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use():
+    from dashboard.ui import model_line
+
+    assert model_line("cpu, float32; fused qkv, fused gate_up, compiled decode attention: reduce") == \
+        "cpu, float32; fused qkv, fused gate_up. With Compile on, decode attention runs as reduce."
+    assert model_line("cuda:0 (H200), bfloat16; compiled decode attention: triton, no fused qkv: tied") == \
+        "cuda:0 (H200), bfloat16; no fused qkv: tied. With Compile on, decode attention runs as triton."
+    assert model_line("cpu, float32; compiled decode attention: split") == \
+        "cpu, float32. With Compile on, decode attention runs as split."
+    assert model_line("cpu, float32") == "cpu, float32."
+    banner = text_of(quiet_page().banner())
+    assert "fused gate_up. With Compile on, decode attention runs as reduce." in banner
+    assert "fused gate_up, compiled decode attention" not in banner
+
+
+def test_on_replay_the_banner_describes_the_replayed_reports_device(h200_saved):
+    from dashboard.ui import ONE_PROCESSOR, report_device
+
+    page = quiet_page()
+    assert ONE_PROCESSOR in page.banner_for({"tab": "compare", "replay": None}), "this CPU server's expectation"
+    shown = {"tab": "replay", "replay": report_device(h200_saved.report)}
+    banner = text_of(page.banner_for(shown))
+    assert "no difference between the loops is expected" not in banner
+    assert "measured on NVIDIA H200" in banner and "Model: tiny-random" in banner
+    cpu = text_of(page.banner_for({"tab": "replay", "replay": {"type": "cpu", "where": "cpu"}}))
+    assert "measured on the CPU" in cpu and "no difference between the loops is expected" in cpu
+    back = page.on_tab("compare", shown)
+    assert back[0]["tab"] == "compare" and ONE_PROCESSOR in back[1], "the Compare tab describes this server again"
+
+
+def test_an_upload_that_is_empty_or_gzipped_gets_its_reason_or_its_text():
+    import gzip
+
+    from dashboard.ui import uploaded_json
+
+    for empty, why in ((b"", "the file is empty (0 bytes)"), (b" \n", "the file is empty (only whitespace)"),
+                       (gzip.compress(b""), "gzip of an empty file")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            uploaded_json(empty, 1000)
+    assert uploaded_json(gzip.compress(b'{"a": 1}'), 1000) == b'{"a": 1}'
+    assert uploaded_json(b'{"a": 1}', 1000) == b'{"a": 1}'
+    with pytest.raises(ValueError, match="decompresses to more than"):
+        uploaded_json(gzip.compress(b" " * 5000 + b"{}"), 1000)
+    with pytest.raises(ValueError, match="cut short"):
+        uploaded_json(gzip.compress(b'{"a": 1}' * 50)[:30], 10_000)
+    with pytest.raises(ValueError, match="damaged"):
+        uploaded_json(b"\x1f\x8b" + b"not gzip at all", 1000)
+
+
+def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200_saved):
+    import gzip
+
+    from dashboard.ui import REPLAY_OUTPUTS
+
+    page = quiet_page()
+    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
+    empty = page.replay_upload(b"")
+    assert text_of(empty["status"]) == "Cannot open this file: the file is empty (0 bytes)"
+    cut = {**h200_saved.report, "interrupted": True}
+    shown = page.replay_upload(gzip.compress(json.dumps(cut).encode()))
+    assert text_of(shown["status"]).startswith("Showing the uploaded file: synthetic:llama-1b on NVIDIA H200")
+    assert "This run was cut short" in text_of(shown["status"])
+    whole = page.replay_upload(gzip.compress(json.dumps(h200_saved.report).encode()))
+    assert "cut short" not in whole["status"]
+
+
+def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
+    from dashboard.ui import DETAIL_HEADERS, EVIDENCE_HEADERS, summary_tables
+
+    evidence, details = summary_tables(h200_saved.report)
+    rows = {row[0]: dict(zip(EVIDENCE_HEADERS, row)) for row in evidence}
+    assert rows["pipelined"]["× naive (decode)"] == "1.368×"
+    assert rows["pipelined"]["95% interval"] == "1.263–1.452×" and rows["pipelined"]["verdict"] == "faster"
+    assert rows["naive"]["× naive (decode)"] == rows["naive"]["verdict"] == "–"
+    assert rows["naive"]["decode tok/s"] == 604.8 and rows["pipelined"]["decode-rate spread %"] == 0.0
+    more = {row[0]: dict(zip(DETAIL_HEADERS, row)) for row in details}
+    assert more["naive"]["host wait µs/step"] == 946 and "decode tok/s" not in DETAIL_HEADERS
+    assert [row[0] for row in evidence] == [row[0] for row in details]
+
+
+def test_each_visitors_runs_are_numbered_from_one_on_the_page_and_in_the_downloads(tmp_path):
+    from dashboard.ui import HISTORY_COLUMNS, Dashboard, PageConfig
+
+    rows = [{"run": 7, "status": "done"}, {"run": 12, "status": "failed"}]
+    page = Dashboard(QuietRunner(rows=rows), PageConfig(defaults=dict(), replay_files={}, download_dir=tmp_path))
+    shown = page._historytable_rows("someone")
+    assert [row[HISTORY_COLUMNS.index("run")] for row in shown] == [1, 2]
+    csv_path, json_path = page._write_history("someone")
+    assert [line.split(",")[0] for line in Path(csv_path).read_text().splitlines()[1:]] == ["1", "2"]
+    assert [run["run"] for run in json.loads(Path(json_path).read_text())["runs"]] == [1, 2]
+    assert [row["job"] for row in page.visitor_history("someone")] == [7, 12], "the server's ids are kept"
+
+
+def test_a_second_run_click_is_answered_beside_run(monkeypatch):
+    from dashboard.jobs import COMPARE, QUEUED
+
+    going = type("Job", (), {"owner": "someone", "work": COMPARE, "state": QUEUED})()
+    page = quiet_page(QuietRunner(pending=[going]))
+    page.c = {"run_note": "run_note", "status": "status"}
+    monkeypatch.setattr(page, "owner", lambda request: "someone")
+    answer = list(page.run(None, prompt="hi"))
+    assert answer == [{"run_note": answer[0]["run_note"]}], "the first run's status is left alone"
+    assert text_of(answer[0]["run_note"]).startswith("A run of yours is already going (queued, position 3: 2 jobs "
+                                                      "ahead of it): this click started nothing.")
