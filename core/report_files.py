@@ -3,16 +3,25 @@ so that a device call, which carries the whole working tree, stays under its 64 
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import datetime as dt
 import gzip
 import json
 import os
+import re
+import stat
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Any
 
 SUFFIXES = (".json", ".json.gz")
+BENCH_SCHEMA = "syncscope.bench/"  # the prefix of core.bench's report schema (core.report.SCHEMA)
+PAGE_REPORT_SCHEMA = "syncscope.page-report/1"  # the page's download: {"schema", "report", "page"}
+_HEAD_BYTES = 4096  # a report's "created" is its second field
+_CREATED = re.compile(rb'"created":\s*"([0-9T:+.\-Z]{10,40})"')
 
 
 def report_paths(folder: Path, *, recursive: bool = False) -> list[Path]:
@@ -22,21 +31,54 @@ def report_paths(folder: Path, *, recursive: bool = False) -> list[Path]:
 
 
 def read_report_bytes(path: Path) -> bytes:
-    """The JSON text of a report file, decompressed when its name ends in .gz; ValueError for a damaged .gz (as for
-    damaged JSON, which callers already refuse)."""
+    """The JSON text of a report file, decompressed when its name ends in .gz, without a UTF-8 byte-order mark (an
+    editor on Windows may add one); ValueError for a damaged .gz (as for damaged JSON, which callers refuse)."""
     data = path.read_bytes()
-    if not path.name.endswith(".gz"):
-        return data
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{path.name} is not a readable gzip file ({exc})") from None
+    return data.removeprefix(codecs.BOM_UTF8)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """A core.bench report from a .json or .json.gz file; ValueError in one line naming the file and what is wrong
+    (missing, unreadable, not JSON, not a report, no measured run)."""
+    where = Path(path)
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ValueError(f"{path.name} is not a readable gzip file ({exc})") from None
+        data = read_report_bytes(where)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if not data.strip():
+        raise ValueError(f"{path}: the file is empty")
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: the file is not UTF-8 text, so not a report written by core.bench --json") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: the file nests too deeply to be a report") from None
+    if isinstance(document, dict) and document.get("schema") == PAGE_REPORT_SCHEMA:
+        document = document.get("report")  # the page's download wraps the report with its own record
+    if not isinstance(document, dict) or not str(document.get("schema", "")).startswith(BENCH_SCHEMA):
+        raise ValueError(f"{path}: this is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\")")
+    if not isinstance(document.get("summary"), dict) or not document["summary"] \
+            or not all(isinstance(s, dict) for s in document["summary"].values()):
+        raise ValueError(f"{path}: the report holds no measured run (its 'summary' is empty or damaged)")
+    return document
 
 
 def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = None) -> str | None:
-    """Write `data` as JSON to `path`. When that fails after all the work (a full disk), one line on stderr and the
-    same data saved in the temporary folder, else the working folder, named in the line. Returns where it landed."""
+    """Write `data` as JSON to `path`, through a temporary file in the same folder and an atomic rename, so that a
+    reader never sees half a file; says so when it replaced an earlier file there. When the write fails after all
+    the work (a full disk), one line on stderr and the same data saved in the temporary folder, else the working
+    folder, named in the line. Returns where it landed."""
     text = json.dumps(data, indent=indent)
+    replaced = _what_is_there(path, what)
     try:
         _write_text(path, text)
     except OSError as exc:
@@ -44,33 +86,73 @@ def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = 
         sys.stderr.write(f"core.bench: error: could not write the {what} to {path} ({exc.strerror or exc}); "
                          f"{outcome}\n")
         return saved
-    print(f"wrote {path}")
+    print(f"replaced {path} (it held {replaced})" if replaced else f"wrote {path}")
     return path
 
 
-def _write_text(path: str, text: str) -> None:
-    """Write `text` to `path`; a regular file left half written (a full disk) is removed, not left as bad JSON."""
+def _what_is_there(path: str, what: str) -> str | None:
+    """What a write to `path` would replace, in words ("a report from 2026-12-01T11:20:43+00:00"); None when there
+    is no regular file there."""
+    if not os.path.isfile(path):
+        return None
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(path, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+        modified = dt.datetime.fromtimestamp(os.path.getmtime(path), dt.UTC).isoformat(timespec="seconds")
     except OSError:
-        if os.path.isfile(path):
-            with contextlib.suppress(OSError):
-                os.remove(path)
+        return "a file that could not be read"
+    found = _CREATED.search(head)
+    if found and b'"schema"' in head:
+        article = "an" if what[:1] in "aeiou" else "a"
+        return f"{article} {what} from {found.group(1).decode('ascii')}"
+    return f"a file last written {modified}"
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write `text` to `path`: a regular file (or a new one) through a temporary file beside it and os.replace,
+    which is atomic; anything else (/dev/stdout, a pipe) in place. Nothing half written is left behind."""
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        with open(target, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                         dir=os.path.dirname(target))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, _mode_for(target))
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
         raise
+
+
+def _mode_for(target: str) -> int:
+    """The replaced file's permissions, or a new file's (0666 less the umask), not mkstemp's 0600."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(os.stat(target).st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _save_elsewhere(text: str, what: str) -> tuple[str | None, str]:
     """Save what could not go where it was asked; (where, the end of the sentence that says so)."""
-    import tempfile
-
     problems = []
     for folder in dict.fromkeys((tempfile.gettempdir(), os.getcwd())):
+        path = None
         try:
-            handle, path = tempfile.mkstemp(prefix=f"syncscope-{what}-", suffix=".json", dir=folder)
-            os.close(handle)
-            _write_text(path, text)
+            handle, path = tempfile.mkstemp(prefix=f"syncscope-{what.replace(' ', '-')}-", suffix=".json", dir=folder)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:  # a new file of its own: no rename needed
+                out.write(text)
         except OSError as exc:
+            if path:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
             problems.append(f"{folder}: {exc.strerror or exc}")
             continue
         return path, f"the {what} was saved to {path} instead"

@@ -394,11 +394,11 @@ def _json_document(data: bytes | str, max_bytes: int) -> dict[str, Any]:
         if len(data) > max_bytes:
             raise ValueError(too_large(len(data), max_bytes))
         try:
-            data = data.decode("utf-8")
+            data = data.decode("utf-8-sig")  # a byte-order mark (an editor's) is not part of the JSON
         except UnicodeDecodeError:
             raise ValueError("the file is not UTF-8 text, so not a report written by core.bench --json") from None
     try:
-        document = json.loads(data)
+        document = json.loads(data.removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:

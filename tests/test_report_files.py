@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import json
+import os
+import stat
+from pathlib import Path
 
 import pytest
 
-from core.report_files import read_report_bytes, report_paths
+from core.report_files import load_report, read_report_bytes, report_paths, write_json
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 def test_plain_and_gzipped_reports_read_alike_and_are_listed_in_order(tmp_path):
@@ -26,3 +33,90 @@ def test_a_damaged_gzip_is_a_value_error_naming_the_file(tmp_path, damage):
     (tmp_path / "r.json.gz").write_bytes(damage)
     with pytest.raises(ValueError, match=r"r\.json\.gz is not a readable gzip file"):
         read_report_bytes(tmp_path / "r.json.gz")
+
+
+def test_a_report_with_a_byte_order_mark_opens_everywhere_reports_are_read(tmp_path):
+    from dashboard.reports import open_report
+
+    text = (RESULTS / "h200-2026-12-01" / "example-audit-naive_loop.json").read_bytes()  # any JSON will do here
+    (tmp_path / "bom.json").write_bytes(codecs.BOM_UTF8 + text)
+    (tmp_path / "bom.json.gz").write_bytes(gzip.compress(codecs.BOM_UTF8 + text))
+    assert read_report_bytes(tmp_path / "bom.json") == text == read_report_bytes(tmp_path / "bom.json.gz")
+    report = read_report_bytes(RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz")
+    with_mark = codecs.BOM_UTF8 + report
+    assert open_report(with_mark).report["model"]["spec"] == "synthetic:llama-1b"
+    assert open_report(with_mark.decode("utf-8")).report["model"]["spec"] == "synthetic:llama-1b"
+    (tmp_path / "ro.json").write_bytes(with_mark)
+    assert load_report(tmp_path / "ro.json")["model"]["spec"] == "synthetic:llama-1b"
+
+
+def test_the_json_goes_through_a_temporary_file_beside_it_and_an_atomic_replace(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "r.json"
+    replaced = []
+    real_replace = os.replace
+
+    def watching(source, destination):
+        replaced.append((os.path.dirname(source), json.loads(Path(source).read_text(encoding="utf-8"))))
+        assert not target.exists(), "the target is untouched until the rename"
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", watching)
+    assert write_json(str(target), {"schema": "syncscope.bench/1", "x": 1}, "report") == str(target)
+    assert replaced == [(str(tmp_path), {"schema": "syncscope.bench/1", "x": 1})]
+    assert os.listdir(tmp_path) == ["r.json"] and capsys.readouterr().out == f"wrote {target}\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_a_second_write_to_one_path_says_what_it_replaced_and_keeps_the_permissions(tmp_path, capsys):
+    target = tmp_path / "r.json"
+    write_json(str(target), {"schema": "syncscope.bench/1", "created": "2026-12-01T11:20:43+00:00"}, "report", 1)
+    target.chmod(0o640)
+    capsys.readouterr()
+    write_json(str(target), {"schema": "syncscope.bench/1", "created": "2026-12-01T12:00:00+00:00"}, "report", 1)
+    assert capsys.readouterr().out == f"replaced {target} (it held a report from 2026-12-01T11:20:43+00:00)\n"
+    assert json.loads(target.read_text())["created"] == "2026-12-01T12:00:00+00:00"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    target.write_text("notes")
+    write_json(str(target), {"a": 1}, "trace")
+    assert "it held a file last written " in capsys.readouterr().out
+
+
+def test_a_write_that_fails_leaves_no_temporary_file_and_the_old_report_whole(tmp_path, monkeypatch):
+    target = tmp_path / "r.json"
+    target.write_text('{"old": true}')
+
+    def failing(source, destination):
+        raise OSError(28, "No space left on device")
+
+    import tempfile
+
+    monkeypatch.setattr(os, "replace", failing)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    saved = write_json(str(target), {"new": True}, "report")
+    assert json.loads(target.read_text()) == {"old": True}
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "r.json"]  # no temporary file left beside it
+    assert os.path.dirname(saved) == str(tmp_path / "elsewhere")
+    assert json.loads(Path(saved).read_text()) == {"new": True}
+
+
+def test_a_device_file_is_written_in_place_not_replaced(capsys):
+    assert write_json("/dev/null", {"a": 1}, "report") == "/dev/null"
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "cannot read it"), (b"", "the file is empty"), (b"{not json", "not valid JSON"),
+    (b'{"schema": "other/1"}', "not a syncscope benchmark report"), (b"\xff\xfe", "not UTF-8 text"),
+    (b'{"schema": "syncscope.bench/1", "summary": {}}', "holds no measured run"), (b"[1, 2]", "not a syncscope"),
+])
+def test_a_file_that_is_not_a_report_is_one_line_naming_it(tmp_path, content, problem):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match=problem) as refused:
+        load_report(path)
+    assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
