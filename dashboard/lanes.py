@@ -1,9 +1,15 @@
 """The timeline chart: each loop's representative trial drawn step by step, host lane above device lanes.
 
 Per loop: a host lane (when the host queued each step, when it sat blocked waiting to learn a step's tokens, and a
-tick when each step's tokens became known) and a device lane per GPU (each step's busy span, the idle gaps between
-spans hatched). Naive sits above pipelined on one time axis: ms since each loop's trial started. The first view is a
-window of 10-20 decode steps from the middle of the trial; the range slider under it reaches the whole trial.
+tick when each step's tokens became known) and a device lane per GPU (each step's busy span, the part of it the
+device spent waiting for its launch pale, the idle gaps between spans hatched). Naive sits above pipelined on one
+time axis: ms since each loop's trial started. On the CPU the host is the device: one lane per loop. The first view
+is a window of 10-20 decode steps from the middle of the trial; the range slider under it reaches the whole trial.
+`compare_lanes` draws two reports' loops on one such axis.
+
+The chart reads in words: solid = working, hatched = waiting, pale = the device waiting for its launch; each bar's
+hover says which step it is and what its number means, and the table's hover defines each column. The two loops
+are told apart by a colour-blind-safe pair (Okabe-Ito vermillion and blue) and by their names on every lane.
 
 It reads the per-step timestamps of a run's timings, all in ms since that run's start on the host clock:
 host_step_start_ms, host_queued_ms, host_wait_start_ms, host_known_ms, device_start_ms / device_end_ms (empty on
@@ -11,8 +17,8 @@ the CPU, where the device is the host and its compute is the host's step spans) 
 rank under tensor parallelism). Reports written before those were recorded get what they have, the queued and known
 times, and `lanes_note` says so in one line.
 
-Bars are filled polygons, one scatter trace per lane and kind with None between steps, so a 4096-step trial is a
-handful of SVG paths and the figure builds in a few ms (plotly validation off, as in dashboard.charts).
+Bars are filled polygons, one scatter trace per lane and kind, so a 4096-step trial is a handful of SVG paths and
+the figure builds in a few ms (plotly validation off, as in dashboard.charts).
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ TITLE = "Host and device, step by step"
 EMPTY_MESSAGE = "The timeline appears here after each loop's first trial."
 OLD_REPORT_NOTE = ("This report predates per-step host and device timestamps: its timeline shows only when each "
                    "step was queued and when its tokens were known on the host (no host waits, no device spans).")
-CPU_LINE = "device = host (CPU): its lane is the host's compute"
+# On the CPU host and device are one processor: one lane per loop, and no device gap (what separates two steps'
+# spans there is the host's own work, not the device waiting).
+CPU_LINE = "CPU: host and device are one, one lane per loop"
 
 WINDOW_STEPS = 15              # decode steps in the first view, for a loop of the middle speed ...
 MIN_WINDOW_STEPS, MAX_WINDOW_STEPS = 10, 20   # ... and the bounds for the slower and the faster loop
@@ -53,33 +61,47 @@ LABEL_PAD_PX = 12
 TOP_LINE_PX = 13               # one line of the statistics block
 TITLE_PX = 34
 BOTTOM_PX = 75                 # x ticks, the range slider and the x title
+HOVER_DISTANCE_PX = 40         # a bar's hover point is on its edge: reach it from the bar's middle
+MAX_LINE = 50                  # characters: a line of the statistics block that fits a phone's chart
+COMPARE_LABEL = 12             # characters of a compared run's label on its lanes
+
+# The two loops: Okabe-Ito vermillion and blue, told apart under protanopia, deuteranopia and tritanopia (the
+# page's other charts keep dashboard.charts.COLORS); their names on every lane are the second cue.
+LOOP_COLORS = {"naive": "#D55E00", "pipelined": "#0072B2"}
+PALE = 0.6                     # how much white a pale bar mixes into its loop's colour
 WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#424242", "bgcolor": "#e0e0e0", "size": 6, "solidity": 0.35}}
 IDLE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#757575", "bgcolor": "#f5f5f5", "size": 6, "solidity": 0.3}}
-SPAN_KEY = ("solid: queuing (host) · busy (device)", "hatched: waiting (host) · idle (device)")
-# Each line of the statistics block fits a phone's chart (50 monospace characters at most): a key of more lines is a
-# tuple.
-LAUNCH_KEY = ("pale: the device waiting inside a step for its", "      launch (the span beyond the step's work)")
-LAUNCH_STYLE = {"fillcolor": "rgba(255,255,255,0.6)"}
-KNOWN_KEY = "black tick: a step's tokens known on the host"
-SYNC_KEY = ("red triangle: a host read of a device value (the", "      sync audit's run, at its place in the step)")
-KERNEL_KEY = ("steps {first}-{last}: the kernel trial's kernels", "      (an extra run under CUPTI, each step scaled",
-              "      onto this span), dotted between them")
+SPAN_KEY = "solid = working · hatched = waiting"
+LAUNCH_KEY = "pale = the device waiting for its launch"
+KNOWN_KEY = "black tick = a step's tokens known on the host"
+SYNC_KEY = "red triangle = the host reading a device value"
+KERNEL_KEY = "kernels drawn in steps {first}-{last} (kernel trial)"
+QUEUED_KEY = "coloured tick = a step queued by the host"
 SYNC_COLOR = "#d62728"
-IDLE_INSIDE_STYLE = {"fillcolor": "rgba(0,0,0,0)",
-                     "fillpattern": {"shape": ".", "fgcolor": "#9e9e9e", "bgcolor": "#fafafa", "size": 5,
-                                     "solidity": 0.25}}
 KNOWN_COLOR = "#212121"
-QUEUED_KEY = "coloured tick: a step queued by the host"
 NBSP = "\u00a0"
+
+# What each number of the table means: its hover.
+COLUMN_HELP = {
+    "host wait": "host wait: the host blocked until it knew a step's tokens (naive: .item() on the step it just "
+                 "queued; pipelined: a copy queued lag steps earlier)",
+    "device gap": "device gap: the device idle between one step's end and the next step's start",
+    "idle inside": "idle inside: the part of a step's device span with no work, the device waiting for the host "
+                   "to launch it (the span less the step's kernel time)",
+}
+MEANS_HELP = "each a mean per decode step (step 0 is prefill) of the loop's median trial, in µs"
+CLOCK_HELP = "GPU times are placed on the host's clock to within ±{error} µs (two reference events per trial)"
+KERNEL_HELP = ("kernel trial: one more run under CUPTI that records every kernel; each of its steps is scaled onto "
+               "the same step's span here")
 
 
 # ------------------------------------------------------------------------------------------------ one loop's trial
 
 @dataclass
 class DeviceLane:
-    label: str                      # "GPU", "GPU 0", "CPU"
+    label: str                      # "GPU", "GPU 0"
     starts: np.ndarray              # per computed step, ms
     ends: np.ndarray
 
@@ -91,7 +113,7 @@ def _empty() -> np.ndarray:
 @dataclass
 class LoopTrial:
     """One loop's representative trial as the chart needs it; `complete` is False for reports without (usable)
-    host/device timestamps."""
+    host/device timestamps; `cpu` when the host is the device (no device lanes, no device gap)."""
 
     name: str
     complete: bool
@@ -139,26 +161,39 @@ class LoopTrial:
         return np.clip(lane.ends[:kept] - lane.starts[:kept] - self.work_ms, 0.0, None)
 
     def gaps_ms(self) -> np.ndarray | None:
-        """Per kept step, the device's idle time before it (NaN for step 0): the summary's gpu_gap_ms."""
+        """Per kept step, the device's idle time before it (NaN for step 0): the summary's gpu_gap_ms; None on the
+        CPU, where the host is the device."""
         lane = self.gap_source
-        if lane is None:
+        if lane is None or self.cpu:
             return None
         gaps = np.maximum(0.0, lane.starts[1:self.kept] - lane.ends[:self.kept - 1])
         return np.concatenate([[np.nan], gaps])
 
 
-def loop_trial(run: dict[str, Any]) -> LoopTrial:
+def loop_trial(run: dict[str, Any], cpu: bool | None = None) -> LoopTrial:
+    """One run's trial; `cpu` from the report's device where it names one, else from the run's own clock."""
     timings = run["timings"]
     known, queued = _array(timings.get("host_known_ms")), _array(timings.get("host_queued_ms"))
-    old = LoopTrial(run["contestant"], False, timings.get("clock") != "cuda-events", queued, known,
+    on_cpu = timings.get("clock") != "cuda-events" if cpu is None else cpu
+    old = LoopTrial(run["contestant"], False, on_cpu, queued, known,
                     recorded_gaps=_array(timings.get("gpu_gap_ms")))
     try:
-        return _complete_trial(run["contestant"], timings, known, queued) or old
+        return _complete_trial(run["contestant"], timings, known, queued, cpu) or old
     except (TypeError, ValueError, KeyError):  # malformed timestamps: draw what the old fields give
         return old
 
 
-def _complete_trial(name: str, timings: dict[str, Any], known: np.ndarray, queued: np.ndarray) -> LoopTrial | None:
+def report_on_cpu(report: dict[str, Any]) -> bool | None:
+    """True when the report says it ran on the CPU, False on a GPU, None when it does not say (a live run's runs)."""
+    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    device = env.get("device")
+    if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
+        return False
+    return True if isinstance(device, str) and device.startswith("cpu") else None
+
+
+def _complete_trial(name: str, timings: dict[str, Any], known: np.ndarray, queued: np.ndarray,
+                    cpu: bool | None) -> LoopTrial | None:
     if not all(key in timings for key in ("host_step_start_ms", "host_wait_start_ms", "device_start_ms")):
         return None
     computed = len(queued)
@@ -167,11 +202,12 @@ def _complete_trial(name: str, timings: dict[str, Any], known: np.ndarray, queue
     if len(host_start) != computed or len(wait_start) != len(known) or len(known) > computed \
             or len(device_start) not in (0, computed) or len(device_end) != len(device_start):
         return None
-    trial = LoopTrial(name, True, not len(device_start), queued, known, host_start=host_start, wait_start=wait_start,
-                      sync_error_ms=timings.get("clock_sync_error_ms"))
+    on_cpu = not len(device_start) if cpu is None else cpu
+    if not on_cpu and not len(device_start):
+        return None
+    trial = LoopTrial(name, True, on_cpu, queued, known, host_start=host_start, wait_start=wait_start,
+                      sync_error_ms=None if on_cpu else timings.get("clock_sync_error_ms"))
     if trial.cpu:
-        trial.gap_source = DeviceLane("CPU", host_start, queued)
-        trial.devices = [trial.gap_source]
         return trial
     trial.gap_source = DeviceLane("GPU", device_start, device_end)
     ranks = sorted(timings.get("rank_device_spans") or [], key=lambda r: r["rank"])
@@ -190,12 +226,13 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
     """The representative trial of each loop that has one, naive first, with its kernel trial's kernels and its
     audit's reads where the report has them."""
     trials = []
+    cpu = report_on_cpu(report)
     loops = [[r for r in report.get("runs", []) if r.get("contestant") == name] for name in (*LOOPS, NO_CHECK)]
     kernel_trials = report.get("kernel_trial") or {}
     for name in LOOPS:
         run = charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
-            trial = loop_trial(run)
+            trial = loop_trial(run, cpu)
             busy = (kernel_trials.get(name) or {}).get("kernel_busy_ms_per_step")
             trial.work_ms = _work_ms([group for group in loops if group], busy)
             if trial.complete and not trial.cpu:
@@ -291,7 +328,8 @@ def window_means(trial: LoopTrial, view: tuple[float, float] | None) -> Means:
         steps = steps[(times[1:] >= view[0]) & (times[1:] < view[1])]
     first, last = (int(steps[0]), int(steps[-1])) if len(steps) else (None, None)
     if not trial.complete:
-        return Means(None, _mean_us(trial.recorded_gaps) if view is None else None, first, last)
+        gap = _mean_us(trial.recorded_gaps) if view is None and not trial.cpu else None
+        return Means(None, gap, first, last)
     waits, gaps, launches = trial.waits_ms(), trial.gaps_ms(), trial.idle_inside_ms()
     return Means(_mean_us(waits[steps]), _mean_us(gaps[steps]) if gaps is not None else None, first, last,
                  _mean_us(launches[steps]) if launches is not None else None)
@@ -317,9 +355,44 @@ def lanes_note(report: dict[str, Any]) -> str | None:
     return OLD_REPORT_NOTE if any(not t.complete for t in trials) else None
 
 
+@dataclass
+class _Group:
+    """The loops of one report on the chart, and the label that names the report (None when it is the only one)."""
+
+    label: str | None
+    trials: list[LoopTrial]
+
+
 def lanes_figure(report: dict[str, Any]) -> go.Figure:
-    """Naive above pipelined: a host lane and a device lane per GPU each, over the representative trials."""
-    trials = loop_trials(report)
+    """Naive above pipelined: a host lane and a device lane per GPU each (on the CPU the host lane alone), over the
+    representative trials."""
+    return _figure([_Group(None, loop_trials(report))])
+
+
+def compare_lanes(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
+    """Two reports' timelines on one time axis (ms since each loop's trial started): report_a's loops above
+    report_b's, each lane and each row of the table named by its report's label (cut to COMPARE_LABEL characters)."""
+    return _figure([_Group(_short(label_a), loop_trials(report_a)), _Group(_short(label_b), loop_trials(report_b))])
+
+
+def _short(label: str) -> str:
+    label = " ".join(str(label).split()) or "?"
+    return label if len(label) <= COMPARE_LABEL else label[:COMPARE_LABEL - 1] + "…"
+
+
+def loop_color(name: str) -> str:
+    """A loop's colour on the timeline: the colour-blind-safe pair for the two loops, the page's for the rest."""
+    return LOOP_COLORS.get(name) or color(name)
+
+
+def pale(hex_color: str, white: float = PALE) -> str:
+    """The colour mixed with `white` of white: a loop's colour for the device waiting inside a step."""
+    rgb = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * white):02x}" for c in rgb)
+
+
+def _figure(groups: list[_Group]) -> go.Figure:
+    trials = [t for group in groups for t in group.trials]
     if not trials:
         return charts.empty_figure(TITLE, EMPTY_MESSAGE)
     view = first_view(trials)
@@ -327,24 +400,28 @@ def lanes_figure(report: dict[str, Any]) -> go.Figure:
     shapes: list[Spec] = []
     ticks: list[tuple[float, str]] = []
     y = 0.0
-    for trial in trials:
-        lanes = _lane_labels(trial)
-        traces, marks = _loop_traces(trial, y)
-        data += traces
-        ticks += [(y + i, f'<span style="color:{color(trial.name)}">{trial.name} · {label}</span>')
-                  for i, label in enumerate(lanes)]
-        shapes += [_band(trial.name, y, y + len(lanes) - 1), *marks]
-        y += len(lanes) - 1 + LOOP_SPACING
+    for group in groups:
+        for trial in group.trials:
+            who = f"{group.label} · {trial.name}" if group.label else trial.name
+            lanes = _lane_labels(trial)
+            traces, marks = _loop_traces(trial, y, who)
+            data += traces
+            named = html.escape(who, quote=False)
+            ticks += [(y + i, f'<span style="color:{loop_color(trial.name)}">{named} · {label}</span>')
+                      for i, label in enumerate(lanes)]
+            shapes += [_band(trial.name, y, y + len(lanes) - 1), *marks]
+            y += len(lanes) - 1 + LOOP_SPACING
     bottom = ticks[-1][0]
-    block = _stats_block(trials, view)
+    block, definitions = _stats_block(groups)
     top = TITLE_PX + TOP_LINE_PX * (block.count("<br>") + 1) + 8
     # The lane labels' margin is set here (automargin only ever widens it), so the statistics block can start at
     # the figure's left edge rather than the plot's: on a phone the plot is too narrow for it.
-    left = LABEL_PAD_PX + LABEL_CHAR_PX * max(len(_plain(text)) for _, text in ticks)
+    left = LABEL_PAD_PX + LABEL_CHAR_PX * max(len(html.unescape(_plain(text))) for _, text in ticks)
     layout = {
-        "showlegend": False, "shapes": shapes, "hovermode": "closest",
-        "annotations": [{"text": block, "xref": "paper", "yref": "paper", "x": 0, "y": 1, "xanchor": "left",
-                         "yanchor": "bottom", "xshift": 4 - left, "yshift": 6, "align": "left", "showarrow": False,
+        "showlegend": False, "shapes": shapes, "hovermode": "closest", "hoverdistance": HOVER_DISTANCE_PX,
+        "annotations": [{"text": block, "hovertext": definitions, "xref": "paper", "yref": "paper", "x": 0, "y": 1,
+                         "xanchor": "left", "yanchor": "bottom", "xshift": 4 - left, "yshift": 6, "align": "left",
+                         "showarrow": False, "hoverlabel": {"bgcolor": "#ffffff", "font": {"size": 12}},
                          "font": {"family": "ui-monospace, Menlo, Consolas, monospace", "size": 10, "color": "#333"}}],
         "xaxis": {"title": {"text": "ms since the loop's trial started"}, "zeroline": False, "hoverformat": ",.3f",
                   "rangeslider": {"visible": True, "thickness": 0.1}, **({"range": list(view)} if view else {})},
@@ -368,46 +445,69 @@ def _lane_labels(trial: LoopTrial) -> list[str]:
 def _band(name: str, first: float, last: float) -> Spec:
     """A faint band of the loop's colour behind its lanes, so the loops stay apart without a legend."""
     return {"type": "rect", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": first - 0.5, "y1": last + 0.5,
-            "fillcolor": color(name), "opacity": 0.07, "line": {"width": 0}, "layer": "below"}
+            "fillcolor": loop_color(name), "opacity": 0.07, "line": {"width": 0}, "layer": "below"}
 
 
-def _loop_traces(trial: LoopTrial, y: float) -> tuple[list[Spec], list[Spec]]:
+def _hover(who: str, what: str) -> str:
+    """A bar's hover: its step and its number (customdata), and what that number is."""
+    return f"{html.escape(who, quote=False)} · step %{{customdata[0]:d}}<br>{what}<extra></extra>"
+
+
+def _loop_traces(trial: LoopTrial, y: float, who: str) -> tuple[list[Spec], list[Spec]]:
     """The loop's bars (traces) and ticks (shapes), its host lane at `y` and its device lanes below."""
-    name, hue = trial.name, color(trial.name)
-    known = _ticks(trial.known, y, f"{name} · tokens known", KNOWN_COLOR)
+    hue = loop_color(trial.name)
+    known = _ticks(trial.known, y, f"{who} · tokens known", KNOWN_COLOR)
     if not trial.complete:
-        return [], [_ticks(trial.queued, y, f"{name} · step queued", hue), known] if len(trial.queued) else [known]
-    traces = [_bars(trial.host_start, trial.queued, y, f"{name} · host queues a step", {"fillcolor": hue}),
-              _bars(trial.wait_start, trial.known, y, f"{name} · host blocked waiting", WAIT_STYLE)]
+        return [], [_ticks(trial.queued, y, f"{who} · step queued", hue), known] if len(trial.queued) else [known]
+    steps = np.arange(len(trial.queued))
+    work = ("host computes a step", "computing %{customdata[1]:,.1f} µs: on the CPU the host computes each step") \
+        if trial.cpu else ("host queues a step", "queuing %{customdata[1]:,.1f} µs: the host preparing and "
+                                                 "launching the step's work")
+    traces = [_bars(trial.host_start, trial.queued, y, f"{who} · {work[0]}", {"fillcolor": hue},
+                    hover=(steps, _hover(who, work[1]))),
+              _bars(trial.wait_start, trial.known, y, f"{who} · host blocked waiting", WAIT_STYLE,
+                    hover=(steps[:trial.kept], _hover(who, "host wait %{customdata[1]:,.1f} µs: blocked until its "
+                                                           "tokens were known")))]
     for offset, lane in enumerate(trial.devices, start=1):
-        traces += _device_traces(trial, lane, y + offset)
+        traces += _device_traces(trial, lane, y + offset, who)
     if len(trial.syncs[0]):
         traces.append({"type": "scatter", "mode": "markers", "x": trial.syncs[0].astype(COORDINATE),
                        "y": np.full(len(trial.syncs[0]), y - BAR_HALF, dtype=COORDINATE),
                        "marker": {"symbol": "triangle-down", "size": 9, "color": SYNC_COLOR,
                                   "line": {"width": 1, "color": "#ffffff"}},
-                       "name": f"{name} · sync (audit)", "text": trial.syncs[1], "hoverinfo": "text"})
+                       "name": f"{who} · sync (audit)", "text": trial.syncs[1], "hoverinfo": "text"})
     return traces, [known]
 
 
-def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float) -> list[Spec]:
-    """A device lane: each step's span solid; where the kernel trial gave the step's kernels, those solid and the
-    rest of the span pale (the device waiting for launches inside the step); the gaps between spans hatched."""
-    name, hue = trial.name, color(trial.name)
-    if trial.cpu:
-        return [_bars(lane.starts, lane.ends, y, f"{name} · host computes (device = host)", {"fillcolor": hue}),
-                _bars(*_gaps(lane), y, f"{name} · {lane.label} idle", IDLE_STYLE)]
+def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float, who: str) -> list[Spec]:
+    """A device lane: each step's span solid, the part of it the device waited for its launch pale; where the
+    kernel trial gave the step's kernels, those solid and the rest of the span pale; the gaps between spans
+    hatched."""
+    hue, faint, label = loop_color(trial.name), {"fillcolor": pale(loop_color(trial.name))}, lane.label
+    steps = np.arange(len(lane.starts))
     traced = np.zeros(len(lane.starts), dtype=bool)
     if lane is trial.gap_source:
         traced[[step for step in trial.kernels if step < len(traced)]] = True
-    traces = [_bars(lane.starts[~traced], lane.ends[~traced], y, f"{name} · {lane.label} busy", {"fillcolor": hue}),
-              _bars(*_gaps(lane), y, f"{name} · {lane.label} idle", IDLE_STYLE)]
+    gap_starts, gap_ends, gap_steps = _gaps(lane)
+    traces = [_bars(lane.starts[~traced], lane.ends[~traced], y, f"{who} · {label} busy", {"fillcolor": hue},
+                    hover=(steps[~traced], _hover(who, f"{label} span %{{customdata[1]:,.1f}} µs: from the step's "
+                                                       "first device marker to its last"))),
+              _bars(gap_starts, gap_ends, y, f"{who} · {label} idle", IDLE_STYLE,
+                    hover=(gap_steps, _hover(who, "device gap %{customdata[1]:,.1f} µs: the device idle before "
+                                                  "this step, between steps")))]
+    inside_text = "idle inside %{customdata[1]:,.1f} µs: the device waiting for its launch"
     if traced.any():
         traces.append(_bars(lane.starts[traced], lane.ends[traced], y,
-                            f"{name} · {lane.label} waiting inside the step (kernel trial)", IDLE_INSIDE_STYLE))
-        starts = np.concatenate([trial.kernels[s][0] for s in sorted(trial.kernels)])
-        ends = np.concatenate([trial.kernels[s][1] for s in sorted(trial.kernels)])
-        traces.append(_bars(starts, ends, y, f"{name} · {lane.label} kernels (kernel trial)", {"fillcolor": hue}))
+                            f"{who} · {label} waiting inside the step (kernel trial)", faint,
+                            hover=(steps[traced], _hover(who, f"{label} span %{{customdata[1]:,.1f}} µs: pale "
+                                                              "where no kernel ran (kernel trial)"))))
+        order = sorted(trial.kernels)
+        starts = np.concatenate([trial.kernels[s][0] for s in order])
+        ends = np.concatenate([trial.kernels[s][1] for s in order])
+        owners = np.concatenate([np.full(len(trial.kernels[s][0]), s) for s in order])
+        traces.append(_bars(starts, ends, y, f"{who} · {label} kernels (kernel trial)", {"fillcolor": hue},
+                            hover=(owners, _hover(who, "a kernel %{customdata[1]:,.1f} µs: the device working "
+                                                   "(kernel trial)"))))
     inside = trial.idle_inside_ms() if lane is trial.gap_source else None
     if inside is not None:
         waiting = np.zeros(len(lane.starts), dtype=bool)
@@ -415,25 +515,40 @@ def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float) -> list[Spec]:
         waiting &= ~traced
         kept = np.flatnonzero(waiting)
         traces.append(_bars(lane.starts[kept], lane.starts[kept] + inside[kept], y,
-                            f"{name} · {lane.label} waiting inside the step", LAUNCH_STYLE))
+                            f"{who} · {label} waiting inside the step", faint,
+                            hover=(kept, _hover(who, inside_text))))
     return traces
 
 
-def _gaps(lane: DeviceLane) -> tuple[np.ndarray, np.ndarray]:
-    """The idle gaps between consecutive spans of a lane, as (starts, ends)."""
+def _gaps(lane: DeviceLane) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The idle gaps between consecutive spans of a lane, as (starts, ends, the step each gap comes before)."""
     ends, starts = lane.ends[:-1], lane.starts[1:]
     idle = starts - ends > MIN_GAP_MS
-    return ends[idle], starts[idle]
+    return ends[idle], starts[idle], np.flatnonzero(idle) + 1
 
 
-def _bars(starts: np.ndarray, ends: np.ndarray, y: float, name: str, style: Spec) -> Spec:
+def _bars(starts: np.ndarray, ends: np.ndarray, y: float, name: str, style: Spec,
+          hover: tuple[np.ndarray, str] | None = None) -> Spec:
     """Rectangles as one filled polygon: a comb whose teeth are the bars, joined along their bottom edge (zero
     area), so plotly.js draws one SVG path; with None between rectangles it draws one per rectangle and a
-    4096-step trial takes seconds to render. Arrays go to the page as base64, without per-number copying."""
-    xs = np.column_stack([starts, starts, ends, ends]).astype(COORDINATE)
-    teeth = np.array([y + BAR_HALF, y - BAR_HALF, y - BAR_HALF, y + BAR_HALF], dtype=COORDINATE)
+    4096-step trial takes seconds to render. Arrays go to the page as base64, without per-number copying.
+
+    With `hover` (each bar's step, and a hovertemplate) each bar gets a fifth corner in the middle of its far edge,
+    and all five carry (step, the bar's length in µs), so hovering the bar says what it is; inside a bar away from
+    its corners the hover is the trace's name."""
+    if hover is None:
+        xs = np.column_stack([starts, starts, ends, ends]).astype(COORDINATE)
+        teeth = np.array([y + BAR_HALF, y - BAR_HALF, y - BAR_HALF, y + BAR_HALF], dtype=COORDINATE)
+        return {"type": "scatter", "mode": "lines", "x": xs.ravel(), "y": np.tile(teeth, len(starts)),
+                "fill": "toself", "line": {"width": 0}, "name": name, "hoveron": "fills", "hoverinfo": "name",
+                **style}
+    steps, template = hover
+    xs = np.column_stack([starts, starts, (starts + ends) / 2, ends, ends]).astype(COORDINATE)
+    teeth = np.array([y + BAR_HALF, y - BAR_HALF, y - BAR_HALF, y - BAR_HALF, y + BAR_HALF], dtype=COORDINATE)
+    numbers = np.column_stack([steps, (ends - starts) * 1000]).astype(COORDINATE)
     return {"type": "scatter", "mode": "lines", "x": xs.ravel(), "y": np.tile(teeth, len(starts)), "fill": "toself",
-            "line": {"width": 0}, "name": name, "hoveron": "fills", "hoverinfo": "name", **style}
+            "line": {"width": 0}, "name": name, "hoveron": "points+fills", "customdata": np.repeat(numbers, 5, axis=0),
+            "hovertemplate": template, **style}
 
 
 def _ticks(times: np.ndarray, y: float, name: str, tick_color: str) -> Spec:
@@ -447,50 +562,79 @@ def _ticks(times: np.ndarray, y: float, name: str, tick_color: str) -> Spec:
 
 # ------------------------------------------------------------------------------------------------ statistics block
 
-def _stats_block(trials: Sequence[LoopTrial], view: tuple[float, float] | None) -> str:
-    """A small monospace table: per loop, mean host wait and device gap per decode step over the first view and
-    over the whole trial, and the decode steps each covers; then what the marks mean."""
+COLUMN_WIDTHS = {"host wait": 10, "device gap": 12, "idle inside": 13}
+NAME_WIDTH = 11
+
+
+def _stats_block(groups: Sequence[_Group]) -> tuple[str, str]:
+    """A small monospace table, a row per loop: its mean host wait, device gap and idle inside per decode step over
+    its whole trial; then a legend in words. And the hover that defines each of them."""
+    trials = [t for group in groups for t in group.trials]
+    means = {id(t): window_means(t, None) for t in trials}
+    columns = ["host wait", *(["device gap"] if any(not t.cpu for t in trials) else []),
+               *(["idle inside"] if any(m.inside_us is not None for m in means.values()) else [])]
+    lines = [CPU_LINE] if any(t.cpu and t.complete for t in trials) else []
+    ranges = {_steps(m) for m in means.values()}
+    lines.append("µs per decode step, " + (f"mean of steps {ranges.pop()}" if len(ranges) == 1 and "–" not in ranges
+                                            else "mean of each loop's trial"))
+    lines.append(_row("", columns))
+    for group in groups:
+        if group.label:
+            lines.append(html.escape(group.label, quote=False))
+        for trial in group.trials:
+            m = means[id(trial)]
+            values = {"host wait": m.wait_us, "device gap": m.gap_us, "idle inside": m.inside_us}
+            indent = "  " if group.label else ""
+            name = f'{indent}<span style="color:{loop_color(trial.name)}"><b>{trial.name}</b></span>'
+            lines.append(name + _row(indent + trial.name, [_us(values[c]) for c in columns],
+                                     [COLUMN_WIDTHS[c] for c in columns])[len(indent + trial.name):])
+    lines += _legend(trials)
+    return "<br>".join(line.replace(" ", NBSP) if "<span" not in line else _nbsp_outside_tags(line)
+                       for line in lines), _definitions(trials, columns)
+
+
+def _legend(trials: Sequence[LoopTrial]) -> list[str]:
+    """What the bars and marks mean, in words, for what this chart draws."""
     lines = []
-    if any(t.cpu and t.complete for t in trials):
-        lines.append(CPU_LINE)
-    errors = [t.sync_error_ms for t in trials if t.sync_error_ms is not None]
-    if errors:
-        lines.append(f"GPU spans on the host clock: ±{max(errors) * 1000:,.1f} µs")
-    lines.append(f"{'µs per decode step':<21}{'window':>9}{'trial':>9}".replace(" ", NBSP))
-    for trial in trials:
-        window = window_means(trial, view) if view else NO_MEANS
-        whole = window_means(trial, None)
-        label = f'<span style="color:{color(trial.name)}"><b>{trial.name}</b></span>'
-        lines += [_row(trial.name, "host wait", _us(window.wait_us), _us(whole.wait_us), label),
-                  _row("", "device gap", _us(window.gap_us), _us(whole.gap_us)),
-                  *([_row("", "idle inside", _us(window.inside_us), _us(whole.inside_us))]
-                    if whole.inside_us is not None else []),
-                  _row("", "steps", _steps(window), _steps(whole))]
     if any(t.complete for t in trials):
-        lines += SPAN_KEY
+        lines.append(SPAN_KEY)
     if any(t.complete and not t.cpu for t in trials):
-        lines += LAUNCH_KEY
+        lines.append(LAUNCH_KEY)
     traced = sorted({step for t in trials for step in t.kernels})
     if traced:
-        lines += [line.format(first=traced[0], last=traced[-1]) for line in KERNEL_KEY]
+        lines.append(KERNEL_KEY.format(first=traced[0], last=traced[-1]))
     if any(len(t.syncs[0]) for t in trials):
-        lines += SYNC_KEY
+        lines.append(SYNC_KEY)
     lines.append(KNOWN_KEY)
     if not all(t.complete for t in trials):
         lines.append(QUEUED_KEY)
-    return "<br>".join(_indent_kept(line) for line in lines)
+    return lines
 
 
-def _indent_kept(line: str) -> str:
-    """A key's continuation line keeps its indent: SVG text would collapse leading spaces."""
-    stripped = line.lstrip(" ")
-    return NBSP * (len(line) - len(stripped)) + stripped
+def _definitions(trials: Sequence[LoopTrial], columns: Sequence[str]) -> str:
+    """The table's hover: what each column means, over which steps, and how far the GPU's times can be off."""
+    parts = [COLUMN_HELP[c] for c in columns] + [MEANS_HELP]
+    if any(t.cpu and t.complete for t in trials):
+        parts.append("on the CPU the host computes each step itself: there is no device to wait for, so no device "
+                     "gap")
+    errors = [t.sync_error_ms for t in trials if t.sync_error_ms is not None]
+    if errors:
+        parts.append(CLOCK_HELP.format(error=f"{max(errors) * 1000:,.1f}"))
+    if any(t.kernels for t in trials):
+        parts.append(KERNEL_HELP)
+    return "<br>".join(charts.wrap(html.escape(part, quote=False), 60) for part in parts)
 
 
-def _row(loop: str, metric: str, window: str, trial: str, label: str | None = None) -> str:
-    """One line of the table; spaces made non-breaking, as SVG text would collapse them."""
-    text = f"{loop:<10}{metric:<11}{window:>9}{trial:>9}".replace(" ", NBSP)
-    return text if label is None else label + text[len(loop):]
+def _nbsp_outside_tags(line: str) -> str:
+    """Spaces made non-breaking (SVG text would collapse them), those inside HTML tags kept."""
+    return "".join(piece if piece.startswith("<") else piece.replace(" ", NBSP)
+                   for piece in re.split(r"(<[^>]+>)", line))
+
+
+def _row(name: str, cells: Sequence[str], widths: Sequence[int] | None = None) -> str:
+    """One line of the table: the loop's name, then each cell right-aligned in its column."""
+    widths = widths if widths is not None else [COLUMN_WIDTHS[c] for c in cells]
+    return f"{name:<{NAME_WIDTH}}" + "".join(f"{cell:>{width}}" for cell, width in zip(cells, widths))
 
 
 def _us(value: float | None) -> str:

@@ -1,13 +1,15 @@
 """The timeline chart (dashboard.lanes) from hand-built reports that follow the timeline contract: the lanes of both
-loops, the waits and gaps drawn, the first view's steps, the stated means, the CPU and TP cases, old reports."""
+loops, the waits and gaps drawn, the first view's steps, the stated means, the legend and hovers, the colours, the CPU
+and TP cases, old reports, two reports on one axis."""
 
 from __future__ import annotations
 
 import copy
+import html
+import itertools
 import json
 import re
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +33,23 @@ def trace(fig, name: str):
 
 
 def rectangles(bars) -> list[tuple[float, float]]:
-    """(start, end) of each rectangle of a filled bar trace: a comb of four corners per rectangle."""
-    x = np.asarray(bars.x, dtype=np.float64).reshape(-1, 4)
-    y = np.asarray(bars.y, dtype=np.float64).reshape(-1, 4)
-    assert (x[:, 0] == x[:, 1]).all() and (x[:, 2] == x[:, 3]).all()
-    assert (y[:, 0] == y[:, 3]).all() and (y[:, 1] == y[:, 2]).all() and (y[:, 0] != y[:, 1]).all()
-    return [(float(a), float(b)) for a, b in x[:, 1:3]]
+    """(start, end) of each rectangle of a filled bar trace: a comb of four corners per rectangle, five (a hover
+    point in the middle of its far edge) where the bars have a hover."""
+    corners = 5 if bars.customdata is not None else 4
+    x = np.asarray(bars.x, dtype=np.float64).reshape(-1, corners)
+    y = np.asarray(bars.y, dtype=np.float64).reshape(-1, corners)
+    assert (x[:, 0] == x[:, 1]).all() and (x[:, -2] == x[:, -1]).all()
+    assert (y[:, 0] == y[:, -1]).all() and (y[:, 1:-1] == y[:, 1:2]).all() and (y[:, 0] != y[:, 1]).all()
+    if corners == 5:
+        assert np.allclose(x[:, 2], (x[:, 1] + x[:, 3]) / 2, atol=1e-3), "the hover point halfway along"
+    return [(float(a), float(b)) for a, b in x[:, [1, -2]]]
+
+
+def hover_numbers(bars) -> tuple[list[int], list[float]]:
+    """Each rectangle's (step, µs) from its hover data: the same on its five corners."""
+    data = np.asarray(bars.customdata, dtype=np.float64).reshape(-1, 5, 2)
+    assert (data == data[:, :1, :]).all()
+    return [int(v) for v in data[:, 0, 0]], [float(v) for v in data[:, 0, 1]]
 
 
 def tick_times(fig, name: str) -> list[float]:
@@ -54,16 +67,30 @@ def same_spans(drawn: list[tuple[float, float]], starts: list[float], ends: list
     return len(drawn) == len(expected) and np.allclose(np.array(drawn).reshape(-1, 2), np.array(expected), atol=1e-3)
 
 
-def stated(fig) -> dict[str, dict[str, list[str]]]:
-    """The statistics block as {loop: {"host wait" | "device gap" | "steps": [window, trial]}}."""
-    table: dict[str, dict[str, list[str]]] = {}
-    loop = None
-    for html_line in fig.layout.annotations[0].text.split("<br>"):
-        line = re.sub(r"<[^>]+>", "", html_line).replace(lanes.NBSP, " ")
-        match = re.match(r"^(naive|pipelined)?\s*(host wait|device gap|steps)\s+(\S+)\s+(\S+)$", line)
-        if match:
-            loop = match.group(1) or loop
-            table.setdefault(loop, {})[match.group(2)] = [match.group(3), match.group(4)]
+def block_lines(fig) -> list[str]:
+    """The statistics block's lines as they read."""
+    return [re.sub(r"<[^>]+>", "", line).replace(lanes.NBSP, " ") for line in fig.layout.annotations[0].text.split(
+        "<br>")]
+
+
+def stated(fig) -> dict[str, dict[str, str]]:
+    """The statistics block's table as {row: {column: cell}}, a row per loop (in a comparison "label · loop"); and
+    the steps its means cover under "steps" where it names them."""
+    lines = block_lines(fig)
+    header = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == "host")
+    columns = re.findall(r"host wait|device gap|idle inside", lines[header])
+    table: dict[str, dict[str, str]] = {}
+    steps = re.search(r"mean of steps (\d+-\d+)", lines[header - 1])
+    group = None
+    for line in lines[header + 1:]:
+        cells = line.split()
+        if cells and cells[0] in ("naive", "pipelined") and len(cells) == len(columns) + 1:
+            row = f"{group} · {cells[0]}" if group and line.startswith("  ") else cells[0]
+            table[row] = dict(zip(columns, cells[1:]))
+            if steps:
+                table[row]["steps"] = steps.group(1)
+        elif len(cells) != len(columns) + 1 and not line.startswith("  ") and "=" not in line:
+            group = line.strip()
     return table
 
 
@@ -89,15 +116,15 @@ def test_each_loop_has_a_host_lane_and_a_device_lane_naive_above(cuda_report):
     fig = lanes.lanes_figure(cuda_report)
     assert lane_labels(fig) == ["naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU"]
     ticktext, tickvals = fig.layout.yaxis.ticktext, fig.layout.yaxis.tickvals
-    assert all(charts.COLORS["naive"] in t for t in ticktext[:2])
-    assert all(charts.COLORS["pipelined"] in t for t in ticktext[2:])
+    assert all(lanes.LOOP_COLORS["naive"] in t for t in ticktext[:2])
+    assert all(lanes.LOOP_COLORS["pipelined"] in t for t in ticktext[2:])
     top, bottom = fig.layout.yaxis.range
     assert top > bottom and list(tickvals) == sorted(tickvals), "y runs downwards: naive's lanes on top"
     bands = [s for s in fig.layout.shapes if s.type == "rect"]
-    assert [b.fillcolor for b in bands] == [charts.COLORS["naive"], charts.COLORS["pipelined"]]
+    assert [b.fillcolor for b in bands] == [lanes.LOOP_COLORS["naive"], lanes.LOOP_COLORS["pipelined"]]
     assert fig.layout.showlegend is False, "the lane labels and colours tell the loops apart"
-    key = fig.layout.annotations[0].text
-    assert all(line in key for line in lanes.SPAN_KEY) and lanes.QUEUED_KEY not in key
+    legend = block_lines(fig)
+    assert lanes.SPAN_KEY in legend and lanes.LAUNCH_KEY in legend and lanes.QUEUED_KEY not in legend
 
 
 def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
@@ -144,42 +171,42 @@ def test_the_first_view_holds_10_to_20_decode_steps_of_each_loop_from_the_middle
     assert drawn_to >= last_known - 1e-3, "all steps drawn"
 
 
-def test_a_4096_step_trial_is_a_few_traces_and_builds_fast(monkeypatch):
+def test_a_4096_step_trial_is_a_few_traces_of_typed_arrays(monkeypatch):
+    """What keeps a long trial's figure fast, checked as structure rather than timed (a busy machine times anything
+    slowly): a fixed number of traces and shapes, no gap-separated segments, and coordinates and hover data as
+    float32 arrays, which go to the page as base64 without per-number Python work."""
     report = lanes_reports.report(4096, trials=3)
     fig = lanes.lanes_figure(report)
     assert len(fig.data) == 10, "per loop: queue and wait bars; busy, idle and still-queued bars per device lane"
     assert len(fig.layout.shapes) == 4, "per loop: a band and one path of token-known ticks"
     for bars in fig.data:  # plotly.js draws one SVG path per gap-separated segment: 4096 of them took seconds
         assert not np.isnan(np.asarray(bars.x, dtype=float)).any(), bars.name
-    monkeypatch.setattr(charts, "VALIDATE", False)
-    lanes.lanes_figure(report)
-    best = min(_seconds(lambda: lanes.lanes_figure(report)) for _ in range(3))
-    assert best < 0.1, f"{best * 1000:.0f} ms to build the figure of a 4096-step run"
-
-
-def _seconds(work) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
+    monkeypatch.setattr(charts, "VALIDATE", False)  # as the page builds it
+    for bars in lanes.lanes_figure(report).data:
+        for values in (bars.x, bars.y, bars.customdata):
+            assert isinstance(values, np.ndarray) and values.dtype == np.float32, bars.name
 
 
 # ------------------------------------------------------------------------------------------------ stated means
 
-def test_the_stated_means_are_the_datas_over_the_window_and_the_trial(cuda_report):
+def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_view(cuda_report):
     fig = lanes.lanes_figure(cuda_report)
     table = stated(fig)
     view = list(fig.layout.xaxis.range)
+    means = lanes.lanes_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
-        window = steps_in_view(run, view)
         whole = list(range(1, run["timings"]["kept_steps"]))
-        for column, steps in ((0, window), (1, whole)):
-            wait, gap = expected_means(run, steps)
-            assert table[name]["host wait"][column] == f"{wait:,.1f}"
-            assert table[name]["device gap"][column] == f"{gap:,.1f}"
-            assert table[name]["steps"][column] == f"{steps[0]}-{steps[-1]}"
-    assert float(table["naive"]["host wait"][0]) > 100 and float(table["naive"]["device gap"][0]) > 100
-    assert float(table["pipelined"]["host wait"][0]) < 10 and table["pipelined"]["device gap"] == ["0.0", "0.0"]
+        wait, gap = expected_means(run, whole)
+        assert table[name]["host wait"] == f"{wait:,.1f}" and table[name]["device gap"] == f"{gap:,.1f}"
+        assert table[name]["steps"] == f"{whole[0]}-{whole[-1]}"
+        window = steps_in_view(run, view)
+        wait, gap = expected_means(run, window)
+        assert means[name]["window"].wait_us == pytest.approx(wait) and means[name]["window"].gap_us == \
+            pytest.approx(gap)
+        assert (means[name]["window"].first, means[name]["window"].last) == (window[0], window[-1])
+    assert float(table["naive"]["host wait"]) > 100 and float(table["naive"]["device gap"]) > 100
+    assert float(table["pipelined"]["host wait"]) < 10 and table["pipelined"]["device gap"] == "0.0"
 
 
 def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
@@ -195,19 +222,38 @@ def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report
 
 # ------------------------------------------------------------------------------------------------ CPU, TP, old
 
-def test_on_the_cpu_the_device_lane_is_the_hosts_compute_and_says_so():
+def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
+    """The host is the device there: a device lane would repeat the host's compute, and the "gap" between its
+    spans would be the host's own work (it differs between the loops, which would read like a real difference)."""
     report = lanes_reports.report(64, cpu=True)
     fig = lanes.lanes_figure(report)
-    assert lane_labels(fig) == ["naive · host", "naive · CPU", "pipelined · host", "pipelined · CPU"]
-    assert "device = host (CPU)" in fig.layout.annotations[0].text.replace(lanes.NBSP, " ")
+    assert lane_labels(fig) == ["naive · host", "pipelined · host"]
+    assert lanes.CPU_LINE in block_lines(fig) and lanes.LAUNCH_KEY not in block_lines(fig)
     run = charts.representative_run(report, "naive")
     t = run["timings"]
-    compute = rectangles(trace(fig, "naive · host computes (device = host)"))
+    compute = rectangles(trace(fig, "naive · host computes a step"))
     assert same_spans(compute, t["host_step_start_ms"], t["host_queued_ms"])
-    wait, gap = expected_means(run, list(range(1, t["kept_steps"])))
-    assert stated(fig)["naive"]["host wait"][1] == f"{wait:,.1f}"
-    assert stated(fig)["naive"]["device gap"][1] == f"{gap:,.1f}"
-    assert not any("GPU" in label for label in lane_labels(fig))
+    wait, _ = expected_means(run, list(range(1, t["kept_steps"])))
+    assert stated(fig)["naive"] == {"host wait": f"{wait:,.1f}", "steps": f"1-{t['kept_steps'] - 1}"}
+    assert not any("gap" in line or "idle" in line for line in block_lines(fig))
+    assert not any("idle" in bars.name or "GPU" in bars.name for bars in fig.data)
+    assert "device gap:" not in fig.layout.annotations[0].hovertext, "no column of it to define"
+    assert all(means["trial"].gap_us is None for means in lanes.lanes_means(report).values())
+
+
+def test_cpu_is_decided_by_the_reports_device_and_by_the_clock_where_it_names_none(cuda_report):
+    cpu = lanes_reports.report(64, cpu=True)
+    # A CPU report whose runs carry device-like spans is still drawn as the CPU it ran on ...
+    spans = copy.deepcopy(cpu)
+    for run in spans["runs"]:
+        t = run["timings"]
+        t["device_start_ms"], t["device_end_ms"] = list(t["host_step_start_ms"]), list(t["host_queued_ms"])
+    assert lane_labels(lanes.lanes_figure(spans)) == ["naive · host", "pipelined · host"]
+    assert lanes.report_on_cpu(spans) is True and lanes.report_on_cpu(cuda_report) is False
+    # ... and a live run's runs, which come without an environment, by their own clock.
+    assert lanes.report_on_cpu({"runs": cpu["runs"]}) is None
+    assert lane_labels(lanes.lanes_figure({"runs": cpu["runs"]})) == ["naive · host", "pipelined · host"]
+    assert lane_labels(lanes.lanes_figure({"runs": cuda_report["runs"]}))[1] == "naive · GPU"
 
 
 def test_tensor_parallel_gets_one_device_lane_per_rank():
@@ -235,11 +281,11 @@ def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cud
     assert tick_times(fig, "naive · step queued") == pytest.approx(t["host_queued_ms"], abs=1e-3)
     assert tick_times(fig, "naive · tokens known") == pytest.approx(t["host_known_ms"], abs=1e-3)
     table = stated(fig)
-    assert table["naive"]["host wait"] == ["–", "–"]
-    assert table["naive"]["device gap"] == ["–", f"{statistics.fmean(t['gpu_gap_ms']) * 1000:,.1f}"]
+    assert table["naive"]["host wait"] == "–"
+    assert table["naive"]["device gap"] == f"{statistics.fmean(t['gpu_gap_ms']) * 1000:,.1f}"
     assert fig.layout.xaxis.range is not None, "a first view from the known times"
-    key = fig.layout.annotations[0].text
-    assert lanes.QUEUED_KEY in key and lanes.SPAN_KEY[0] not in key
+    legend = block_lines(fig)
+    assert lanes.QUEUED_KEY in legend and lanes.SPAN_KEY not in legend
 
 
 def test_timestamps_that_do_not_fit_together_are_treated_as_missing(cuda_report):
@@ -267,7 +313,8 @@ def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_
     means = lanes.lanes_means(report)
     assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50
     fig = lanes.lanes_figure(report)
-    assert "idle\xa0inside" in fig.layout.annotations[0].text
+    assert float(stated(fig)["naive"]["idle inside"].replace(",", "")) == pytest.approx(
+        means["naive"]["trial"].inside_us, abs=0.05)
     assert any(t.name == "naive · GPU waiting inside the step" for t in fig.data)
 
 
@@ -293,9 +340,139 @@ def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
     kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel trial)")
     start, end = naive["device_start_ms"][5], naive["device_end_ms"][5]
     scale = (end - start) / 2.0
-    assert kernels.x[:4].tolist() == pytest.approx([start, start, start + 0.5 * scale, start + 0.5 * scale],
-                                                   abs=1e-3)
-    assert "steps 5-6: the kernel trial's kernels" in fig.layout.annotations[0].text.replace(
-        "\xa0", " ")
-    lines = re.sub(r"<[^>]+>", "", fig.layout.annotations[0].text.replace("<br>", "\n")).splitlines()
-    assert max(map(len, lines)) <= 50, "every line of the block fits a phone's chart"
+    assert rectangles(kernels)[0] == pytest.approx((start, start + 0.5 * scale), abs=1e-3)
+    assert "kernels drawn in steps 5-6 (kernel trial)" in block_lines(fig)
+    assert "kernel trial:" in fig.layout.annotations[0].hovertext
+    assert hover_numbers(kernels)[0] == [5, 5, 6, 6]
+
+
+# ------------------------------------------------------------------------------------------------ reading it
+
+# Machado, Oliveira and Fernandes (2009), severity 1: what each colour-vision deficiency sees, in linear RGB.
+COLOR_VISION = {
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                   [-0.003882, -0.048116, 1.051998]],
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                     [-0.011820, 0.042940, 0.968881]],
+    "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                   [0.004733, 0.691367, 0.303900]],
+    "typical": np.eye(3).tolist(),
+}
+TOLD_APART = 40.0  # CIE76 ΔE: the old red and green were 7 apart under deuteranopia
+
+
+def _seen(hex_color: str, vision: str) -> np.ndarray:
+    """The CIELAB colour that a viewer with `vision` sees."""
+    c = np.array([int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    r, g, b = np.clip(np.array(COLOR_VISION[vision]) @ linear, 0, 1)
+    xyz = ((0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+           (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883)
+    fx, fy, fz = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz)
+    return np.array([116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)])
+
+
+def _apart(a: str, b: str) -> dict[str, float]:
+    return {vision: float(np.linalg.norm(_seen(a, vision) - _seen(b, vision))) for vision in COLOR_VISION}
+
+
+def test_the_two_loops_colours_are_told_apart_without_red_green_vision(cuda_report):
+    naive, pipelined = lanes.LOOP_COLORS["naive"], lanes.LOOP_COLORS["pipelined"]
+    assert min(_apart(naive, pipelined).values()) >= TOLD_APART, _apart(naive, pipelined)
+    assert _apart("#d62728", "#2ca02c")["deuteranopia"] < TOLD_APART, "the measure tells the old pair apart"
+    for a, b in itertools.combinations([naive, pipelined, lanes.pale(naive), lanes.pale(pipelined)], 2):
+        assert min(_apart(a, b).values()) >= 15, (a, b)  # a loop's pale bars stay apart from its solid ones too
+    fig = lanes.lanes_figure(cuda_report)
+    fills = {bars.fillcolor for bars in fig.data if bars.fillcolor and not bars.fillcolor.startswith("rgba")}
+    assert fills == {naive, pipelined, lanes.pale(naive), lanes.pale(pipelined)}
+
+
+def test_a_second_cue_names_the_loop_on_every_lane_and_every_row(cuda_report):
+    for report in (cuda_report, lanes_reports.report(64, cpu=True)):
+        fig = lanes.lanes_figure(report)
+        labels = lane_labels(fig)
+        for name in ("naive", "pipelined"):
+            own = [label for label in labels if label.split(" · ")[0] == name]
+            assert own and all(lanes.LOOP_COLORS[name] in text for text in fig.layout.yaxis.ticktext
+                               if re.sub(r"<[^>]+>", "", text) in own)
+            assert name in stated(fig), "the table names each loop too"
+        assert all(bars.name.split(" · ")[0] in ("naive", "pipelined") for bars in fig.data)
+
+
+def test_the_legend_says_in_words_what_solid_hatched_and_pale_mean(cuda_report):
+    legend = block_lines(lanes.lanes_figure(cuda_report))
+    assert "solid = working · hatched = waiting" in legend
+    assert "pale = the device waiting for its launch" in legend
+    fig = lanes.lanes_figure(cuda_report)
+    for name in ("naive", "pipelined"):
+        assert trace(fig, f"{name} · host queues a step").fillpattern.shape is None
+        assert trace(fig, f"{name} · host blocked waiting").fillpattern.shape == "/"
+        assert trace(fig, f"{name} · GPU idle").fillpattern.shape == "/"
+        assert trace(fig, f"{name} · GPU waiting inside the step").fillcolor == lanes.pale(lanes.LOOP_COLORS[name])
+    assert len(legend) <= 9, "the table and the legend in a few lines, not fourteen"
+    for word in ("window", "trial ", "launch wait", "GPU spans on the host clock"):
+        assert not any(word in line for line in legend), word
+
+
+def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
+    fig = lanes.lanes_figure(cuda_report)
+    naive = charts.representative_run(cuda_report, "naive")["timings"]
+    steps, waits = hover_numbers(trace(fig, "naive · host blocked waiting"))
+    assert steps == list(range(naive["kept_steps"]))
+    assert waits == pytest.approx([(k - w) * 1000 for w, k in zip(naive["host_wait_start_ms"],
+                                                                  naive["host_known_ms"])], abs=0.05)
+    steps, gaps = hover_numbers(trace(fig, "naive · GPU idle"))
+    assert steps == list(range(1, naive["computed_steps"]))
+    assert gaps == pytest.approx([(b - e) * 1000 for e, b in zip(naive["device_end_ms"],
+                                                                 naive["device_start_ms"][1:])], abs=0.05)
+    for bars in fig.data:
+        if bars.customdata is None:
+            assert bars.name.endswith("sync (audit)") and bars.text, bars.name  # the reads have their own text
+            continue
+        template = bars.hovertemplate
+        assert "step %{customdata[0]:d}" in template and "%{customdata[1]:,.1f} µs: " in template, template
+        assert bars.hoveron == "points+fills"
+    definitions = fig.layout.annotations[0].hovertext
+    for column in ("host wait", "device gap", "idle inside"):
+        assert f"{column}:" in definitions
+    assert "±2.1 µs" in definitions, "how far the GPU's times can be off the host's, defined"
+    assert fig.layout.hoverdistance >= 30
+
+
+def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
+    """The browser test at phone width caught longer lines; each variant of the block is checked here."""
+    kernels = lanes_reports.report(32, trials=1)
+    kernels["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
+        {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5]]} for step in range(1000, 1002)]}}}
+    kernels["sync_audit"] = {"naive": {"step_starts_ms": [0.0, 1.0], "events": [{"step": 1, "t_ms": 1.2, "site": 0}],
+                                       "sites": [{"index": 0, "kind": "item", "file": "x.py", "line": 1}]}}
+    old = lanes_reports.without_new_fields(cuda_report)
+    cpu = lanes_reports.report(64, cpu=True)
+    figures = [lanes.lanes_figure(r) for r in (cuda_report, old, cpu, kernels, lanes_reports.report(64, ranks=2))]
+    figures.append(lanes.compare_lanes(cuda_report, cpu, "a very long label for run A", "run 7"))
+    for fig in figures:
+        assert max(map(len, block_lines(fig))) <= lanes.MAX_LINE, block_lines(fig)
+
+
+def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(cuda_report):
+    other = lanes_reports.report(128, trials=1)
+    fig = lanes.compare_lanes(cuda_report, other, "static", "dyn <b>x</b>")
+    assert [html.unescape(label) for label in lane_labels(fig)] == [
+        f"{label} · {lane}" for label in ("static", "dyn <b>x</b>")
+                                for lane in ("naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU")]
+    assert "<b>x</b>" not in "".join(fig.layout.yaxis.ticktext), "a label is shown as text"
+    table = stated(fig)
+    for label, report in (("static", cuda_report), ("dyn <b>x</b>", other)):
+        for name in ("naive", "pipelined"):
+            run = charts.representative_run(report, name)
+            wait, gap = expected_means(run, list(range(1, run["timings"]["kept_steps"])))
+            row = table[f"{html.escape(label, quote=False)} · {name}"]
+            assert row["host wait"] == f"{wait:,.1f}" and row["device gap"] == f"{gap:,.1f}"
+    ys = sorted(fig.layout.yaxis.tickvals)
+    assert list(fig.layout.yaxis.tickvals) == ys and len(set(ys)) == 8, "one y axis, lanes apart"
+    assert "xaxis2" not in fig.layout.to_plotly_json(), "one shared time axis"
+    cut = lane_labels(lanes.compare_lanes(cuda_report, other, "x" * 30, "b"))[0]
+    assert cut == "x" * (lanes.COMPARE_LABEL - 1) + "… · naive · host", "a long label is cut"
+    names = [bars.name for bars in fig.data]
+    assert len(names) == len(set(names)), "every trace named by its run"
+    assert lanes.compare_lanes({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")
