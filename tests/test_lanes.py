@@ -431,7 +431,7 @@ def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
             continue
         template = bars.hovertemplate
         assert "step %{customdata[0]:d}" in template and "%{customdata[1]:,.1f} µs: " in template, template
-        assert bars.hoveron == "points+fills"
+        assert bars.hoveron == "points"
     definitions = fig.layout.annotations[0].hovertext
     for column in ("host wait", "device gap", "idle inside"):
         assert f"{column}:" in definitions
