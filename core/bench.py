@@ -12,24 +12,34 @@ tokens. Tokens/s counts the new tokens of all sequences (through EOS) over the h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import torch
+try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not a traceback
+    import torch
 
-from core.compare import compare, run_contestant
-from core.loops.prompt import synthetic_prompt
-from core.measure.trace import build_trace
-from core.models import LoadedModel, load_model
-from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
-from core.parallel.ranks import run_ranks
-from core.report import TABLE_KEY, audit_lines, compile_note, format_table
-from core.report_files import check_output_path, check_profile_dir, write_json
-from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
-from core.specs import DEFAULT_MODEL
+    from core.compare import InterruptedRun, compare, run_contestant
+    from core.explain import compare_reports, compare_text, what_this_run_shows
+    from core.loops.prompt import synthetic_prompt
+    from core.measure.trace import build_trace
+    from core.models import LoadedModel, load_model
+    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
+    from core.parallel.ranks import run_ranks
+    from core.report import TABLE_KEY, audit_lines, compile_note, format_table
+    from core.report_files import check_output_path, check_profile_dir, load_report, write_json
+    from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
+    from core.specs import DEFAULT_MODEL
+except KeyboardInterrupt:
+    sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
+    raise SystemExit(130) from None
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal's number, as a shell reports it
 
 
 class _DefaultsWhereUseful(argparse.HelpFormatter):
@@ -64,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the trials, run one loop more under torch.profiler and write its kernel table "
                         "and trace here (one set per rank)")
     p.add_argument("--profile-loop", choices=LOOPS, default="pipelined", help="the loop --profile runs")
+    p.add_argument("--progress", action="store_true",
+                   help="one line on stderr as each warm-up, extra run and full round of trials begins or ends "
+                        "('core.bench: round 2 of 5 done')")
+    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
+                   help="run nothing: compare two reports (.json or .json.gz): the settings that differ, each "
+                        "contestant's rate in both and B/A against both runs' noise, the per-step waits")
     return p
 
 
@@ -78,6 +94,8 @@ def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.compare:
+        return compare_files(*args.compare)
     try:
         request, notices = request_from_args(args)
         check_output_path(args.json_path)
@@ -93,13 +111,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.tp > 1 and "WORLD_SIZE" not in os.environ:
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:], main)
-    return run_bench(args, request, notices)
+    with interrupt_signals() as received:
+        return run_bench(args, request, notices, received)
 
 
-def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence[str] = ()) -> int:
+def compare_files(path_a: str, path_b: str) -> int:
+    """`--compare A B`: the two reports side by side (core.explain.compare_text); a file that is not a report is one
+    line on stderr and exit code 2."""
+    try:
+        reports = [load_report(path) for path in (path_a, path_b)]
+    except ValueError as exc:
+        sys.stderr.write(f"core.bench: error: {exc}\n")
+        return 2
+    print(compare_text(compare_reports(*reports)))
+    return 0
+
+
+@contextlib.contextmanager
+def interrupt_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM both raise KeyboardInterrupt while inside, so that an interrupted run can keep its finished
+    trials; yields the signals received, in order. Outside the main thread (where handlers cannot be set) a no-op."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    before = {signum: signal.signal(signum, interrupt) for signum in EXIT_CODES}
+    try:
+        yield received
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def _ignore_interrupts() -> None:
+    """While an interrupted run's report is written: a second Ctrl-C would leave it unwritten."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in EXIT_CODES:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence[str] = (),
+              received: Sequence[int] = ()) -> int:
     """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group. `notices` say
-    what the flags' check adjusted (rank 0 prints them with the table)."""
-    rank = 0
+    what the flags' check adjusted (rank 0 prints them with the table); `received` fills with the signals that
+    interrupted it (interrupt_signals)."""
+    rank, profiled = 0, None
     try:
         if args.tp > 1:
             from core.parallel.tensor_parallel import init_tensor_parallel
@@ -108,20 +169,30 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
             init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules)
         started = time.perf_counter()
-        report = compare(loaded, request)
-        profiled = _profile(loaded, request, args, rank) if args.profile else None
+        report = compare(loaded, request, on_progress=_progress_line if args.progress and rank == 0 else None)
+        try:
+            profiled = _profile(loaded, request, args, rank) if args.profile else None
+        except KeyboardInterrupt:
+            rounds = len(report["runs"]) // len(request.contestants)
+            report.update(interrupted=True, interruption={"phase": "profile", "trials_done": rounds,
+                                                          "trials_planned": rounds, "runs_left_out": 0})
+            raise InterruptedRun(report) from None
+    except InterruptedRun as stopped:
+        return _keep_interrupted(args, loaded, request, stopped.report, notices, started, rank, received)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"core.bench: interrupted ({_signal_name(received)}) before every contestant had finished "
+                         "a timed trial; no report written\n")
+        return _interrupted_code(received)
     except ValueError as exc:
         return _fail(rank, str(exc), 2)
     except torch.cuda.OutOfMemoryError:
         return _fail(rank, "CUDA out of memory; try a smaller --batch or model", 3)
-    except KeyboardInterrupt:
-        sys.stderr.write("core.bench: interrupted\n")
-        return 130
     except Exception as exc:  # a command line answers in one line, not a traceback
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return _fail(rank, f"{type(exc).__name__}: {first_line}", 1)
     if rank != 0:
         return 0
+    _ignore_interrupts()  # the run is done: a Ctrl-C now would only lose its report
     report["wall_s"] = time.perf_counter() - started
     written = _print_and_write(args, loaded, request, report, notices)
     if profiled is not None:
@@ -133,6 +204,38 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
         trace_written = write_json(args.trace_path, build_trace(report, profiled), "trace") == args.trace_path
         written = written and trace_written
     return 0 if written else 1
+
+
+def _keep_interrupted(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest, report: dict[str, Any],
+                      notices: Sequence[str], started: float, rank: int, received: Sequence[int]) -> int:
+    """An interrupt after the first full round: the table of the finished rounds, with a note, and the report."""
+    if rank != 0:
+        return _interrupted_code(received)
+    _ignore_interrupts()
+    report["wall_s"] = time.perf_counter() - started
+    report["interruption"]["signal"] = _signal_name(received)
+    _print_and_write(args, loaded, request, report, notices)
+    return _interrupted_code(received)
+
+
+def _signal_name(received: Sequence[int]) -> str:
+    return signal.Signals(received[0]).name if received else "SIGINT"
+
+
+def _interrupted_code(received: Sequence[int]) -> int:
+    return EXIT_CODES.get(received[0], 130) if received else 130
+
+
+def _progress_line(event: dict[str, Any]) -> None:
+    """--progress: what the protocol begins, and each full round of trials it finishes, one line on stderr."""
+    if event["type"] == "round":
+        line = f"round {event['done']} of {event['planned']} done"
+    elif event.get("phase") in ("warmup", "audit", "kernel trial"):
+        line = f"{'warm-up' if event['phase'] == 'warmup' else event['phase']} of {event['contestant']}"
+    else:
+        return
+    sys.stderr.write(f"core.bench: {line}\n")
+    sys.stderr.flush()
 
 
 def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespace, rank: int) -> dict[str, Any]:
@@ -159,6 +262,8 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
+    if report.get("interrupted"):
+        print(f"note: {interrupted_note(report)}")
     for notice in dict.fromkeys([*notices, *(n for ran in report["effective"].values() for n in ran["notices"])]):
         print(f"note: {notice}")
     compiled = compile_note(report)
@@ -168,8 +273,24 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     print(f"({TABLE_KEY})")
     for line in audit_lines(report):
         print(line)
+    print("What this run shows:")
+    for sentence in what_this_run_shows(report):
+        print(f"  {sentence}")
     print(f"reproduce: {report['command']}")
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+
+
+def interrupted_note(report: dict[str, Any]) -> str:
+    """What an interrupted report holds, in one sentence."""
+    facts = report.get("interruption") or {}
+    by = f" by {facts['signal']}" if facts.get("signal") else ""
+    if facts.get("phase") in ("sync audit", "kernel trial", "profile"):
+        return (f"this run was cut short{by} during its {facts['phase']}, after all {facts.get('trials_done')} rounds "
+                f"of trials; the {facts['phase']} is not in the report")
+    left_out = facts.get("runs_left_out") or 0
+    unfinished = f"; the {left_out} run(s) of the unfinished round are left out" if left_out else ""
+    return (f"this run was cut short{by} after {facts.get('trials_done')} of {facts.get('trials_planned')} rounds of "
+            f"trials: the table and the report hold the finished rounds{unfinished}")
 
 
 def cli() -> None:

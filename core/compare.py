@@ -41,23 +41,45 @@ from core.report import build_report
 BenchEvent = dict[str, Any]
 
 
+class InterruptedRun(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, or SIGTERM where the caller turns it into one) after every contestant had finished at
+    least one timed trial: `report` is the report of the finished rounds, marked "interrupted". A KeyboardInterrupt
+    still, so that whoever does not look for it stops as before."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
 def compare(
     loaded: LoadedModel,
     request: BenchRequest,
     *,
     on_event: Callable[[BenchEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_progress: Callable[[BenchEvent], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings.
+    """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings;
+    `on_progress` sees only the phases and a {"type": "round", "done", "planned"} event after each full round of
+    trials, and, unlike `on_event`, does not make the runs stream their tokens.
 
-    Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured."""
+    Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured.
+    An interrupt after the first full round raises InterruptedRun with the report of the finished rounds; before it,
+    the KeyboardInterrupt as it came."""
     _check_device_for(loaded, request)
     check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
-    emit = on_event or (lambda event: None)
+
+    def emit(event: BenchEvent) -> None:
+        if on_event is not None and event["type"] != "round":  # a round is progress only: the page counts runs
+            on_event(event)
+        if on_progress is not None and event["type"] in ("phase", "round"):
+            on_progress(event)
+
     stop = should_stop or (lambda: False)
     streaming = request.stream or on_event is not None
     runs: list[dict[str, Any]] = []
     warmups: dict[str, dict[str, Any]] = {}
+    audits = kernels = interruption = None
     origin_s = time.perf_counter()  # every run's `started_ms` counts from here, so a trace lays them on one axis
     with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
         for name in request.contestants:
@@ -69,28 +91,52 @@ def compare(
             warmups[name] = {**_warmup_entry(run_contestant(loaded, request, name, watcher, stop), began_s, origin_s),
                              "graphs_compiled": compiled_graph_count() - graphs_before,
                              "compiling_ms": compiling_ms() - compiling_before}
-        for trial in _trial_indices(request, runs):
-            order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
-            for position, name in enumerate(order):
-                emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial,
+        rounds, phase = 0, "trials"
+        try:
+            for trial in _trial_indices(request, runs):
+                _timed_round(loaded, request, trial, runs, origin_s, emit, stop, streaming)
+                rounds = trial + 1
+                emit({"type": "round", "done": rounds, "planned": max(request.trials, rounds),
                       "t": time.perf_counter()})
-                listener = _token_listener(emit, name, trial) if streaming else None
-                graphs_before, compiling_before = compiled_graph_count(), compiling_ms()
-                outcome = run_contestant(loaded, request, name, listener, stop)
-                started_ms = (outcome.pop("started_s") - origin_s) * 1000
-                entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
-                         "graphs_compiled": compiled_graph_count() - graphs_before,
-                         "compiling_ms": compiling_ms() - compiling_before}
-                runs.append(entry)
-                emit({"type": "run", "t": time.perf_counter(), **entry})
-        audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
-        kernels = _kernel_trials(loaded, request, runs, emit, stop) \
-            if loaded.device.type == "cuda" and not request.no_kernel_trial else None
+            phase = "sync audit"
+            audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
+            phase = "kernel trial"
+            kernels = _kernel_trials(loaded, request, runs, emit, stop) \
+                if loaded.device.type == "cuda" and not request.no_kernel_trial else None
+        except KeyboardInterrupt:
+            if rounds == 0:
+                raise
+            finished = [r for r in runs if r["trial"] < rounds]
+            interruption = {"phase": phase, "trials_done": rounds, "trials_planned": max(request.trials, rounds),
+                            "runs_left_out": len(runs) - len(finished)}
+            runs[:] = finished  # an unfinished round would give its first contestants one trial more
+            audits = kernels = None
     report = build_report(loaded, request, runs, warmups, audits, kernels)
     report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
     if request.deterministic:
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
+    if interruption is not None:
+        report.update(interrupted=True, interruption=interruption)
+        raise InterruptedRun(report)
     return report
+
+
+def _timed_round(loaded: LoadedModel, request: BenchRequest, trial: int, runs: list[dict[str, Any]],
+                 origin_s: float, emit: Callable[[BenchEvent], None], stop: Callable[[], bool],
+                 streaming: bool) -> None:
+    """One timed trial of every contestant, in this round's order (reversed every other round)."""
+    order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
+    for position, name in enumerate(order):
+        emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial, "t": time.perf_counter()})
+        listener = _token_listener(emit, name, trial) if streaming else None
+        graphs_before, compiling_before = compiled_graph_count(), compiling_ms()
+        outcome = run_contestant(loaded, request, name, listener, stop)
+        started_ms = (outcome.pop("started_s") - origin_s) * 1000
+        entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
+                 "graphs_compiled": compiled_graph_count() - graphs_before,
+                 "compiling_ms": compiling_ms() - compiling_before}
+        runs.append(entry)
+        emit({"type": "run", "t": time.perf_counter(), **entry})
 
 
 def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], origin_s: float,

@@ -284,7 +284,7 @@ def _run_facts(report: dict[str, Any]) -> dict[str, Any]:
 def _settings(report: dict[str, Any]) -> dict[str, Any]:
     request, env = report.get("request") or {}, report.get("environment") or {}
     options = request.get("options") if isinstance(request.get("options"), dict) else {}
-    values: dict[str, Any] = {"model": (report.get("model") or {}).get("spec")}
+    values: dict[str, Any] = {"model": (report.get("model") or {}).get("spec"), "prompt": request.get("prompt")}
     values.update({key: env.get(key) for key in COMPARED_ENVIRONMENT})
     values.update({key: value for key, value in options.items() if key != "loop"})
     values.update({key: request.get(key) for key in COMPARED_REQUEST})
@@ -311,8 +311,19 @@ def _settings_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]
             continue  # ran as asked in both: the asked-for row says it
         if x is None and y is None:
             continue
-        rows.append({"name": name, "a": _setting_value(x), "b": _setting_value(y), "differs": x != y})
+        shown = _prompt_text if name == "prompt" else _setting_value
+        rows.append({"name": name, "a": shown(x), "b": shown(y), "differs": x != y})
     return rows
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    """A prompt as a setting: its text (clipped), or how many token ids; a batch says how many rows."""
+    if prompt is None:
+        return None
+    rows = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], list | str) else [prompt]
+    first = rows[0]
+    text = f"{len(first)} token ids" if isinstance(first, list) else repr(clipped(first, 60))
+    return f"{len(rows)} rows, each {text}" if len(rows) > 1 else text
 
 
 def _setting_value(value: Any) -> Any:
@@ -400,15 +411,16 @@ def _run_line(facts: dict[str, Any]) -> str:
 
 
 def _waits_lines(rows: list[dict[str, Any]]) -> list[str]:
-    shown = [row for row in rows if any(row[side][key] is not None for side in ("a_waits", "b_waits")
-                                        for key in ("host_wait_ms", "device_idle_ms"))]
-    if not shown:
+    keys = [key for key in ("host_wait_ms", "device_idle_ms")
+            if any(row[side][key] is not None for row in rows for side in ("a_waits", "b_waits"))]
+    if not keys:
         return []
-    lines = [f"per decode step, A -> B: {'contestant':<16} {'host wait':>21} {'device idle':>21}"]
+    shown = [row for row in rows if any(row[side][key] is not None for side in ("a_waits", "b_waits") for key in keys)]
+    titles = {"host_wait_ms": "host wait", "device_idle_ms": "device idle"}
+    lines = ["per decode step, A -> B:  " + f"{'contestant':<16}" + "".join(f" {titles[k]:>21}" for k in keys)]
     for row in shown:
-        host = f"{duration(row['a_waits']['host_wait_ms'])} -> {duration(row['b_waits']['host_wait_ms'])}"
-        idle = f"{duration(row['a_waits']['device_idle_ms'])} -> {duration(row['b_waits']['device_idle_ms'])}"
-        lines.append(f"{'':<24} {row['name']:<16} {host:>21} {idle:>21}")
+        cells = "".join(f" {duration(row['a_waits'][k]) + ' -> ' + duration(row['b_waits'][k]):>21}" for k in keys)
+        lines.append(f"{'':<26}{row['name']:<16}{cells}")
     return lines
 
 

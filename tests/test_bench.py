@@ -107,3 +107,134 @@ def test_aa_control_runs_the_pipelined_loop_twice_and_reports_the_noise_ratio(ti
     again = [r for r in report["runs"] if r["contestant"] == "pipelined-again"]
     assert len(again) == 2 and report["identical"]["pipelined-again"]
     assert report["ratios"]["pipelined/pipelined-again"] > 0
+
+
+# ------------------------------------------------------------------------------------- interrupted runs
+
+def _bench_process(tmp_path, *flags, env_extra=None):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu",
+                             "--prompt-tokens", "8", "--max-new-tokens", "8", "--ignore-eos", "--progress", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=Path(__file__).resolve().parent.parent)
+
+
+def _wait_for_line(process, marker: str, limit_s: float = 600) -> list[str]:
+    """stderr's lines up to the first that holds `marker` (--progress writes them as they happen)."""
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr] + [lines.put(None)],
+                     daemon=True).start()
+    seen = []
+    while True:
+        line = lines.get(timeout=limit_s)
+        assert line is not None, f"the run ended before {marker!r}: {''.join(seen)}"
+        seen.append(line)
+        if marker in line:
+            process.seen_lines = lines
+            return seen
+
+
+def _rest(process) -> tuple[str, str]:
+    stdout = process.stdout.read()
+    process.wait(timeout=300)
+    rest = []
+    while (line := process.seen_lines.get(timeout=60)) is not None:
+        rest.append(line)
+    return stdout, "".join(rest)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_run_interrupted_after_two_rounds_writes_the_finished_trials_and_prints_the_table(tmp_path, signum, code):
+    import signal
+
+    from dashboard.reports import open_report
+
+    out = tmp_path / "r.json"
+    process = _bench_process(tmp_path, "--trials", "500", "--json", str(out))
+    _wait_for_line(process, "round 2 of 500 done")
+    process.send_signal(getattr(signal, signum))
+    stdout, stderr = _rest(process)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr
+    report = open_report(out.read_bytes()).report
+    done = report["interruption"]["trials_done"]
+    assert report["interrupted"] is True and done >= 2 and report["interruption"]["trials_planned"] == 500
+    assert report["interruption"]["signal"] == signum
+    assert report["summary"]["naive"]["trials"] == report["summary"]["pipelined"]["trials"] == done
+    assert f"note: this run was cut short by {signum} after {done} of 500 rounds of trials" in stdout
+    assert "decode spread" in stdout and "What this run shows:" in stdout and "cut short" in stdout
+    assert f"wrote {out}" in stdout
+
+
+@pytest.mark.slow
+def test_an_interrupt_during_the_warm_up_is_one_line_and_writes_nothing(tmp_path):
+    import signal
+
+    out = tmp_path / "r.json"
+    process = _bench_process(tmp_path, "--trials", "3", "--max-new-tokens", "64", "--json", str(out))
+    _wait_for_line(process, "warm-up of naive")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = _rest(process)
+    assert process.returncode == 130
+    assert stderr.strip() == ("core.bench: interrupted (SIGINT) before every contestant had finished a timed trial; "
+                              "no report written")
+    assert not out.exists() and stdout == ""
+
+
+def test_ctrl_c_while_torch_is_imported_is_one_line_and_no_traceback(tmp_path):
+    """A torch that Ctrl-C interrupts while it loads: the signal arrives inside `import torch`."""
+    (tmp_path / "torch.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n")
+    process = _bench_process(tmp_path, env_extra={"PYTHONPATH": str(tmp_path)})
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert stderr.strip() == "core.bench: interrupted while starting (loading torch); nothing was run"
+    assert stdout == ""
+
+
+# ------------------------------------------------------------------------------------- the table and --compare
+
+def test_the_table_names_whose_spread_each_column_is_and_ends_with_what_the_run_shows(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    args = ["--model", "tiny-random", "--device", "cpu", "--prompt-tokens", "8", "--max-new-tokens", "4",
+            "--trials", "2", "--ignore-eos", "--json", str(out)]
+    assert main(args) == 0
+    first = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("contestant"))
+    assert header.split()[1:7] == ["decode", "tok/s", "decode", "spread", "e2e", "tok/s"]
+    naive = next(line for line in printed.splitlines() if line.startswith("naive "))
+    assert f"{first['summary']['naive']['decode_spread']:.1%}" == naive.split()[2]
+    assert f"{first['summary']['naive']['spread']:.1%}" == naive.split()[4]
+    shows = printed.split("What this run shows:\n")[1].split("reproduce:")[0]
+    assert shows.startswith("  On the CPU no difference between the loops is expected")
+    assert main(args) == 0
+    assert f"replaced {out} (it held a report from {first['created']})" in capsys.readouterr().out
+
+
+def test_compare_prints_two_reports_side_by_side(capsys):
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01"
+    assert main(["--compare", str(results / "audit-ro-1b.json.gz"), str(results / "audit-eager-1b.json.gz")]) == 0
+    printed = capsys.readouterr().out
+    assert "settings that differ (A -> B):" in printed and "compile  reduce-overhead -> off" in printed
+    assert "naive" in printed and "0.099x" in printed
+
+
+@pytest.mark.parametrize(("content", "problem"), [(None, "cannot read it"), (b"{", "not valid JSON"),
+                                                  (b'{"a": 1}', "not a syncscope benchmark report")])
+def test_compare_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, content, problem):
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_bytes(content)
+    good = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01" / "audit-ro-1b.json.gz"
+    assert main(["--compare", str(good), str(bad)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and problem in err and str(bad) in err and captured.out == ""

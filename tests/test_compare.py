@@ -34,3 +34,62 @@ def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
         timed = sum(r["timings"]["total_ms"] for r in report["runs"] if r["contestant"] == name) / 1000
         assert timed >= 0.3
     assert report["summary"]["naive"]["trials"] > 1
+
+
+def test_an_interrupt_after_two_rounds_keeps_the_finished_rounds_in_a_report_that_opens(tiny):
+    import pytest
+
+    from core.compare import InterruptedRun
+    from dashboard.reports import open_report
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4, ignore_eos=True), trials=6)
+    seen = []
+
+    def interrupt_in_round_three(event):
+        seen.append(event)
+        if event.get("phase") == "trial" and event.get("trial") == 2 and event["contestant"] == "pipelined":
+            raise KeyboardInterrupt  # after round 3's naive run: that run is left out
+
+    with pytest.raises(InterruptedRun) as stopped:
+        compare(tiny, request, on_progress=interrupt_in_round_three)
+    report = stopped.value.report
+    assert report["interrupted"] is True
+    assert report["interruption"] == {"phase": "trials", "trials_done": 2, "trials_planned": 6, "runs_left_out": 1}
+    assert sorted((r["contestant"], r["trial"]) for r in report["runs"]) == [
+        ("naive", 0), ("naive", 1), ("pipelined", 0), ("pipelined", 1)]
+    assert report["summary"]["naive"]["trials"] == 2 and report["verdict"]["call"] == "too-few-trials"
+    assert [e["done"] for e in seen if e["type"] == "round"] == [1, 2]
+    assert "tokens" not in {e["type"] for e in seen}, "progress alone does not stream the runs' tokens"
+    assert open_report(json.dumps(report)).report["interrupted"] is True
+
+
+def test_an_interrupt_before_the_first_full_round_is_the_interrupt_itself(tiny):
+    import pytest
+
+    from core.compare import InterruptedRun
+
+    def interrupt_in_round_one(event):
+        if event.get("phase") == "trial" and event["contestant"] == "pipelined":
+            raise KeyboardInterrupt
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=3)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        compare(tiny, request, on_progress=interrupt_in_round_one)
+    assert not isinstance(stopped.value, InterruptedRun)
+
+
+def test_an_interrupt_during_the_audit_keeps_every_trial_and_says_the_audit_is_missing(tiny):
+    import pytest
+
+    from core.compare import InterruptedRun
+
+    def interrupt_the_audit(event):
+        if event.get("phase") == "audit":
+            raise KeyboardInterrupt
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=2, audit=True)
+    with pytest.raises(InterruptedRun) as stopped:
+        compare(tiny, request, on_progress=interrupt_the_audit)
+    report = stopped.value.report
+    assert report["interruption"]["phase"] == "sync audit" and report["interruption"]["trials_done"] == 2
+    assert "sync_audit" not in report and len(report["runs"]) == 4
