@@ -71,12 +71,13 @@ class JobQueue:
                 self._queue.appendleft(job)
             self._cond.notify_all()
 
-    def take_waiting(self) -> list[Job]:
-        """Every queued job, removed from the queue (to fail them when there is no engine to run them)."""
+    def take_waiting(self, which: Callable[[Job], bool] | None = None) -> list[Job]:
+        """The queued jobs (`which` of them, or all), removed from the queue (to fail them when they cannot run)."""
         with self._cond:
-            waiting = list(self._queue)
-            self._queue.clear()
-            return waiting
+            taken = [job for job in self._queue if which is None or which(job)]
+            for job in taken:
+                self._queue.remove(job)
+            return taken
 
     def cancel(self, job_id: int, owner: str | None = None, reason: str | None = None) -> bool:
         """Ask a job to stop (queued: dropped at once; running: `stop`). False if not found, done or not yours."""

@@ -2,25 +2,28 @@
 
 It sends each job to the engine (engine.client), turns the engine's replies into the job's state, and knows what
 the engine has loaded. When the engine dies or hangs, the job it was running fails with the reason (or, if the
-engine never received it, goes back to the queue), a new engine starts, the model is loaded again, and the queue
-goes on; an engine that keeps dying (RestartPolicy) is given up on, and the jobs waiting for it fail with the reason.
+engine never received it, goes back to the queue), a new engine starts (at once when the server stopped it on
+purpose, after a growing delay when it died on its own: RestartPolicy), the model is loaded again, and the queue
+goes on. A model that keeps killing its engine is unloaded, and the default model is served instead.
 No torch, gradio or plotly here.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from core.specs import quote_spec
 from dashboard.job_queue import JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, LOADING, QUEUED, RUNNING, Job
 from dashboard.limits import Limits
 from dashboard.live_view import TextDecoder
 from dashboard.model_policy import ModelPolicy
-from engine.client import EngineClient, EngineLost
+from engine.client import EngineClient, EngineLoss, EngineLost
 from engine.protocol import (
     Compare,
     Done,
@@ -37,51 +40,83 @@ from engine.protocol import (
     job_of,
 )
 
-RESTARTS_ALLOWED = 3
-RESTART_WINDOW_S = 300.0
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 60.0
+HEALTHY_S = 120.0  # an engine that stays up this long after a restart ends the run of losses
+RETRIES_ALLOWED = 3  # times a job that never reached the engine goes back to the queue
+CULPRIT_LOSSES = 3  # losses in a row with one model (not the default) that unload it
 
 logger = logging.getLogger("syncscope")
 
+Schedule = Callable[[float, Callable[[], None]], None]
+
 
 class RestartPolicy:
-    """At most `allowed` restarts within `window_s` seconds; a job goes back to the queue at most `allowed` times."""
+    """How long to wait before starting the engine again after a real loss: BACKOFF_FIRST_S, then twice as long
+    after each loss in a row, at most BACKOFF_MAX_S; an engine that stays up `healthy_s` after its restart ends
+    the run (`streak`). Restarts the server chose (a cancel the engine could not honour) never come here.
+    A job that never reached the engine goes back to the queue at most `retries` times."""
 
-    def __init__(self, allowed: int = RESTARTS_ALLOWED, window_s: float = RESTART_WINDOW_S,
+    def __init__(self, first_s: float = BACKOFF_FIRST_S, max_s: float = BACKOFF_MAX_S,
+                 healthy_s: float = HEALTHY_S, retries: int = RETRIES_ALLOWED,
                  clock: Callable[[], float] = time.monotonic):
-        self.allowed, self.window_s, self.clock = allowed, window_s, clock
-        self._losses: list[float] = []
+        self.first_s, self.max_s, self.healthy_s, self.retries, self.clock = first_s, max_s, healthy_s, retries, clock
+        self.streak = 0
+        self._restart_at: float | None = None
 
-    def lost(self) -> bool:
-        """Count a loss of the engine; True if it may be restarted."""
+    def lost(self) -> float:
+        """Count a real loss of the engine; the seconds to wait before starting it again."""
         now = self.clock()
-        self._losses = [t for t in self._losses if now - t < self.window_s] + [now]
-        return len(self._losses) <= self.allowed
-
-    @property
-    def recent_losses(self) -> int:
-        return len(self._losses)
+        if self._restart_at is not None and now - self._restart_at >= self.healthy_s:
+            self.streak = 0
+        self.streak += 1
+        delay = min(self.max_s, self.first_s * 2 ** (self.streak - 1))
+        self._restart_at = now + delay
+        return delay
 
     def may_retry(self, job: Job) -> bool:
         """Count one more attempt to send `job`; False once it has had its share."""
         job.attempts += 1
-        return job.attempts <= self.allowed
+        return job.attempts <= self.retries
+
+
+def start_later(delay_s: float, work: Callable[[], None]) -> None:
+    """Run `work` in `delay_s` seconds, on a timer thread (at once, in this thread, when there is no delay)."""
+    if delay_s <= 0:
+        work()
+        return
+    timer = threading.Timer(delay_s, work)
+    timer.daemon = True
+    timer.name = "engine-restart"
+    timer.start()
 
 
 class EngineSupervisor:
     """The engine processes as the queue sees them: what they have loaded, why they are down, and every job's end
-    that the engine decides. `on_report(job)` is told of a comparison's report before the job is marked done."""
+    that the engine decides. `on_report(job)` is told of a comparison's report before the job is marked done.
+
+    After a loss: a restart the server chose (a cancel that had to kill the engine) starts a new engine at once; a
+    real loss starts one after the policy's backoff (`schedule(delay, start)`), and a model other than
+    `default_model` that was in use for CULPRIT_LOSSES real losses in a row is unloaded, refused from then on, and the
+    default loaded instead. `trouble` (the banner's line) and the log say which of these happened."""
 
     def __init__(self, queue: JobQueue, models: ModelPolicy, limits: Limits, on_report: Callable[[Job], None], *,
                  device: str | None = None, dtype: str | None = None, tp: int = 1, hf_modules: bool = False,
-                 engine: dict[str, Any] | None = None, policy: RestartPolicy | None = None):
+                 engine: dict[str, Any] | None = None, policy: RestartPolicy | None = None,
+                 default_model: str | None = None, schedule: Schedule = start_later):
         self.queue, self.models, self.limits, self.on_report, self.tp = queue, models, limits, on_report, tp
         self.policy = policy or RestartPolicy()
+        self.default_model = default_model
+        self.schedule = schedule
         self.loaded: Loaded | None = None  # without its tokenizer_json: `decoder` holds that
         self.decoder: TextDecoder | None = None
         self.trouble: str | None = None  # why the engine is down, or was restarted
         self.last_load_error: str | None = None  # the startup load's (or a reload's) failure: the banner says it
+        self.retired_note: str | None = None  # the latest model unloaded for killing its engine: the banner keeps it
+        self._start_error: str | None = None  # the latest engine could not start: jobs waiting for it fail
         self._wanted_model: str | None = None  # loaded again after a restart
-        self._cancel_requested: set[int] = set()
+        self._culprit: tuple[str | None, int] = (None, 0)  # the model in use at the latest real losses, how many
+        self._stop_causes: dict[int, str] = {}  # why the server asked a job to stop: "cancel", "run limit"
         self.client = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
                                    hf_modules=hf_modules, **(engine or {}))
 
@@ -112,22 +147,23 @@ class EngineSupervisor:
 
     def stop(self, job: Job) -> None:
         """Ask the running job to stop within one decode step (the engine is restarted if it does not)."""
-        self._cancel_requested.add(job.id)
+        self._stop_causes.setdefault(job.id, "cancel")
         self.client.cancel(job.id)
 
     def _engine_ready(self, job: Job) -> bool:
-        """Wait for the engine's hello (a fresh engine takes seconds to import torch); False if the job ended."""
+        """Wait for the engine's hello (a fresh engine takes seconds to import torch, and one after a loss starts when
+        its backoff is over); False if the job ended, or the engine cannot start."""
         while not self.client.hello_event.wait(0.25):
             if job.done:
                 return False
-            if self.trouble and not self.client.alive:
-                self._fail(job, self.trouble)
+            if self._start_error and not self.client.alive:
+                self._fail(job, self._start_error)
                 return False
         return not job.done
 
     def _retry_after_restart(self, job: Job, exc: EngineLost) -> None:
         """The engine died just before this job was sent: back to the queue it goes."""
-        time.sleep(0.5)  # let the reader notice the death and start the new engine
+        time.sleep(0.5)  # let the reader notice the death and schedule the new engine
         if not self._requeue(job):
             self._fail(job, self.trouble or f"the engine process is not running ({exc})")
 
@@ -143,12 +179,13 @@ class EngineSupervisor:
             if job.state == QUEUED:  # sent back to the queue after the engine it was sent to died
                 return
             if limit and job.work == COMPARE and time.perf_counter() - (job.t0 or 0) > limit:
+                self._stop_causes[job.id] = "run limit"
                 self.queue.cancel(job.id, reason=f"stopped after {limit:.0f} s: this server limits the length of a run")
 
     def _fail(self, job: Job, error: str) -> None:
         if job.done:
             return
-        logger.error("%s %d (%s) failed: %s", job.work, job.id, job.model or self.model_spec, error)
+        logger.error("%s %d (%s) failed: %s", job.work, job.id, _spec_for_log(job.model or self.model_spec), error)
         if job.work == LOAD and job.owner is None and job.model in self.models.named:
             self.last_load_error = f"Could not load {job.model}: {error}"  # the startup load, or a reload
         self.queue.finish(job, FAILED, error)
@@ -158,17 +195,18 @@ class EngineSupervisor:
     def _on_message(self, message: Reply) -> None:
         if isinstance(message, Ready):
             logger.info("engine process ready in %.1f s (start and imports, %d rank(s))", message.start_s, self.tp)
+            self._start_error = None
             return
         job_id = job_of(message)
         job = self.queue.get(job_id) if job_id is not None else None
         if isinstance(message, Loaded):
-            logger.info("loaded %s on %s in %.1f s", message.spec, message.device, message.load_s)
+            logger.info("loaded %s on %s in %.1f s", _spec_for_log(message.spec), message.device, message.load_s)
             self._loaded(message)
             if job is not None and job.work == COMPARE:
                 job.state = RUNNING
         if job is None:
             if isinstance(message, Failed):  # the engine could not start
-                self.trouble = f"the engine process could not start: {message.error}"
+                self.trouble = self._start_error = f"the engine process could not start: {message.error}"
                 logger.error("%s", self.trouble)
             return
         if isinstance(message, Started):
@@ -182,8 +220,10 @@ class EngineSupervisor:
             if job.work == COMPARE:
                 job.report = message.report
                 self.on_report(job)
+            self._stop_causes.pop(job.id, None)
             self.queue.finish(job, DONE, None)
         elif isinstance(message, JobCancelled):
+            self._stop_causes.pop(job.id, None)
             self.queue.finish(job, CANCELLED, job.error)
         elif isinstance(message, Failed):
             self._failed(job, message)
@@ -191,7 +231,8 @@ class EngineSupervisor:
     def _loaded(self, message: Loaded) -> None:
         self.decoder = TextDecoder(message.tokenizer_json, message.tokenizer_cleanup)
         self.loaded = replace(message, tokenizer_json=None)
-        self._wanted_model, self.trouble, self.last_load_error = message.spec, None, None
+        self._wanted_model, self.last_load_error = message.spec, None
+        self.trouble = self.retired_note  # a model unloaded for killing its engine stays named on the banner
 
     def _failed(self, job: Job, message: Failed) -> None:
         error = message.error or "failed"
@@ -200,42 +241,83 @@ class EngineSupervisor:
             self.loaded, self.decoder = None, None
         elif message.category == FailureCategory.INPUT and job.model and job.model != self.model_spec:
             error += f"; still using {self.model_spec}" if self.model_spec else "; no model is loaded"
+        self._stop_causes.pop(job.id, None)
         self._fail(job, error)
 
-    def _on_lost(self, job_id: int | None, reason: str) -> None:
-        restarting = self.policy.lost() and not self.queue.closed
-        model = self._wanted_model
-        self.loaded, self.decoder = None, None
-        shown = self.models.public_name(model)
-        after = (f"; a new engine was started and is loading {shown} again" if restarting and model else
-                 "; a new engine was started" if restarting else
-                 f"; it failed {self.policy.recent_losses} times in {self.policy.window_s:.0f} s, so it was not "
-                 "restarted")
-        self.trouble = f"The engine process {reason}{after}."
-        cancelling = job_id is not None and job_id in self._cancel_requested
-        logger.error("engine process lost%s (job %s): %s%s", " after a cancel" if cancelling else "", job_id,
-                     reason, after)
-        job = self.queue.get(job_id) if job_id is not None else None
-        if job is not None and not job.done:
-            self._end_lost_job(job, reason, after, restarting, cancelling)
-        if restarting:
-            logger.warning("restarting the engine process (restart %d of %d allowed in %.0f s)",
-                           self.policy.recent_losses, self.policy.allowed, self.policy.window_s)
-            self.client.restart()
-            if model:
-                self.queue.add(Job(id=self.queue.next_id(), work=LOAD, owner=None, model=model, internal=True,
-                                   progress=f"Loading model {model} again after an engine restart"), front=True)
-        else:
-            for queued in self.queue.take_waiting():
-                self._fail(queued, self.trouble)
+    # ---- a loss of the engine (a reader or the watcher thread)
 
-    def _end_lost_job(self, job: Job, reason: str, after: str, restarting: bool, cancelling: bool) -> None:
-        if not job.started and restarting and self._requeue(job):
-            return  # it never reached the engine: it runs on the new one
-        if cancelling:
-            self.queue.finish(job, CANCELLED, f"the engine process {reason}")
+    def _on_lost(self, job_id: int | None, loss: EngineLoss) -> None:
+        job = self.queue.get(job_id) if job_id is not None else None
+        job = job if job is not None and not job.done else None
+        self.loaded, self.decoder = None, None
+        if self.queue.closed:
+            if job is not None:
+                self._fail(job, f"the engine process {loss.reason}")
+            return
+        if loss.chosen:
+            delay, retired = 0.0, None
+            cause = self._stop_causes.pop(job_id, "cancel") if job_id is not None else "cancel"
+            what = f"restarted on purpose ({cause})"
         else:
-            self._fail(job, f"the engine process {reason} during this job{after}")
+            delay, retired = self.policy.lost(), self._count_culprit(job)
+            what = f"engine lost ({loss.short}), restarting in {delay:.0f} s"
+        model = self._wanted_model
+        then = f"; it loads {self.models.public_name(model)} again" if model else ""
+        self.trouble = (f"{retired} " if retired else "") + f"{what[0].upper()}{what[1:]}: the engine process " \
+            f"{loss.reason}{then}."
+        if loss.chosen:
+            logger.warning("engine %s (job %s): the engine process %s", what, job_id, loss.reason)
+        else:
+            logger.error("%s (job %s, real loss %d in a row): the engine process %s", what, job_id,
+                         self.policy.streak, loss.reason)
+        if job is not None:
+            self._end_lost_job(job, loss, f"; {what}{then}")
+        self.schedule(delay, lambda: self._restart(model))
+        if model:
+            self.queue.add(Job(id=self.queue.next_id(), work=LOAD, owner=None, model=model, internal=True,
+                               progress=f"Loading model {model} again after an engine restart"), front=True)
+
+    def _count_culprit(self, job: Job | None) -> str | None:
+        """Count this real loss against the model in use; when that model (not the default) has now been in use for
+        CULPRIT_LOSSES losses in a row, unload it: what the banner says about it, else None."""
+        culprit = job.model if job is not None and job.model else self._wanted_model
+        previous, count = self._culprit
+        count = count + 1 if culprit == previous and self.policy.streak > 1 else 1
+        self._culprit = (culprit, count)
+        if culprit is None or culprit == self.default_model or count < CULPRIT_LOSSES:
+            return None
+        self._culprit = (None, 0)
+        shown = self.models.public_name(culprit)
+        default = self.models.public_name(self.default_model) if self.default_model else None
+        said = self.retired_note = (f"Model {shown} unloaded after {count} losses of the engine in a row; "
+                                    + (f"serving the default ({default})." if default else "no model is loaded."))
+        self.models.retire(culprit, f"it was unloaded after the engine process was lost {count} times in a row "
+                                    "while it was in use")
+        self._wanted_model = self.default_model
+        for queued in self.queue.take_waiting(lambda waiting: waiting.model == culprit):
+            self._fail(queued, f"model {shown} was unloaded after {count} losses of the engine in a row")
+        logger.error("model %s unloaded after %d losses in a row; serving the default (%s)", _spec_for_log(culprit),
+                     count, self.default_model)
+        return said
+
+    def _restart(self, model: str | None) -> None:
+        if self.queue.closed:
+            return
+        logger.warning("restarting the engine process%s", f"; then loading {_spec_for_log(model)}" if model else "")
+        self.client.restart()
+
+    def _end_lost_job(self, job: Job, loss: EngineLoss, after: str) -> None:
+        culprit_gone = job.model is not None and job.model in self.models.retired
+        if not job.started and not culprit_gone and self._requeue(job):
+            return  # it never reached the engine: it runs on the new one
+        if loss.chosen:
+            self.queue.finish(job, CANCELLED, f"the engine process {loss.reason}")
+        else:
+            self._fail(job, f"the engine process {loss.reason} during this job{after}")
+
+
+def _spec_for_log(spec: str | None) -> str:
+    return quote_spec(spec) if spec and len(spec) > 80 else str(spec)
 
 
 def _request(job: Job) -> Load | Compare:

@@ -3,8 +3,9 @@
 One process per tensor-parallel rank (`world_size`), each started with `multiprocessing`'s spawn method, so this
 process never initialises CUDA (it does not even import torch). Requests go to every rank; rank 0's messages go
 to `on_message`. A rank that dies, stops beating its heartbeat, or does not finish a cancelled job within
-`cancel_grace_s` takes the whole group down: `on_lost(job, reason)` says why, and `restart()` starts a fresh
-group. Nothing here decides what to do about a loss; the dashboard's engine supervisor does.
+`cancel_grace_s` takes the whole group down: `on_lost(job, loss)` says why (an EngineLoss: in words, and whether
+this server chose it), and `restart()` starts a fresh group. Nothing here decides what to do about a loss; the
+dashboard's engine supervisor does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core.memory import oom_kill_count
 from core.parallel.launch import child_environment, free_port, spawn_context
 from engine.process import RESTART_EXIT_CODE, EngineConfig, serve
 from engine.protocol import Compare, Failed, Hello, JobCancelled, JobEnd, Load, Ready, Reply, Shutdown, Started
@@ -33,6 +35,23 @@ class EngineLost(Exception):
     """The engine processes are gone (died, hung, or were stopped); the message says why."""
 
 
+@dataclass(frozen=True)
+class EngineLoss:
+    """Why a group went down. `chosen`: this server stopped it on purpose (a cancel that did not land within the
+    grace period), which is no fault of the engine's; otherwise it died, hung or broke on its own."""
+
+    reason: str  # completes "The engine process ...": "was killed by signal 9 (SIGKILL: ...)"
+    chosen: bool = False
+    signal: int | None = None  # the signal that ended a rank, when one did
+
+    @property
+    def short(self) -> str:
+        """A few words for the banner and the log: "signal 9", "exit code 3", "hung", "cancel"."""
+        if self.signal is not None:
+            return f"signal {self.signal}"
+        return self.reason.split(" (")[0]
+
+
 @dataclass
 class _Rank:
     process: Any
@@ -45,7 +64,7 @@ class _Rank:
 class EngineClient:
     """A group of engine processes (one per rank) and the threads that read from them and watch them."""
 
-    def __init__(self, on_message: Callable[[Reply], None], on_lost: Callable[[int | None, str], None], *,
+    def __init__(self, on_message: Callable[[Reply], None], on_lost: Callable[[int | None, EngineLoss], None], *,
                  device: str | None = None, dtype: str | None = None, world_size: int = 1,
                  hf_modules: bool = False, hang_s: float = HANG_S, cancel_grace_s: float = CANCEL_GRACE_S,
                  start_timeout_s: float = START_TIMEOUT_S):
@@ -68,6 +87,7 @@ class EngineClient:
         self.hello_event = threading.Event()
         self.starts = 0
         self.start_s: float | None = None  # spawn to every rank's hello (imports included), of the latest start
+        self._oom_kills_at_start: int | None = None
         self._watcher = threading.Thread(target=self._watch, name="engine-watch", daemon=True)
 
     # ---- life cycle
@@ -151,6 +171,7 @@ class EngineClient:
         self._active_job, self._cancel_asked_at = None, None
         self._outcomes, self._partial_since = {}, None
         self._started_at = time.monotonic()
+        self._oom_kills_at_start = oom_kill_count()
         rendezvous = f"tcp://127.0.0.1:{free_port()}" if self.world_size > 1 else None
         with child_environment():
             self._ranks = [self._spawn_rank(rank, rendezvous) for rank in range(self.world_size)]
@@ -173,6 +194,7 @@ class EngineClient:
     def _kill_group(self) -> None:
         ranks, self._ranks = self._ranks, []
         self._generation += 1  # readers of the old group stop reporting
+        self.hello_event.clear()  # a job waits for the next group's hello, not the dead one's
         for rank in ranks:
             if rank.process.is_alive():
                 rank.process.kill()
@@ -187,11 +209,21 @@ class EngineClient:
             except (EOFError, OSError):
                 break
             except Exception as exc:  # a message that does not unpickle: treat the engine as broken
-                self._lose(generation, f"sent a message this server could not read ({type(exc).__name__}: {exc})")
+                reason = f"sent a message this server could not read ({type(exc).__name__}: {exc})"
+                self._lose(generation, EngineLoss(reason[:300]))
                 return
             self._deliver(rank, generation, message)
         rank.process.join(2)
-        self._lose(generation, describe_exit(rank.process.exitcode))
+        code = rank.process.exitcode
+        self._lose(generation, EngineLoss(describe_exit(code, self._oom_killed()),
+                                          signal=-code if code is not None and code < 0 else None))
+
+    def _oom_killed(self) -> bool | None:
+        """Whether the cgroup's OOM-kill count grew since this group started (None: it cannot be read here)."""
+        now = oom_kill_count()
+        if now is None or self._oom_kills_at_start is None:
+            return None
+        return now > self._oom_kills_at_start
 
     def _deliver(self, rank: _Rank, generation: int, message: Reply) -> None:
         with self._lock:
@@ -235,45 +267,48 @@ class EngineClient:
                 return found
         return outcomes[0]
 
-    def _lose(self, generation: int, reason: str) -> None:
+    def _lose(self, generation: int, loss: EngineLoss) -> None:
         with self._lock:
             if generation != self._generation or self._closed:
                 return
             job = self._active_job
             self._kill_group()
-        self.on_lost(job, reason)
+        self.on_lost(job, loss)
 
     def _watch(self) -> None:
         while not self._closed:
             time.sleep(WATCH_S)
-            reason = self._trouble()
-            if reason:
-                self._lose(self._generation, reason)
+            loss = self._trouble()
+            if loss:
+                self._lose(self._generation, loss)
 
-    def _trouble(self) -> str | None:
+    def _trouble(self) -> EngineLoss | None:
         with self._lock:
             if not self._ranks:
                 return None
             now = time.monotonic()
             if not self.hello_event.is_set():
                 if now - self._started_at > self.start_timeout_s:
-                    return f"did not start within {self.start_timeout_s:.0f} s"
+                    return EngineLoss(f"did not start within {self.start_timeout_s:.0f} s")
                 return None
             for index, rank in enumerate(self._ranks):
                 if now - rank.heartbeat.value > self.hang_s:
-                    return f"stopped responding (rank {index}: no heartbeat for {self.hang_s:.0f} s)"
+                    return EngineLoss(f"stopped responding (rank {index}: no heartbeat for {self.hang_s:.0f} s)")
             if self._partial_since is not None and now - self._partial_since > RANKS_APART_S:
                 first = next(iter(self._outcomes.values()))
-                return (f"rank {next(iter(self._outcomes))} ended the job ({first.type}: "
-                        f"{getattr(first, 'error', '')}) while the others kept running for {RANKS_APART_S:.0f} s")
+                return EngineLoss(f"rank {next(iter(self._outcomes))} ended the job ({first.type}: "
+                                  f"{getattr(first, 'error', '')[:200]}) while the others kept running for "
+                                  f"{RANKS_APART_S:.0f} s")
             if self._cancel_asked_at is not None and now - self._cancel_asked_at > self.cancel_grace_s:
-                return (f"did not stop within {self.cancel_grace_s:.0f} s of the cancel (it was inside a long "
-                        "uninterruptible step such as compilation), so it was stopped and restarted")
+                return EngineLoss(f"did not stop within {self.cancel_grace_s:.0f} s of the cancel (it was inside a "
+                                  "long uninterruptible step such as compilation), so it was stopped and restarted",
+                                  chosen=True)
         return None
 
 
-def describe_exit(code: int | None) -> str:
-    """Why a process ended, in words, from its exit code."""
+def describe_exit(code: int | None, oom_killed: bool | None = None) -> str:
+    """Why a process ended, in words, from its exit code; for SIGKILL, whether the cgroup recorded an OOM kill
+    (`oom_killed`; None: this machine does not say, and the words say both causes)."""
     if code is None:
         return "closed its connection but is still running"
     if code == 0:
@@ -285,11 +320,20 @@ def describe_exit(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        meaning = {"SIGKILL": " (the system's out-of-memory killer sends this when host memory runs out)",
+        meaning = {"SIGKILL": _sigkill_meaning(oom_killed),
                    "SIGSEGV": " (a segmentation fault: a crash in native code)",
                    "SIGABRT": " (aborted by native code)", "SIGTERM": " (asked to terminate)"}.get(name, "")
-        return f"was killed by {name}{meaning}"
+        return f"was killed by signal {-code}, {name}{meaning}"
     return f"exited with code {code}"
+
+
+def _sigkill_meaning(oom_killed: bool | None) -> str:
+    if oom_killed:
+        return " (the kernel's out-of-memory killer: the cgroup's oom_kill count went up; host memory ran out)"
+    if oom_killed is False:
+        return (" (not the out-of-memory killer: the cgroup's oom_kill count did not change, so most likely "
+                "someone's kill -9)")
+    return " (the out-of-memory killer or someone's kill -9: this machine's cgroup does not say which)"
 
 
 def _send_quietly(conn: Any, message: Shutdown) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from core.parallel.launch import CHILD_ENV_DEFAULTS
-from engine.client import EngineClient, EngineLost, _Rank, describe_exit
+from engine.client import EngineClient, EngineLoss, EngineLost, _Rank, describe_exit
 from engine.process import RESTART_EXIT_CODE
 from engine.protocol import Compare, Done, Failed, FailureCategory, Hello, JobCancelled, Progress, Ready, Started
 from tests.helpers import wait_until
@@ -101,10 +101,64 @@ def test_a_failed_start_reaches_the_runner():
 
 @pytest.mark.parametrize(("code", "words"), [
     (None, "still running"), (0, "exited"), (RESTART_EXIT_CODE, "fresh CUDA context"), (7, "exited with code 7"),
-    (-signal.SIGKILL, "SIGKILL (the system's out-of-memory killer"), (-signal.SIGSEGV, "segmentation fault"),
+    (-signal.SIGKILL, "was killed by signal 9, SIGKILL (the out-of-memory killer or someone's kill -9"),
+    (-signal.SIGSEGV, "segmentation fault"),
 ])
 def test_an_exit_is_told_in_words(code, words):
     assert words in describe_exit(code)
+
+
+def test_a_sigkill_blames_the_oom_killer_only_when_the_cgroup_counted_an_oom_kill():
+    assert "the kernel's out-of-memory killer" in describe_exit(-signal.SIGKILL, oom_killed=True)
+    plain = describe_exit(-signal.SIGKILL, oom_killed=False)
+    assert "not the out-of-memory killer" in plain and "kill -9" in plain
+
+
+def test_a_dead_rank_is_a_real_loss_named_by_its_signal_and_the_cgroup_is_asked_about_oom_kills(monkeypatch):
+    import engine.client as client_module
+
+    kills = iter([4, 5])  # at the start of the group, then after the death
+    monkeypatch.setattr(client_module, "oom_kill_count", lambda: next(kills))
+    client, told, ranks = group(1)
+    client._oom_kills_at_start = client_module.oom_kill_count()
+
+    class DeadPipe:
+        def recv(self):
+            raise EOFError
+
+        def close(self):
+            pass
+
+    class Killed(FakeProcess):
+        exitcode = -signal.SIGKILL
+
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self, timeout=None) -> None:
+            pass
+
+    ranks[0].process, ranks[0].conn = Killed(100), DeadPipe()
+    client._read(ranks[0], 1)
+    (_, _, loss), = told
+    assert isinstance(loss, EngineLoss) and not loss.chosen and loss.signal == 9 and loss.short == "signal 9"
+    assert "the kernel's out-of-memory killer" in loss.reason
+
+
+def test_a_cancel_that_did_not_land_is_a_restart_the_server_chose_and_a_hang_is_not(monkeypatch):
+    import engine.client as client_module
+
+    client, _, ranks = group(1)
+    client.hello_event.set()
+    now = client_module.time.monotonic()
+    ranks[0].heartbeat = type("Beat", (), {"value": now})()
+    client._active_job, client._cancel_asked_at = 5, now - client.cancel_grace_s - 1
+    cancel = client._trouble()
+    assert cancel.chosen and "did not stop within 10 s of the cancel" in cancel.reason
+    client._cancel_asked_at = None
+    ranks[0].heartbeat.value = now - client.hang_s - 1
+    hang = client._trouble()
+    assert not hang.chosen and "stopped responding" in hang.reason and hang.short == "stopped responding"
 
 
 def test_a_started_group_says_hello_with_the_child_environment_and_leaves_nothing_behind():

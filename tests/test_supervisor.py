@@ -10,10 +10,15 @@ from dashboard.job_queue import JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, QUEUED, RUNNING, Job
 from dashboard.limits import LOCAL_LIMITS
 from dashboard.model_policy import ModelPolicy
-from dashboard.supervisor import EngineSupervisor, RestartPolicy
+from dashboard.supervisor import CULPRIT_LOSSES, EngineSupervisor, RestartPolicy
+from engine.client import EngineLoss
 from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, Loaded, Started
 
 TINY = "tiny-random"
+OTHER = "synthetic:smollm2-135m"
+KILLED = EngineLoss("was killed by signal 9, SIGKILL (...)", signal=9)
+CANCEL_KILLED = EngineLoss("did not stop within 10 s of the cancel (...), so it was stopped and restarted",
+                           chosen=True)
 
 
 def loaded(spec: str = TINY, job: int = 1) -> Loaded:
@@ -31,16 +36,24 @@ class Clock:
 
 
 class Supervised(EngineSupervisor):
-    """A supervisor over a queue with no worker; its engine is never started, and a restart only counts.
+    """A supervisor over a queue with no worker; its engine is never started, and a restart only counts. Its clock
+    is set by hand, and a restart scheduled after a delay happens at once, the delay recorded in `delays`.
     `reports` records (job id, state) as each report arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_model: str | None = TINY) -> None:
         self.reports: list[tuple[int, str]] = []
         self.restarts = 0
-        super().__init__(JobQueue(), ModelPolicy(named=[TINY]), LOCAL_LIMITS,
+        self.delays: list[float] = []
+        self.clock = Clock()
+        super().__init__(JobQueue(), ModelPolicy(named=[TINY, OTHER]), LOCAL_LIMITS,
                          lambda job: self.reports.append((job.id, job.state)),
-                         policy=RestartPolicy(allowed=2, window_s=60, clock=Clock()))
+                         policy=RestartPolicy(clock=self.clock), default_model=default_model,
+                         schedule=self._later)
         self.client.restart = self._count_restart  # type: ignore[method-assign]
+
+    def _later(self, delay: float, work) -> None:
+        self.delays.append(delay)
+        work()
 
     def _count_restart(self) -> None:
         self.restarts += 1
@@ -55,14 +68,18 @@ def add(supervisor: EngineSupervisor, work=COMPARE, model: str | None = None, ow
     return supervisor.queue.add(Job(id=supervisor.queue.next_id(), work=work, owner=owner, model=model))
 
 
-def test_a_restart_policy_gives_up_on_an_engine_that_keeps_dying():
+def test_real_losses_in_a_row_wait_longer_each_time_and_a_healthy_engine_starts_the_count_again():
     clock = Clock()
-    policy = RestartPolicy(allowed=2, window_s=60, clock=clock)
-    assert policy.lost() and policy.lost() and not policy.lost()
-    clock.now = 61.0
-    assert policy.lost() and policy.recent_losses == 1, "losses older than the window are forgotten"
+    policy = RestartPolicy(first_s=1, max_s=60, healthy_s=120, clock=clock)
+    delays = []
+    for _ in range(9):
+        delays.append(policy.lost())
+        clock.now += delays[-1] + 5  # each new engine lives 5 s
+    assert delays == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    clock.now += 120
+    assert policy.lost() == 1 and policy.streak == 1, "an engine up for the healthy period ends the run of losses"
     job = Job(id=1, work=COMPARE, owner=None, model=None)
-    assert policy.may_retry(job) and policy.may_retry(job) and not policy.may_retry(job)
+    assert all(policy.may_retry(job) for _ in range(3)) and not policy.may_retry(job)
 
 
 def test_a_loaded_model_is_what_the_supervisor_knows_and_the_report_is_told_before_the_job_is_done(supervisor):
@@ -108,38 +125,114 @@ def test_a_loss_fails_the_running_job_restarts_and_reloads_first(supervisor):
     supervisor._on_message(loaded())
     running, waiting = add(supervisor), add(supervisor)
     supervisor._on_message(Started(job=running.id))
-    supervisor._on_lost(running.id, "was killed by SIGKILL")
-    assert running.state == FAILED and "was killed by SIGKILL during this job" in running.error
-    assert "a new engine was started and is loading tiny-random again" in running.error
-    assert supervisor.restarts == 1 and supervisor.loaded is None
+    supervisor._on_lost(running.id, KILLED)
+    assert running.state == FAILED and "was killed by signal 9, SIGKILL (...) during this job" in running.error
+    assert "engine lost (signal 9), restarting in 1 s; it loads tiny-random again" in running.error
+    assert supervisor.restarts == 1 and supervisor.delays == [1] and supervisor.loaded is None
     reload, *rest = supervisor.queue.pending()
     assert reload.work == LOAD and reload.model == TINY and reload.internal and rest == [waiting]
+    assert supervisor.trouble.startswith("Engine lost (signal 9), restarting in 1 s: the engine process was killed")
 
 
 def test_a_job_the_lost_engine_never_received_runs_on_the_next_one(supervisor):
     sent = add(supervisor)
     sent.state = RUNNING
-    supervisor._on_lost(sent.id, "exited")
+    supervisor._on_lost(sent.id, EngineLoss("exited"))
     assert sent.state == QUEUED and sent.attempts == 1 and supervisor.queue.pending() == [sent]
 
 
-def test_a_cancelled_job_whose_engine_had_to_be_killed_is_cancelled(supervisor, monkeypatch):
-    job = add(supervisor)
-    supervisor._on_message(Started(job=job.id))
+def test_a_cancelled_job_whose_engine_had_to_be_killed_is_cancelled_and_the_restart_counts_for_nothing(
+        supervisor, monkeypatch, caplog):
+    caplog.set_level("INFO", logger="syncscope")
     monkeypatch.setattr(supervisor.client, "cancel", lambda job_id: None)
-    supervisor.stop(job)
-    supervisor._on_lost(job.id, "did not stop within 10 s of the cancel")
-    assert job.state == CANCELLED and "did not stop" in job.error
+    supervisor._on_message(loaded())
+    for _ in range(10):  # "compile, Run, Cancel during warm-up", ten times
+        job = add(supervisor)
+        supervisor._on_message(Started(job=job.id))
+        supervisor.stop(job)
+        supervisor._on_lost(job.id, CANCEL_KILLED)
+        assert job.state == CANCELLED and "did not stop" in job.error
+        assert supervisor.queue.take_waiting()[0].model == TINY, "the model is loaded again first"
+        supervisor._on_message(loaded())
+    assert supervisor.delays == [0] * 10 and supervisor.restarts == 10 and supervisor.policy.streak == 0
+    assert TINY not in supervisor.models.retired
+    supervisor._on_lost(None, KILLED)
+    assert supervisor.delays[-1] == 1, "the first real loss after them waits the shortest time"
+    logged = [r.getMessage() for r in caplog.records]
+    assert sum("engine restarted on purpose (cancel) (job" in line for line in logged) == 10, logged
     other = add(supervisor)
     supervisor._on_message(JobCancelled(job=other.id))
     assert other.state == CANCELLED
 
 
-def test_an_engine_that_keeps_dying_is_given_up_and_the_waiting_jobs_fail_with_the_reason(supervisor):
-    for _ in range(2):
-        supervisor._on_lost(None, "exited")
+def test_a_restart_forced_by_the_run_limit_says_so(supervisor, monkeypatch):
+    monkeypatch.setattr(supervisor.client, "cancel", lambda job_id: None)
+    job = add(supervisor)
+    supervisor._on_message(Started(job=job.id))
+    supervisor._stop_causes[job.id] = "run limit"  # what _await records before it cancels a run past the limit
+    supervisor.stop(job)
+    supervisor._on_lost(job.id, CANCEL_KILLED)
+    assert supervisor.trouble.startswith("Restarted on purpose (run limit): the engine process did not stop")
+    assert supervisor.delays == [0] and supervisor.policy.streak == 0
+
+
+def test_an_engine_that_keeps_dying_is_started_again_later_each_time_and_waiting_jobs_wait(supervisor):
     waiting = add(supervisor)
-    supervisor._on_lost(None, "exited")
-    assert supervisor.restarts == 2
-    assert waiting.state == FAILED and "it failed 3 times in 60 s, so it was not restarted" in waiting.error
-    assert supervisor.trouble == waiting.error
+    for _ in range(5):
+        supervisor._on_lost(None, KILLED)
+        supervisor.clock.now += supervisor.delays[-1] + 1
+    assert supervisor.delays == [1, 2, 4, 8, 16] and supervisor.restarts == 5
+    assert supervisor.trouble.startswith("Engine lost (signal 9), restarting in 16 s")
+    assert not waiting.done and waiting in supervisor.queue.pending(), "a waiting job waits for the new engine"
+
+
+def test_a_model_that_keeps_killing_its_engine_is_unloaded_named_and_the_default_served(supervisor, caplog):
+    caplog.set_level("INFO", logger="syncscope")
+    supervisor._on_message(loaded(OTHER))
+    queued_for_it = add(supervisor, model=OTHER)
+    for loss in range(1, CULPRIT_LOSSES + 1):
+        supervisor._on_lost(None, KILLED)
+        supervisor.clock.now += 5
+        reload = supervisor.queue.pending()[0]
+        if loss < CULPRIT_LOSSES:
+            assert reload.model == OTHER, "it is loaded again until it has killed the engine three times"
+            supervisor.queue.take_waiting(lambda job, reload=reload: job is reload)
+            supervisor._on_message(loaded(OTHER))
+    assert reload.work == LOAD and reload.model == TINY, "the default is loaded instead"
+    assert supervisor.trouble.startswith(f"Model {OTHER} unloaded after 3 losses of the engine in a row; serving "
+                                         f"the default ({TINY}). Engine lost (signal 9), restarting in 4 s")
+    assert queued_for_it.state == FAILED and "unloaded after 3 losses" in queued_for_it.error
+    with pytest.raises(ValueError, match="not offered any more"):
+        supervisor.models.check(OTHER)
+    assert OTHER not in supervisor.models.choices()
+    supervisor._on_message(loaded(TINY))
+    assert supervisor.trouble == f"Model {OTHER} unloaded after 3 losses of the engine in a row; serving the " \
+                                 f"default ({TINY}).", "the banner keeps naming it once the default is back"
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(f"model {OTHER} unloaded after 3 losses in a row; serving the default" in line for line in logged)
+
+
+def test_the_load_that_kills_the_engine_is_the_culprit_and_a_visitors_model_is_not_named(supervisor):
+    supervisor._on_message(loaded(TINY))
+    for _ in range(CULPRIT_LOSSES):
+        load = add(supervisor, work=LOAD, model="/home/someone/private-model", owner="v")
+        supervisor._on_message(Started(job=load.id))
+        supervisor._on_lost(load.id, KILLED)
+        assert load.state == FAILED
+        supervisor.queue.take_waiting()
+        supervisor._on_message(loaded(TINY))
+    assert "/home/someone" not in supervisor.trouble
+    assert supervisor.trouble.startswith("Model a model a visitor chose unloaded after 3 losses")
+    assert "/home/someone/private-model" in supervisor.models.retired
+
+
+def test_the_default_model_is_never_unloaded_and_losses_with_other_models_do_not_add_up(supervisor):
+    supervisor._on_message(loaded(TINY))
+    for _ in range(CULPRIT_LOSSES + 2):
+        supervisor._on_lost(None, KILLED)
+    assert not supervisor.models.retired and supervisor.queue.pending()[0].model == TINY
+    fresh = Supervised()
+    for model in (OTHER, TINY, OTHER, TINY):
+        fresh._on_message(loaded(model))
+        fresh._on_lost(None, KILLED)
+    assert not fresh.models.retired, "losses in a row count per model"
