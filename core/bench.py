@@ -130,7 +130,8 @@ def compare_files(path_a: str, path_b: str) -> int:
 @contextlib.contextmanager
 def interrupt_signals() -> Iterator[list[int]]:
     """SIGINT and SIGTERM both raise KeyboardInterrupt while inside, so that an interrupted run can keep its finished
-    trials; yields the signals received, in order. Outside the main thread (where handlers cannot be set) a no-op."""
+    trials; a second signal is not let to cut that short (it says so), a third ends the process at once. Yields the
+    signals received, in order. Outside the main thread (where handlers cannot be set) a no-op."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -138,7 +139,12 @@ def interrupt_signals() -> Iterator[list[int]]:
 
     def interrupt(signum: int, frame: Any) -> None:
         received.append(signum)
-        raise KeyboardInterrupt
+        if len(received) == 1:
+            raise KeyboardInterrupt
+        if len(received) == 2:
+            sys.stderr.write("core.bench: keeping what finished; interrupt once more to quit without it\n")
+            return
+        os._exit(EXIT_CODES.get(received[0], 130))
 
     before = {signum: signal.signal(signum, interrupt) for signum in EXIT_CODES}
     try:

@@ -161,4 +161,6 @@ def test_a_faster_b_beyond_both_noises_is_faster_and_one_trial_has_unknown_noise
 def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):
     result = compare_reports(load(RO_1B), cpu_report)
     assert result["only_in_a"] == ["hf", "hf-deferred"] and result["only_in_b"] == []
-    assert "device" in result["differs"] and "only in A: hf, hf-deferred" in compare_text(result)
+    assert {"device", "prompt"} <= set(result["differs"]) and "only in A: hf, hf-deferred" in compare_text(result)
+    prompt = next(row for row in result["settings"] if row["name"] == "prompt")
+    assert (prompt["a"], prompt["b"]) == ("32 token ids", "8 token ids")
