@@ -232,12 +232,15 @@ def _interrupted_code(received: Sequence[int]) -> int:
     return EXIT_CODES.get(received[0], 130) if received else 130
 
 
+_PROGRESS_PHASES = {"warmup": "warm-up", "audit": "sync audit", "kernel trial": "kernel trial"}
+
+
 def _progress_line(event: dict[str, Any]) -> None:
     """--progress: what the protocol begins, and each full round of trials it finishes, one line on stderr."""
     if event["type"] == "round":
         line = f"round {event['done']} of {event['planned']} done"
-    elif event.get("phase") in ("warmup", "audit", "kernel trial"):
-        line = f"{'warm-up' if event['phase'] == 'warmup' else event['phase']} of {event['contestant']}"
+    elif event.get("phase") in _PROGRESS_PHASES:
+        line = f"{_PROGRESS_PHASES[event['phase']]} of {event['contestant']}"
     else:
         return
     sys.stderr.write(f"core.bench: {line}\n")
