@@ -214,13 +214,16 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
 
 def _keep_interrupted(args: argparse.Namespace, loaded: LoadedModel, request: BenchRequest, report: dict[str, Any],
                       notices: Sequence[str], started: float, rank: int, received: Sequence[int]) -> int:
-    """An interrupt after the first full round: the table of the finished rounds, with a note, and the report."""
+    """An interrupt after the first full round: the table of the finished rounds, with a note, the report and the
+    trace."""
     if rank != 0:
         return _interrupted_code(received)
     _ignore_interrupts()
     report["wall_s"] = time.perf_counter() - started
     report["interruption"]["signal"] = _signal_name(received)
     _print_and_write(args, loaded, request, report, notices)
+    if args.trace_path:
+        write_json(args.trace_path, build_trace(report, None), "trace")
     return _interrupted_code(received)
 
 

@@ -160,7 +160,8 @@ def test_a_run_interrupted_after_two_rounds_writes_the_finished_trials_and_print
     from dashboard.reports import open_report
 
     out = tmp_path / "r.json"
-    process = _bench_process(tmp_path, "--trials", "500", "--json", str(out))
+    trace = tmp_path / "t.json"
+    process = _bench_process(tmp_path, "--trials", "500", "--json", str(out), "--trace", str(trace))
     _wait_for_line(process, "round 2 of 500 done")
     for _ in range(2 if signum == "SIGINT" else 1):  # a second Ctrl-C, as impatient hands give, keeps it too
         process.send_signal(getattr(signal, signum))
@@ -174,7 +175,8 @@ def test_a_run_interrupted_after_two_rounds_writes_the_finished_trials_and_print
     assert report["summary"]["naive"]["trials"] == report["summary"]["pipelined"]["trials"] == done
     assert f"note: this run was cut short by {signum} after {done} of 500 rounds of trials" in stdout
     assert "decode spread" in stdout and "What this run shows:" in stdout and "cut short" in stdout
-    assert f"wrote {out}" in stdout
+    assert f"wrote {out}" in stdout and f"wrote {trace}" in stdout
+    assert json.loads(trace.read_text())["traceEvents"]
 
 
 @pytest.mark.slow
