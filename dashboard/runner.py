@@ -10,10 +10,11 @@ may name), the run history (dashboard.history) and the NVML sampler. The engine 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from core.measure.gpu_monitor import GpuMonitor, nvml_index
+from core.memory import admission_problem, bytes_per_element, free_gpu_bytes, free_host_bytes, memory_need
 from core.options import BenchRequest, Cancelled
 from core.run_schema import Limits, request_from_values
 from core.specs import DEFAULT_MODEL, loading_note
@@ -36,20 +37,27 @@ class Runner:
                  tp: int = 1, hf_modules: bool = False, allowed_models: set[str] | None = None,
                  monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
-                 named_models: Iterable[str] = ()):
+                 named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None):
+        """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory)."""
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.limits = limits
+        self._free_memory = free_memory or self._measured_free_memory
         # Specs the operator named at startup: the banner, which every visitor sees, names these and built-ins only.
         self.models = ModelPolicy(allowed_models, [*named_models, *([model] if model else [])])
         self.run_history = RunHistory()
         self.queue = JobQueue(max_queue, on_finish=self._finished)
         self.supervisor = EngineSupervisor(self.queue, self.models, limits, self._record_page, device=device,
-                                           dtype=dtype, tp=tp, hf_modules=hf_modules, engine=engine)
+                                           dtype=dtype, tp=tp, hf_modules=hf_modules, engine=engine,
+                                           default_model=model)
         self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
+        self.models.leave_out_unfit(self.memory_problem)  # an exposed server offers only what fits
         self.supervisor.start()
         self.queue.start(self.supervisor.execute, self.supervisor.stop)
         if model:
-            self.submit_load(model)
+            try:
+                self.submit_load(model)
+            except ValueError as exc:  # the startup model cannot be loaded here: the banner says why
+                self.supervisor.last_load_error = f"Could not load {model}: {exc}"
 
     # ---- the parts, as the page reads them
 
@@ -106,7 +114,30 @@ class Runner:
         return self.models.public_name(spec)
 
     def check_model(self, spec: Any) -> str:
-        return self.models.check(spec)
+        """The spec if it may be loaded and fits; ValueError (one line) before anything is queued otherwise."""
+        spec = self.models.check(spec)
+        if spec != self.model_spec:
+            problem = self.memory_problem(spec)
+            if problem:
+                raise ValueError(problem)
+        return spec
+
+    def memory_problem(self, spec: str) -> str | None:
+        """Why `spec` cannot fit where runs go, with what the loaded model holds counted as free (it is let go
+        first); None when it fits or its size is unknown (the engine checks again, on its device, at the load)."""
+        cuda = self.uses_cuda
+        need = memory_need(spec, bytes_per_element(self.dtype, cuda), self.tp)
+        if need is None:
+            return None
+        room = self._free_memory()
+        if room is not None and self.loaded is not None:
+            room += self.loaded.weight_bytes // max(1, self.loaded.tp)
+        return admission_problem(need, room, "GPU memory" if cuda else "host memory")
+
+    def _measured_free_memory(self) -> int | None:
+        if not self.uses_cuda:
+            return free_host_bytes()
+        return free_gpu_bytes((self.monitor.gpus if self.monitor is not None else []) or [nvml_index(0)])
 
     def device_label(self) -> str:
         info = self.loaded

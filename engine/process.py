@@ -133,14 +133,37 @@ class EngineCore:
     def _load(self, spec: str, job: int) -> Loaded:
         from core.models import check_spec, load_model
 
-        check_spec(spec)  # a bad spec fails here, before the loaded model is let go
-        self._progress(job, f"Loading model {spec} ({loading_note(spec)})")
+        check_spec(spec)  # a bad spec, or one that cannot fit, fails here, before the loaded model is let go
+        unsized = self._check_room(spec)
+        self._progress(job, f"Loading model {spec} ({loading_note(spec)}{unsized})")
         started = time.perf_counter()
         self.loaded = None
         _free_memory()
         self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype,
                                  hf_modules=self.config.hf_modules, **self._tp())
         return describe_loaded(self.loaded, job, load_s=time.perf_counter() - started)
+
+    def _check_room(self, spec: str) -> str:
+        """ValueError (one line) when `spec` cannot fit where this rank would load it, with the memory the loaded
+        model would give back counted as free; a note for the progress line when its size is unknown."""
+        from core.memory import admission_problem, memory_need
+        from core.models import resolve_device, resolve_dtype
+
+        if self.config.world_size > 1:
+            from core.parallel.tensor_parallel import tp_device
+
+            device = tp_device(self.config.device)
+        else:
+            device = resolve_device(self.config.device)
+        need = memory_need(spec, resolve_dtype(self.config.dtype, device).itemsize, self.config.world_size)
+        if need is None:
+            return "; its size is unknown before loading, so it was not checked against free memory"
+        held = self.loaded.weight_bytes // max(1, self.loaded.tp) if self.loaded is not None else 0
+        room, where = room_for_a_model(device, held)
+        problem = admission_problem(need, room, where)
+        if problem:
+            raise ValueError(problem)
+        return ""
 
     def _tp(self) -> dict[str, Any]:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
@@ -245,6 +268,21 @@ def engine_facts() -> dict[str, Any]:
         facts["gpu_allocated_mib"] = torch.cuda.memory_allocated() / 2**20
         facts["gpu_reserved_mib"] = torch.cuda.memory_reserved() / 2**20
     return facts
+
+
+def room_for_a_model(device: Any, held_bytes: int) -> tuple[int | None, str]:
+    """Memory a model loaded on `device` may take (None: unknown), and what memory that is. On CUDA: free device
+    memory and all that this process's allocator keeps (the loaded model's weights are in it); on the CPU: free host
+    memory and `held_bytes`, which the loaded model gives back before the load."""
+    from core.memory import free_host_bytes
+
+    if device.type == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device), f"{device} memory"
+    free = free_host_bytes()
+    return (None if free is None else free + held_bytes), "host memory"
 
 
 def first_line(text: str) -> str:

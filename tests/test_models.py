@@ -108,3 +108,22 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
         check_spec("no-such-org/no-such-model")
     assert len(tried) == 1 and tried[0] is not None and tried[0] <= 3.0
     assert "GGUF" not in loading_note("no-such-org/no-such-model") and "GGUF" in loading_note("smollm2-135m-instruct")
+
+
+@pytest.mark.parametrize("spec", ["x" * 5000, "/tmp/" + "a" * 300, "tiny-random:" + "b" * 300, "c" * 300])
+def test_a_long_spec_is_one_readable_line_never_an_oserror(spec):
+    from core.models import check_spec
+
+    with pytest.raises(ValueError) as refused:
+        check_spec(spec)
+    assert len(str(refused.value)) < 500 and spec[:81] not in str(refused.value)
+
+
+def test_a_remote_code_directory_is_refused_by_the_cheap_check(tmp_path):
+    from core.models import check_spec
+
+    (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
+    with pytest.raises(ValueError, match="needs custom code from its repository"):
+        check_spec(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
+    assert check_spec(str(tmp_path)) == str(tmp_path), "a family transformers knows loads without the remote code"

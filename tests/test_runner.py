@@ -135,6 +135,47 @@ def test_failed_model_load_keeps_the_previous_model(tiny_runner):
     assert tiny_runner.run(FAST)["all_identical"]
 
 
+def test_a_refused_model_directory_keeps_the_previous_model_loaded_and_running(tiny_runner, tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
+    with pytest.raises(ValueError, match=r"needs custom code from its repository.*; still using tiny-random"):
+        tiny_runner.load(str(tmp_path), timeout=60)
+    assert tiny_runner.model_spec == TINY and tiny_runner.run(FAST)["all_identical"]
+
+
+def test_a_5000_character_model_spec_is_refused_in_one_short_line_before_it_is_queued(tiny_runner):
+    queued = len(tiny_runner.pending())
+    with pytest.raises(ValueError) as refused:
+        tiny_runner.submit(dict(prompt="hi", model="/" + "x" * 4999))
+    assert len(str(refused.value)) < 200 and "\n" not in str(refused.value) and "is too long" in str(refused.value)
+    assert len(tiny_runner.pending()) == queued and tiny_runner.model_spec == TINY
+
+
+def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses_it_in_one_line(tiny_runner,
+                                                                                               monkeypatch):
+    from core.memory import GIB
+    from core.specs import BUILTIN_SPECS
+    from dashboard.runner import Runner
+
+    exposed = Runner(None, device="cpu", monitor=False, allowed_models=set(BUILTIN_SPECS),
+                     free_memory=lambda: 8 * GIB)
+    try:
+        offered = exposed.model_choices()
+        assert "synthetic:llama-70b" not in offered and "synthetic:llama-8b" not in offered  # 330 and 38 GiB in fp32
+        assert "synthetic:llama-1b" in offered and TINY in offered
+        with pytest.raises(ValueError, match=r"^model 'synthetic:llama-70b' does not fit"):
+            exposed.submit(dict(prompt="hi", model="synthetic:llama-70b"))
+    finally:
+        exposed.close()
+    monkeypatch.setattr(tiny_runner, "_free_memory", lambda: 8 * GIB)
+    queued = len(tiny_runner.pending())
+    with pytest.raises(ValueError) as refused:
+        tiny_runner.submit_load("synthetic:llama-70b")
+    line = str(refused.value)
+    assert line.startswith("model 'synthetic:llama-70b' does not fit: it needs about 329.5 GiB") and "\n" not in line
+    assert "8.0 GiB of host memory is free" in line
+    assert len(tiny_runner.pending()) == queued and tiny_runner.model_spec == TINY, "nothing was queued or unloaded"
+
+
 def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     job = tiny_runner.submit(dict(prompt="Hi", model="./no-such-model-directory", max_new_tokens=16))
     finish(tiny_runner, job)

@@ -51,3 +51,14 @@ def test_each_synthetic_shape_is_a_valid_config_of_its_family(name):
 def test_naming_the_specs_imports_no_torch():
     code = "import sys, core.specs; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_a_spec_is_quoted_whole_when_short_and_cut_at_80_characters_when_long():
+    from core.specs import check_spec_length, quote_spec
+
+    assert quote_spec("tiny-random") == "'tiny-random'"
+    quoted = quote_spec("y" * 5000)
+    assert quoted == f"'{'y' * 80}'… (5,000 characters)"
+    check_spec_length("z" * 512)
+    with pytest.raises(ValueError, match="at most 512 characters"):
+        check_spec_length("z" * 513)

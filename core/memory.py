@@ -1,0 +1,254 @@
+"""Memory admission: whether a model fits where it would run, known before anything is allocated. No torch here.
+
+A model's need is its weights (parameters x bytes per element, 1/tp of them per rank under tensor parallel: the
+embedding and the head are split too) plus a margin for activations, the KV cache of a run and the decode setups:
+MARGIN_FRACTION of the weights and MARGIN_BYTES more. The parameters come from the spec's shape (core.specs) or,
+for an HF id or a path, from the sizes in its config.json; a config this module cannot size is let through with a
+note. The room is free host memory (the lower of /proc/meminfo's MemAvailable and the cgroup's limit minus its use)
+or free device memory, plus what the model that a load replaces holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.specs import (
+    DEFAULT_MODEL,
+    SYNTHETIC_PREFIX,
+    SYNTHETIC_SHAPES,
+    TINY_FAMILIES,
+    TINY_FAMILY_PREFIX,
+    TINY_RANDOM,
+    TINY_SHAPE,
+    quote_spec,
+)
+
+GIB = 2**30
+MARGIN_FRACTION = 0.25
+MARGIN_BYTES = GIB
+DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_NO_LIMIT = 1 << 60  # cgroup v1 writes its "no limit" as a number near 2**63
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What loading one model takes, per rank."""
+
+    spec: str
+    parameters: int
+    bytes_per_element: int
+    tp: int = 1
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.parameters * self.bytes_per_element // self.tp
+
+    @property
+    def needed_bytes(self) -> int:
+        return int(self.weight_bytes * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
+
+    def describe(self) -> str:
+        per_rank = f" per rank over {self.tp}" if self.tp > 1 else ""
+        count = f"{self.parameters / 1e9:.2f}B" if self.parameters >= 1e9 else f"{self.parameters / 1e6:.1f}M"
+        return (f"about {gib(self.needed_bytes)}{per_rank} ({count} parameters x "
+                f"{self.bytes_per_element} bytes = {gib(self.weight_bytes)} of weights{per_rank}, "
+                f"+{MARGIN_FRACTION:.0%} and {gib(MARGIN_BYTES)} for activations and the KV cache)")
+
+
+def gib(count: int) -> str:
+    return f"{count / GIB:.1f} GiB"
+
+
+def bytes_per_element(dtype: str | None, cuda: bool) -> int:
+    """A load's bytes per weight element: the dtype asked for, else bf16 on CUDA and fp32 on the CPU."""
+    if dtype in DTYPE_BYTES:
+        return DTYPE_BYTES[dtype]
+    return 2 if cuda else 4
+
+
+# ------------------------------------------------------------------------------------------- model sizes
+
+def parameter_count(shape: dict[str, Any]) -> int | None:
+    """Parameters of a decoder with this config's sizes (gated MLP, grouped KV heads, experts), or None when the
+    config lacks the sizes. Within 1% of the real counts for the Llama, Qwen and Mistral shapes."""
+    hidden = _whole(shape, "hidden_size", "n_embd", "d_model")
+    layers = _whole(shape, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _whole(shape, "num_attention_heads", "n_head")
+    vocab = _whole(shape, "vocab_size")
+    if not (hidden and layers and heads and vocab):
+        return None
+    intermediate = _whole(shape, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    kv_heads = _whole(shape, "num_key_value_heads") or heads
+    head_dim = _whole(shape, "head_dim") or hidden // heads
+    experts = _whole(shape, "num_local_experts", "num_experts") or 1
+    expert_size = _whole(shape, "moe_intermediate_size") or intermediate
+    attention = hidden * head_dim * 2 * (heads + kv_heads)
+    mlp = 3 * hidden * expert_size * experts
+    embeddings = vocab * hidden * (1 if shape.get("tie_word_embeddings") else 2)
+    return embeddings + layers * (attention + mlp + 2 * hidden) + hidden
+
+
+def _whole(shape: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = shape.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def spec_shape(spec: str) -> dict[str, Any] | None:
+    """The sizes of the model `spec` names: a built-in's shape, or an HF id's or a path's config.json (read, never
+    downloaded); None when unknown."""
+    if spec == DEFAULT_MODEL:
+        return SYNTHETIC_SHAPES["smollm2-135m"]  # the same architecture, at the real parameter count
+    if spec == TINY_RANDOM:
+        return TINY_SHAPE
+    if spec.startswith(TINY_FAMILY_PREFIX):
+        family = TINY_FAMILIES.get(spec[len(TINY_FAMILY_PREFIX):])
+        return family[1] if family else None
+    if spec.startswith(SYNTHETIC_PREFIX):
+        return SYNTHETIC_SHAPES.get(spec[len(SYNTHETIC_PREFIX):])
+    config = config_file(spec)
+    if config is None:
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {**data.get("text_config", {}), **data} if isinstance(data.get("text_config"), dict) else data
+
+
+def config_file(spec: str) -> Path | None:
+    """A local directory's config.json, or an HF id's from the local cache; None when neither is here."""
+    try:
+        path = Path(spec).expanduser() / "config.json"
+        if path.is_file():
+            return path
+    except OSError:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(spec, "config.json")
+    except Exception:  # not a valid id, or no huggingface_hub: the size is unknown
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def memory_need(spec: str, element_bytes: int, tp: int = 1) -> MemoryNeed | None:
+    """What loading `spec` takes per rank, or None when its size cannot be known without loading it."""
+    shape = spec_shape(spec)
+    parameters = parameter_count(shape) if shape is not None else None
+    if parameters is None:
+        return None
+    return MemoryNeed(spec=spec, parameters=parameters, bytes_per_element=element_bytes, tp=max(1, tp))
+
+
+def admission_problem(need: MemoryNeed | None, room_bytes: int | None, where: str) -> str | None:
+    """Why the model cannot be loaded into `room_bytes` of `where` ("host memory", "cuda:0 memory"), in one line;
+    None when it fits, or when its size or the room is unknown."""
+    if need is None or room_bytes is None or need.needed_bytes <= room_bytes:
+        return None
+    return (f"model {quote_spec(need.spec)} does not fit: it needs {need.describe()}, and {gib(room_bytes)} of "
+            f"{where} is free for it")
+
+
+def fits(spec: str, room_bytes: int | None, element_bytes: int, tp: int = 1) -> bool:
+    """Whether `spec` fits `room_bytes` (True when either size is unknown: the engine checks again at load)."""
+    return admission_problem(memory_need(spec, element_bytes, tp), room_bytes, "memory") is None
+
+
+# ------------------------------------------------------------------------------------------- free memory
+
+def free_host_bytes() -> int | None:
+    """Host memory a new allocation can take: MemAvailable, or the cgroup's limit minus its use where lower."""
+    candidates = [value for value in (_mem_available(), cgroup_room()) if value is not None]
+    return min(candidates) if candidates else None
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cgroup_room(root: Path = _CGROUP_ROOT) -> int | None:
+    """The cgroup's memory limit minus its current use (v2: memory.max / memory.current; v1: limit_in_bytes /
+    usage_in_bytes); None without a limit or where unreadable."""
+    for directory, limit_name, usage_name in _memory_cgroups(root):
+        limit, usage = _read_number(directory / limit_name), _read_number(directory / usage_name)
+        if limit is not None and usage is not None and limit < _NO_LIMIT:
+            return max(0, limit - usage)
+    return None
+
+
+def oom_kill_count(root: Path = _CGROUP_ROOT) -> int | None:
+    """How many processes of this cgroup an OOM killer has ended so far (v2 memory.events, v1 memory.oom_control);
+    None where neither is readable."""
+    for directory, _, _ in _memory_cgroups(root):
+        for name in ("memory.events", "memory.oom_control"):
+            with _quiet():
+                for line in (directory / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+    return None
+
+
+def _memory_cgroups(root: Path) -> list[tuple[Path, str, str]]:
+    """This process's memory cgroup directories, most specific first, with their limit and usage file names."""
+    v2, v1 = "", ""
+    with _quiet():
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                v2 = path
+            elif "memory" in controllers.split(","):
+                v1 = path
+    found = []
+    for base, path, limit, usage in ((root, v2, "memory.max", "memory.current"),
+                                     (root / "memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes")):
+        for directory in (base / path.lstrip("/"), base):  # a namespaced cgroup is mounted as the root
+            if (directory / limit).is_file() and (directory, limit, usage) not in found:
+                found.append((directory, limit, usage))
+    return found
+
+
+def _read_number(path: Path) -> int | None:
+    with _quiet():
+        text = path.read_text().strip()
+        return None if text == "max" else int(text)
+    return None
+
+
+def _quiet() -> contextlib.suppress:
+    """What reading a /proc or /sys file can raise (absent, unreadable, unexpected content), suppressed."""
+    return contextlib.suppress(OSError, ValueError)
+
+
+def free_gpu_bytes(nvml_indices: list[int]) -> int | None:
+    """The least free device memory of these GPUs, read through NVML (this process never initialises CUDA)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return min(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free
+                       for i in nvml_indices)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
