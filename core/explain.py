@@ -153,13 +153,16 @@ def _verdict_sentence(report: dict[str, Any]) -> str:
 
 
 def _cut_short(report: dict[str, Any]) -> str:
+    """The clause that ends the last sentence of an interrupted report's explanation."""
     if not report.get("interrupted"):
         return ""
     facts = report.get("interruption") or {}
-    done, planned = facts.get("trials_done"), facts.get("trials_planned")
+    done, planned, phase = facts.get("trials_done"), facts.get("trials_planned"), facts.get("phase")
+    if phase in ("sync audit", "kernel trial", "profile"):
+        return f"; the run was cut short in its {phase}, after every round of trials"
     if isinstance(done, int) and isinstance(planned, int):
-        return f" (the run was cut short: {done} of {planned} rounds of trials finished)"
-    return " (the run was cut short)"
+        return f"; the run was cut short after {done} of {planned} rounds of trials"
+    return "; the run was cut short"
 
 
 def _other_contestants(report: dict[str, Any]) -> list[str]:

@@ -87,8 +87,12 @@ def test_a_report_written_before_the_waits_and_verdicts_still_gives_sentences():
 
 
 def test_an_interrupted_report_says_it_was_cut_short(cpu_report):
-    report = {**cpu_report, "interrupted": True, "interruption": {"trials_done": 2, "trials_planned": 9}}
-    assert "cut short: 2 of 9 rounds of trials finished" in what_this_run_shows(report)[-1]
+    report = {**cpu_report, "interrupted": True, "interruption": {"phase": "trials", "trials_done": 2,
+                                                                  "trials_planned": 9}}
+    assert what_this_run_shows(report)[-1].endswith("; the run was cut short after 2 of 9 rounds of trials.")
+    report["interruption"].update(phase="kernel trial", trials_done=9)
+    assert what_this_run_shows(report)[-1].endswith("; the run was cut short in its kernel trial, after every round "
+                                                    "of trials.")
 
 
 def test_a_report_without_both_loops_names_its_rates_and_ratios(cpu_report):
@@ -164,3 +168,12 @@ def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):
     assert {"device", "prompt"} <= set(result["differs"]) and "only in A: hf, hf-deferred" in compare_text(result)
     prompt = next(row for row in result["settings"] if row["name"] == "prompt")
     assert (prompt["a"], prompt["b"]) == ("32 token ids", "8 token ids")
+
+
+def test_the_committed_interrupted_h200_report_opens_and_says_it_was_cut_short():
+    from dashboard.reports import open_report
+
+    report = open_report(read_report_bytes(RESULTS / "h200-2026-12-01" / "interrupted-ro-1b.json.gz")).report
+    assert report["interrupted"] is True and report["interruption"]["signal"] == "SIGINT"
+    last = what_this_run_shows(report)[-1]
+    assert last.endswith("; the run was cut short after 2 of 50 rounds of trials.") and "too few" in last
