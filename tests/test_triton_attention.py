@@ -117,6 +117,10 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
     triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 2})
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
 def _hopper_cases() -> list:
     """Every combination; the fast tier keeps Llama-8B's (bf16, a boolean mask, the fp64 scale a compile passes),
     one program and split, since each case is a second of Triton and ptxas on a 2-core machine."""
@@ -149,7 +153,7 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
                  "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False, "APPEND": append,
-                 "SPLITS_PAD": 8}
+                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group)}
     if append:  # the new token, its rotary cos and sin, the cache's length and the counters
         elements.update({"new_k_ptr": f"*{dtype}", "new_v_ptr": f"*{dtype}", "cos_ptr": f"*{dtype}",
                          "sin_ptr": f"*{dtype}", "slot_ptr": "*i64", "semaphore_ptr": "*i32"})
@@ -212,7 +216,7 @@ def _append_case(dtype, batch, heads, kv_heads, length, dim, slot):
     expected_keys[:, :, slot] = turned_key[:, :, 0].to(dtype)
     expected_values[:, :, slot] = new_value[:, :, 0]
     expected = grouped_decode_attention(turned_query.to(dtype), expected_keys, expected_values, mask, None)
-    return query, new_key, new_value, cos[:, 0], sin[:, 0], key_cache, value_cache, mask, (
+    return query, new_key, new_value, cos, sin, key_cache, value_cache, mask, (
         expected, expected_keys, expected_values)
 
 

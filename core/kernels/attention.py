@@ -123,7 +123,8 @@ def attend_with_append(module: torch.nn.Module, query: torch.Tensor, key: torch.
     rows = query.shape[0] * key.shape[1]
     if cos.dim() != 3 or cos.shape[-1] != query.shape[-1] or rows >= layer.decode_semaphores.numel():
         return None
-    new = NewToken(key, value, cos[:, 0], sin[:, 0], layer.cumulative_length, layer.decode_semaphores)
+    # cos and sin whole: a slice of each, per layer, made inductor compute them again for every layer
+    new = NewToken(key, value, cos, sin, layer.cumulative_length, layer.decode_semaphores)
     out = triton_append_decode_attention(query, new, layer.keys, layer.values, attention_mask, module.scaling)
     return out.transpose(1, 2)
 

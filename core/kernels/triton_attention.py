@@ -72,8 +72,9 @@ def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
 @dataclass(frozen=True)
 class NewToken:
     """What the appending kernel takes besides the query and the cache: the new token's key and value before the
-    cache holds them, (B, KV, 1, D), its rotary cos and sin, (B, D), the cache's length (a 0-d integer tensor: the
-    slot the token goes to, moved on by one), and a zeroed int32 counter buffer of at least B x KV + 1 entries."""
+    cache holds them, (B, KV, 1, D), its rotary cos and sin, (B, D) or (B, 1, D), the cache's length (a 0-d integer
+    tensor: the slot the token goes to, moved on by one), and a zeroed int32 counter buffer of at least B x KV + 1
+    entries."""
 
     key: torch.Tensor
     value: torch.Tensor
@@ -126,7 +127,8 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
-        UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits), num_warps=4,
+        UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits),
+        GROUP_POW2=_next_power_of_2(group), num_warps=4,
         num_stages=2)
     if splits > 1 and new is None:
         launch(combine)[(batch * heads,)](
@@ -148,7 +150,7 @@ def _token_strides(new: NewToken | None) -> tuple[int, ...]:
         raise ValueError("the rotary cos and sin must share their strides")
     return (new.key.stride(0), new.key.stride(1), new.key.stride(3),
             new.value.stride(0), new.value.stride(1), new.value.stride(3),
-            new.cos.stride(0), new.cos.stride(1))
+            new.cos.stride(0), new.cos.stride(-1))
 
 
 def _sm_count(device: torch.device) -> int:

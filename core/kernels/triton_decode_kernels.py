@@ -39,6 +39,30 @@ def combine_head(partial_ptr, stats_ptr, out_ptr, row, splits, SPLITS_PAD: tl.co
 
 
 @triton.jit
+def combine_group(partial_ptr, stats_ptr, out_ptr, first_head, splits, GROUP: tl.constexpr, GROUP_POW2: tl.constexpr,
+                  SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """`combine_head` for GROUP consecutive (batch, query head) rows at once: one round of loads for all of them,
+    where one head after another would wait for memory GROUP times."""
+    g = tl.arange(0, GROUP_POW2)
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    heads = first_head + g
+    used = (g < GROUP)[:, None] & (s < splits)[None, :]
+    slots = heads[:, None] * splits + s[None, :]
+    best = tl.load(stats_ptr + slots * 2, mask=used, other=float("-inf"), cache_modifier=".cg")
+    total = tl.load(stats_ptr + slots * 2 + 1, mask=used, other=0.0, cache_modifier=".cg")
+    acc = tl.load(partial_ptr + slots[:, :, None] * HEAD_DIM + d[None, None, :], mask=used[:, :, None], other=0.0,
+                  cache_modifier=".cg")
+    top = tl.max(best, 1)
+    shift = tl.where(top == float("-inf"), 0.0, top)
+    rescale = tl.where(used, tl.exp(best - shift[:, None]), 0.0)
+    whole = tl.sum(total * rescale, 1)
+    result = tl.sum(acc * rescale[:, :, None], 1) / tl.where(whole > 0, whole, 1.0)[:, None]
+    tl.store(out_ptr + heads[:, None] * HEAD_DIM + d[None, :], result.to(out_ptr.dtype.element_ty),
+             mask=(g < GROUP)[:, None])
+
+
+@triton.jit
 def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            new_k_ptr, new_v_ptr, cos_ptr, sin_ptr, slot_ptr, semaphore_ptr,
            sqb, sqh, sqd, skb, skh, skl, skd, svb, svh, svl, svd, smb, smh, sml,
@@ -47,7 +71,7 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
            SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
-           SPLITS_PAD: tl.constexpr):
+           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr):
     row = tl.program_id(0)
     split = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -128,9 +152,8 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
             arrived = tl.atomic_add(semaphore_ptr + row, 1)  # acq_rel, GPU scope: the partials are visible
             row_done = arrived == splits - 1
             if row_done:
-                for h in tl.static_range(GROUP):
-                    combine_head(partial_ptr, stats_ptr, out_ptr, b * KV_HEADS * GROUP + kv * GROUP + h, splits,
-                                 SPLITS_PAD, HEAD_DIM)
+                combine_group(partial_ptr, stats_ptr, out_ptr, (b * KV_HEADS + kv) * GROUP, splits, GROUP,
+                              GROUP_POW2, SPLITS_PAD, HEAD_DIM)
                 tl.atomic_xchg(semaphore_ptr + row, 0)
         if row_done:
             rows = tl.num_programs(0)
