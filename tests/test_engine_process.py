@@ -181,10 +181,13 @@ def _cancel_during_compile(runner):
     time.sleep(0.5)
     asked = time.monotonic()
     runner.cancel(job.id)
-    assert job.wait(2.0 + 5.0)
+    assert job.wait(60)
+    took = time.monotonic() - asked
     assert job.state == CANCELLED and "did not stop within 2 s of the cancel" in job.error
-    assert time.monotonic() - asked >= 2.0
-    assert runner.run(fast_settings())["all_identical"]
+    assert took >= 2.0
+    after = runner.run(fast_settings())
+    assert after["all_identical"]
+    assert took < 2.0 + 3.0 + machine_margin_s(after), took  # the grace, and the old 5 s scaled to this machine
 
 
 @pytest.mark.slow
