@@ -28,11 +28,14 @@ def test_compare_alternates_order_and_checks_identity(tiny):
 def test_min_seconds_adds_rounds_until_each_contestant_ran_that_long(tiny):
     from core.compare import compare
 
-    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=8), trials=1, min_seconds=0.3)
-    report = compare(tiny, request)
+    options = GenerationOptions(max_new_tokens=8)
+    # Scaled to this machine: three of its own trials' time, so that one trial cannot be enough on a busy machine.
+    one = compare(tiny, BenchRequest(prompt="Hello", options=options, trials=1))
+    least = 3 * max(r["timings"]["total_ms"] for r in one["runs"]) / 1000
+    report = compare(tiny, BenchRequest(prompt="Hello", options=options, trials=1, min_seconds=least))
     for name in ("naive", "pipelined"):
         timed = sum(r["timings"]["total_ms"] for r in report["runs"] if r["contestant"] == name) / 1000
-        assert timed >= 0.3
+        assert timed >= least
     assert report["summary"]["naive"]["trials"] > 1
 
 
