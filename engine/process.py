@@ -131,21 +131,28 @@ class EngineCore:
         self.send(Done(job=job))
 
     def _load(self, spec: str, job: int) -> Loaded:
+        """Load `spec` in place of the loaded model. A bad spec, or one that cannot fit, fails before the loaded
+        model is let go; one that fits beside it is loaded first, so that a load failing later keeps it too."""
         from core.models import check_spec, load_model
 
-        check_spec(spec)  # a bad spec, or one that cannot fit, fails here, before the loaded model is let go
-        unsized = self._check_room(spec)
-        self._progress(job, f"Loading model {spec} ({loading_note(spec)}{unsized})")
+        check_spec(spec)
+        note, beside = self._check_room(spec)
+        self._progress(job, f"Loading model {spec} ({loading_note(spec)}{note})")
         started = time.perf_counter()
+        if not beside:
+            self.loaded = None
+            _free_memory()
+        new = load_model(spec, device=self.config.device, dtype=self.config.dtype,
+                         hf_modules=self.config.hf_modules, **self._tp())
         self.loaded = None
         _free_memory()
-        self.loaded = load_model(spec, device=self.config.device, dtype=self.config.dtype,
-                                 hf_modules=self.config.hf_modules, **self._tp())
+        self.loaded = new
         return describe_loaded(self.loaded, job, load_s=time.perf_counter() - started)
 
-    def _check_room(self, spec: str) -> str:
+    def _check_room(self, spec: str) -> tuple[str, bool]:
         """ValueError (one line) when `spec` cannot fit where this rank would load it, with the memory the loaded
-        model would give back counted as free; a note for the progress line when its size is unknown."""
+        model would give back counted as free. Else a note for the progress line (its size is unknown) and whether
+        it also fits beside the loaded model (with one rank only: ranks must agree on what they hold)."""
         from core.memory import admission_problem, memory_need
         from core.models import resolve_device, resolve_dtype
 
@@ -157,13 +164,14 @@ class EngineCore:
             device = resolve_device(self.config.device)
         need = memory_need(spec, resolve_dtype(self.config.dtype, device).itemsize, self.config.world_size)
         if need is None:
-            return "; its size is unknown before loading, so it was not checked against free memory"
+            return "; its size is unknown before loading, so it was not checked against free memory", False
         held = self.loaded.weight_bytes // max(1, self.loaded.tp) if self.loaded is not None else 0
         room, where = room_for_a_model(device, held)
         problem = admission_problem(need, room, where)
         if problem:
             raise ValueError(problem)
-        return ""
+        beside = room is not None and admission_problem(need, room - held, where) is None
+        return "", beside and self.config.world_size == 1
 
     def _tp(self) -> dict[str, Any]:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}

@@ -174,6 +174,27 @@ def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch, caplog):
     assert runner.supervisor.policy.streak == 0, "a restart the server chose is no loss"
 
 
+@pytest.mark.slow
+def test_ten_cancels_during_compilation_in_a_row_then_a_normal_run_works(monkeypatch):
+    """Issue 32's "done when": "compile, Run, Cancel during warm-up" ten times; each cancel that cannot land kills
+    the engine, which the server chose, so none counts against it (the old policy gave up after the fourth)."""
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    runner = make_runner(monitor=False, engine={"cancel_grace_s": 1.0})
+    try:
+        for _ in range(10):
+            job = runner.submit(fast_settings(compile="default", cache="static", max_new_tokens=8))
+            assert wait_until(lambda job=job: runner.snapshot(job)["state"] == "running", 120)
+            time.sleep(0.3)
+            runner.cancel(job.id)
+            assert job.wait(60) and job.state == CANCELLED, job.error
+        print(f"engine starts: {runner.engine_client.starts}")
+        assert runner.engine_client.starts > 4, "more restarts than the old policy allowed, none of them a loss"
+        assert runner.supervisor.policy.streak == 0
+        assert runner.run(fast_settings(), timeout=180)["all_identical"]
+    finally:
+        runner.close()
+
+
 def _cancel_during_compile(runner):
     compiling = fast_settings(compile="default", cache="static", max_new_tokens=8)
     job = runner.submit(compiling)
@@ -344,8 +365,30 @@ def test_the_loaded_model_counts_as_room_for_the_next_and_an_unknown_size_is_sai
     core = EngineCore(lambda message: None, EngineConfig(device="cpu"))
     with pytest.raises(ValueError, match=r"synthetic:llama-1b' does not fit: it needs about 6\.8 GiB"):
         core._check_room("synthetic:llama-1b")
+    assert core._check_room(TINY) == ("", True), "it fits beside the loaded model (none here)"
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    assert "its size is unknown before loading" in core._check_room(str(tmp_path))
+    note, beside = core._check_room(str(tmp_path))
+    assert "its size is unknown before loading" in note and not beside, "an unknown size lets the old model go first"
+
+
+def test_a_load_that_fails_inside_from_pretrained_keeps_the_model_it_fit_beside(tmp_path):
+    import json as json_module
+
+    from core.options import BenchRequest, GenerationOptions
+    from core.specs import TINY_SHAPE
+
+    (tmp_path / "config.json").write_text(json_module.dumps({**TINY_SHAPE, "model_type": "llama"}))  # no weights
+    sent: list = []
+    core = EngineCore(sent.append, EngineConfig(device="cpu"))
+    core.handle(Load(job=1, spec=TINY))
+    before = core.loaded
+    core.handle(Load(job=2, spec=str(tmp_path)))
+    failed = sent[-1]
+    assert isinstance(failed, Failed) and "no file named model.safetensors" in failed.error, failed
+    assert failed.loaded == TINY and core.loaded is before
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
+    core.handle(Compare(job=3, spec=None, request=request))
+    assert isinstance(sent[-1], Done) and sent[-1].report["all_identical"]
 
 
 def test_events_travel_in_batches_not_one_message_per_token():
