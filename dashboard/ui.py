@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import json
 import re
 import secrets
-import tempfile
 import threading
 import time
 import zlib
@@ -24,6 +22,7 @@ from typing import Any
 
 import gradio as gr
 
+from core.explain import compare_reports, what_this_run_shows
 from core.measure.trace import chrome_trace
 from core.options import (
     CHOICE,
@@ -40,8 +39,10 @@ from core.options import (
 )
 from core.report_files import read_report_bytes
 from core.run_schema import option_defaults
-from dashboard import audit_view, charts, lanes
+from dashboard import audit_view, charts, compare_view, lanes
+from dashboard.downloads import DownloadFolders
 from dashboard.history import HISTORY_SCHEMA
+from dashboard.job_queue import KEEP_FINISHED_JOBS
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
@@ -83,9 +84,9 @@ HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decod
                    "speedup", "verdict", "identical", "clock", "notes")
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
-           "report_file", "trace_file", "banner", "model", "run_note", "summary_more")
+           "report_file", "trace_file", "banner", "model", "run_note", "summary_more", "shows", "run_a", "run_b")
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
-                  "summary_more")
+                  "summary_more", "shows")
 # The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
 MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
 CSS = """
@@ -149,11 +150,14 @@ class Dashboard:
     def __init__(self, runner: Runner, config: PageConfig):
         self.runner = runner
         self.config = config
-        self.download_dir = config.download_dir or Path(tempfile.mkdtemp(prefix="syncscope-downloads-"))
+        self.downloads = DownloadFolders(config.download_dir)  # a folder per visitor, bounded, removed at exit
+        self.download_dir = self.downloads.root
         self.notes: list[str] = []  # server-level notices for the banner (e.g. a share link that failed)
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
         self.a: dict[str, Any] = {}  # Your loop tab components
+        self.h: dict[str, Any] = {}  # two history runs side by side (Compare tab)
+        self.rc: dict[str, Any] = {}  # two report files side by side (Replay tab)
         self.view_state: Any = None  # build_demo's gr.State of what the page shows (Dashboard.banner_for)
         self.banner_md: Any = None
         # Owners are per browser (an id kept in its localStorage), so a reload keeps the visitor's runs and history.
@@ -249,8 +253,8 @@ class Dashboard:
         """What a new run replaces: the previous run's headline, summary, command and charts go at once."""
         c = self.c
         update = {c["headline"]: "*This run's verdict appears here when it finishes.*", c["summary"]: [],
-                  c["summary_more"]: [],
-                  c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: "", c["run_note"]: ""}
+                  c["summary_more"]: [], c["shows"]: "",
+                  c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
                           charts.all_figures({}, None)))
         update[c["lanes_plot"]] = lanes.lanes_figure({})
@@ -320,6 +324,7 @@ class Dashboard:
         c = self.c
         update = {self.browser_state: browser_id, c["banner"]: self.banner(), **self._downloads(browser_id, None)}
         update[c["history"]] = self._historytable_rows(browser_id)
+        update.update(self._run_choices(browser_id))
         if self.runner.last_load_error and not self.runner.model_spec:  # the startup model failed: not offered
             update[c["model"]] = self.runner.model_choices()[0]
         job = self.runner.latest_run(browser_id)
@@ -351,14 +356,74 @@ class Dashboard:
         update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report, job.page) if report else ""
         update[c["summary"]], update[c["summary_more"]] = summary_tables(report, job.page) if report else ([], [])
+        update[c["shows"]] = run_shows_md(report) if report else ""
+        update[c["run_note"]] = ""  # an answer to a click during the run held until the run's end
         update[c["command"]] = self._command(job) if report else ""
         update[c["history"]] = self._historytable_rows(owner)
+        update.update(self._run_choices(owner))
         update[c["banner"]] = self.banner()
         if job.state == FAILED and self.runner.model_spec and job.model != self.runner.model_spec:
             update[c["model"]] = self.runner.model_spec  # a spec that failed to load does not stay selected
         # Every download with something behind it is enabled here too: a reload shows this last run (on_load).
         update.update(self._downloads(owner, report, job.page))
         return update
+
+    # ---- two runs side by side (dashboard.compare_view)
+
+    def _run_choices(self, owner: str) -> dict:
+        """The two run pickers: this visitor's runs by number, the last two chosen."""
+        rows = self.visitor_history(owner)
+        choices = [(run_label(row), row["run"]) for row in rows]
+        first, second = (rows[-2]["run"], rows[-1]["run"]) if len(rows) >= 2 else (None, None)
+        return {self.c["run_a"]: gr.update(choices=choices, value=first),
+                self.c["run_b"]: gr.update(choices=choices, value=second)}
+
+    def compare_runs(self, first: Any, second: Any, request: gr.Request) -> dict:
+        """Two of this visitor's runs (their numbers on the page) side by side."""
+        owner = self.owner(request)
+        if first is None or second is None:
+            return {self.h["status"]: "Choose two runs of your history (A and B)."}
+        try:
+            a, b = (self._history_report(owner, number) for number in (first, second))
+        except ValueError as exc:
+            return {self.h["status"]: f"**Cannot compare:** {plain(exc)}"}
+        return self._compared(self.h, a, b, f"run {first}", f"run {second}")
+
+    def compare_files(self, first: bytes | None, second: bytes | None) -> dict:
+        """Two report files (as Replay opens them) side by side."""
+        if first is None or second is None:
+            return {self.rc["status"]: "Choose two report files, A and B."}
+        limit, reports = self.config.max_report_bytes, []
+        for side, data in (("A", first), ("B", second)):
+            try:
+                reports.append(open_report(uploaded_json(data, limit), limit).report)
+            except ValueError as exc:
+                return {self.rc["status"]: f"**Cannot open report {side}:** {plain(exc)}"}
+        return self._compared(self.rc, *reports, "A", "B")
+
+    def _history_report(self, owner: str, number: Any) -> dict[str, Any]:
+        """The report of `owner`'s run `number`; ValueError saying why there is none."""
+        rows = self.visitor_history(owner)
+        if not isinstance(number, int) or not 1 <= number <= len(rows):
+            raise ValueError(f"there is no run {plain(number)} in your history")
+        row = rows[number - 1]
+        job = self.runner.queue.get(row["job"])
+        if job is None or job.owner != owner:
+            raise ValueError(f"run {number}'s report is no longer kept on this server (it keeps the newest "
+                             f"{KEEP_FINISHED_JOBS} runs); download reports and compare the files in Replay")
+        if job.report is None:
+            raise ValueError(f"run {number} has no report: it {row.get('status') or 'did not finish'}")
+        return job.report
+
+    def _compared(self, k: dict[str, Any], a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> dict:
+        try:
+            result = compare_reports(a, b)
+            return {k["status"]: compare_view.summary_md(result, plain),
+                    k["settings"]: compare_view.settings_table(result), k["rates"]: compare_view.rates_table(result),
+                    k["waits"]: compare_view.waits_table(result), k["lanes"]: lanes.compare_lanes(a, b, label_a,
+                                                                                                label_b)}
+        except Exception as exc:  # two reports that passed the checks but cannot be set side by side: say so
+            return {k["status"]: f"**Cannot compare these two:** {plain(type(exc).__name__)}: {plain(exc)}"}
 
     def enable_downloads(self, request: gr.Request) -> dict:
         """After a run: the buttons with something behind them become clickable."""
@@ -406,10 +471,7 @@ class Dashboard:
         return [[cell(row.get(k)) for k in HISTORY_COLUMNS] for row in self.visitor_history(owner)]
 
     def _owner_dir(self, owner: str) -> Path:
-        # Session ids come from the client: hash them rather than use them in a path.
-        folder = self.download_dir / hashlib.sha256(owner.encode()).hexdigest()[:16]
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return self.downloads.folder_for(owner)
 
     def _write_history(self, owner: str) -> tuple[str, str]:
         folder = self._owner_dir(owner)
@@ -515,6 +577,7 @@ class Dashboard:
                        "trials it completed.")
         update = {r["status"]: status, r["headline"]: headline_md(report, saved.page)}
         update[r["summary"]], update[r["summary_more"]] = summary_tables(report, saved.page)
+        update[r["shows"]] = run_shows_md(report)
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         note = lanes.lanes_note(report)
         update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
@@ -586,6 +649,39 @@ def _audit_update(a: dict[str, Any], report: dict[str, Any], source: str) -> dic
     return {a["status"]: f"Showing {plain(source)}, an audit written {plain(created)}.",
             a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
             a["plot"]: audit_view.audit_figure(report)}
+
+
+def run_label(row: Mapping[str, Any]) -> str:
+    """A history row as a run picker's choice: its number, status, model and the options it ran with."""
+    options = ", ".join(f"{name} {row[name]}" for name in OPTION_COLUMNS if row.get(name) is not None)
+    speedup = f", {row['speedup']}×" if row.get("speedup") is not None else ""
+    return f"run {row['run']}: {row.get('status')}, {row.get('model')}; {options}{speedup}"[:200]
+
+
+def run_shows_md(report: dict[str, Any]) -> str:
+    """core.explain's sentences on what a run shows, as the page's Markdown: its `code` quotes as code, the rest
+    as text (a report's file can say anything)."""
+    try:
+        sentences = what_this_run_shows(report)
+    except Exception as exc:  # a report that passed the checks but that the sentences cannot read: say so
+        return f"*What this run shows cannot be said for this report ({plain(type(exc).__name__)}).*"
+    return "**What this run shows:** " + " ".join(code_quoted(sentence) for sentence in sentences)
+
+
+def code_quoted(text: str) -> str:
+    """`text` as Markdown: what stands between backticks as inline code, everything else as plain text."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: nothing is code
+        return plain(text)
+    return "".join(_plain_between(part) if i % 2 == 0 else f"`{' '.join(part.split())}`" if part.strip() else ""
+                   for i, part in enumerate(parts))
+
+
+def _plain_between(part: str) -> str:
+    """plain(), keeping a space at either end (the text around a code quote)."""
+    if not part.strip():
+        return " " if part else ""
+    return (" " if part[0].isspace() else "") + plain(part) + (" " if part[-1].isspace() else "")
 
 
 def summary_tables(report: dict[str, Any], page: PageRecord | None = None) -> tuple[list[list[Any]], list[list[Any]]]:
@@ -692,6 +788,21 @@ def _summary_tables(elem_id: str) -> tuple[gr.Dataframe, gr.Dataframe]:
     return evidence, details
 
 
+def _comparison_outputs(prefix: str) -> dict[str, Any]:
+    """Where two runs side by side are shown: a summary line, three tables, and both timelines."""
+    table = {"interactive": False, "wrap": True, "datatype": "str"}
+    k = {"status": gr.Markdown(elem_id=f"{prefix}-status"),
+         "settings": gr.Dataframe(value=compare_view.empty_table(compare_view.SETTINGS_HEADERS),
+                                  label="Settings (those that differ first, highlighted)", elem_id=f"{prefix}-settings",
+                                  **table),
+         "rates": gr.Dataframe(value=compare_view.empty_table(compare_view.RATES_HEADERS),
+                               label="Rates: medians over each run's trials", elem_id=f"{prefix}-rates", **table),
+         "waits": gr.Dataframe(value=compare_view.empty_table(compare_view.WAITS_HEADERS),
+                               label="Per decode step", elem_id=f"{prefix}-waits", **table)}
+    k["lanes"] = gr.Plot(elem_id=f"{prefix}-lanes", show_label=False)
+    return k
+
+
 def _tab_chosen(app: Dashboard, name: str) -> Any:
     def chosen(view: Any) -> tuple[dict[str, Any], str]:
         return app.on_tab(name, view)
@@ -714,6 +825,7 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
                                                        interactive=False, elem_id=f"{name}-text",
                                                        elem_classes=["pane"])
             c["headline"] = gr.Markdown(elem_id="headline")
+            c["shows"] = gr.Markdown(elem_id="run-shows")
             c["summary"], c["summary_more"] = _summary_tables("summary")
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
@@ -738,6 +850,17 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
                                                  elem_id="download-report", size="sm", interactive=False)
             c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                 elem_id="download-trace", size="sm", visible=False)
+    with gr.Accordion("Compare two runs of this history", open=False, elem_id="compare-runs"):
+        gr.Markdown("Pick two of your runs, for instance before and after changing one toggle: the settings that "
+                    "differ come first, highlighted; then each loop's rate in both with B / A and whether that is "
+                    "beyond both runs' noise, the per-step waits, and both timelines on one time axis.")
+        with gr.Row():
+            c["run_a"] = gr.Dropdown([], value=None, label="Run A", elem_id="run-a")
+            c["run_b"] = gr.Dropdown([], value=None, label="Run B", elem_id="run-b")
+            compare_btn = gr.Button("Compare A and B", elem_id="compare-btn", min_width=120)
+        app.h = _comparison_outputs("history-compare")
+    compare_btn.click(app.compare_runs, inputs=[c["run_a"], c["run_b"]], outputs=list(app.h.values()),
+                      api_name="compare_runs", concurrency_limit=4, concurrency_id="compare")
     outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
     c["run_btn"].click(app.run, inputs_kwargs=inputs, outputs=outputs, api_name="run",
                        concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="minimal",
@@ -835,8 +958,10 @@ def to_widget(option: RunOption, value: Any) -> Any:
 
 def from_widget(option: RunOption, value: Any) -> Any:
     """What a control holds, as the run option's value (numbers stay as the form sent them: the run checks them)."""
-    if option.name == "cache":
-        return "static" if value is True else "dynamic" if value is False else value
+    if option.name == "cache":  # an API call may send the words true/false for the checkbox
+        word = value.strip().lower() if isinstance(value, str) else None
+        return "static" if value is True or word == "true" else "dynamic" if value is False or word == "false" \
+            else value
     return value
 
 
@@ -878,6 +1003,7 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
                 open_btn = gr.Button("Open", elem_id="replay-open")
     r["status"] = gr.Markdown(elem_id="replay-status")
     r["headline"] = gr.Markdown(elem_id="replay-headline")
+    r["shows"] = gr.Markdown(elem_id="replay-run-shows")
     r["summary"], r["summary_more"] = _summary_tables("replay-summary")
     r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False, elem_id="replay-command",
                               buttons=["copy"])
@@ -898,6 +1024,16 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
     demo.load(None, js=UPLOAD_GUARD_JS % config.max_report_bytes)
     if config.replay_files:
         open_btn.click(app.replay_bundled, inputs=[bundled], outputs=outputs, api_name="replay_bundled")
+    with gr.Accordion("Compare two report files", open=False, elem_id="files-compare"):
+        with gr.Row():
+            first = gr.File(label="Report A (.json or .json.gz)", file_types=[".json", ".gz"], type="binary",
+                            elem_id="compare-file-a")
+            second = gr.File(label="Report B (.json or .json.gz)", file_types=[".json", ".gz"], type="binary",
+                             elem_id="compare-file-b")
+        files_btn = gr.Button("Compare A and B", elem_id="compare-files-btn")
+        app.rc = _comparison_outputs("files-compare")
+    files_btn.click(app.compare_files, inputs=[first, second], outputs=list(app.rc.values()), api_name="compare_files",
+                    concurrency_limit=4, concurrency_id="compare")
     return r
 
 

@@ -341,6 +341,102 @@ def test_on_a_phone_the_results_follow_run_and_the_charts_fit(browser, served_ap
         page.context.close()
 
 
+# ---- issue 33: what a run shows, two runs side by side, and a page consistent with what it shows
+
+def table_fits(page: Any, selector: str) -> dict[str, float]:
+    """How wide a Dataframe's table is against the box that scrolls it."""
+    return page.evaluate("""(selector) => {
+        const table = document.querySelector(`${selector} table`);
+        let box = table.parentElement;
+        while (box && box.scrollWidth <= box.clientWidth + 1 && box !== document.querySelector(selector)) {
+            box = box.parentElement;
+        }
+        return {table: table.getBoundingClientRect().width, box: box.clientWidth, scroll: box.scrollWidth};
+    }""", selector)
+
+
+def row_cells(page: Any, selector: str, row: int = 0) -> list[str]:
+    """The text of each cell of a Dataframe's row as drawn (Gradio draws rows as a virtual list of grid cells, after a
+    hidden sizing table; textContent, since a cell scrolled out of view has no innerText)."""
+    return page.evaluate("""([selector, row]) => [...document.querySelectorAll(
+        `${selector} [role=gridcell][data-row="${row}"]`)].map((cell) => cell.textContent.trim())""", [selector, row])
+
+
+def test_a_run_says_what_it_shows_and_its_evidence_and_downloads_stay_after_a_reload(browser, served_app):
+    page = opened_page(browser, served_app.url)
+    try:
+        click_run_and_wait(page)
+        page.wait_for_function("document.querySelector('#run-shows')?.innerText.includes('What this run shows')")
+        assert "no difference between the loops is expected" in page.inner_text("#run-shows")
+        assert "spread over trials" in page.inner_text("#headline") and "on the CPU" in page.inner_text("#headline")
+        page.locator("#summary").scroll_into_view_if_needed()
+        headers = [cell.inner_text() for cell in page.locator("#summary thead th").all()]
+        assert [h for h in headers if h.strip()][-3:] == ["× naive (decode)", "95% interval", "verdict"], headers
+        fits = table_fits(page, "#summary")
+        assert fits["scroll"] <= fits["box"] + 1, f"the evidence scrolls sideways at 1400 px: {fits}"
+        assert finished_runs(page) == 1
+        assert row_cells(page, "#history")[0] == "1", "this visitor's first run"
+        page.reload()
+        page.wait_for_selector("#run-btn")
+        page.wait_for_function("document.querySelector('#history')?.innerText.includes('done')")
+        for button in ("#download-csv", "#download-json", "#download-report"):
+            page.wait_for_function(f"!document.querySelector('{button}').disabled", timeout=10_000)
+        assert "What this run shows" in page.inner_text("#run-shows"), "the reloaded page shows the last run's too"
+    finally:
+        page.context.close()
+
+
+def test_a_second_click_is_answered_and_two_runs_differing_in_one_toggle_compare(browser, served_app):
+    page = opened_page(browser, served_app.url)
+    try:
+        page.click("#run-btn")
+        page.click("#run-btn")
+        page.wait_for_function("document.querySelector('#run-note')?.innerText.includes('already going')")
+        page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed/)",
+                               timeout=TIMEOUT_MS)
+        page.locator("#cache input").click()  # the StaticCache toggle
+        click_run_and_wait(page)
+        page.wait_for_function("document.querySelector('#history')?.innerText.split(/\\s+/)"
+                               ".filter(w => w === 'done').length === 2")
+        assert finished_runs(page) == 2, "the second click started no run of its own"
+        page.get_by_text("Compare two runs of this history").click()
+        page.wait_for_function("document.querySelector('#run-a input')?.value.startsWith('run 1')")
+        page.click("#compare-btn")
+        page.wait_for_function("document.querySelector('#history-compare-status')?.innerText.includes('differ')")
+        assert page.inner_text("#history-compare-status").startswith("1 setting differs: cache.")
+        cells = row_cells(page, "#history-compare-settings")
+        assert cells[0] == "cache" and cells[-1] == "differs", cells
+        background = page.locator("#history-compare-settings [data-testid=cell-0-0]").evaluate(
+            "(cell) => getComputedStyle(cell).backgroundColor")
+        assert background == "rgb(255, 243, 176)", "the differing setting is highlighted"
+        assert page.locator("#history-compare-settings [data-testid=cell-1-0]").evaluate(
+            "(cell) => getComputedStyle(cell).backgroundColor") != background, "and only it"
+        assert "pipelined" in page.inner_text("#history-compare-rates")
+        plots_rendered(page, ("history-compare-lanes",))
+    finally:
+        page.context.close()
+
+
+def test_replay_of_the_h200_report_explains_it_and_the_banner_describes_its_device(page):
+    from tests.test_ui import H200_REPORT
+
+    assert "no difference between the loops is expected" in page.inner_text("#banner"), "this CPU server's"
+    open_replay(page, REPO / H200_REPORT)
+    assert "Showing the uploaded file: synthetic:llama-1b on NVIDIA H200" in page.inner_text("#replay-status")
+    shows = page.inner_text("#replay-run-shows")
+    assert "naive waited 946 µs per step in .item()" in shows and "pipelined/naive 1.37x, faster" in shows
+    page.wait_for_function("document.querySelector('#banner')?.innerText.includes('measured on NVIDIA H200')")
+    assert "no difference between the loops is expected" not in page.inner_text("#banner")
+    page.get_by_role("tab", name="Compare").click()
+    page.wait_for_function("document.querySelector('#banner')?.innerText.includes('no difference between')")
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-upload button[aria-label=Clear]").click()
+    page.locator("#replay-upload input[type=file]").set_input_files(
+        files=[{"name": "empty.json", "mimeType": "application/json", "buffer": b""}])
+    page.wait_for_function("document.querySelector('#replay-status')?.innerText.includes('empty')")
+    assert "Cannot open this file: the file is empty (0 bytes)" in page.inner_text("#replay-status")
+
+
 # ---------------------------------------------------------------------------------------------- screenshots
 
 @contextlib.contextmanager

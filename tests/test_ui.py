@@ -62,13 +62,18 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
 H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
 
 
-@pytest.fixture(scope="module")
-def h200_saved():
+def h200_saved_report():
+    """The committed 1B reduce-overhead H200 report, with its sync audit and kernel trial."""
     from core.report_files import read_report_bytes
     from dashboard.reports import open_report
     from tests.test_dashboard_browser import REPO
 
     return open_report(read_report_bytes(REPO / H200_REPORT))
+
+
+@pytest.fixture(scope="module")
+def h200_saved():
+    return h200_saved_report()
 
 
 class QuietRunner:
@@ -206,3 +211,17 @@ def test_a_second_run_click_is_answered_beside_run(monkeypatch):
     assert answer == [{"run_note": answer[0]["run_note"]}], "the first run's status is left alone"
     assert text_of(answer[0]["run_note"]).startswith("A run of yours is already going (queued, position 3: 2 jobs "
                                                       "ahead of it): this click started nothing.")
+
+
+def test_what_this_run_shows_is_said_under_the_headline_with_code_as_code(h200_saved, monkeypatch):
+    from dashboard import ui
+    from dashboard.ui import code_quoted, run_shows_md
+
+    shown = run_shows_md(h200_saved.report)
+    assert shown.startswith("**What this run shows:** naive waited 946 µs per step in `.item()` at ")
+    assert "1\\.37x, faster" in shown
+    assert code_quoted("in `<b>x</b>` and *not* code") == "in `<b>x</b>` and \\*not\\* code"
+    assert code_quoted("an `unpaired quote") == "an \\`unpaired quote"
+    monkeypatch.setattr(ui, "what_this_run_shows", lambda report: 1 / 0)
+    assert run_shows_md(h200_saved.report) == ("*What this run shows cannot be said for this report "
+                                               "(ZeroDivisionError).*")

@@ -1,0 +1,87 @@
+"""Two runs side by side (dashboard.compare_view): the settings that differ first and highlighted, the rates with
+B / A and the call, the waits; and the page's handlers that find the two runs."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+
+import pytest
+
+from core.explain import compare_reports
+from dashboard import compare_view
+from dashboard.report_text import plain
+from tests.test_dashboard_client import text_of
+from tests.test_ui import QuietRunner, h200_saved_report, quiet_page
+
+pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
+
+
+@pytest.fixture(scope="module")
+def two_h200_runs():
+    a = h200_saved_report().report
+    b = copy.deepcopy(a)
+    b["request"]["options"]["cache"] = "dynamic"
+    for run in b["runs"]:
+        if run["contestant"] == "pipelined":
+            run["timings"]["decode_tokens_per_s"] *= 0.8
+    b["summary"]["pipelined"]["decode_tokens_per_s"] *= 0.8
+    return a, b
+
+
+def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_runs):
+    result = compare_reports(*two_h200_runs)
+    table = compare_view.settings_table(result)
+    assert table["headers"] == list(compare_view.SETTINGS_HEADERS)
+    assert table["data"][0] == ["cache", "static", "dynamic", "differs"]
+    assert table["metadata"]["styling"][0] == [compare_view.DIFFERS_STYLE] * 4
+    assert all(row[3] == "" for row in table["data"][1:]) and all(not any(style) for style in
+                                                                   table["metadata"]["styling"][1:])
+    assert text_of(compare_view.summary_md(result, plain)).startswith("1 setting differs: cache.")
+
+
+def test_the_rates_say_b_over_a_and_the_call_against_both_runs_noise(two_h200_runs):
+    result = compare_reports(*two_h200_runs)
+    rows = {row[0]: dict(zip(compare_view.RATES_HEADERS, row)) for row in compare_view.rates_table(result)["data"]}
+    assert rows["pipelined"]["B / A"] == "0.800×" and rows["pipelined"]["call (against both runs' noise)"] == "slower"
+    assert rows["naive"]["B / A"] == "1.000×" and rows["naive"]["call (against both runs' noise)"] == "within noise"
+    assert rows["naive"]["A"] == "604.8" and rows["naive"]["noise A"] == "±2.7%"
+    waits = {row[0]: row for row in compare_view.waits_table(result)["data"]}
+    assert waits["naive"] == ["naive", "946 µs", "946 µs", "564 µs", "564 µs"]
+
+
+def test_two_report_files_compare_and_a_bad_one_says_which(two_h200_runs):
+    from dashboard.ui import Dashboard, PageConfig
+
+    page = Dashboard(QuietRunner(), PageConfig(defaults=dict(), replay_files={}))
+    page.rc = {key: key for key in ("status", "settings", "rates", "waits", "lanes")}
+    a, b = (gzip.compress(json.dumps(r).encode()) for r in two_h200_runs)
+    shown = page.compare_files(a, b)
+    assert text_of(shown["status"]).startswith("1 setting differs: cache.")
+    assert shown["settings"]["data"][0][3] == "differs" and shown["lanes"].data
+    assert text_of(page.compare_files(a, b"")["status"]) == "Cannot open report B: the file is empty (0 bytes)"
+    assert text_of(page.compare_files(None, b)["status"]) == "Choose two report files, A and B."
+
+
+def test_two_history_runs_compare_by_their_numbers_on_the_page(two_h200_runs, monkeypatch):
+    from dashboard.jobs import COMPARE
+
+    jobs = {7: type("Job", (), {"owner": "me", "work": COMPARE, "report": two_h200_runs[0]})(),
+            9: type("Job", (), {"owner": "me", "work": COMPARE, "report": two_h200_runs[1]})(),
+            11: type("Job", (), {"owner": "me", "work": COMPARE, "report": None})()}
+    runner = QuietRunner(rows=[{"run": 7, "status": "done"}, {"run": 9, "status": "done"},
+                               {"run": 11, "status": "failed"}, {"run": 3, "status": "done"}])
+    runner.queue = type("Queue", (), {"get": lambda self, job_id: jobs.get(job_id)})()
+    page = quiet_page(runner)
+    page.h = {key: key for key in ("status", "settings", "rates", "waits", "lanes")}
+    page.c = {"run_a": "run_a", "run_b": "run_b"}
+    monkeypatch.setattr(page, "owner", lambda request: "me")
+    choices = page._run_choices("me")
+    assert [value for _, value in choices["run_a"]["choices"]] == [1, 2, 3, 4]
+    assert choices["run_a"]["value"] == 3 and choices["run_b"]["value"] == 4
+    shown = page.compare_runs(1, 2, None)
+    assert shown["settings"]["data"][0] == ["cache", "static", "dynamic", "differs"]
+    assert text_of(page.compare_runs(1, 3, None)["status"]) == "Cannot compare: run 3 has no report: it failed"
+    assert "no longer kept on this server" in text_of(page.compare_runs(4, 1, None)["status"])
+    assert text_of(page.compare_runs(1, 9, None)["status"]) == "Cannot compare: there is no run 9 in your history"
