@@ -73,10 +73,10 @@ GROUP_ACCORDIONS = {"loop": ("Loop options", True), "sampling": ("Sampling", Fal
 # The summary in two tables, so that the verdict's evidence is in view at 1400 px without scrolling sideways: each
 # contestant's decode rate, its spread and sameness, its ratio to the baseline, and (for the verdict's contender) the
 # interval and the call; then where the time went and the rest (SUMMARY_HEADERS' other columns).
-SPREAD_HEADER = "decode-rate spread %"
-EVIDENCE_HEADERS = ("contestant", "decode tok/s", SPREAD_HEADER, "same tokens", "× naive (decode)", "95% interval",
+SPREAD_HEADER = "decode spread %"  # the CLI table's name (core.report.TABLE_KEY: the decode rate's)
+EVIDENCE_HEADERS = ("contestant", "decode tok/s", SPREAD_HEADER, "same tokens", "× naive (decode)", "interval",
                     "verdict")
-EVIDENCE_WIDTHS = ["130px", "100px", "110px", "90px", "110px", "120px", "110px"]
+EVIDENCE_WIDTHS = ["115px", "95px", "110px", "90px", "110px", "150px", "100px"]  # 770 px: the results column at 1400
 _EVIDENCE_FROM_SUMMARY = ("contestant", "decode tok/s", "decode spread %", "same tokens")
 DETAIL_HEADERS = ("contestant", *(h for h in SUMMARY_HEADERS if h not in _EVIDENCE_FROM_SUMMARY))
 DETAIL_WIDTHS = ["130px", *("110px" for _ in DETAIL_HEADERS[1:])]
@@ -710,7 +710,9 @@ def _verdict_cells(verdict: dict[str, Any]) -> tuple[str, str]:
     """The verdict's interval (or, in a report from before intervals, its noise) and its call, as cells."""
     interval = verdict.get("interval")
     if isinstance(interval, list) and len(interval) == 2 and all(_positive(v) for v in interval):
-        shown = f"{interval[0]:.3f}–{interval[1]:.3f}×"
+        confidence = verdict.get("confidence")
+        level = f" ({confidence:.0%})" if isinstance(confidence, int | float) and 0 < confidence < 1 else ""
+        shown = f"{interval[0]:.3f}–{interval[1]:.3f}×{level}"
     elif _positive(verdict.get("noise")):
         shown = f"±{verdict['noise']:.1%}"
     else:

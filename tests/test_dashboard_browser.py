@@ -371,7 +371,7 @@ def test_a_run_says_what_it_shows_and_its_evidence_and_downloads_stay_after_a_re
         assert "spread over trials" in page.inner_text("#headline") and "on the CPU" in page.inner_text("#headline")
         page.locator("#summary").scroll_into_view_if_needed()
         headers = [cell.inner_text() for cell in page.locator("#summary thead th").all()]
-        assert [h for h in headers if h.strip()][-3:] == ["× naive (decode)", "95% interval", "verdict"], headers
+        assert [h for h in headers if h.strip()][-3:] == ["× naive (decode)", "interval", "verdict"], headers
         fits = table_fits(page, "#summary")
         assert fits["scroll"] <= fits["box"] + 1, f"the evidence scrolls sideways at 1400 px: {fits}"
         assert finished_runs(page) == 1

@@ -179,9 +179,9 @@ def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
     evidence, details = summary_tables(h200_saved.report)
     rows = {row[0]: dict(zip(EVIDENCE_HEADERS, row)) for row in evidence}
     assert rows["pipelined"]["× naive (decode)"] == "1.368×"
-    assert rows["pipelined"]["95% interval"] == "1.263–1.452×" and rows["pipelined"]["verdict"] == "faster"
+    assert rows["pipelined"]["interval"] == "1.263–1.452× (95%)" and rows["pipelined"]["verdict"] == "faster"
     assert rows["naive"]["× naive (decode)"] == rows["naive"]["verdict"] == "–"
-    assert rows["naive"]["decode tok/s"] == 604.8 and rows["pipelined"]["decode-rate spread %"] == 0.0
+    assert rows["naive"]["decode tok/s"] == 604.8 and rows["pipelined"]["decode spread %"] == 0.0
     more = {row[0]: dict(zip(DETAIL_HEADERS, row)) for row in details}
     assert more["naive"]["host wait µs/step"] == 946 and "decode tok/s" not in DETAIL_HEADERS
     assert [row[0] for row in evidence] == [row[0] for row in details]
