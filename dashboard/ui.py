@@ -331,7 +331,9 @@ class Dashboard:
         if job is None:
             yield update
         elif job.done:
-            yield {**update, **self._final_update(job, browser_id)}
+            # The last run's files as /run gives them, then every download with something behind it enabled (a
+            # run's page enables them after it, enable_downloads).
+            yield {**update, **self._final_update(job, browser_id), **self._downloads(browser_id, job.report, job.page)}
         else:
             yield {**update, **self._cleared(job)}
             yield from self._follow(job, browser_id)
@@ -364,8 +366,12 @@ class Dashboard:
         update[c["banner"]] = self.banner()
         if job.state == FAILED and self.runner.model_spec and job.model != self.runner.model_spec:
             update[c["model"]] = self.runner.model_spec  # a spec that failed to load does not stay selected
-        # Every download with something behind it is enabled here too: a reload shows this last run (on_load).
-        update.update(self._downloads(owner, report, job.page))
+        csv_path, json_path = self._write_history(owner)
+        update[c["csv"]] = csv_path
+        update[c["json"]] = json_path
+        update[c["report_file"]] = self._write_report(owner, report, job.page) if report else None
+        update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
+                                            else None)
         return update
 
     # ---- two runs side by side (dashboard.compare_view)
