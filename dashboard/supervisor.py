@@ -287,15 +287,15 @@ class EngineSupervisor:
         if culprit is None or culprit == self.default_model or count < CULPRIT_LOSSES:
             return None
         self._culprit = (None, 0)
-        shown = self.models.public_name(culprit)
+        shown = f"Model {culprit}" if culprit in self.models.named else "A visitor's model"  # the banner is public
         default = self.models.public_name(self.default_model) if self.default_model else None
-        said = self.retired_note = (f"Model {shown} unloaded after {count} losses of the engine in a row; "
+        said = self.retired_note = (f"{shown} unloaded after {count} losses of the engine in a row; "
                                     + (f"serving the default ({default})." if default else "no model is loaded."))
         self.models.retire(culprit, f"it was unloaded after the engine process was lost {count} times in a row "
                                     "while it was in use")
         self._wanted_model = self.default_model
         for queued in self.queue.take_waiting(lambda waiting: waiting.model == culprit):
-            self._fail(queued, f"model {shown} was unloaded after {count} losses of the engine in a row")
+            self._fail(queued, f"model {quote_spec(culprit)} was unloaded after {count} losses of the engine in a row")
         logger.error("model %s unloaded after %d losses in a row; serving the default (%s)", _spec_for_log(culprit),
                      count, self.default_model)
         return said

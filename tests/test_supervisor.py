@@ -222,7 +222,8 @@ def test_the_load_that_kills_the_engine_is_the_culprit_and_a_visitors_model_is_n
         supervisor.queue.take_waiting()
         supervisor._on_message(loaded(TINY))
     assert "/home/someone" not in supervisor.trouble
-    assert supervisor.trouble.startswith("Model a model a visitor chose unloaded after 3 losses")
+    assert supervisor.trouble.startswith("A visitor's model unloaded after 3 losses of the engine in a row; serving "
+                                         "the default (tiny-random).")
     assert "/home/someone/private-model" in supervisor.models.retired
 
 
