@@ -188,6 +188,19 @@ def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses
     assert len(tiny_runner.pending()) == queued and tiny_runner.model_spec == TINY, "nothing was queued or unloaded"
 
 
+def test_a_startup_model_that_cannot_fit_is_said_on_the_banner_and_the_server_starts():
+    from core.memory import GIB
+    from dashboard.runner import Runner
+
+    runner = Runner("synthetic:llama-1b", device="cpu", monitor=False, free_memory=lambda: 2 * GIB)
+    try:
+        assert runner.last_load_error.startswith("Could not load synthetic:llama-1b: model 'synthetic:llama-1b' does "
+                                                 "not fit: it needs about 6.8 GiB")
+        assert runner.pending() == [] and runner.model_spec is None
+    finally:
+        runner.close()
+
+
 def test_a_failing_run_reports_and_the_next_one_works(tiny_runner):
     job = tiny_runner.submit(dict(prompt="Hi", model="./no-such-model-directory", max_new_tokens=16))
     finish(tiny_runner, job)

@@ -237,3 +237,13 @@ def test_the_default_model_is_never_unloaded_and_losses_with_other_models_do_not
         fresh._on_message(loaded(model))
         fresh._on_lost(None, KILLED)
     assert not fresh.models.retired, "losses in a row count per model"
+
+
+def test_a_job_waiting_for_an_engine_that_cannot_start_fails_with_the_reason_and_a_restart_is_still_scheduled(
+        supervisor):
+    supervisor._on_message(Failed(job=None, error="ImportError: torch", category=FailureCategory.START))
+    supervisor._on_lost(None, EngineLoss("exited with code 3"))
+    assert supervisor.delays == [1], "an engine that could not start is tried again after the backoff"
+    job = add(supervisor)
+    supervisor.execute(job)
+    assert job.state == FAILED and job.error == "the engine process could not start: ImportError: torch"
