@@ -36,11 +36,12 @@ from core.run_schema import (
     values_from_args,
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
-from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS
+from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS, MAX_BODY_BYTES, MAX_SESSIONS
 from dashboard.reports import MAX_REPORT_BYTES, parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
+GRADIO_CACHE_CLEANUP = (3600, 24 * 3600)  # every hour, the files Gradio cached for this page over a day ago go
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python app.py", description=__doc__.split("\n\n")[0])
@@ -61,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-run-seconds", type=float, default=None, metavar="S",
                    help=f"stop a run after S seconds (default: none locally, {EXPOSED_LIMITS.max_run_s:.0f} when "
                         "shared or exposed, where the form's limits are smaller too)")
+    p.add_argument("--max-request-mib", type=float, default=MAX_BODY_BYTES / 2**20, metavar="MIB",
+                   help="answer a request body larger than this 413, unread (report uploads have their own limit of "
+                        f"{MAX_UPLOAD // 2**20} MiB, streamed to disk) (default: {MAX_BODY_BYTES / 2**20:g})")
+    p.add_argument("--max-sessions", type=int, default=MAX_SESSIONS, metavar="N",
+                   help=f"browser and API sessions whose state the server keeps, the oldest dropped first "
+                        f"(default: {MAX_SESSIONS})")
     # On a GPU the form starts where the per-step sync shows (compiled steps, long runs, enough trials and seconds
     # for a verdict and for NVML to sample each contestant); core.options.RUN_OPTIONS holds both sets of defaults.
     add_run_arguments(p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is "
@@ -143,6 +150,10 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--tp must be 1 or more, got {args.tp}")
     if args.max_run_seconds is not None and args.max_run_seconds <= 0:
         raise ValueError(f"--max-run-seconds must be > 0, got {args.max_run_seconds:g}")
+    if not args.max_request_mib > 0:
+        raise ValueError(f"--max-request-mib must be > 0, got {args.max_request_mib:g}")
+    if args.max_sessions < 1:
+        raise ValueError(f"--max-sessions must be 1 or more, got {args.max_sessions}")
     form = {**values_from_args(args, gpu_present(args)), "model": (args.model or [DEFAULT_MODEL])[0]}
     form["cache"] = static_cache_for(form["compile"], form["cache"])[0]
     request_from_values(form, limits=limits_for(args))
@@ -203,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         sys.stderr.write(warning + "\n")
 
+    from dashboard.http_guard import forget_downloads_on_unload, launch_options
     from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
@@ -214,13 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports, audits = find_bundled(RESULTS_DIR)
     demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)
     demo.queue(default_concurrency_limit=4, max_size=64)
+    forget_downloads_on_unload(demo)
+    demo.delete_cache = GRADIO_CACHE_CLEANUP  # the copies of downloads and uploads Gradio keeps in its own cache
+    guard = launch_options(max_body_bytes=int(args.max_request_mib * 2**20), max_sessions=args.max_sessions)
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                     max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,
-                    footer_links=["api", "gradio"], inbrowser=False, quiet=True)
+                    footer_links=["api", "gradio"], inbrowser=False, quiet=True, **guard)
     except OSError as exc:  # the port was taken between the check and the launch
         sys.stderr.write(f"app.py: error: cannot serve on {args.host}:{args.port}: {exc}\n")
         runner.close()
+        demo.dashboard.downloads.close()
         return 2
     print(f"Serving on {demo.local_url}" + ("" if args.share else "  (add --share for a public link)"), flush=True)
     if args.share and demo.share_url:
@@ -236,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     finally:
         runner.close()
+        demo.dashboard.downloads.close()
     return 0
 
 
