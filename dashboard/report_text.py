@@ -1,6 +1,8 @@
 """A report, a run's status and a pane's rate as the page's Markdown (no gradio here: testable as text).
 
-Text that came from a user or a file is shown as text, never as HTML or Markdown (`plain`).
+Text that came from a user or a file is shown as text, never as HTML or Markdown (`plain`), and never whole
+(`clip`): a field of a replayed report or of a visitor's request is shown at most
+dashboard.limits.FIELD_CHARS long.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ from typing import Any
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
 from core.options import LOOPS
+from dashboard.limits import FIELD_CHARS, clip
 from dashboard.reports import PageRecord, headline, report_notices, summary_rows
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
 
-def plain(text: Any) -> str:
-    """Text shown as itself in a Markdown component: one line, HTML escaped, Markdown punctuation escaped (':' and
-    '.' too, so that a URL in it does not become a link)."""
-    one_line = " ".join(str(text).split())
+def plain(text: Any, limit: int = FIELD_CHARS) -> str:
+    """Text shown as itself in a Markdown component: one line, at most about `limit` characters of it (`clip`),
+    HTML escaped, Markdown punctuation escaped (':' and '.' too, so that a URL in it does not become a link)."""
+    one_line = " ".join(clip(text, limit).split())
     return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
@@ -79,7 +82,10 @@ def table_rows(report: dict[str, Any], page: PageRecord | None = None) -> list[l
 
 
 def cell(value: Any) -> Any:
-    return "–" if value is None else value
+    """A table cell: a dash for a number that does not exist, a string clipped (`clip`)."""
+    if value is None:
+        return "–"
+    return clip(value) if isinstance(value, str) else value
 
 
 def status_md(snap: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from core.measure.identity import sameness
 from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
 from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
+from dashboard.limits import clip
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
 # The largest report Replay opens (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
@@ -513,14 +514,13 @@ def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) 
         items = value if isinstance(value, list) else [value]
         bad = next((v for v in items if v is not None and not _is_number(v)), None)
         if bad is not None:
-            shown = json.dumps(bad)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise ValueError(f"the report is incomplete or damaged: {where}.{key} is {shown}, not a number")
+            raise ValueError(f"the report is incomplete or damaged: {clip(f'{where}.{key}', 120)} is "
+                             f"{clip(json.dumps(bad), 40)}, not a number")
 
 
 def _expect(condition: bool, problem: str) -> None:
     if not condition:
-        raise ValueError(f"the report is incomplete or damaged: {problem}")
+        raise ValueError(f"the report is incomplete or damaged: {clip(problem)}")  # it may quote the file
 
 
 def _is_number(value: Any) -> bool:
