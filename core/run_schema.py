@@ -126,12 +126,12 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
     return number
 
 
-_FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+_FLAG_WORDS = {"true": True, "false": False}
 
 
 def _flag(value: Any, called: str) -> bool:
-    """A flag from a form (a bool) or an API call (also the words true/false, yes/no, on/off, 1/0); anything else is
-    refused rather than read as true."""
+    """A flag from a form (a bool) or an API call (also the words true and false, in any case); anything else ("no",
+    "1", "") is refused rather than guessed at."""
     if isinstance(value, bool):
         return value
     word = value.strip().lower() if isinstance(value, str) else None

@@ -61,13 +61,12 @@ def test_an_option_in_a_group_the_page_does_not_render_is_refused_when_made():
     assert {o.group for o in RUN_OPTIONS} <= {*PAGE_GROUPS, CLI_ONLY}
 
 
-@pytest.mark.parametrize(("given", "expected"), [(True, True), (False, False), ("true", True), ("No", False),
-                                                 (" off ", False), ("1", True)])
+@pytest.mark.parametrize(("given", "expected"), [(True, True), (False, False), ("true", True), (" False ", False)])
 def test_a_flag_takes_a_bool_or_a_word_that_says_one(given, expected):
     assert coerce(RUN_OPTION["ignore_eos"], given) is expected
 
 
-@pytest.mark.parametrize("given", ["nope", "", 2, None, 1.0])
+@pytest.mark.parametrize("given", ["no", "yes", "1", "off", "nope", "", 2, None, 1.0])
 def test_any_other_flag_value_is_refused_rather_than_read_as_true(given):
     with pytest.raises(ValueError, match=r"^ignore eos must be true or false, got "):
         coerce(RUN_OPTION["ignore_eos"], given)
