@@ -104,6 +104,7 @@ CSS = """
   #controls-col > * { order: 0; width: 100%; }
   #results-col { order: 1; width: 100%; }
   #controls-col > #run-row ~ * { order: 2; }
+  #controls-col > #run-note { order: 0; }  /* the answer to a second click stays beside Run */
   .js-plotly-plot .modebar-container { display: none; }
   .js-plotly-plot .gtitle { font-size: 12px !important; }
   .js-plotly-plot .gtitle-subtitle { font-size: 10px !important; }
