@@ -279,6 +279,8 @@ def test_share_without_network_keeps_serving_locally():
     (["--lag", "0"], "pipeline lag must be between 1"),
     (["--port", "0"], "--port must be in 1..65535"),
     (["--auth", "nocolon"], "--auth must look like user:password"),
+    (["--max-request-mib", "0"], "--max-request-mib must be > 0, got 0"),
+    (["--max-sessions", "0"], "--max-sessions must be 1 or more, got 0"),
 ])
 def test_bad_flags_exit_with_one_readable_line(argv, message, capsys):
     assert app.main(argv) == 2

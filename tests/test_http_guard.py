@@ -290,3 +290,26 @@ def test_200_runs_and_20_refused_32_mb_prompts_leave_the_server_within_30_mib_of
     after = rss_mib(proc.pid)
     assert len(statuses) == 200 and all(s.startswith("**Done in") for s in statuses), set(statuses)
     assert after - settled < 30, f"server RSS {settled:.1f} MiB after 20 runs, {after:.1f} MiB after 200"
+
+
+@pytest.mark.slow
+def test_replaying_a_report_with_a_10_mb_field_leaves_nothing_of_it_in_the_server(app_process, tiny, tmp_path):
+    proc, url = app_process
+    report = bench_report(tiny, max_new_tokens=2)
+    report["model"]["spec"] = "m" * 10_000_000
+    path = tmp_path / "huge-spec.json"
+    path.write_text(json.dumps(report))
+    visitor = Client(url, verbose=False)
+
+    def replay() -> str:
+        visitor.session_hash = str(uuid.uuid4())
+        return visitor.predict(handle_file(str(path)), api_name="/replay")[0]
+
+    assert len(replay()) < 1000
+    time.sleep(1.0)
+    settled = rss_mib(proc.pid)
+    statuses = [replay() for _ in range(5)]
+    time.sleep(1.0)
+    grown = rss_mib(proc.pid) - settled
+    assert all(len(status) < 1000 for status in statuses)
+    assert grown < 20, f"server RSS grew {grown:.1f} MiB over 5 replays of a report with a 10 MB field"
