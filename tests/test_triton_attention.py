@@ -77,15 +77,20 @@ def interpreter_errors() -> dict[str, float]:
     return errors
 
 
-@pytest.mark.slow
-@needs_triton
-def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
-    script = ("import json; from tests.test_triton_attention import interpreter_errors; "
-              "print(json.dumps(interpreter_errors()))")
+def _in_tritons_interpreter(function: str) -> dict[str, float]:
+    """Run this module's `function` in a process of its own with TRITON_INTERPRET=1 (Triton reads it when it is
+    first imported) and return what it returns."""
+    script = f"import json; from tests.test_triton_attention import {function}; print(json.dumps({function}()))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
+    errors = _in_tritons_interpreter("interpreter_errors")
     assert len(errors) == 2 * len(CASES)
     for name, error in errors.items():  # fp32: rounding only; bf16: at most one bf16 step at these magnitudes
         assert error <= (1e-6 if "float32" in name else 4e-3), (name, error)
@@ -247,12 +252,7 @@ def append_interpreter_errors() -> dict[str, float]:
 
 @needs_triton
 def test_the_appending_kernel_turns_writes_and_attends_as_transformers_in_tritons_interpreter():
-    script = ("import json; from tests.test_triton_attention import append_interpreter_errors; "
-              "print(json.dumps(append_interpreter_errors()))")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
+    errors = _in_tritons_interpreter("append_interpreter_errors")
     assert len(errors) == 2 * len(APPEND_CASES)
     for name, error in errors.items():
         assert error <= (1e-5 if "float32" in name else 1.6e-2), (name, error)
