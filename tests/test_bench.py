@@ -121,7 +121,16 @@ def _bench_process(tmp_path, *flags, env_extra=None):
     return subprocess.Popen([sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu",
                              "--prompt-tokens", "8", "--max-new-tokens", "8", "--ignore-eos", "--progress", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=Path(__file__).resolve().parent.parent)
+                            cwd=Path(__file__).resolve().parent.parent, preexec_fn=_interruptible)
+
+
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, so that Python turns it into KeyboardInterrupt as in a terminal.
+    A suite started in the background (`make test &`) hands its children SIGINT ignored, and Python then leaves
+    it ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_line(process, marker: str, limit_s: float = 600) -> list[str]:
