@@ -31,8 +31,10 @@ from core.measure import stats
 from dashboard.reports import SavedReport, clock_of, split_report
 
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
-COLORS = {"naive": "#d62728", "pipelined": "#2ca02c", "pipelined-again": "#bcbd22", "no-check": "#ff7f0e",
-          "hf": "#1f77b4", "hf-deferred": "#9467bd"}
+# Okabe-Ito's colour-blind-safe palette; naive and pipelined as on the timeline (vermillion, blue), and each trace
+# also carries its name in the legend.
+COLORS = {"naive": "#D55E00", "pipelined": "#0072B2", "pipelined-again": "#F0E442", "no-check": "#000000",
+          "hf": "#009E73", "hf-deferred": "#CC79A7"}
 DASHES = {"pipelined-again": "dash"}
 SHORT_LABELS = {"pipelined-again": "A/A", "hf-deferred": "hf-def"}  # span labels where the name does not fit
 WARMUP_COLOR = "#9e9e9e"

@@ -65,9 +65,9 @@ HOVER_DISTANCE_PX = 40         # a bar's hover point is on its edge: reach it fr
 MAX_LINE = 50                  # characters: a line of the statistics block that fits a phone's chart
 COMPARE_LABEL = 12             # characters of a compared run's label on its lanes
 
-# The two loops: Okabe-Ito vermillion and blue, told apart under protanopia, deuteranopia and tritanopia (the
-# page's other charts keep dashboard.charts.COLORS); their names on every lane are the second cue.
-LOOP_COLORS = {"naive": "#D55E00", "pipelined": "#0072B2"}
+# The two loops: Okabe-Ito vermillion and blue (dashboard.charts.COLORS, as on the page's other charts), told apart
+# under protanopia, deuteranopia and tritanopia; their names on every lane are the second cue.
+LOOP_COLORS = {name: charts.COLORS[name] for name in ("naive", "pipelined")}
 PALE = 0.6                     # how much white a pale bar mixes into its loop's colour
 WAIT_STYLE = {"fillcolor": "rgba(0,0,0,0)",
               "fillpattern": {"shape": "/", "fgcolor": "#424242", "bgcolor": "#e0e0e0", "size": 6, "solidity": 0.35}}

@@ -788,10 +788,10 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
 
 def _summary_tables(elem_id: str) -> tuple[gr.Dataframe, gr.Dataframe]:
     """The summary's two tables (summary_tables): the verdict's evidence, then where the time went and the rest."""
-    evidence = gr.Dataframe(headers=list(EVIDENCE_HEADERS), value=[], interactive=False, wrap=False,
+    evidence = gr.Dataframe(headers=list(EVIDENCE_HEADERS), value=[], interactive=False, wrap=True,
                             elem_id=elem_id, label="Summary: the verdict's evidence (medians over trials)",
                             column_widths=EVIDENCE_WIDTHS, datatype="str")
-    details = gr.Dataframe(headers=list(DETAIL_HEADERS), value=[], interactive=False, wrap=False,
+    details = gr.Dataframe(headers=list(DETAIL_HEADERS), value=[], interactive=False, wrap=True,
                            elem_id=f"{elem_id}-more", label="Where the time went, and the rest",
                            column_widths=DETAIL_WIDTHS, datatype="str")
     return evidence, details
