@@ -87,10 +87,10 @@ def compare(
             # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
             # during a long warm-up.
             watcher = _token_listener(emit, name, None) if streaming or should_stop else None
-            began_s, graphs_before, compiling_before = time.perf_counter(), compiled_graph_count(), compiling_ms()
+            began_s, graphs_before, split_before = time.perf_counter(), compiled_graph_count(), warm_up_split()
             warmups[name] = {**_warmup_entry(run_contestant(loaded, request, name, watcher, stop), began_s, origin_s),
                              "graphs_compiled": compiled_graph_count() - graphs_before,
-                             "compiling_ms": compiling_ms() - compiling_before}
+                             **{key: value - split_before[key] for key, value in warm_up_split().items()}}
         rounds, phase = 0, "trials"
         try:
             for trial in _trial_indices(request, runs):
@@ -245,6 +245,22 @@ def compiling_ms() -> float:
 
     return sum(compilation_time_metrics.get("_compile.compile_inner", ())) * 1000
 
+
+
+# inductor's own timers (torch._dynamo.utils.compilation_time_metrics) of Triton autotuning at a kernel's first run
+_RUNTIME_AUTOTUNING = ("CachingAutotuner.benchmark_all_configs", "CachingAutotuner.coordinate_descent_tuning")
+
+
+def warm_up_split() -> dict[str, float]:
+    """Milliseconds this process has spent, so far: compiling (`compiling_ms`: tracing and inductor, its template
+    autotuning included), tuning Triton kernels at their first run (`autotuning_ms`: inductor's runtime autotuning
+    and coordinate descent) and capturing step graphs (`capturing_ms`). The differences around a warm-up split it."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from core.loops.step import CAPTURE_MS
+
+    autotuning = sum(sum(compilation_time_metrics.get(key, ())) for key in _RUNTIME_AUTOTUNING) * 1000
+    return {"compiling_ms": compiling_ms(), "autotuning_ms": autotuning, "capturing_ms": sum(CAPTURE_MS)}
 
 
 def _token_listener(emit: Callable[[BenchEvent], None], name: str,

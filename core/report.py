@@ -316,6 +316,11 @@ def compile_note(report: dict[str, Any]) -> str | None:
     if not graphs and not late:
         return None
     line = f"compile: the warm-ups compiled {graphs} graph(s) in {seconds:.1f} s"
+    tuned = sum(w.get("autotuning_ms", 0.0) for w in warm) / 1000
+    captured = sum(w.get("capturing_ms", 0.0) for w in warm) / 1000
+    if tuned or captured:
+        line += (f", tuned Triton kernels at their first run in {tuned:.1f} s and captured step graphs in "
+                 f"{captured:.1f} s")
     if late:
         line += (f"; timed trials compiled {sum(r['graphs_compiled'] for r in late)} more (recompiles), and their "
                  "times include it")

@@ -218,6 +218,7 @@ def test_the_cli_runs_a_tiny_family_and_names_what_was_prepared(capsys, tmp_path
     assert environment["decode_attention"] == "reduce" and environment["fused_projections"] == []
     assert environment["model_transforms"] == list(tiny("phi3").transforms)
     assert report["warmup"]["naive"]["graphs_compiled"] == 0 and "compiling_ms" in report["runs"][0]
+    assert {"compiling_ms", "autotuning_ms", "capturing_ms"} <= set(report["warmup"]["naive"])
 
 
 def test_unknown_tiny_family_is_a_clear_error() -> None:
@@ -262,6 +263,9 @@ def test_the_compile_line_counts_recompiles_in_warm_ups_and_trials() -> None:
               "runs": [{"graphs_compiled": 0}, {"graphs_compiled": 3}]}
     assert compile_note(report) == ("compile: the warm-ups compiled 2 graph(s) in 30.0 s; timed trials compiled 3 more "
                                     "(recompiles), and their times include it")
+    report["warmup"]["naive"].update(autotuning_ms=12_340.0, capturing_ms=210.0)
+    assert compile_note(report).startswith("compile: the warm-ups compiled 2 graph(s) in 30.0 s, tuned Triton kernels "
+                                           "at their first run in 12.3 s and captured step graphs in 0.2 s;")
 
 
 def _gpu_script():

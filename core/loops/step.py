@@ -8,6 +8,7 @@ to pinned host memory (core.loops.generation).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -328,9 +329,16 @@ class StepGraph:
                 body()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        began = time.perf_counter()
         with torch.cuda.graph(graph):
             body()
+        CAPTURE_MS.append((time.perf_counter() - began) * 1000)
         return graph
+
+
+# Milliseconds of every step-graph capture in this process (the warm runs before it not included): the warm-up's
+# split into compile, autotuning and capture reads it (core.compare.warm_up_split).
+CAPTURE_MS: list[float] = []
 
 
 def step_graph_key(options: GenerationOptions, eos_ids: list[int], state: DecodeState) -> tuple:
