@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.explain import contestant_waits
 from core.measure.identity import sameness
-from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
 from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
 from dashboard.limits import clip
 
@@ -145,21 +145,6 @@ def summary_rows(report: dict[str, Any] | SavedReport, page: PageRecord | None =
                      _r(s.get("ttft_ms"), 1), _r(s.get("ms_per_token_p50"), 3), _r(s.get("ms_per_token_p95"), 3),
                      _r(warm.get("compile_ms") or None, 0)])
     return rows
-
-
-def contestant_waits(report: dict[str, Any], name: str) -> dict[str, float | None]:
-    """A contestant's host wait and device idle per decode step (core.measure.waits), in ms: the summary's, or for a
-    report written before it had them, from its trials' timestamps."""
-    summary = (report.get("summary") or {}).get(name) or {}
-    if "device_idle_ms_per_step" in summary:
-        return {key: summary.get(f"{key}_per_step") for key in WAIT_KEYS}
-    runs = [r for r in report.get("runs", []) if isinstance(r.get("timings"), dict)]
-    try:
-        loops = [[r for r in runs if r["contestant"] == loop] for loop in (*LOOPS, NO_CHECK)]
-        work_ms, _ = step_work_ms([group for group in loops if group])
-        return trial_waits([r for r in runs if r["contestant"] == name], work_ms)
-    except (TypeError, ValueError, KeyError, IndexError):  # timestamps of an unexpected shape: no numbers, no error
-        return dict.fromkeys(WAIT_KEYS)
 
 
 def _spread(report: dict[str, Any], name: str, summary: dict[str, Any]) -> float | None:
