@@ -38,14 +38,14 @@ def what_this_run_shows(report: dict[str, Any]) -> list[str]:
     summary = report.get("summary") or {}
     if not {"naive", "pipelined"} <= set(summary):
         return _other_contestants(report)
-    sentences = _on_the_cpu(report) if _device_type(report) == "cpu" else _on_a_device(report)
+    sentences = _on_the_cpu(report) if report_device_type(report) == "cpu" else _on_a_device(report)
     sentences.append(_verdict_sentence(report))
     return sentences
 
 
 def _on_a_device(report: dict[str, Any]) -> list[str]:
     """Where the naive loop's host waited and the device idled, and what the pipelined loop changed."""
-    device = "the GPU" if _device_type(report) == "cuda" else "the device"
+    device = "the GPU" if report_device_type(report) == "cuda" else "the device"
     naive, pipelined = contestant_waits(report, "naive"), contestant_waits(report, "pipelined")
     sentences = [_naive_wait_sentence(report, naive["host_wait_ms"])]
     idle = naive["device_idle_ms"]
@@ -139,7 +139,7 @@ def _verdict_sentence(report: dict[str, Any]) -> str:
     text = f"The {what}: pipelined/naive {ratio:.2f}x"
     noise = verdict.get("noise")
     noise_text = f" ({plus_minus(noise)})" if noise is not None else ""
-    on_cpu = _device_type(report) == "cpu"
+    on_cpu = report_device_type(report) == "cpu"
     if call in ("faster", "slower"):
         text += f", {call}, beyond this run's noise{noise_text}"
         if on_cpu:
@@ -233,8 +233,13 @@ def rate_metric(s: dict[str, Any]) -> tuple[str | None, str]:
     return None, ""
 
 
-def _device_type(report: dict[str, Any]) -> str:
-    return str((report.get("environment") or {}).get("device") or "").split(":")[0]
+def report_device_type(report: dict[str, Any]) -> str | None:
+    """"cuda" or "cpu" where a report says where it ran (its environment), else None."""
+    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    device = env.get("device")
+    if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
+        return "cuda"
+    return "cpu" if isinstance(device, str) and device.startswith("cpu") else None
 
 
 # ------------------------------------------------------------------------------------------- two runs

@@ -27,6 +27,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from core.explain import report_device_type
 from core.measure import stats
 from dashboard.reports import SavedReport, clock_of, split_report
 
@@ -292,15 +293,6 @@ def _foreign_samples(source: Any, device_type: str | None) -> str | None:
         return ("This report was measured on a GPU, yet it holds CPU-use samples: they are not of its own device, "
                 "so they are not drawn.")
     return None
-
-
-def report_device_type(report: dict[str, Any]) -> str | None:
-    """"cuda" or "cpu" where a report says where it ran (its environment), else None."""
-    env = report.get("environment") or {}
-    device = env.get("device")
-    if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
-        return "cuda"
-    return "cpu" if isinstance(device, str) and device.startswith("cpu") else None
 
 
 def _device_traces(samples: list[dict[str, Any]], metrics: Sequence[tuple]) -> tuple[list[Spec], dict[str, Spec]]:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from core.explain import report_device_type
 from core.measure.waits import step_work_ms
 from core.options import LOOPS, NO_CHECK
 from dashboard import charts
@@ -185,11 +186,8 @@ def loop_trial(run: dict[str, Any], cpu: bool | None = None) -> LoopTrial:
 
 def report_on_cpu(report: dict[str, Any]) -> bool | None:
     """True when the report says it ran on the CPU, False on a GPU, None when it does not say (a live run's runs)."""
-    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
-    device = env.get("device")
-    if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
-        return False
-    return True if isinstance(device, str) and device.startswith("cpu") else None
+    device = report_device_type(report)
+    return None if device is None else device == "cpu"
 
 
 def _complete_trial(name: str, timings: dict[str, Any], known: np.ndarray, queued: np.ndarray,
