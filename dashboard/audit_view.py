@@ -14,12 +14,12 @@ import plotly.graph_objects as go
 
 from dashboard import charts
 from dashboard.lanes import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, _bars
+from dashboard.limits import clip
 from dashboard.report_text import plain
 
 AUDIT_SCHEMA = "syncscope.audit/"
 SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "host blocked µs/step", "device idle after µs/step",
                 "what to do")
-MAX_FIELD_CHARS = 300  # a field taken from a file is shown at most this long
 TITLE = "The audited program, step by step"
 HOST_COLOR = "#1f77b4"
 
@@ -68,18 +68,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def clipped(value: Any, limit: int = MAX_FIELD_CHARS) -> str:
-    text = str(value)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
-
-
 def summary_md(report: dict[str, Any]) -> str:
     """Two to four sentences: what was audited, how many reads per decode step, the top site and what it costs."""
     per_step = report.get("reads_per_decode_step")
     env = report.get("environment") or {}
     where = env.get("gpu") or env.get("device") or "?"
-    lines = [f"**{plain(clipped(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
-             f"of {plain(clipped(report.get('step_module') or 'none found', 80))}."]
+    lines = [f"**{plain(clip(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
+             f"of {plain(clip(report.get('step_module') or 'none found', 80))}."]
     if per_step is None:
         lines.append("No decode steps were found: audit again with `--steps-of` naming what each step calls, or mark "
                      "the steps with `core.audit.watch()`.")
@@ -95,7 +90,7 @@ def summary_md(report: dict[str, Any]) -> str:
                 cost = (f": the host waits {top.get('host_blocked_ms_per_step', 0) * 1000:,.0f} µs in it, and the "
                         f"device then idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what "
                         "removing it gives back)")
-            lines.append(f"The most frequent is {plain(top.get('kind'))} at {plain(clipped(top.get('file'), 120))}:"
+            lines.append(f"The most frequent is {plain(top.get('kind'))} at {plain(clip(top.get('file'), 120))}:"
                          f"{top.get('line')}{cost}.")
     if report.get("kernel_busy_fraction") is not None:
         lines.append(f"Kernels ran {report['kernel_busy_fraction']:.0%} of the device's time in decode steps (CUPTI).")
@@ -109,9 +104,9 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for site in report.get("sites", []):
         blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
-        rows.append([_r(site.get("per_step"), 2), clipped(site.get("kind"), 40), clipped(site.get("file"), 120),
-                     f"{site.get('line')}: {clipped(site.get('code'), 120)}", _us(blocked), _us(idle),
-                     clipped(site.get("fix"))])
+        rows.append([_r(site.get("per_step"), 2), clip(site.get("kind"), 40), clip(site.get("file"), 120),
+                     f"{site.get('line')}: {clip(site.get('code'), 120)}", _us(blocked), _us(idle),
+                     clip(site.get("fix"))])
     return rows
 
 
@@ -160,5 +155,5 @@ def audit_figure(report: dict[str, Any]) -> go.Figure:
 
 def _event_text(event: dict[str, Any], site: dict[str, Any]) -> str:
     """A read's hover: plotly renders it as HTML, so what came from the file is escaped."""
-    kind, file, code = (html.escape(clipped(site.get(key, ""), 100)) for key in ("kind", "file", "code"))
+    kind, file, code = (html.escape(clip(site.get(key, ""), 100)) for key in ("kind", "file", "code"))
     return f"step {event.get('step')}: {kind} at {file}:{site.get('line', '?')}<br>{code}"

@@ -44,7 +44,7 @@ from dashboard.downloads import DownloadFolders
 from dashboard.history import HISTORY_SCHEMA
 from dashboard.job_queue import KEEP_FINISHED_JOBS
 from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
-from dashboard.limits import LOCAL_LIMITS
+from dashboard.limits import LOCAL_LIMITS, clip
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
 from dashboard.reports import (
     MAX_REPORT_BYTES,
@@ -540,7 +540,7 @@ class Dashboard:
         try:
             return _audit_update(self.a, read(), called)
         except (OSError, ValueError) as exc:
-            return {self.a["status"]: f"**Cannot open {plain(called)}:** {plain(audit_view.clipped(exc))}"}
+            return {self.a["status"]: f"**Cannot open {plain(called)}:** {plain(clip(exc))}"}
         except Exception as exc:  # a file that passed the checks but still breaks the view: say so, keep the page
             return {self.a["status"]: f"**Cannot show {plain(called)}:** {plain(type(exc).__name__)}."}
 
@@ -652,7 +652,7 @@ def uploaded_json(data: bytes, limit: int) -> bytes:
 
 
 def _audit_update(a: dict[str, Any], report: dict[str, Any], source: str) -> dict:
-    created = audit_view.clipped(report.get("created"), 40)
+    created = clip(report.get("created"), 40)
     return {a["status"]: f"Showing {plain(source)}, an audit written {plain(created)}.",
             a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
             a["plot"]: audit_view.audit_figure(report)}
