@@ -154,6 +154,7 @@ class Dashboard:
         self.downloads = DownloadFolders(config.download_dir)  # a folder per visitor, bounded, removed at exit
         self.download_dir = self.downloads.root
         self.notes: list[str] = []  # server-level notices for the banner (e.g. a share link that failed)
+        self._submitting = threading.Lock()  # a visitor's "already going?" and the submit, as one step
         self.c: dict[str, Any] = {}  # Compare tab components, by name
         self.r: dict[str, Any] = {}  # Replay tab components
         self.a: dict[str, Any] = {}  # Your loop tab components
@@ -224,14 +225,12 @@ class Dashboard:
         owner = self.owner(request)
         form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
                 for name, value in controls.items()}
-        going = self._pending_run(owner)
+        going, job, refusal = self._submit_unless_going(form, owner)
         if going is not None:  # a second click while one streams: answered beside Run, the first's status goes on
             yield {self.c["run_note"]: self._already_going(going)}
             return
-        try:
-            job = self.runner.submit(form, owner=owner)
-        except ValueError as exc:
-            yield {self.c["status"]: f"**Not started:** {plain(exc)}"}
+        if job is None:
+            yield {self.c["status"]: f"**Not started:** {plain(refusal)}"}
             return
         try:
             yield self._cleared(job)
@@ -239,6 +238,18 @@ class Dashboard:
         except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
             yield {self.c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: "
                                      f"{plain(exc)}"}
+
+    def _submit_unless_going(self, form: dict[str, Any], owner: str) -> tuple[Job | None, Job | None, str | None]:
+        """(the visitor's run already going, or None; the job submitted, or None; why it was refused). One at a
+        time: two clicks handled at once must not both find nothing going and both submit."""
+        with self._submitting:
+            going = self._pending_run(owner)
+            if going is not None:
+                return going, None, None
+            try:
+                return None, self.runner.submit(form, owner=owner), None
+            except ValueError as exc:
+                return None, None, str(exc)
 
     def _pending_run(self, owner: str) -> Job | None:
         return next((j for j in self.runner.pending() if j.owner == owner and j.work == COMPARE), None)

@@ -329,6 +329,13 @@ def test_replaying_a_report_with_a_10_mb_field_leaves_nothing_of_it_in_the_serve
     settled = rss_mib(proc.pid)
     statuses = [replay() for _ in range(5)]
     time.sleep(1.0)
-    grown = rss_mib(proc.pid) - settled
+    first = rss_mib(proc.pid) - settled
+    statuses += [replay() for _ in range(5)]
+    time.sleep(1.0)
+    second = rss_mib(proc.pid) - settled - first
     assert all(len(status) < 1000 for status in statuses)
-    assert grown < 20, f"server RSS grew {grown:.1f} MiB over 5 replays of a report with a 10 MB field"
+    # A field kept per replay would add 10 MB each time. The allocator's high-water mark moves with the machine's
+    # load (20-35 MiB over the first five on a busy 2-core machine), so the bound is that the growth stops: the
+    # second five add less than one field.
+    assert first < 50, f"server RSS grew {first:.1f} MiB over 5 replays of a report with a 10 MB field"
+    assert second < 10, f"server RSS grew {second:.1f} MiB more over 5 more replays: something keeps the field"

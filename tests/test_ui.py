@@ -225,3 +225,31 @@ def test_what_this_run_shows_is_said_under_the_headline_with_code_as_code(h200_s
     monkeypatch.setattr(ui, "what_this_run_shows", lambda report: 1 / 0)
     assert run_shows_md(h200_saved.report) == ("*What this run shows cannot be said for this report "
                                                "(ZeroDivisionError).*")
+
+
+def test_two_clicks_handled_at_once_submit_one_run():
+    """Two Run clicks of one visitor handled in parallel: one submits, the other finds it going (a busy CI machine
+    once let both find nothing and both submit)."""
+    import threading
+    import time as clock
+
+    from dashboard.jobs import COMPARE
+
+    class SlowSubmitRunner(QuietRunner):
+        def submit(self, form, owner=None):
+            clock.sleep(0.2)  # the window in which a second click used to find nothing going
+            job = type("FakeJob", (), {"owner": owner, "work": COMPARE})()
+            self._pending.append(job)
+            return job
+
+    page = quiet_page(SlowSubmitRunner())
+    results = []
+    clicks = [threading.Thread(target=lambda: results.append(page._submit_unless_going({}, "visitor")))
+              for _ in range(2)]
+    for click in clicks:
+        click.start()
+    for click in clicks:
+        click.join()
+    submitted = [job for going, job, _ in results if job is not None]
+    answered = [going for going, job, _ in results if going is not None]
+    assert len(submitted) == 1 and answered == submitted
