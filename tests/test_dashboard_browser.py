@@ -388,10 +388,16 @@ def test_a_run_says_what_it_shows_and_its_evidence_and_downloads_stay_after_a_re
 
 def test_a_second_click_is_answered_and_two_runs_differing_in_one_toggle_compare(browser, served_app):
     page = opened_page(browser, served_app.url)
+    # Another visitor's long run holds the engine, so this visitor's first run is still queued when the second click
+    # is handled, however slow the machine: a quick run alone could finish between two clicks on a busy one.
+    holder = served_app.runner.submit(fast_settings(max_new_tokens=1500, ignore_eos=True, trials=5), owner="holder")
     try:
         page.click("#run-btn")
+        page.wait_for_function("document.querySelector('#status')?.innerText.includes('ahead of yours')")
         page.click("#run-btn")
         page.wait_for_function("document.querySelector('#run-note')?.innerText.includes('already going')")
+        assert "queued, position 2" in page.inner_text("#run-note")
+        served_app.runner.cancel(holder.id, owner="holder")
         page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed/)",
                                timeout=TIMEOUT_MS)
         page.locator("#cache input").click()  # the StaticCache toggle
@@ -414,6 +420,7 @@ def test_a_second_click_is_answered_and_two_runs_differing_in_one_toggle_compare
         assert "pipelined" in page.inner_text("#history-compare-rates")
         plots_rendered(page, ("history-compare-lanes",))
     finally:
+        served_app.runner.cancel(holder.id, owner="holder")
         page.context.close()
 
 
