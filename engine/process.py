@@ -9,7 +9,9 @@ A comparison is `core.bench.compare`, the code path of `python -m core.bench --s
 else while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
 every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
 with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
-HEARTBEAT_S. Neither needs the pipe. Importing this module does not import torch; the process does.
+HEARTBEAT_S. Neither needs the pipe. The same thread ends the process when its server is gone (killed with -9, say):
+a pipe only tells an engine that reads or writes it, and one busy compiling or loading does neither for minutes.
+Importing this module does not import torch; the process does.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ HEARTBEAT_S = 0.5
 CUDA_ERROR_MARKERS = ("CUDA error", "cuBLAS error", "CUBLAS_STATUS", "NCCL error", "device-side assert",
                       "illegal memory access", "unspecified launch failure")
 RESTART_EXIT_CODE = 3  # the engine exits with this after an error that leaves the device unusable
+SERVER_GONE_EXIT_CODE = 4  # the engine's parent, the server, died: nobody is left to read what it does
 
 Send = Callable[[Reply], None]
 
@@ -333,8 +336,13 @@ def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> 
 
 
 def _beat_forever(heartbeat: Any) -> None:
+    """Write the heartbeat every HEARTBEAT_S, and end this process within one beat of its parent's death."""
+    server = os.getppid()
+
     def beat() -> None:
         while True:
+            if os.getppid() != server:  # reparented: the server that spawned this engine is gone
+                os._exit(SERVER_GONE_EXIT_CODE)
             heartbeat.value = time.monotonic()
             time.sleep(HEARTBEAT_S)
 

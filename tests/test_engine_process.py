@@ -66,6 +66,49 @@ def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_mode
     assert not facts["server_torch"] and not facts["server_libtorch"], "the server never loads torch (nor CUDA)"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_an_engine_whose_server_was_killed_ends_itself_even_while_busy(tmp_path):
+    """A busy engine reads and writes no pipe for minutes (a compile, a load); its heartbeat thread still sees that
+    its server is gone. The stand-in here sleeps 120 s after the engine's heartbeat starts."""
+    script = textwrap.dedent("""
+        import multiprocessing, sys, time
+        sys.path.insert(0, sys.argv[1])
+        from engine.process import _beat_forever
+
+        def busy(heartbeat):
+            _beat_forever(heartbeat)
+            time.sleep(120)
+
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("spawn")
+            heartbeat = context.Value("d", 0.0)
+            engine = context.Process(target=busy, args=(heartbeat,))
+            engine.start()
+            while heartbeat.value == 0.0:
+                time.sleep(0.01)
+            print(engine.pid, flush=True)
+            time.sleep(120)
+    """)
+    path = tmp_path / "server.py"
+    path.write_text(script)
+    server = subprocess.Popen([sys.executable, str(path), str(REPO)], stdout=subprocess.PIPE, text=True)
+    try:
+        engine = int(server.stdout.readline())
+        assert _alive(engine)
+        server.kill()
+        server.wait(30)
+        assert wait_until(lambda: not _alive(engine), timeout=30), "the engine outlived its server by 30 s"
+    finally:
+        server.kill()
+
+
 # ------------------------------------------------------------------------------------------------ faults
 
 @pytest.fixture
