@@ -30,7 +30,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.measure.trace import build_trace
     from core.models import LoadedModel, load_model
     from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
-    from core.parallel.ranks import run_ranks
+    from core.parallel.ranks import agreed_stop, noted_interrupts, run_ranks
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
     from core.report_files import check_output_path, check_profile_dir, load_report, write_json
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
@@ -111,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.tp > 1 and "WORLD_SIZE" not in os.environ:
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:], main)
-    with interrupt_signals() as received:
+    in_a_rank = args.tp > 1  # started by run_ranks or torchrun: the ranks stop together (core.parallel.ranks)
+    with noted_interrupts(int(os.environ.get("RANK", 0))) if in_a_rank else interrupt_signals() as received:
         return run_bench(args, request, notices, received)
 
 
@@ -162,11 +163,11 @@ def _ignore_interrupts() -> None:
 
 
 def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence[str] = (),
-              received: Sequence[int] = ()) -> int:
+              received: list[int] | None = None) -> int:
     """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group. `notices` say
     what the flags' check adjusted (rank 0 prints them with the table); `received` fills with the signals that
-    interrupted it (interrupt_signals)."""
-    rank, profiled = 0, None
+    interrupted it (interrupt_signals, or on a rank noted_interrupts)."""
+    rank, profiled, received = 0, None, received if received is not None else []
     try:
         if args.tp > 1:
             from core.parallel.tensor_parallel import init_tensor_parallel
@@ -175,7 +176,8 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
             init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules)
         started = time.perf_counter()
-        report = compare(loaded, request, on_progress=_progress_line if args.progress and rank == 0 else None)
+        report = compare(loaded, request, on_progress=_progress_line if args.progress and rank == 0 else None,
+                         between_rounds=agreed_stop(received, loaded.device) if args.tp > 1 else None)
         try:
             profiled = _profile(loaded, request, args, rank) if args.profile else None
         except KeyboardInterrupt:
@@ -186,8 +188,9 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
     except InterruptedRun as stopped:
         return _keep_interrupted(args, loaded, request, stopped.report, notices, started, rank, received)
     except KeyboardInterrupt:
-        sys.stderr.write(f"core.bench: interrupted ({_signal_name(received)}) before every contestant had finished "
-                         "a timed trial; no report written\n")
+        if rank == 0:
+            sys.stderr.write(f"core.bench: interrupted ({_signal_name(received)}) before every contestant had "
+                             "finished a timed trial; no report written\n")
         return _interrupted_code(received)
     except ValueError as exc:
         return _fail(rank, str(exc), 2)
