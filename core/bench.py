@@ -30,7 +30,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.measure.trace import build_trace
     from core.models import LoadedModel, load_model
     from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
-    from core.parallel.ranks import agreed_stop, noted_interrupts, run_ranks
+    from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
     from core.report_files import check_output_path, check_profile_dir, load_report, write_json
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
@@ -147,12 +147,8 @@ def interrupt_signals() -> Iterator[list[int]]:
             return
         os._exit(EXIT_CODES.get(received[0], 130))
 
-    before = {signum: signal.signal(signum, interrupt) for signum in EXIT_CODES}
-    try:
+    with interrupts_handled(interrupt):
         yield received
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 def _ignore_interrupts() -> None:

@@ -43,7 +43,8 @@ def run_ranks(world_size: int, argv: list[str], entry: Callable[[list[str]], int
     ranks = [ctx.Process(target=_rank_main, args=(rank, world_size, port, argv, entry, stop),
                          name=f"core.bench-rank{rank}")
              for rank in range(world_size)]
-    with child_environment(), _interrupts_ignored():  # inherited: a Ctrl-C during a rank's imports reaches us alone
+    # Started with the signals ignored (a child inherits that): a Ctrl-C during a rank's imports reaches us alone.
+    with child_environment(), interrupts_handled(signal.SIG_IGN):
         for process in ranks:
             process.start()
     try:
@@ -93,25 +94,22 @@ def noted_interrupts(rank: int) -> Iterator[list[int]]:
             sys.stderr.write(f"core.bench: {signal.Signals(signum).name}: {STOPPING}\n")
         received.append(signum)
 
-    before = {signum: signal.signal(signum, note) for signum in INTERRUPT_SIGNALS}
-    try:
+    with interrupts_handled(note):
         yield received
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 STOPPING = "the ranks stop together after the warm-up or round they are in, and rank 0 writes what finished"
 
 
 @contextlib.contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    before = {signum: signal.signal(signum, signal.SIG_IGN) for signum in INTERRUPT_SIGNALS}
+def interrupts_handled(handler: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_IGN) while inside; afterwards as before."""
+    before = {signum: signal.signal(signum, handler) for signum in INTERRUPT_SIGNALS}
     try:
         yield
     finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
+        for signum, previous in before.items():
+            signal.signal(signum, previous)
 
 
 @contextlib.contextmanager
@@ -124,12 +122,8 @@ def _launcher_interrupts(stop: Any) -> Iterator[None]:
         sys.stderr.write(f"core.bench: {signal.Signals(signum).name}: {STOPPING}; interrupt once more to end them "
                          "at once, without a report\n")
 
-    before = {signum: signal.signal(signum, interrupt) for signum in INTERRUPT_SIGNALS}
-    try:
+    with interrupts_handled(interrupt):
         yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 def _wait_all(ranks: list[multiprocessing.Process], stop: Any) -> int:
