@@ -22,6 +22,9 @@ reduce-overhead again). Two GPUs (--tp 2): Llama-8B and Llama-70B shapes, step-g
 
 `--gpus 0,1` runs the one-GPU part two at a time, one run per GPU, each process held to its own half of the host's
 cores (the reduce-overhead runs on one GPU, the step-graph runs on the other); one GPU runs them one after the other.
+Even then only one run warms up (compiles, autotunes, captures) at a time: the next lane's run starts when the
+running one has finished its first round of trials. Two compiles side by side once picked different kernels
+(max-autotune fused o_proj with the residual add in 15 of 32 layers), and a table must not depend on that.
 `--deadline-s S` starts no run that its estimate says would end after S seconds, and stops a run still going then.
 """
 
@@ -65,6 +68,7 @@ START_MARK = "<!-- headline:start -->"
 END_MARK = "<!-- headline:end -->"
 DOCS = ("docs/NUMBERS.md", "benchmarks/RESULTS.md")
 SMALL_SHAPE = SYNTHETIC_PREFIX + "smollm2-135m"
+WARMED_UP = re.compile(r"^core\.bench: round 1 of \d+ done")  # --progress's line once every warm-up is over
 # Lines a compile prints by the hundred (max-autotune's choices and the like); the device calls drop them too.
 NOISE = re.compile(r"warn|autotune|triton_mm|strides|dtypes|choices|^  mm|DEBUG|USDT|enable_symm_mem", re.IGNORECASE)
 STOP_GRACE_S = 15.0  # after SIGINT, before SIGKILL
@@ -139,7 +143,7 @@ def bench_args(run: Run, trials: int, smoke: bool, json_path: Path) -> list[str]
             args += ["--profile", str(json_path.parent / f"profile-{run.name}")]
     if run.hf:
         args += ["--hf"] if smoke else ["--hf", "--hf-deferred"]
-    return [*args, "--json", str(json_path)]
+    return [*args, "--progress", "--json", str(json_path)]
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -215,6 +219,7 @@ class Session:
     call: dict[str, Any] = field(default_factory=dict)
     records: dict[str, Record] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    warming_up: threading.Lock = field(default_factory=threading.Lock)  # held by the one run compiling now
 
     def remaining_s(self) -> float | None:
         return None if self.deadline_s is None else self.deadline_s - self.progress.elapsed()
@@ -279,6 +284,31 @@ def _run_lane(session: Session, lane: Lane, runs: Sequence[Run], trials: int, sm
 
 
 def _run_one(session: Session, lane: Lane, run: Run, trials: int, smoke: bool) -> None:
+    """One run in its own process; a compiled one first waits until no other lane's run is warming up."""
+    warm_up = WarmUpTurn(session.warming_up if run.compile != "off" else None)
+    try:
+        _run_in_turn(session, lane, run, trials, smoke, warm_up)
+    finally:
+        warm_up.over()
+
+
+class WarmUpTurn:
+    """A compiled run's turn to warm up: taken before its process starts, given back at its first finished round
+    (or when it ends)."""
+
+    def __init__(self, lock: threading.Lock | None) -> None:
+        self.lock, self.held = lock, False
+        if lock is not None:
+            lock.acquire()
+            self.held = True
+
+    def over(self) -> None:
+        if self.held and self.lock is not None:
+            self.held = False
+            self.lock.release()
+
+
+def _run_in_turn(session: Session, lane: Lane, run: Run, trials: int, smoke: bool, warm_up: WarmUpTurn) -> None:
     say = session.progress.say
     remaining = session.remaining_s()
     if remaining is not None and remaining < run.estimate_s:
@@ -303,7 +333,7 @@ def _run_one(session: Session, lane: Lane, run: Run, trials: int, smoke: bool) -
     if timer:
         timer.daemon = True
         timer.start()
-    tail = _copy_output(process, log_path)
+    tail = _copy_output(process, log_path, warm_up.over)
     rc = process.wait()
     if timer:
         timer.cancel()
@@ -319,11 +349,14 @@ def _run_one(session: Session, lane: Lane, run: Run, trials: int, smoke: bool) -
     say(f"{status} {run.name} in {seconds:.0f} s: " + (reason or one_line_summary(_read_json(report_path))))
 
 
-def _copy_output(process: subprocess.Popen, log_path: Path) -> list[str]:
-    """The run's output into its log, less the compile's noise; returns its last lines."""
+def _copy_output(process: subprocess.Popen, log_path: Path, warmed_up: Callable[[], None]) -> list[str]:
+    """The run's output into its log, less the compile's noise; returns its last lines. Calls `warmed_up` at the
+    line that says the first round of trials is over."""
     tail: list[str] = []
     with open(log_path, "w", encoding="utf-8") as log:
         for line in process.stdout or ():
+            if WARMED_UP.match(line):
+                warmed_up()
             if NOISE.search(line):
                 continue
             log.write(line)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -286,3 +288,34 @@ def test_smoke_runs_the_cli_and_writes_the_tables(tmp_path):
     assert "| `tiny-random` | step-graph (ran off on cpu) |" in (tmp_path / "tables.md").read_text()
     manifest = json.loads((tmp_path / "manifest-one-gpu.json").read_text())
     assert manifest["runs"][0]["status"] == "done" and manifest["calls"][0]["smoke"] is True
+
+
+def test_two_lanes_never_warm_up_two_compiled_runs_at_once(monkeypatch, tmp_path):
+    """Two compiles side by side once picked different kernels: a compiled run starts only when the other lane's
+    has finished its first round. The stand-in for core.bench notes when its warm-up begins and ends."""
+    windows = tmp_path / "windows.txt"
+    program = textwrap.dedent(f"""
+        import pathlib, sys, time
+        name = pathlib.Path(sys.argv[-1]).stem
+        with open({str(windows)!r}, "a") as out:
+            out.write(f"{{name}} begin {{time.monotonic()}}\\n")
+        time.sleep(0.3)
+        with open({str(windows)!r}, "a") as out:
+            out.write(f"{{name}} end {{time.monotonic()}}\\n")
+        print("core.bench: round 1 of 2 done", flush=True)
+        time.sleep(0.3)
+        pathlib.Path(sys.argv[-1]).write_text("{{}}")
+    """)
+    monkeypatch.setattr(headline, "BENCH", (sys.executable, "-c", program))
+    runs = [headline.Run(f"fake-{i}", "one-gpu", "tiny-random", "step-graph", estimate_s=0.0) for i in range(4)]
+    session = headline.Session(tmp_path, headline.Progress(), None, call={"part": "one-gpu"})
+    headline.execute(session, [headline.Lane(gpu="0"), headline.Lane(gpu="1")], [runs[:2], runs[2:]], trials=2,
+                     smoke=True)
+    marks: dict[str, dict[str, float]] = {}
+    for line in windows.read_text().splitlines():
+        name, what, at = line.split()
+        marks.setdefault(name, {})[what] = float(at)
+    spans = sorted((m["begin"], m["end"]) for m in marks.values())
+    assert len(spans) == 4
+    assert all(end <= next_begin for (_, end), (next_begin, _) in itertools.pairwise(spans)), spans
+    assert all(r["status"] == "done" for r in json.loads((tmp_path / "manifest-one-gpu.json").read_text())["runs"])
