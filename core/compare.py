@@ -58,7 +58,7 @@ def compare(
     on_event: Callable[[BenchEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[BenchEvent], None] | None = None,
-    between_rounds: Callable[[], None] | None = None,
+    between_rounds: Callable[[bool], bool] | None = None,
 ) -> dict[str, Any]:
     """Run the protocol and return the JSON-ready report. `on_event` sees phases, tokens and each run's timings;
     `on_progress` sees only the phases and a {"type": "round", "done", "planned"} event after each full round of
@@ -66,8 +66,9 @@ def compare(
 
     Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured.
     An interrupt after the first full round raises InterruptedRun with the report of the finished rounds; before it,
-    the KeyboardInterrupt as it came. `between_rounds` is called before the warm-ups, after each warm-up and after
-    each full round, where every rank of a tensor-parallel group stands at the same place: it raises
+    the KeyboardInterrupt as it came. `between_rounds(wanted)` is called before the warm-ups, after each warm-up and
+    before each round, where every rank of a tensor-parallel group stands at the same place: it returns whether
+    another round is wanted, as the ranks agree (one rank's clock decides --min-seconds), or raises
     KeyboardInterrupt to stop there (core.parallel.ranks.agreed_stop)."""
     _check_device_for(loaded, request)
     check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
@@ -79,14 +80,14 @@ def compare(
             on_progress(event)
 
     stop = should_stop or (lambda: False)
-    agree = between_rounds or (lambda: None)
+    agree = between_rounds or (lambda wanted: wanted)
     streaming = request.stream or on_event is not None
     runs: list[dict[str, Any]] = []
     warmups: dict[str, dict[str, Any]] = {}
     audits = kernels = interruption = None
     origin_s = time.perf_counter()  # every run's `started_ms` counts from here, so a trace lays them on one axis
     with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
-        agree()
+        agree(False)
         for name in request.contestants:
             emit({"type": "phase", "phase": "warmup", "contestant": name, "t": time.perf_counter()})
             # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
@@ -96,15 +97,14 @@ def compare(
             warmups[name] = {**_warmup_entry(run_contestant(loaded, request, name, watcher, stop), began_s, origin_s),
                              "graphs_compiled": compiled_graph_count() - graphs_before,
                              **{key: value - split_before[key] for key, value in warm_up_split().items()}}
-            agree()
+            agree(False)
         rounds, phase = 0, "trials"
         try:
-            for trial in _trial_indices(request, runs):
+            for trial in _trial_indices(request, runs, agree):
                 _timed_round(loaded, request, trial, runs, origin_s, emit, stop, streaming)
                 rounds = trial + 1
                 emit({"type": "round", "done": rounds, "planned": max(request.trials, rounds),
                       "t": time.perf_counter()})
-                agree()
             phase = "sync audit"
             audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
             phase = "kernel trial"
@@ -202,10 +202,12 @@ def _check_device_for(loaded: LoadedModel, request: BenchRequest) -> None:
         raise ValueError("hf-deferred needs CUDA: transformers' DeferredStopCheck records CUDA events")
 
 
-def _trial_indices(request: BenchRequest, runs: list[dict[str, Any]]) -> Iterator[int]:
-    """0 .. trials-1, then more whole rounds while some contestant has been timed less than min_seconds."""
+def _trial_indices(request: BenchRequest, runs: list[dict[str, Any]],
+                   agree: Callable[[bool], bool]) -> Iterator[int]:
+    """0 .. trials-1, then more whole rounds while some contestant has been timed less than min_seconds (on some
+    rank: the ranks of a group must run the same rounds)."""
     trial = 0
-    while trial < request.trials or _least_timed_s(request, runs) < request.min_seconds:
+    while agree(trial < request.trials or _least_timed_s(request, runs) < request.min_seconds):
         yield trial
         trial += 1
 

@@ -106,6 +106,30 @@ def test_a_rank_that_dies_fails_the_run_and_leaves_no_process_behind():
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
 
 
+def _agree_on_rank(rank: int, init_method: str) -> list:
+    import torch.distributed as dist
+
+    from core.parallel.ranks import agreed_stop
+
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    received: list[int] = []
+    check = agreed_stop(received, "cpu")
+    answers = [check(rank == 1), check(False)]  # one rank's clock wants one more round: both run it
+    if rank == 1:
+        received.append(signal.SIGTERM)  # a signal that reached rank 1 alone
+    try:
+        check(True)
+        stopped = False
+    except KeyboardInterrupt:
+        stopped = True
+    return [answers, stopped, received]
+
+
+@pytest.mark.slow
+def test_the_ranks_agree_on_another_round_and_on_a_signal_only_one_of_them_received(tmp_path):
+    assert on_two_ranks(_agree_on_rank, tmp_path) == [[True, False], True, [int(signal.SIGTERM)]]
+
+
 # ------------------------------------------------------------------------------------------------ interrupts
 
 def _session_bench(tmp_path: Path, *flags: str) -> subprocess.Popen:

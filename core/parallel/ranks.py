@@ -6,9 +6,10 @@ next collective forever, so they are killed; the failing rank has already said w
 
 An interrupt (Ctrl-C, or SIGTERM to the launcher or, under torchrun, to the ranks) cannot stop one rank where it
 stands: the others would wait for it in a collective. The launcher passes the signal on in shared memory, and the
-ranks agree, through one all-reduce at each point where they all stand at the same place (before the warm-ups,
-after each warm-up and after each full round), to stop there together (`agreed_stop`). Rank 0 then writes the
-report of the finished rounds, as a one-process run does. A second signal to the launcher ends every rank at once.
+ranks agree, through one all-reduce at each point where they all stand at the same place (before the warm-ups, after
+each warm-up and before each round), to stop there together (`agreed_stop`); the same all-reduce makes them agree on
+whether `--min-seconds` wants another round. Rank 0 then writes the report of the finished rounds, as a one-process
+run does. A second signal to the launcher ends every rank at once.
 """
 
 from __future__ import annotations
@@ -60,22 +61,23 @@ def run_ranks(world_size: int, argv: list[str], entry: Callable[[list[str]], int
             process.join(10)
 
 
-def agreed_stop(received: list[int], device: Any) -> Callable[[], None]:
+def agreed_stop(received: list[int], device: Any) -> Callable[[bool], bool]:
     """For core.compare's `between_rounds`, in a rank: raises KeyboardInterrupt on every rank at once when any rank
-    was interrupted (`received`, its own signals) or the launcher asked (its shared integer). One all-reduce of one
-    integer, between timed runs."""
+    was interrupted (`received`, its own signals) or the launcher asked (its shared integer); else whether any rank
+    wants another round. One all-reduce of two integers, between timed runs."""
     import torch
     import torch.distributed as dist
 
-    def check() -> None:
+    def check(wanted: bool) -> bool:
         asked = received[0] if received else (_launcher_stop.value if _launcher_stop is not None else 0)
-        flag = torch.tensor([asked], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        agreed = int(flag.item())
-        if agreed:
+        flags = torch.tensor([asked, int(wanted)], dtype=torch.int32, device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        agreed_signal, agreed_wanted = (int(value) for value in flags.tolist())
+        if agreed_signal:
             if not received:
-                received.append(agreed)
+                received.append(agreed_signal)
             raise KeyboardInterrupt
+        return bool(agreed_wanted)
 
     return check
 
