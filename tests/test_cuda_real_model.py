@@ -56,7 +56,7 @@ def identity_report(loaded, prompt, **options) -> dict:
 @pytest.mark.parametrize("sampling", [{}, {"do_sample": True, "seed": 7, "temperature": 0.8, "top_k": 50,
                                            "top_p": 0.95}], ids=["greedy", "sampled"])
 def test_fp32_long_generation_is_identical_and_self_consistent(real_fp32, mode, sampling):
-    """300 tokens over a 512-key static cache: the H200 matrix rows (matrix-real-fp32.json), as a test."""
+    """300 tokens over a 512-key static cache: the H200 matrix rows (matrix-real-fp32.json.gz), as a test."""
     report = identity_report(real_fp32, CHAT, compile=mode, max_new_tokens=300, ignore_eos=True, **sampling)
     assert report["self_consistent"] == dict.fromkeys(CONTESTANTS, True), report["identity"]
     assert report["all_identical"], report["identical"]

@@ -16,6 +16,7 @@ import pytest
 
 from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
+from core.report_files import read_report_bytes
 from dashboard.report_text import headline_md
 from dashboard.reports import (
     MAX_REPORT_BYTES,
@@ -239,7 +240,7 @@ def test_a_contestant_that_disagrees_with_itself_is_marked():
 
 # ---------------------------------------------------------------------------------- the page's saved document
 
-OLD_PAGE_DOWNLOAD = REPO / "benchmarks/results/h200-2026-11-29-c/live-dashboard-llama-1b-step-graph.json"
+OLD_PAGE_DOWNLOAD = REPO / "benchmarks/results/h200-2026-11-29-c/live-dashboard-llama-1b-step-graph.json.gz"
 
 
 def recorded_page(saved: dict) -> PageRecord:
@@ -274,7 +275,7 @@ def test_a_page_download_without_a_record_opens_as_the_bare_report(saved):
 
 
 def test_old_page_downloads_still_open_with_their_recorded_timeline():
-    text = OLD_PAGE_DOWNLOAD.read_bytes()
+    text = read_report_bytes(OLD_PAGE_DOWNLOAD)
     old = json.loads(text)
     opened = open_report(text)
     assert "dashboard" not in opened.report and opened.report["runs"] == old["runs"]

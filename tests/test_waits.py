@@ -47,7 +47,7 @@ def test_a_steps_work_is_the_kernel_trials_else_the_quickest_loops_span():
 def test_the_h200_1b_reduce_overhead_reports_waits_account_for_its_step_difference():
     """The committed report (call 19): the naive loop waits about 0.8 ms a step in .item(), and the device idles
     about 0.7 ms a step more than in the pipelined loop, which is the difference of their steps."""
-    report = json.loads(read_report_bytes(RESULTS / "h200-2026-11-30-b" / "call19-ro-1b.json"))
+    report = json.loads(read_report_bytes(RESULTS / "h200-2026-11-30-b" / "call19-ro-1b.json.gz"))
     waits = {name: contestant_waits(report, name) for name in ("naive", "pipelined")}
     step = {name: 1000 / report["summary"][name]["decode_tokens_per_s"] for name in waits}
     assert waits["naive"]["host_wait_ms"] == pytest.approx(0.8, abs=0.1)
