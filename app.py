@@ -257,12 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The `syncscope` command: the dashboard (needs `pip install syncscope[dashboard]`)."""
+    """The `syncscope` command: the dashboard (needs the `dashboard` extra, from the checkout; syncscope is not on
+    PyPI)."""
     try:
         import gradio  # noqa: F401 - only to say what is missing before anything starts
+        import plotly  # noqa: F401
     except ImportError:
-        sys.stderr.write("syncscope: error: the dashboard needs gradio and plotly: "
-                         "pip install 'syncscope[dashboard]'\n")
+        sys.stderr.write("syncscope: error: the dashboard needs gradio and plotly, which are not installed: run "
+                         "pip install \".[dashboard]\" in the syncscope checkout (or make run there)\n")
         raise SystemExit(2) from None
     raise SystemExit(main())
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {
-    "GenerationOptions": "core.options", "BUILTIN_SPECS": "core.specs", "DEFAULT_MODEL": "core.specs",
-    "GenerationResult": "core.loops.generation", "TokenEvent": "core.loops.generation",
-    "generate": "core.loops.generation", "LoadedModel": "core.models", "load_model": "core.models",
+_EXPORTS = {  # relative to this package, which is `core` in the checkout and `syncscope.core` when installed
+    "GenerationOptions": ".options", "BUILTIN_SPECS": ".specs", "DEFAULT_MODEL": ".specs",
+    "GenerationResult": ".loops.generation", "TokenEvent": ".loops.generation",
+    "generate": ".loops.generation", "LoadedModel": ".models", "load_model": ".models",
 }
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'core' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

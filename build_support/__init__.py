@@ -1,0 +1,1 @@
+"""What building syncscope's distribution needs beside setup.py (nothing here is installed)."""
