@@ -27,10 +27,12 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.compare import InterruptedRun, compare, run_contestant
     from core.explain import compare_reports, compare_text, what_this_run_shows
     from core.loops.prompt import synthetic_prompt
+    from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
     from core.models import LoadedModel, load_model
     from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
+    from core.phases import PROFILE, TRIAL, phase_named
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
     from core.report_files import check_output_path, check_profile_dir, load_report, write_json
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
@@ -69,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
     p.add_argument("--trace", dest="trace_path", default=None, metavar="PATH",
                    help="write a Chrome trace-event JSON of every run (host and device lanes; open it in "
-                        "https://ui.perfetto.dev); with --profile, the profiler's kernels on the same time axis")
+                        "https://ui.perfetto.dev); with --profile, the profiler's kernels on the same time axis; "
+                        "on CUDA it turns --nvtx on too")
     p.add_argument("--profile", metavar="DIR", default=None,
                    help="after the trials, run one loop more under torch.profiler and write its kernel table "
                         "and trace here (one set per rank)")
@@ -79,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "('core.bench: round 2 of 5 done')")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
                    help="run nothing: compare two reports (.json or .json.gz): the settings that differ, each "
-                        "contestant's rate in both and B/A against both runs' noise, the per-step waits")
+                        "contestant's rate in both and B/A with its interval and call (against the drift between "
+                        "two processes, or a control), the per-step waits")
     return p
 
 
@@ -171,6 +175,8 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
             rank = int(os.environ.get("RANK", 0))
             init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules)
+        if args.trace_path:  # NVTX ranges in every run, so that an Nsight Systems capture lines up with the trace
+            request = with_ranges(request, loaded.device.type)
         started = time.perf_counter()
         report = compare(loaded, request, on_progress=_progress_line if args.progress and rank == 0 else None,
                          between_rounds=agreed_stop(received, loaded.device) if args.tp > 1 else None)
@@ -178,7 +184,7 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
             profiled = _profile(loaded, request, args, rank) if args.profile else None
         except KeyboardInterrupt:
             rounds = len(report["runs"]) // len(request.contestants)
-            report.update(interrupted=True, interruption={"phase": "profile", "trials_done": rounds,
+            report.update(interrupted=True, interruption={"phase": PROFILE.id, "trials_done": rounds,
                                                           "trials_planned": rounds, "runs_left_out": 0})
             raise InterruptedRun(report) from None
     except InterruptedRun as stopped:
@@ -234,15 +240,12 @@ def _interrupted_code(received: Sequence[int]) -> int:
     return EXIT_CODES.get(received[0], 130) if received else 130
 
 
-_PROGRESS_PHASES = {"warmup": "warm-up", "audit": "sync audit", "kernel trial": "kernel trial"}
-
-
 def _progress_line(event: dict[str, Any]) -> None:
     """--progress: what the protocol begins, and each full round of trials it finishes, one line on stderr."""
     if event["type"] == "round":
         line = f"round {event['done']} of {event['planned']} done"
-    elif event.get("phase") in _PROGRESS_PHASES:
-        line = f"{_PROGRESS_PHASES[event['phase']]} of {event['contestant']}"
+    elif (phase := phase_named(event.get("phase"))) is not None and phase is not TRIAL:
+        line = f"{phase.noun} of {event['contestant']}"
     else:
         return
     sys.stderr.write(f"core.bench: {line}\n")
@@ -254,7 +257,7 @@ def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespac
     from core.measure.profiling import profile_run
 
     def run_once() -> dict[str, Any]:
-        return run_contestant(loaded, request, args.profile_loop, None, lambda: False)
+        return run_contestant(loaded, request, args.profile_loop, None, lambda: False, run_kind="profiled run")
 
     return profile_run(run_once, args.profile, rank, trace=rank == 0)
 
@@ -269,7 +272,8 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
                      report: dict[str, Any], notices: Sequence[str] = ()) -> bool:
     """Print the table and write the report; False (after one line on stderr) when --json could not be written."""
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce_text}" if loaded.tp > 1 else ""
-    tp += f", {', '.join(loaded.transforms)}" if loaded.transforms else ", transformers' modules as they are"
+    transforms = transforms_used(loaded.transforms, report)
+    tp += f", {', '.join(transforms)}" if transforms else ", transformers' modules as they are"
     print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
@@ -291,13 +295,25 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
 
 
+COMPILED_ATTENTION = "compiled decode attention"  # the transform that runs only inside a compiled decode step
+
+
+def transforms_used(transforms: Sequence[str], report: dict[str, Any]) -> list[str]:
+    """What the decode path changed in the model, as far as this run used it: the compiled decode attention is left
+    out where no contestant compiled (it runs only inside a compiled step)."""
+    ran = [((entry or {}).get("options") or {}).get("compile", "off") for entry in report["effective"].values()]
+    compiled = any(mode != "off" for mode in ran)
+    return [t for t in transforms if compiled or not t.startswith(COMPILED_ATTENTION)]
+
+
 def interrupted_note(report: dict[str, Any]) -> str:
     """What an interrupted report holds, in one sentence."""
     facts = report.get("interruption") or {}
     by = f" by {facts['signal']}" if facts.get("signal") else ""
-    if facts.get("phase") in ("sync audit", "kernel trial", "profile"):
-        return (f"this run was cut short{by} during its {facts['phase']}, after all {facts.get('trials_done')} rounds "
-                f"of trials; the {facts['phase']} is not in the report")
+    phase = phase_named(facts.get("phase"))
+    if phase is not None and phase.after_trials:
+        return (f"this run was cut short{by} during its {phase.noun}, after all {facts.get('trials_done')} rounds "
+                f"of trials; the {phase.noun} is not in the report")
     left_out = facts.get("runs_left_out") or 0
     unfinished = f"; the {left_out} run(s) of the unfinished round are left out" if left_out else ""
     return (f"this run was cut short{by} after {facts.get('trials_done')} of {facts.get('trials_planned')} rounds of "

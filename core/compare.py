@@ -22,6 +22,7 @@ import torch
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_generate
 from core.measure.kernel_trial import kernel_trial
+from core.measure.nvtx import run_range, wanted, with_ranges
 from core.measure.stats import timeline_center_steps
 from core.measure.sync_audit import SyncAudit, loop_steps
 from core.models import LoadedModel, check_support
@@ -36,6 +37,7 @@ from core.options import (
     hf_generate_options,
 )
 from core.parallel.tensor_parallel import gather_objects
+from core.phases import AUDIT, KERNEL_TRIAL, TRIAL, WARMUP
 from core.report import build_report
 
 BenchEvent = dict[str, Any]
@@ -48,6 +50,15 @@ class InterruptedRun(KeyboardInterrupt):
 
     def __init__(self, report: dict[str, Any]) -> None:
         super().__init__("interrupted")
+        self.report = report
+
+
+class CancelledRun(Cancelled):
+    """A cancel (the page's Cancel button) after every contestant had finished at least one timed trial: `report`
+    is the report of the finished rounds, marked "interrupted" as InterruptedRun's is. A Cancelled still."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("cancelled")
         self.report = report
 
 
@@ -65,11 +76,12 @@ def compare(
     trials, and, unlike `on_event`, does not make the runs stream their tokens.
 
     Warm-up runs stream their tokens too (trial None): they are untimed, so watching them costs nothing measured.
-    An interrupt after the first full round raises InterruptedRun with the report of the finished rounds; before it,
-    the KeyboardInterrupt as it came. `between_rounds(wanted)` is called before the warm-ups, after each warm-up and
-    before each round, where every rank of a tensor-parallel group stands at the same place: it returns whether
-    another round is wanted, as the ranks agree (one rank's clock decides --min-seconds), or raises
-    KeyboardInterrupt to stop there (core.parallel.ranks.agreed_stop)."""
+    An interrupt after the first full round raises InterruptedRun with the report of the finished rounds, and a
+    cancel (`should_stop`) there CancelledRun; before it, the KeyboardInterrupt or Cancelled as it came.
+    `between_rounds(wanted)` is called before the warm-ups, after each warm-up and before each round, where every
+    rank of a tensor-parallel group stands at the same place: it returns whether another round is wanted, as the
+    ranks agree (one rank's clock decides --min-seconds), or raises KeyboardInterrupt to stop there
+    (core.parallel.ranks.agreed_stop)."""
     _check_device_for(loaded, request)
     check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
 
@@ -89,33 +101,35 @@ def compare(
     with deterministic_algorithms(request.deterministic) as nondeterministic_ops:
         agree(False)
         for name in request.contestants:
-            emit({"type": "phase", "phase": "warmup", "contestant": name, "t": time.perf_counter()})
+            emit(WARMUP.event(name, time.perf_counter()))
             # With should_stop, a listener gets `stop` checked every step, so a cancel lands within a step even
             # during a long warm-up.
             watcher = _token_listener(emit, name, None) if streaming or should_stop else None
             began_s, graphs_before, split_before = time.perf_counter(), compiled_graph_count(), warm_up_split()
-            warmups[name] = {**_warmup_entry(run_contestant(loaded, request, name, watcher, stop), began_s, origin_s),
+            outcome = run_contestant(loaded, request, name, watcher, stop, run_kind="warm-up")
+            warmups[name] = {**_warmup_entry(outcome, began_s, origin_s),
                              "graphs_compiled": compiled_graph_count() - graphs_before,
                              **{key: value - split_before[key] for key, value in warm_up_split().items()}}
             agree(False)
-        rounds, phase = 0, "trials"
+        rounds, phase = 0, TRIAL
         try:
             for trial in _trial_indices(request, runs, agree):
                 _timed_round(loaded, request, trial, runs, origin_s, emit, stop, streaming)
                 rounds = trial + 1
                 emit({"type": "round", "done": rounds, "planned": max(request.trials, rounds),
                       "t": time.perf_counter()})
-            phase = "sync audit"
+            phase = AUDIT
             audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
-            phase = "kernel trial"
+            phase = KERNEL_TRIAL
             kernels = _kernel_trials(loaded, request, runs, emit, stop) \
                 if loaded.device.type == "cuda" and not request.no_kernel_trial else None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Cancelled) as stopped:
             if rounds == 0:
                 raise
             finished = [r for r in runs if r["trial"] < rounds]
-            interruption = {"phase": phase, "trials_done": rounds, "trials_planned": max(request.trials, rounds),
-                            "runs_left_out": len(runs) - len(finished)}
+            interruption = {"phase": phase.id, "trials_done": rounds, "trials_planned": max(request.trials, rounds),
+                            "runs_left_out": len(runs) - len(finished),
+                            "by": "cancel" if isinstance(stopped, Cancelled) else "interrupt"}
             runs[:] = finished  # an unfinished round would give its first contestants one trial more
             audits = kernels = None
     report = build_report(loaded, request, runs, warmups, audits, kernels)
@@ -124,7 +138,7 @@ def compare(
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
     if interruption is not None:
         report.update(interrupted=True, interruption=interruption)
-        raise InterruptedRun(report)
+        raise CancelledRun(report) if interruption["by"] == "cancel" else InterruptedRun(report)
     return report
 
 
@@ -134,10 +148,10 @@ def _timed_round(loaded: LoadedModel, request: BenchRequest, trial: int, runs: l
     """One timed trial of every contestant, in this round's order (reversed every other round)."""
     order = request.contestants if trial % 2 == 0 else tuple(reversed(request.contestants))
     for position, name in enumerate(order):
-        emit({"type": "phase", "phase": "trial", "contestant": name, "trial": trial, "t": time.perf_counter()})
+        emit(TRIAL.event(name, time.perf_counter(), trial))
         listener = _token_listener(emit, name, trial) if streaming else None
         graphs_before, compiling_before = compiled_graph_count(), compiling_ms()
-        outcome = run_contestant(loaded, request, name, listener, stop)
+        outcome = run_contestant(loaded, request, name, listener, stop, run_kind=f"trial {trial}")
         started_ms = (outcome.pop("started_s") - origin_s) * 1000
         entry = {"contestant": name, "trial": trial, "order": position, "started_ms": started_ms, **outcome,
                  "graphs_compiled": compiled_graph_count() - graphs_before,
@@ -149,17 +163,18 @@ def _timed_round(loaded: LoadedModel, request: BenchRequest, trial: int, runs: l
 def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], origin_s: float,
                   emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
     """After the trials, each contestant once more under the sync audit (core.measure.sync_audit): its reads, and
-    the audited run's decode rate against the timed trials' median (what the audit costs)."""
-    audits = {}
+    the audited run's decode rate against the timed trials' median (what the audit costs). On CUDA its steps are
+    NVTX ranges, so that an Nsight Systems capture shows each read in its step."""
+    audits, request = {}, with_ranges(request, loaded.device.type)
     for name in request.contestants:
-        emit({"type": "phase", "phase": "audit", "contestant": name, "t": time.perf_counter()})
+        emit(AUDIT.event(name, time.perf_counter()))
         if stop():
             raise Cancelled("cancelled")
         audit = SyncAudit(loaded.device)
         loop = name in ALL_LOOPS or name == PIPELINED_AGAIN
         marks = None if loop else functools.partial(audit.step, launch=False)
         with audit, loop_steps(audit):
-            outcome = run_contestant(loaded, request, name, None, stop, on_step=marks)
+            outcome = run_contestant(loaded, request, name, None, stop, on_step=marks, run_kind="audited run")
         result = audit.result(started_ms=(audit.started_s - origin_s) * 1000,
                               **_audit_cost(outcome["timings"], [r for r in runs if r["contestant"] == name]))
         # Under tensor parallelism every rank audits its own run; the report keeps each rank's reads per step.
@@ -176,12 +191,13 @@ def _kernel_trials(loaded: LoadedModel, request: BenchRequest, runs: list[dict[s
     centers = timeline_center_steps({name: [r for r in runs if r["contestant"] == name] for name in LOOPS
                                      if name in request.contestants})
     for name in request.contestants:
-        emit({"type": "phase", "phase": "kernel trial", "contestant": name, "t": time.perf_counter()})
+        emit(KERNEL_TRIAL.event(name, time.perf_counter()))
         if stop():
             raise Cancelled("cancelled")
         steps = [r["timings"]["ms_per_token_p50"] for r in runs
                  if r["contestant"] == name and r["timings"].get("ms_per_token_p50")]
-        result = kernel_trial(lambda name=name: run_contestant(loaded, request, name, None, stop),
+        result = kernel_trial(functools.partial(run_contestant, loaded, request, name, None, stop,
+                                                run_kind="kernel trial"),
                               statistics.median(steps) if steps else None, centers.get(name))
         result["ranks"] = gather_objects({"kernel_busy_fraction": result.get("kernel_busy_fraction")})
         trials[name] = result
@@ -283,14 +299,22 @@ def _token_listener(emit: Callable[[BenchEvent], None], name: str,
 
 def run_contestant(loaded: LoadedModel, request: BenchRequest, name: str,
                    listener: Callable[[TokenEvent], None] | None, stop: Callable[[], bool],
-                   on_step: Callable[[], None] | None = None) -> dict[str, Any]:
-    """One run of a contestant: a loop (core.loops.generation.run) or generate() (`on_step`: its step marks)."""
+                   on_step: Callable[[], None] | None = None, run_kind: str = "run") -> dict[str, Any]:
+    """One run of a contestant: a loop (core.loops.generation.run) or generate() (`on_step`: its step marks). With
+    request.options.nvtx (on CUDA) the run is an NVTX range, "<name> <run_kind>" ("naive trial 2"), around the
+    ranges of its steps (core.measure.nvtx)."""
     if stop():
         raise Cancelled("cancelled")
+    with run_range(f"{name} {run_kind}", wanted(request.options, loaded.device.type)):
+        return _one_run(loaded, request, name, listener, stop, on_step)
+
+
+def _one_run(loaded: LoadedModel, request: BenchRequest, name: str, listener: Callable[[TokenEvent], None] | None,
+             stop: Callable[[], bool], on_step: Callable[[], None] | None) -> dict[str, Any]:
     loop = "pipelined" if name == PIPELINED_AGAIN else name
     if loop in ALL_LOOPS:
         options = replace(request.options, loop=loop)
-        result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop))
+        result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop), contestant=name)
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
                 "notices": result.notices, "started_s": result.started_s}
     started_s = time.perf_counter()  # generate() has no step timings to place, only its call

@@ -80,6 +80,7 @@ class GenerationOptions:
     seed: int | None = 0  # None: a fresh seed each run
     eos_token_id: int | Sequence[int] | None = None
     ignore_eos: bool = False
+    nvtx: bool = False  # an NVTX range per run and decode step (core.measure.nvtx); read by the loops, timed or not
 
     def __post_init__(self) -> None:
         require(self.loop in ALL_LOOPS, f"unknown loop {self.loop!r}; use one of: {', '.join(ALL_LOOPS)}")
@@ -183,6 +184,9 @@ class RunOption:
     contestants: tuple[str, ...] = ()
     group: str = "run"
     history: bool = False  # a column of the run history
+    # The contestants whose runs the option can change (empty: all). Two reports differing only in options that leave
+    # a contestant out have that contestant as their control (core.explain.compare_reports).
+    affects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(self.group in (*PAGE_GROUPS, CLI_ONLY),
@@ -249,9 +253,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               choices=COMPILE_MODES, page_choices=tuple(m for m in COMPILE_MODES if m != "max-autotune-no-cudagraphs"),
               gpu_default="reduce-overhead", group="loop", history=True),
     RunOption("lag", WHOLE, 1, "Pipeline lag (steps)", "pipelined loop: steps between queueing and reading",
-              noun="pipeline lag", low=1, high=64, group="loop", history=True),
+              noun="pipeline lag", low=1, high=64, group="loop", history=True,
+              affects=("pipelined", PIPELINED_AGAIN)),  # and the static cache's length: compare_reports checks it
     RunOption("streams", WHOLE, 1, "Streams", "2: device-to-host copies on a second CUDA stream", low=1, high=2,
-              choices=(1, 2), group="loop", history=True),
+              choices=(1, 2), group="loop", history=True, affects=("pipelined", PIPELINED_AGAIN)),
     RunOption("hf", FLAG, False, "Include HF generate() (on CUDA also with its DeferredStopCheck on)",
               "add transformers' generate() as a contestant", part=CONTESTANT, contestants=(HF,), group="loop"),
     RunOption("hf_deferred", FLAG, False, "", "add generate() with DeferredStopCheck forced on", part=CONTESTANT,
@@ -272,6 +277,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("no_kernel_trial", FLAG, False, "Skip the kernel trial (CUDA)",
               "on CUDA, skip the extra run of each contestant under CUPTI that gives kernel-busy time per step",
               part=REQUEST, group="loop"),
+    RunOption("nvtx", FLAG, False, "NVTX ranges per step (for Nsight Systems)",
+              "CUDA: an NVTX range around every run and every decode step, named by contestant and step (\"pipelined "
+              "step 17\"), for an Nsight Systems capture; on by itself in --audit's audited runs and with --trace",
+              group="loop"),
     RunOption("do_sample", FLAG, False, "Seeded sampling", "sample instead of greedy decoding", flag="--sample",
               group="sampling"),
     RunOption("seed", WHOLE, 0, "Seed", "sampling seed, the same for every contestant", low=0, high=2**63 - 1,
@@ -300,8 +309,8 @@ def static_cache_length(prompt_tokens: int, max_new_tokens: int, lag: int) -> in
 
 
 def adapt_to_device(options: GenerationOptions, device_type: str) -> tuple[GenerationOptions, list[str]]:
-    """The options the loops run with on this kind of device, and a notice for each thing changed: CUDA graphs and
-    CUDA streams exist only on NVIDIA GPUs."""
+    """The options the loops run with on this kind of device, and a notice for each thing changed: CUDA graphs,
+    CUDA streams and NVTX ranges exist only on NVIDIA GPUs."""
     notices: list[str] = []
     if device_type == "cuda":
         return options, notices
@@ -316,6 +325,9 @@ def adapt_to_device(options: GenerationOptions, device_type: str) -> tuple[Gener
     if options.streams == 2:
         notices.append("streams=2 needs CUDA streams; on the CPU it runs as streams=1")
         options = replace(options, streams=1)
+    if options.nvtx:
+        notices.append("NVTX ranges need CUDA (Nsight Systems traces NVIDIA GPUs); this run on the CPU has none")
+        options = replace(options, nvtx=False)
     return options, notices
 
 

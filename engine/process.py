@@ -180,7 +180,7 @@ class EngineCore:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
 
     def _compare(self, job: int, spec: str | None, request: BenchRequest) -> None:
-        from core.compare import compare
+        from core.compare import CancelledRun, compare
 
         if spec and self.loaded_spec != spec:
             self.send(self._load(spec, job))
@@ -190,6 +190,9 @@ class EngineCore:
         setups_before = set(self.loaded.setups)
         try:
             report = compare(self.loaded, request, on_event=batcher, should_stop=self._stop_check(job))
+        except CancelledRun as cut:  # the finished rounds' report goes with the JobCancelled (_guarded)
+            cut.report["engine_process"] = engine_facts()
+            raise
         except BaseException:
             # A decode setup built by a failed run (an out-of-memory batch, say) would keep its buffers alive.
             for key in set(self.loaded.setups) - setups_before:
@@ -215,8 +218,9 @@ class EngineCore:
         outcome: JobEnd | None = None
         try:
             work()
-        except Cancelled:
-            outcome = JobCancelled(job=job)
+        except Cancelled as exc:  # a cancel after the first round keeps that round's report (core.compare.CancelledRun)
+            kept = getattr(exc, "report", None)
+            outcome = JobCancelled(job=job, report=kept if self.leader else None)
         except ValueError as exc:
             outcome = Failed(job=job, error=str(exc), category=FailureCategory.INPUT)
         except Exception as exc:  # the engine reports whatever a run throws, then decides whether it can go on

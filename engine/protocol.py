@@ -160,6 +160,7 @@ class JobCancelled:
     type: ClassVar[MessageType] = MessageType.CANCELLED
     job: int
     loaded: str | None = None  # the spec the engine holds after the job
+    report: dict[str, Any] | None = None  # a comparison cancelled after a full round: the finished rounds' report
 
 
 @dataclass(frozen=True)

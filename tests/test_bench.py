@@ -252,3 +252,22 @@ def test_compare_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, con
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and problem in err and str(bad) in err and captured.out == ""
+
+
+def test_the_header_names_the_compiled_decode_attention_only_where_a_contestant_compiled():
+    from core.bench import transforms_used
+
+    transforms = ("fused qkv", "fused gate_up", "compiled decode attention: reduce")
+    off = {"effective": {"naive": {"options": {"compile": "off"}}, "pipelined": {"options": {"compile": "off"}}}}
+    on = {"effective": {"naive": {"options": {"compile": "default"}}, "hf": {"options": {"compile": "off"}}}}
+    assert transforms_used(transforms, off) == ["fused qkv", "fused gate_up"]
+    assert transforms_used(transforms, on) == list(transforms)
+
+
+def test_the_ratio_line_labels_the_end_to_end_ratio_beside_the_decode_one(tiny):
+    from core.report import format_table
+    from tests.conftest import bench_report
+
+    line = next(row for row in format_table(bench_report(tiny, trials=1)).splitlines() if "= " in row and "x" in row)
+    assert line.startswith("end to end pipelined/naive = ") and "  decode pipelined/naive = " in line
+

@@ -57,13 +57,37 @@ def test_an_interrupt_after_two_rounds_keeps_the_finished_rounds_in_a_report_tha
         compare(tiny, request, on_progress=interrupt_in_round_three)
     report = stopped.value.report
     assert report["interrupted"] is True
-    assert report["interruption"] == {"phase": "trials", "trials_done": 2, "trials_planned": 6, "runs_left_out": 1}
+    assert report["interruption"] == {"phase": "trial", "trials_done": 2, "trials_planned": 6, "runs_left_out": 1,
+                                      "by": "interrupt"}
     assert sorted((r["contestant"], r["trial"]) for r in report["runs"]) == [
         ("naive", 0), ("naive", 1), ("pipelined", 0), ("pipelined", 1)]
     assert report["summary"]["naive"]["trials"] == 2 and report["verdict"]["call"] == "too-few-trials"
     assert [e["done"] for e in seen if e["type"] == "round"] == [1, 2]
     assert "tokens" not in {e["type"] for e in seen}, "progress alone does not stream the runs' tokens"
     assert open_report(json.dumps(report)).report["interrupted"] is True
+
+
+def test_a_cancel_after_two_rounds_keeps_the_finished_rounds_as_the_interrupt_does(tiny):
+    """The page's Cancel (should_stop) stops within a step, as before; after a full round the report of the finished
+    rounds comes with it, marked cut short, as a Ctrl-C of the CLI keeps them."""
+    import pytest
+
+    from core.compare import CancelledRun
+    from core.options import Cancelled
+
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4, ignore_eos=True), trials=6)
+    rounds: list[int] = []
+    with pytest.raises(CancelledRun) as stopped:
+        compare(tiny, request, should_stop=lambda: len(rounds) >= 2,
+                on_progress=lambda event: rounds.append(event["done"]) if event["type"] == "round" else None)
+    assert isinstance(stopped.value, Cancelled), "whoever catches Cancelled still stops as before"
+    report = stopped.value.report
+    assert report["interrupted"] is True and report["interruption"]["by"] == "cancel"
+    assert report["interruption"]["trials_done"] == 2 and len(report["runs"]) == 4
+    assert report["summary"]["pipelined"]["trials"] == 2
+    with pytest.raises(Cancelled) as early:
+        compare(tiny, request, should_stop=lambda: True)
+    assert not isinstance(early.value, CancelledRun), "before a full round there is nothing to keep"
 
 
 def test_an_interrupt_before_the_first_full_round_is_the_interrupt_itself(tiny):
@@ -94,5 +118,5 @@ def test_an_interrupt_during_the_audit_keeps_every_trial_and_says_the_audit_is_m
     with pytest.raises(InterruptedRun) as stopped:
         compare(tiny, request, on_progress=interrupt_the_audit)
     report = stopped.value.report
-    assert report["interruption"]["phase"] == "sync audit" and report["interruption"]["trials_done"] == 2
+    assert report["interruption"]["phase"] == "audit" and report["interruption"]["trials_done"] == 2
     assert "sync_audit" not in report and len(report["runs"]) == 4

@@ -22,6 +22,7 @@ import torch
 
 from core.loops.prompt import EncodedPrompt, Prompt, check_length, cut_at_eos, encode
 from core.loops.step import DecodeSetup, DecodeState, decode_setup_for, synchronize
+from core.measure.nvtx import StepRanges, run_range
 from core.measure.step_times import StepClock, Timings
 from core.measure.sync_audit import host_memory
 from core.models import LoadedModel, compile_failure
@@ -29,7 +30,6 @@ from core.options import NO_CHECK, GenerationOptions, adapt_to_device
 from core.parallel.tensor_parallel import gather_device_spans
 
 SETUP_STEPS = 4  # the decode steps of a shape's setup run (compile, capture), before its first timed run
-
 
 # ------------------------------------------------------------------------------------------- 1) the loops
 
@@ -114,10 +114,14 @@ class _LoopContext:
     eos_ids: frozenset[int]
     ignore_eos: bool
     mirror: HostMirror | None = None
+    ranges: StepRanges | None = None  # NVTX step ranges (options.nvtx), else None
     finished_rows: set[int] = field(default_factory=set)
 
     def queue_step(self, index: int, prompt: EncodedPrompt) -> None:
-        """Queue step `index` (0: prefill) between the clock's two host marks; on the CPU this computes it."""
+        """Queue step `index` (0: prefill) between the clock's two host marks; on the CPU this computes it. With NVTX
+        ranges, step `index`'s opens just before the first mark and holds the loop's iteration."""
+        if self.ranges is not None:
+            self.ranges.step(index)
         self.clock.before_step(index)
         if index == 0:
             self.setup.prefill(prompt, self.cache)
@@ -139,17 +143,25 @@ def _timed_run(
     prompt: EncodedPrompt,
     options: GenerationOptions,
     on_tokens: Callable[[TokenEvent], None] | None,
+    contestant: str | None = None,
 ) -> tuple[int, int, StepClock]:
-    """One run of the chosen loop; returns (steps kept, steps computed, the clock)."""
+    """One run of the chosen loop; returns (steps kept, steps computed, the clock). With options.nvtx each step has
+    an NVTX range named by `contestant` (default: the loop) and its index."""
     clock = StepClock.for_run(setup, options.max_new_tokens)
     # Pinned buffers and events are set up before the clock starts, so their first allocation is never timed.
     mirror = HostMirror.for_run(setup, options) if options.loop == "pipelined" else None
+    ranges = StepRanges(contestant or options.loop, options.max_new_tokens) if options.nvtx else None
     clock.start()
     cache = setup.begin(prompt, options)
     context = _LoopContext(setup=setup, cache=cache, clock=clock, on_tokens=on_tokens,
-                           eos_ids=frozenset(setup.eos_ids_list), ignore_eos=options.ignore_eos, mirror=mirror)
+                           eos_ids=frozenset(setup.eos_ids_list), ignore_eos=options.ignore_eos, mirror=mirror,
+                           ranges=ranges)
     loop = {"naive": _naive_loop, "pipelined": _pipelined_loop, NO_CHECK: _no_check_loop}[options.loop]
-    kept, computed = loop(context, prompt, options)
+    try:
+        kept, computed = loop(context, prompt, options)
+    finally:
+        if ranges is not None:
+            ranges.close()  # the last step's range, also when a watcher cancelled the run or a step failed
     clock.stop()
     return kept, computed, clock
 
@@ -241,17 +253,20 @@ def run(
     options: GenerationOptions,
     *,
     on_tokens: Callable[[TokenEvent], None] | None = None,
+    contestant: str | None = None,
 ) -> GenerationResult:
-    """`generate` with the options already gathered (and checked: GenerationOptions cannot be made invalid)."""
+    """`generate` with the options already gathered (and checked: GenerationOptions cannot be made invalid).
+    `contestant` names the run's NVTX ranges (options.nvtx; default: the loop's name)."""
     notices: list[str] = []
     options = _adapt_to_device(loaded, options, notices)
     encoded = encode(loaded, prompt)
     check_length(loaded, encoded.width, options.max_new_tokens)
     setup = decode_setup_for(loaded, encoded.input_ids.shape, options)
+    contestant = contestant or options.loop
     try:
-        setup_ms = _set_up(setup, encoded, options) if not setup.ready else 0.0
+        setup_ms = _set_up(setup, encoded, options, contestant) if not setup.ready else 0.0
         with torch.inference_mode():
-            kept, computed, clock = _timed_run(setup, encoded, options, on_tokens)
+            kept, computed, clock = _timed_run(setup, encoded, options, on_tokens, contestant)
     except Exception as exc:  # the compiler's pages of text become one line; any other error is raised as it is
         failure = compile_failure(loaded, options.compile, exc)
         if failure is None:
@@ -277,12 +292,13 @@ def _forget_host_observations(timings: Timings) -> None:
 
 
 
-def _set_up(setup: DecodeSetup, prompt: EncodedPrompt, options: GenerationOptions) -> float:
+def _set_up(setup: DecodeSetup, prompt: EncodedPrompt, options: GenerationOptions, contestant: str) -> float:
     """The setup run of a new shape: SETUP_STEPS untimed steps of the naive loop, so that compilation, CUDA-graph
-    capture and library set-up stay out of the timings; returns its milliseconds."""
+    capture and library set-up stay out of the timings; returns its milliseconds. With options.nvtx it is one NVTX
+    range, "<contestant> setup run", with no step ranges in it (its steps are the naive loop's, whoever runs it)."""
     start = time.perf_counter()
-    steps = replace(options, max_new_tokens=min(options.max_new_tokens, SETUP_STEPS), loop="naive")
-    with torch.inference_mode():
+    steps = replace(options, max_new_tokens=min(options.max_new_tokens, SETUP_STEPS), loop="naive", nvtx=False)
+    with torch.inference_mode(), run_range(f"{contestant} setup run", options.nvtx):
         _timed_run(setup, prompt, steps, None)
     synchronize(setup.device)
     setup.ready = True

@@ -10,15 +10,21 @@ from typing import Any
 import torch
 
 from core.loops.prompt import cut_at_eos, encode_prompt, resolve_eos_ids
+from core.measure.nvtx import StepRanges, wanted
 from core.measure.step_times import StepClock, Timings
 from core.models import LoadedModel
-from core.options import GenerationOptions, hf_generate_options
+from core.options import HF, HF_DEFERRED, GenerationOptions, hf_generate_options
 
 
 def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferred: bool = False,
                 on_step: Callable[[], None] | None = None) -> tuple[list[list[int]], Timings]:
     """transformers' own generate() with the same cache and compile settings, timed on the host. `on_step` is called
-    once per decode step, after its token is chosen (the sync audit's step marks)."""
+    once per decode step, after its token is chosen (the sync audit's step marks).
+
+    With options.nvtx (on CUDA) and `on_step`, each step also gets an NVTX range ("hf prefill", "hf step 1", ...,
+    each from the mark before the step's forward to the next mark). Without `on_step` there is none: generate()
+    calls no hook per step that costs no device work (a stopping criterion is one more kernel and tensor a step), so
+    a timed run keeps its path and gets only the run's range (core.compare.run_contestant)."""
     from transformers import GenerationConfig, StoppingCriteriaList
 
     options, _ = hf_generate_options(options, loaded.device.type)
@@ -38,12 +44,20 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, de
         config.compile_config = CompileConfig(mode=options.compile)
     if options.seed is not None:
         torch.manual_seed(options.seed)
+    ranges = StepRanges(HF_DEFERRED if deferred else HF, options.max_new_tokens) \
+        if on_step is not None and wanted(options, loaded.device.type) else None
     clock = StepClock(loaded.device, 1)
     clock.start()
     with _deferred_stop_check(deferred), torch.inference_mode():
-        markers = StoppingCriteriaList([_StepMarker(on_step)]) if on_step is not None else None
-        output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
-                                       stopping_criteria=markers)
+        markers = StoppingCriteriaList([_StepMarker(on_step, ranges)]) if on_step is not None else None
+        if ranges is not None:
+            ranges.step(0)
+        try:
+            output = loaded.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                           generation_config=config, stopping_criteria=markers)
+        finally:
+            if ranges is not None:
+                ranges.close()
     clock.stop()
     rows = output[:, input_ids.shape[1]:].tolist()
     token_ids = cut_at_eos(rows, [] if options.ignore_eos else resolve_eos_ids(loaded, options.eos_token_id))
@@ -57,14 +71,24 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, de
 
 
 class _StepMarker:
-    """A stopping criterion that never stops: generate() calls it once per step, and it tells `on_step`."""
+    """A stopping criterion that never stops: generate() calls it once per step, and it tells `on_step` (and, with
+    `ranges`, opens the next step's NVTX range: the step whose forward comes next)."""
 
-    def __init__(self, on_step: Callable[[], None]):
+    def __init__(self, on_step: Callable[[], None], ranges: StepRanges | None = None):
         self.on_step = on_step
+        self.ranges = ranges
+        self.steps = 0
         self.never: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         self.on_step()
+        self.steps += 1
+        if self.ranges is not None:
+            # The mark after the last token has no step after it (nor has one of DeferredStopCheck's overshoot steps).
+            if self.steps < len(self.ranges.names):
+                self.ranges.step(self.steps)
+            else:
+                self.ranges.close()
         if self.never is None or self.never.shape[0] != input_ids.shape[0]:
             self.never = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         return self.never
