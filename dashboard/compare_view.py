@@ -1,5 +1,6 @@
 """Two runs side by side on the page: core.explain.compare_reports' result as tables, the settings that differ first
-and highlighted, and one line that says what changed. Plain data only (no gradio): the page wraps these.
+and highlighted, and lines that say what changed, in the CLI's words (each contestant's sentence, the interval it
+was judged by, its call). Plain data only (no gradio): the page wraps these.
 
 A table's value is Gradio's Dataframe dict, {"headers", "data", "metadata": {"styling", "display_value"}}, so that a
 row can carry a background; each differing setting also says "differs" in its last cell, a cue that needs no colour.
@@ -9,27 +10,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.explain import duration, plus_minus
+from core.explain import compare_interval_text, duration
 
 SETTINGS_HEADERS = ("setting", "A", "B", "")
-RATES_HEADERS = ("contestant", "rate", "A", "B", "B / A", "call (against both runs' noise)", "noise A", "noise B")
+RATES_HEADERS = ("contestant", "rate", "A", "B", "B / A", "call", "interval judged by")
 WAITS_HEADERS = ("contestant", "host wait A", "host wait B", "device idle A", "device idle B")
 DIFFERS = "differs"
 DIFFERS_STYLE = "background-color: #fff3b0; font-weight: 600;"  # a pale yellow, readable in every colour vision
-CALL_STYLES = {"faster": "font-weight: 600;", "slower": "font-weight: 600;"}
+CALL_STYLES = {"faster": "font-weight: 600;", "slower": "font-weight: 600;", "control": "font-style: italic;"}
+SENTENCE_CHARS = 600  # a contestant's sentence is compare_reports' own text, longer than a field from a file
 CELL_CHARS = 80  # a setting's value as a cell (compare_reports clips report text to 120 already)
 
 
 def summary_md(result: dict[str, Any], plain: Any) -> str:
-    """One or two lines: which settings differ, and what that did to each contestant's rate (`plain` escapes text
-    for Markdown: dashboard.report_text.plain)."""
+    """Which settings differ, what that did to each contestant's rate, how they were judged (the control, or the
+    drift allowance) and each contestant's sentence, as the CLI says them (`plain` escapes text for Markdown:
+    dashboard.report_text.plain)."""
     differs = result["differs"]
     count = "1 setting differs" if len(differs) == 1 else f"{len(differs)} settings differ"
     said = (f"**{count}:** {plain(', '.join(differs))}."
             if differs else "**The two runs have the same settings** (any difference is the machine's own drift).")
     rates = [f"{row['name']} {_ratio(row['ratio'])} ({row['call']})" for row in result["contestants"]]
     if rates:
-        said += "  \n**B / A:** " + plain("; ".join(rates)) + "."
+        said += "  \n**B / A:** " + plain("; ".join(rates), SENTENCE_CHARS) + "."
+        said += "  \n" + plain(result["note"], SENTENCE_CHARS)
+        said += "".join(f"  \n- {plain(row['sentence'], SENTENCE_CHARS)}" for row in result["contestants"])
     cut = [side.upper() for side in ("a", "b") if result[side]["interrupted"]]
     if cut:
         said += f"  \n**Cut short:** run {' and '.join(cut)} did not finish; its numbers cover the trials it completed."
@@ -45,17 +50,19 @@ def settings_table(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def rates_table(result: dict[str, Any]) -> dict[str, Any]:
-    """Each contestant of both runs: its rate in A and B, B / A, and the call against both runs' noise."""
+    """Each contestant of both runs: its rate in A and B, B / A, the call, and the interval it was judged by."""
     data, styling = [], []
     for row in result["contestants"]:
         label = "decode tok/s" if row["metric"] == "decode_tokens_per_s" else "end-to-end tok/s"
+        interval = compare_interval_text(row)
         data.append([row["name"], label, _rate(row["a"]), _rate(row["b"]), _ratio(row["ratio"]), row["call"],
-                     _noise(row["a_noise"]), _noise(row["b_noise"])])
-        styling.append(["", "", "", "", CALL_STYLES.get(row["call"], ""), CALL_STYLES.get(row["call"], ""), "", ""])
+                     "–" if interval == "-" else interval])
+        style = CALL_STYLES.get(row["call"], "")
+        styling.append(["", "", "", "", style, style, ""])
     for side in ("a", "b"):
         for name in result[f"only_in_{side}"]:
             data.append([name, "", *(("ran", "–") if side == "a" else ("–", "ran")), "–", f"only in {side.upper()}",
-                         "", ""])
+                         ""])
             styling.append([""] * len(RATES_HEADERS))
     return table(RATES_HEADERS, data, styling)
 
@@ -93,7 +100,3 @@ def _rate(value: float | None) -> str:
 
 def _ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}×"
-
-
-def _noise(value: float | None) -> str:
-    return "one trial" if value is None else plus_minus(value)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from core.explain import compare_reports
+from core.explain import compare_reports, compare_text
 from dashboard import compare_view
 from dashboard.report_text import plain
 from tests.test_dashboard_client import text_of
@@ -25,8 +25,8 @@ def two_h200_runs():
     b["request"]["options"]["cache"] = "dynamic"
     for run in b["runs"]:
         if run["contestant"] == "pipelined":
-            run["timings"]["decode_tokens_per_s"] *= 0.8
-    b["summary"]["pipelined"]["decode_tokens_per_s"] *= 0.8
+            run["timings"]["decode_tokens_per_s"] *= 0.6
+    b["summary"]["pipelined"]["decode_tokens_per_s"] *= 0.6
     return a, b
 
 
@@ -41,14 +41,52 @@ def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_run
     assert text_of(compare_view.summary_md(result, plain)).startswith("1 setting differs: cache.")
 
 
-def test_the_rates_say_b_over_a_and_the_call_against_both_runs_noise(two_h200_runs):
+def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
     result = compare_reports(*two_h200_runs)
     rows = {row[0]: dict(zip(compare_view.RATES_HEADERS, row)) for row in compare_view.rates_table(result)["data"]}
-    assert rows["pipelined"]["B / A"] == "0.800×" and rows["pipelined"]["call (against both runs' noise)"] == "slower"
-    assert rows["naive"]["B / A"] == "1.000×" and rows["naive"]["call (against both runs' noise)"] == "within noise"
-    assert rows["naive"]["A"] == "604.8" and rows["naive"]["noise A"] == "±2.7%"
+    assert rows["pipelined"]["B / A"] == "0.600×" and rows["pipelined"]["call"] == "slower"
+    assert rows["naive"]["B / A"] == "1.000×" and rows["naive"]["call"] == "within noise"
+    assert rows["naive"]["A"] == "604.8" and rows["naive"]["interval judged by"].startswith("95% interval 0.")
     waits = {row[0]: row for row in compare_view.waits_table(result)["data"]}
     assert waits["naive"] == ["naive", "946 µs", "946 µs", "564 µs", "564 µs"]
+
+
+def test_the_page_says_what_the_cli_says(two_h200_runs):
+    result = compare_reports(*two_h200_runs)
+    shown = text_of(compare_view.summary_md(result, plain))
+    assert result["note"] in shown and all(f"- {row['sentence']}" in shown for row in result["contestants"])
+    text = compare_text(result)
+    table = compare_view.rates_table(result)["data"]
+    for row, cells in zip(result["contestants"], table):
+        assert row["call"] == cells[5] and cells[6] in text
+
+
+def test_with_only_lag_differing_the_page_shows_naive_as_the_control(two_h200_runs):
+    a = two_h200_runs[0]
+    b = copy.deepcopy(a)
+    b["request"]["options"]["lag"] = 2
+    for run in b["runs"]:  # the machine 10% slower for every contestant
+        if run["timings"].get("decode_tokens_per_s"):
+            run["timings"]["decode_tokens_per_s"] *= 0.9
+    result = compare_reports(a, b)
+    table = compare_view.rates_table(result)
+    rows = {row[0]: dict(zip(compare_view.RATES_HEADERS, row)) for row in table["data"]}
+    assert rows["naive"]["call"] == "control" and rows["pipelined"]["call"] == "within noise"
+    assert "of the ratio to the control" in rows["pipelined"]["interval judged by"]
+    assert table["metadata"]["styling"][0][5] == compare_view.CALL_STYLES["control"]
+    assert "Control: naive (lag cannot change it)" in text_of(compare_view.summary_md(result, plain))
+
+
+def test_a_contestant_in_one_run_only_and_an_old_report_fill_the_table():
+    from tests.test_drift import STEADY, report
+
+    a = report({"naive": STEADY, "pipelined": STEADY, "hf": STEADY})
+    b = report({"naive": STEADY, "pipelined": STEADY})
+    del b["runs"]
+    table = compare_view.rates_table(compare_reports(a, b))
+    assert [row[5] for row in table["data"]] == ["noise unknown", "noise unknown", "only in A"]
+    assert all(len(row) == len(compare_view.RATES_HEADERS) for row in table["data"])
+    assert [row[6] for row in table["data"]] == ["–", "–", ""]
 
 
 def test_two_report_files_compare_and_a_bad_one_says_which(two_h200_runs):
@@ -79,7 +117,7 @@ def test_two_history_runs_compare_by_their_numbers_on_the_page(two_h200_runs, mo
     monkeypatch.setattr(page, "owner", lambda request: "me")
     choices = page._run_choices("me")
     assert [value for _, value in choices["run_a"]["choices"]] == [1, 2, 3, 4]
-    assert choices["run_a"]["value"] == 3 and choices["run_b"]["value"] == 4
+    assert choices["run_a"]["value"] == 2 and choices["run_b"]["value"] == 4, "run 3 failed: it has no report"
     shown = page.compare_runs(1, 2, None)
     assert shown["settings"]["data"][0] == ["cache", "static", "dynamic", "differs"]
     assert text_of(page.compare_runs(1, 3, None)["status"]) == "Cannot compare: run 3 has no report: it failed"

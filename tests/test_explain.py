@@ -45,7 +45,7 @@ def test_the_1b_reduce_overhead_report_says_naive_waits_about_a_millisecond_in_i
     naive = sentences[0]
     assert naive.startswith("naive waited") and "`.item()` at core/loops/generation.py:54" in naive
     assert 800 <= microseconds(naive, "naive waited") <= 1200  # the summary's 946 µs: about 1 ms
-    assert f"{report['verdict']['ratio']:.2f}x" in text and "beyond this run's noise (±2.7%)" in text
+    assert f"{report['verdict']['ratio']:.2f}x" in text and "beyond this run's noise (95% interval 1.26-1.45x)" in text
     idle = report["summary"]["naive"]["device_idle_ms_per_step"] * 1000
     assert microseconds(text, "The GPU then idled") == pytest.approx(idle, abs=1)
     removed = (report["summary"]["naive"]["device_idle_ms_per_step"]
@@ -58,7 +58,8 @@ def test_the_1b_reduce_overhead_report_says_naive_waits_about_a_millisecond_in_i
 def test_an_eager_report_within_its_noise_says_so_and_names_milliseconds_of_device_idle():
     sentences = what_this_run_shows(load(EAGER_1B))
     text = " ".join(sentences)
-    assert "within this run's noise (±21%): no difference shown" in text
+    # The ± of a spread (±21%) beside 1.38x would contradict "within": the sentence quotes the interval that decided.
+    assert "within this run's noise (95% interval 0.70-2.51x): no difference shown" in text
     assert re.search(r"The GPU then idled \d+\.\d ms per step", text)
 
 
@@ -74,9 +75,10 @@ def test_a_cpu_report_says_why_nothing_is_expected_and_where_naive_reads(cpu_rep
 
 def test_a_cpu_verdict_beyond_noise_is_not_blamed_on_the_sync(cpu_report):
     report = copy.deepcopy(cpu_report)
-    report["verdict"].update(call="faster", ratio=1.2, noise=0.03)
+    report["verdict"].update(call="faster", ratio=1.2, noise=0.03, interval=[1.1, 1.3], confidence=0.99)
     last = what_this_run_shows(report)[-1]
-    assert "1.20x, faster, beyond this run's noise (±3.0%)" in last and "not a wait the pipelined loop avoids" in last
+    assert "1.20x, faster, beyond this run's noise (99% interval 1.10-1.30x)" in last
+    assert "not a wait the pipelined loop avoids" in last
 
 
 def test_a_report_written_before_the_waits_and_verdicts_still_gives_sentences():
@@ -131,35 +133,52 @@ def test_compare_names_the_settings_that_differ_and_each_rate_in_both():
                                            / a["summary"]["naive"]["decode_tokens_per_s"])
     assert naive["call"] == "slower" and naive["a_waits"]["host_wait_ms"] == a["summary"]["naive"][
         "host_wait_ms_per_step"]
+    assert naive["basis"] == "drift allowance" and naive["interval_used"][1] < 1 and naive["confidence"] == 0.95
+    assert result["control"] is None and result["no_control"].startswith("cache differs")
     hf = next(row for row in result["contestants"] if row["name"] == "hf")
     assert hf["metric"] == "tokens_per_s"  # generate() has no decode rate
     assert result["verdicts"]["a"]["call"] == "faster" and result["verdicts"]["b"]["call"] == "within-noise"
     text = compare_text(result)
     assert "compile  reduce-overhead -> off" in text and "cache    static -> dynamic" in text
-    assert re.search(r"naive\s+decode tok/s\s+604\.8\s+60\.0\s+0\.099x\s+slower", text)
+    assert re.search(r"naive\s+decode tok/s\s+604\.8\s+60\.0\s+0\.099x\s+slower\s+95% interval", text)
     assert "946 µs -> 58 µs" in text
+    assert "No control: cache differs, which can change every contestant. Two processes of the same settings " \
+           "differ by up to" in text and naive["sentence"] in text
 
 
-def test_a_run_against_itself_is_within_noise_with_no_setting_differing():
+def test_a_run_against_itself_has_naive_as_the_control_and_nothing_else_called():
     a = load(RO_1B)
     result = compare_reports(a, copy.deepcopy(a))
-    assert result["differs"] == [] and {row["call"] for row in result["contestants"]} == {"within noise"}
+    assert result["differs"] == [] and result["control"] == "naive"
+    calls = {row["name"]: row["call"] for row in result["contestants"]}
+    assert calls == {"naive": "control", "pipelined": "within noise", "hf": "within noise",
+                     "hf-deferred": "within noise"}
     assert "settings: the same in both runs" in compare_text(result)
 
 
-def test_a_faster_b_beyond_both_noises_is_faster_and_one_trial_has_unknown_noise():
+def test_a_faster_b_beyond_the_drift_between_processes_is_faster_and_one_trial_is_too_few():
     a = load(RO_1B)
     b = copy.deepcopy(a)
+    b["request"]["options"]["max_new_tokens"] = 128  # a setting that every loop reads: no control
     for run in b["runs"]:
         if run["timings"].get("decode_tokens_per_s"):
-            run["timings"]["decode_tokens_per_s"] *= 1.2
+            run["timings"]["decode_tokens_per_s"] *= 1.5
     for s in b["summary"].values():
         if s.get("decode_tokens_per_s"):
-            s["decode_tokens_per_s"] *= 1.2
+            s["decode_tokens_per_s"] *= 1.5
     calls = {row["name"]: row["call"] for row in compare_reports(a, b)["contestants"]}
-    assert calls["naive"] == calls["pipelined"] == "faster"
+    assert calls["naive"] == calls["pipelined"] == "faster" and calls["hf"] == "within noise"
     b["runs"] = [r for r in b["runs"] if r["trial"] == 0]
-    assert compare_reports(a, b)["contestants"][0]["call"] == "noise unknown"
+    naive = compare_reports(a, b)["contestants"][0]
+    assert naive["call"] == "too few trials" and "from 3 trials in A and 1 in B" in naive["sentence"]
+
+
+def test_a_report_from_before_per_trial_runs_compares_with_noise_unknown():
+    old, new = load(OLD_STEP_GRAPH), load(RO_1B)
+    old.pop("runs", None)
+    result = compare_reports(old, new)
+    assert {row["call"] for row in result["contestants"]} == {"noise unknown"}
+    assert "noise unknown" in compare_text(result)
 
 
 def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):

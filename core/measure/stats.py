@@ -199,3 +199,24 @@ def _evidence(call: dict[str, Any]) -> str:
     if call.get("control_distance") is not None:
         text += f", A/A control {call['control_distance']:.1%} apart"
     return text
+
+
+def welch_ratio_interval(log_a: list[float], log_b: list[float],
+                         confidence: float = VERDICT_CONFIDENCE) -> tuple[float, float, float]:
+    """(ratio, low, high): exp of mean(log_b) - mean(log_a) and of Welch's two-sided t interval at `confidence` around
+    it, for two independent samples of log values (two runs' trials), at least two each. The degrees of freedom are
+    Welch-Satterthwaite's, rounded down (a little wider than the exact quantile, never narrower)."""
+    if len(log_a) < 2 or len(log_b) < 2:
+        raise ValueError(f"a Welch interval needs two values a side, got {len(log_a)} and {len(log_b)}")
+    var_a, var_b = statistics.variance(log_a) / len(log_a), statistics.variance(log_b) / len(log_b)
+    difference = statistics.fmean(log_b) - statistics.fmean(log_a)
+    if var_a + var_b == 0:
+        return (math.exp(difference),) * 3
+    df = (var_a + var_b) ** 2 / (var_a ** 2 / (len(log_a) - 1) + var_b ** 2 / (len(log_b) - 1))
+    half = t_quantile(max(1, math.floor(df)), confidence) * math.sqrt(var_a + var_b)
+    return math.exp(difference), math.exp(difference - half), math.exp(difference + half)
+
+
+def widened(low: float, high: float, drift: float) -> tuple[float, float]:
+    """An interval on a ratio, widened by a drift of up to `drift` either way (0.14: 14%)."""
+    return low / (1 + drift), high * (1 + drift)
