@@ -16,16 +16,28 @@ from dashboard import charts
 from dashboard.lanes import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, _bars
 from dashboard.limits import clip
 from dashboard.report_text import plain
+from dashboard.reports import BENCH_SCHEMA, PAGE_REPORT_SCHEMA
 
 AUDIT_SCHEMA = "syncscope.audit/"
 SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "host blocked µs/step", "device idle after µs/step",
                 "what to do")
+# Each column wide enough for its header's words and a dozen characters (the page lets the table scroll sideways
+# rather than squeeze it): 1210 px, the tab's width at 1400.
+SITE_WIDTHS = ["100px", "120px", "230px", "260px", "110px", "110px", "280px"]
+IN_REPLAY = ("this JSON is a benchmark report (python -m core.bench), not an audit report of a program: open it in "
+             "the Replay tab")
 TITLE = "The audited program, step by step"
 HOST_COLOR = "#1f77b4"
 
 
 def is_audit(document: Any) -> bool:
     return isinstance(document, dict) and str(document.get("schema", "")).startswith(AUDIT_SCHEMA)
+
+
+def is_bench_report(document: Any) -> bool:
+    """A report Replay opens: core.bench's, or the page's download of one."""
+    return isinstance(document, dict) and (str(document.get("schema", "")).startswith(BENCH_SCHEMA)
+                                           or document.get("schema") == PAGE_REPORT_SCHEMA)
 
 
 def open_audit(data: bytes | str, max_bytes: int) -> dict[str, Any]:
@@ -39,6 +51,8 @@ def open_audit(data: bytes | str, max_bytes: int) -> dict[str, Any]:
         report = json.loads(data)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if is_bench_report(report):
+        raise ValueError(IN_REPLAY)
     if not is_audit(report):
         raise ValueError("this JSON is not an audit report (no \"schema\": \"syncscope.audit/1\"); write one with "
                          "python -m core.audit --json audit.json -- your_script.py")

@@ -3,7 +3,7 @@
 The *live series* is what the page records while a run streams (dashboard.live_view), and
 `dashboard.reports.live_series_from_report` rebuilds for a saved report:
     {"series": {name: {"t": [...], "tokens_per_s": [...]}},            # None in both lists separates trials
-     "spans": [{"contestant", "phase" ("warmup"|"trial"), "trial", "t0", "t1"}],
+     "spans": [{"contestant", "phase" (a core.phases id: "warmup", "trial", "audit", ...), "trial", "t0", "t1"}],
      "monitor": {"source" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
                  "power_w", "sm_clock_mhz"}]}}
 with every time in seconds since the run started. A sample's "gpu" is its NVML index (None on the CPU fallback);
@@ -29,6 +29,7 @@ import plotly.io as pio
 
 from core.explain import report_device_type
 from core.measure import stats
+from core.phases import phase_named
 from dashboard.reports import SavedReport, clock_of, split_report
 
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
@@ -119,8 +120,8 @@ def span_shapes(spans: Sequence[dict[str, Any]], view: Sequence[float] | None, l
     to hold theirs inside the visible range `view`."""
     drawn = [s for s in spans if s.get("t1") is not None and s["t1"] > s["t0"]]
     shapes = [{"type": "rect", "xref": xref, "yref": yref, "x0": s["t0"], "x1": s["t1"], "y0": 0, "y1": 1,
-               "fillcolor": WARMUP_COLOR if s["phase"] == "warmup" else color(s["contestant"]),
-               "opacity": 0.08 if s["phase"] == "warmup" else 0.13, "line": {"width": 0}, "layer": "below"}
+               "fillcolor": color(s["contestant"]) if _timed(s) else WARMUP_COLOR,
+               "opacity": 0.13 if _timed(s) else 0.08, "line": {"width": 0}, "layer": "below"}
               for s in drawn]
     if not labels or view is None:
         return shapes, []
@@ -129,29 +130,45 @@ def span_shapes(spans: Sequence[dict[str, Any]], view: Sequence[float] | None, l
     return shapes, [{"text": text, "x": x, **style} for text, x in _span_labels(drawn, view)]
 
 
+def _timed(span: dict[str, Any]) -> bool:
+    """A timed trial's span (drawn in its contestant's colour); warm-ups and the extra runs after the trials (the
+    sync audit, the kernel trial: core.phases) are untimed, in grey."""
+    phase = phase_named(span.get("phase"))
+    return phase is not None and phase.timed
+
+
 def _span_labels(spans: Sequence[dict[str, Any]], view: Sequence[float]) -> list[tuple[str, float]]:
-    """(text, x) of each label that fits inside its span's visible part after the previous label; the warm-ups
-    in a row share one label, once."""
+    """(text, x) of each label that fits inside its span's visible part after the previous label; the untimed
+    spans of one phase in a row (the warm-ups, the audited runs) share one label, once per phase."""
     placed: list[tuple[str, float]] = []
-    free_from, warmup_labelled = float("-inf"), False
+    free_from, labelled = float("-inf"), set()
     for i, span in enumerate(spans):
-        warm = span["phase"] == "warmup"
-        if warm and warmup_labelled:
+        untimed = not _timed(span)
+        if untimed and span["phase"] in labelled:
             continue
-        right = _warmup_run_end(spans, i) if warm else span["t1"]
+        right = _phase_run_end(spans, i) if untimed else span["t1"]
         left, right = max(span["t0"], view[0], free_from), min(right, view[1])
-        texts = ("warm-up",) if warm else (span["contestant"], *filter(None, [SHORT_LABELS.get(span["contestant"])]))
+        texts = (_phase_noun(span),) if untimed else \
+            (span["contestant"], *filter(None, [SHORT_LABELS.get(span["contestant"])]))
         text = next((t for t in texts if right - left >= _label_width_s(t, view)), None)
         if text is not None:
             placed.append((text, left))
-            free_from, warmup_labelled = left + _label_width_s(text, view), warmup_labelled or warm
+            free_from = left + _label_width_s(text, view)
+            if untimed:
+                labelled.add(span["phase"])
     return placed
 
 
-def _warmup_run_end(spans: Sequence[dict[str, Any]], first: int) -> float:
+def _phase_noun(span: dict[str, Any]) -> str:
+    phase = phase_named(span.get("phase"))
+    return phase.noun if phase is not None else str(span.get("phase"))
+
+
+def _phase_run_end(spans: Sequence[dict[str, Any]], first: int) -> float:
+    """Where the run of spans of the same phase that begins at `first` ends."""
     end = spans[first]["t1"]
     for span in spans[first + 1:]:
-        if span["phase"] != "warmup":
+        if span["phase"] != spans[first]["phase"]:
             break
         end = span["t1"]
     return end

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.explain import report_device_type
+from core.explain import contestant_waits, report_device_type
 from core.measure.waits import step_work_ms
 from core.options import LOOPS, NO_CHECK
 from dashboard import charts
@@ -92,7 +92,8 @@ COLUMN_HELP = {
     "idle inside": "idle inside: the part of a step's device span with no work, the device waiting for the host "
                    "to launch it (the span less the step's kernel time)",
 }
-MEANS_HELP = "each a mean per decode step (step 0 is prefill) of the loop's median trial, in µs"
+MEANS_HELP = ("each the median over the loop's trials of the trial's mean per decode step (step 0 is prefill), in "
+              "µs: the figure the summary states; the bars are the loop's median trial")
 CLOCK_HELP = "GPU times are placed on the host's clock to within ±{error} µs (two reference events per trial)"
 KERNEL_HELP = ("kernel trial: one more run under CUPTI that records every kernel; each of its steps is scaled onto "
                "the same step's span here")
@@ -359,18 +360,20 @@ class _Group:
 
     label: str | None
     trials: list[LoopTrial]
+    report: dict[str, Any] = field(default_factory=dict)  # whose summary the statistics block states
 
 
 def lanes_figure(report: dict[str, Any]) -> go.Figure:
     """Naive above pipelined: a host lane and a device lane per GPU each (on the CPU the host lane alone), over the
     representative trials."""
-    return _figure([_Group(None, loop_trials(report))])
+    return _figure([_Group(None, loop_trials(report), report)])
 
 
 def compare_lanes(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
     """Two reports' timelines on one time axis (ms since each loop's trial started): report_a's loops above
     report_b's, each lane and each row of the table named by its report's label (cut to COMPARE_LABEL characters)."""
-    return _figure([_Group(_short(label_a), loop_trials(report_a)), _Group(_short(label_b), loop_trials(report_b))])
+    return _figure([_Group(_short(label_a), loop_trials(report_a), report_a),
+                    _Group(_short(label_b), loop_trials(report_b), report_b)])
 
 
 def _short(label: str) -> str:
@@ -565,16 +568,15 @@ NAME_WIDTH = 11
 
 
 def _stats_block(groups: Sequence[_Group]) -> tuple[str, str]:
-    """A small monospace table, a row per loop: its mean host wait, device gap and idle inside per decode step over
-    its whole trial; then a legend in words. And the hover that defines each of them."""
+    """A small monospace table, a row per loop: its host wait, device gap and idle inside per decode step as the
+    summary states them (core.explain.contestant_waits: the median over its trials of each trial's mean), so the
+    page has one figure of each; then a legend in words. And the hover that defines each of them."""
     trials = [t for group in groups for t in group.trials]
-    means = {id(t): window_means(t, None) for t in trials}
+    means = {id(t): _summary_means(group.report, t) for group in groups for t in group.trials}
     columns = ["host wait", *(["device gap"] if any(not t.cpu for t in trials) else []),
                *(["idle inside"] if any(m.inside_us is not None for m in means.values()) else [])]
     lines = [CPU_LINE] if any(t.cpu and t.complete for t in trials) else []
-    ranges = {_steps(m) for m in means.values()}
-    lines.append("µs per decode step, " + (f"mean of steps {ranges.pop()}" if len(ranges) == 1 and "–" not in ranges
-                                            else "mean of each loop's trial"))
+    lines.append("µs per decode step, median of the trials' means")
     lines.append(_row("", columns))
     for group in groups:
         if group.label:
@@ -639,8 +641,17 @@ def _us(value: float | None) -> str:
     return "–" if value is None else f"{value:,.1f}"
 
 
-def _steps(means: Means) -> str:
-    return "–" if means.first is None else f"{means.first}-{means.last}"
+def _summary_means(report: dict[str, Any], trial: LoopTrial) -> Means:
+    """A loop's waits per decode step in µs as the report's summary states them (during a run, as it will: from the
+    trials so far); where it has none of a figure (a report from before the summary had them), the drawn trial's."""
+    waits = contestant_waits(report, trial.name)
+    drawn = window_means(trial, None)
+
+    def us(key: str, fallback: float | None) -> float | None:
+        return waits[key] * 1000 if waits.get(key) is not None else fallback
+
+    return Means(us("host_wait_ms", drawn.wait_us), us("device_gap_ms", drawn.gap_us) if not trial.cpu else None,
+                 drawn.first, drawn.last, us("idle_inside_ms", drawn.inside_us) if not trial.cpu else None)
 
 
 def prebuild() -> None:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.options import NO_CHECK
+from core.phases import WARMUP, phase_named
 from dashboard.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
 from dashboard.reports import RATE_WINDOW, window_rate
 
 SERIES_MIN_DT_S = 0.02   # a point of the live curve every 20 ms ...
 SERIES_MIN_STEPS = 4     # ... or every 4 steps, whichever comes first
-WARMUP = "warm-up"
 
 
 class TextDecoder:
@@ -135,7 +135,9 @@ class LiveView:
             self.phase = event
             self.spans.append({"contestant": event["contestant"], "phase": event["phase"],
                                "trial": event.get("trial"), "t0": stamp - self._t0(), "t1": None})
-            self._start_pass(event["contestant"], event.get("trial"), stamp, warmup=event["phase"] == "warmup")
+            phase = phase_named(event["phase"])
+            if phase is not None and phase.streams:  # an untimed extra run leaves the panes as its trials did
+                self._start_pass(event["contestant"], event.get("trial"), stamp, warmup=phase is WARMUP)
         elif kind == "run":
             self._close_span(stamp)
             pane = self.panes.setdefault(event["contestant"], PaneState())
@@ -233,19 +235,36 @@ def status_line(job: Job, ahead: int, phase: dict[str, Any] | None = None) -> st
         took = (job.t_end or 0) - (job.t0 or 0)
         return f"Loaded {job.model}." if job.work == LOAD else f"Done in {took:.1f} s."
     if job.state == CANCELLED:
-        return f"Cancelled: {job.error}" if job.error else "Cancelled."
+        said = f"Cancelled: {job.error}" if job.error else "Cancelled."
+        return f"{said} {_kept_rounds(job.report)}" if job.report else said
     return f"Failed: {job.error}"
 
 
-def _running_line(job: Job, phase: dict[str, Any] | None) -> str:
-    if phase is None:
+def _running_line(job: Job, event: dict[str, Any] | None) -> str:
+    """What the running job does, from the last phase event (core.phases words every phase)."""
+    if event is None:
         return "Starting…"
-    name = phase["contestant"]
-    if phase["phase"] == "warmup":
-        compiling = job.request is not None and job.request.options.compile != "off"
-        extra = "compiling can take a minute" if compiling else "compilation and set-up stay out of the timings"
-        return f"Warming up {name} (untimed {WARMUP}: {extra}; its text streams, its speed is not counted)…"
+    phase = phase_named(event.get("phase"))
+    name = event.get("contestant", "?")
+    if phase is None:  # an engine newer than this page: say what it said, plainly
+        return f"Running {name}: {event.get('phase')}…"
+    trial = event.get("trial") if isinstance(event.get("trial"), int) else 0
     trials = job.request.trials if job.request else 1
-    more = " (more rounds follow until each contestant has run the minimum time)" if \
-        job.request is not None and job.request.min_seconds and phase["trial"] + 1 >= trials else ""
-    return f"Timing {name}: trial {phase['trial'] + 1} of {max(trials, phase['trial'] + 1)}{more}…"
+    if phase is WARMUP:
+        compiling = job.request is not None and job.request.options.compile != "off"
+        detail = "compiling can take a minute" if compiling else "compilation and set-up stay out of the timings"
+    else:
+        more = job.request is not None and job.request.min_seconds and trial + 1 >= trials
+        detail = " (more rounds follow until each contestant has run the minimum time)" if more else ""
+    return phase.doing.format(contestant=name, trial=trial + 1, trials=max(trials, trial + 1), detail=detail)
+
+
+def _kept_rounds(report: dict[str, Any]) -> str:
+    """What a run cancelled after its first round keeps (core.compare.CancelledRun)."""
+    facts = report.get("interruption") or {}
+    done, planned = facts.get("trials_done"), facts.get("trials_planned")
+    rounds = f"{done} of {planned} rounds" if isinstance(done, int) and isinstance(planned, int) else "the rounds"
+    phase = phase_named(facts.get("phase"))
+    if phase is not None and phase.after_trials:
+        return f"Every round of trials had finished ({rounds}); the {phase.noun} had not, and is left out."
+    return f"The trials of the {rounds} that had finished are kept: the summary is drawn from them."

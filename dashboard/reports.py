@@ -26,6 +26,7 @@ from typing import Any
 from core.explain import contestant_waits
 from core.measure.identity import sameness
 from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device, is_int
+from core.phases import phase_named
 from dashboard.limits import clip
 
 _NAME = re.compile(r"[\w.+-]{1,64}")
@@ -468,7 +469,7 @@ def _check_page_section(recorded: Any, where: str) -> None:
     _expect(isinstance(spans, list), "the recorded spans are not a list")
     for index, span in enumerate(spans):
         _expect(isinstance(span, dict) and _is_number(span.get("t0")) and isinstance(span.get("contestant"), str)
-                and span.get("phase") in ("warmup", "trial"), "a recorded span is malformed")
+                and phase_named(span.get("phase")) is not None, "a recorded span is malformed")
         _expect_numbers(span, ("t1",), f"{where}.spans[{index}]")
     series = recorded.get("series", {})
     _expect(isinstance(series, dict) and all(isinstance(s, dict) and isinstance(s.get("t"), list)

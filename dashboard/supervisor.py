@@ -223,6 +223,9 @@ class EngineSupervisor:
             self._stop_causes.pop(job.id, None)
             self.queue.finish(job, DONE, None)
         elif isinstance(message, JobCancelled):
+            if job.work == COMPARE and message.report is not None:  # the rounds finished before the cancel
+                job.report = message.report
+                self.on_report(job)
             self._stop_causes.pop(job.id, None)
             self.queue.finish(job, CANCELLED, job.error)
         elif isinstance(message, Failed):

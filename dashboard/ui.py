@@ -34,7 +34,9 @@ from core.options import (
     RUN_OPTION,
     RUN_OPTIONS,
     WHOLE,
+    GenerationOptions,
     RunOption,
+    adapt_to_device,
     compile_needs_static_cache,
 )
 from core.report_files import read_report_bytes
@@ -43,7 +45,7 @@ from dashboard import audit_view, charts, compare_view, lanes
 from dashboard.downloads import DownloadFolders
 from dashboard.history import HISTORY_SCHEMA
 from dashboard.job_queue import KEEP_FINISHED_JOBS
-from dashboard.jobs import COMPARE, FAILED, LOAD, LOADING, Job
+from dashboard.jobs import COMPARE, DONE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS, clip
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
 from dashboard.reports import (
@@ -96,9 +98,17 @@ CSS = """
 #summary, #replay-summary, #summary-more, #replay-summary-more, #history { overflow-x: auto; }
 #summary-more table, #replay-summary-more table { min-width: 1200px; }
 #history table { min-width: 1200px; }
+#audit-sites { overflow-x: auto; }
+#audit-sites table { min-width: 1210px; }  /* audit_view.SITE_WIDTHS: scrolls sideways rather than squeezing */
 /* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
    titles small enough to fit the chart's width, and no span labels (the legend names the colours). */
 @media (max-width: 720px) {
+  /* Run inside the first screen: a smaller title and banner; the banner's lines vary with the server's state, so
+     past a third of the screen it scrolls inside itself. */
+  .prose h1 { font-size: 22px !important; line-height: 1.25 !important; margin-bottom: 4px !important; }
+  .prose:has(> h1) p { font-size: 13px !important; }
+  #banner .prose, #banner .prose * { font-size: 12.5px !important; }
+  #banner { max-height: 32vh; overflow-y: auto !important; }
   #compare-row { flex-direction: column; }
   #controls-col { display: contents; }
   #controls-col > * { order: 0; width: 100%; }
@@ -349,6 +359,9 @@ class Dashboard:
         else:
             yield {**update, **self._cleared(job)}
             yield from self._follow(job, browser_id)
+            # A run's own page enables its downloads after it (enable_downloads); a page that picked the run up
+            # on load has no such step, so it enables them here.
+            yield self._downloads(browser_id, job.report, job.page)
 
     def _live_update(self, snap: dict[str, Any]) -> dict:
         c = self.c
@@ -389,10 +402,12 @@ class Dashboard:
     # ---- two runs side by side (dashboard.compare_view)
 
     def _run_choices(self, owner: str) -> dict:
-        """The two run pickers: this visitor's runs by number, the last two chosen."""
+        """The two run pickers: this visitor's runs by number, the last two with a report chosen (a run that failed,
+        or was cancelled before its first round of trials, has none, so it cannot be compared)."""
         rows = self.visitor_history(owner)
         choices = [(run_label(row), row["run"]) for row in rows]
-        first, second = (rows[-2]["run"], rows[-1]["run"]) if len(rows) >= 2 else (None, None)
+        reported = [row["run"] for row in rows if row.get("status") == DONE or row.get("verdict") is not None]
+        first, second = reported[-2:] if len(reported) >= 2 else (None, None)
         return {self.c["run_a"]: gr.update(choices=choices, value=first),
                 self.c["run_b"]: gr.update(choices=choices, value=second)}
 
@@ -414,13 +429,19 @@ class Dashboard:
         limit, reports = self.config.max_report_bytes, []
         for side, data in (("A", first), ("B", second)):
             try:
-                reports.append(open_report(uploaded_json(data, limit), limit).report)
+                reports.append(open_bench_report(uploaded_json(data, limit), limit).report)
             except ValueError as exc:
                 return {self.rc["status"]: f"**Cannot open report {side}:** {plain(exc)}"}
         return self._compared(self.rc, *reports, "A", "B")
 
     def _history_report(self, owner: str, number: Any) -> dict[str, Any]:
         """The report of `owner`'s run `number`; ValueError saying why there is none."""
+        report = self._history_job(owner, number).report
+        assert report is not None
+        return report
+
+    def _history_job(self, owner: str, number: Any) -> Job:
+        """`owner`'s run `number`, which has a report; ValueError saying why there is none."""
         rows = self.visitor_history(owner)
         if not isinstance(number, int) or not 1 <= number <= len(rows):
             raise ValueError(f"there is no run {plain(number)} in your history")
@@ -431,7 +452,7 @@ class Dashboard:
                              f"{KEEP_FINISHED_JOBS} runs); download reports and compare the files in Replay")
         if job.report is None:
             raise ValueError(f"run {number} has no report: it {row.get('status') or 'did not finish'}")
-        return job.report
+        return job
 
     def _compared(self, k: dict[str, Any], a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> dict:
         try:
@@ -442,6 +463,29 @@ class Dashboard:
                                                                                                 label_b)}
         except Exception as exc:  # two reports that passed the checks but cannot be set side by side: say so
             return {k["status"]: f"**Cannot compare these two:** {plain(type(exc).__name__)}: {plain(exc)}"}
+
+    def report_of_run(self, run: int = 0, request: gr.Request = None) -> dict[str, Any]:  # type: ignore[assignment]
+        """The `/report` endpoint: one of your runs' report as JSON, the document "Last run's report" downloads
+        (`{"schema": "syncscope.page-report/1", "report": <core's report>, "page": <what the page saw>}`; the
+        verdict is at ["report"]["verdict"]). `run`: its number in your history (1 is your first run); 0, your
+        latest run. A run still going, or one without a report, is refused with the reason."""
+        owner = self.owner(request)
+        if not isinstance(run, int) or isinstance(run, bool) or run < 0:
+            raise gr.Error(f"run must be a run's number in your history (1, 2, ...) or 0 for the latest; got {run!r}")
+        if run:
+            try:
+                job = self._history_job(owner, run)
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+            return page_report(job.report, job.page)
+        job = self.runner.latest_run(owner)
+        if job is None:
+            raise gr.Error("you have no run on this server yet: call /run first (with the same client)")
+        if not job.done:
+            raise gr.Error("your latest run is still going: call /report again once /run has returned")
+        if job.report is None:
+            raise gr.Error(f"your latest run has no report: it {job.state}" + (f" ({job.error})" if job.error else ""))
+        return page_report(job.report, job.page)
 
     def enable_downloads(self, request: gr.Request) -> dict:
         """After a run: the buttons with something behind them become clickable."""
@@ -509,20 +553,42 @@ class Dashboard:
         path.write_text(json.dumps(chrome_trace(public_report(report))), encoding="utf-8")
         return str(path)
 
-    # ---- option coupling
+    # ---- option coupling, and what this server runs in place of a mode that needs CUDA (the loop options note)
 
-    @staticmethod
-    def on_compile(compile_mode: str, static_cache: bool) -> tuple[bool, str]:
-        cache = from_widget(RUN_OPTION["cache"], static_cache)
-        if compile_needs_static_cache(compile_mode, cache):
-            return True, "Note: compile needs StaticCache (a growing cache would recompile every step): turned it on."
-        return static_cache, ""
-
-    @staticmethod
-    def on_static(static_cache: bool, compile_mode: str) -> tuple[str, str]:
+    def on_compile(self, compile_mode: str, static_cache: bool, streams: Any = 1) -> tuple[bool, str]:
+        """Compile was chosen: StaticCache turned on where it needs it; the note says so, and what runs here."""
+        coupling = ""
         if compile_needs_static_cache(compile_mode, from_widget(RUN_OPTION["cache"], static_cache)):
-            return "off", "Note: without StaticCache compile cannot work: compile turned off."
-        return compile_mode, ""
+            static_cache = True
+            coupling = "Note: compile needs StaticCache (a growing cache would recompile every step): turned it on."
+        return static_cache, self.options_note(coupling, compile_mode, streams)
+
+    def on_static(self, static_cache: bool, compile_mode: str, streams: Any = 1) -> tuple[str, str]:
+        """StaticCache was toggled: compile turned off where it cannot work without it; the note says so."""
+        coupling = ""
+        if compile_needs_static_cache(compile_mode, from_widget(RUN_OPTION["cache"], static_cache)):
+            compile_mode, coupling = "off", "Note: without StaticCache compile cannot work: compile turned off."
+        return compile_mode, self.options_note(coupling, compile_mode, streams)
+
+    def on_streams(self, streams: Any, compile_mode: str) -> str:
+        return self.options_note("", compile_mode, streams)
+
+    def options_note(self, coupling: str, compile_mode: str, streams: Any) -> str:
+        """The loop options note: the coupling just made (or none), then what this server runs in place of each
+        choice that needs CUDA."""
+        lines = [coupling] if coupling else []
+        lines += [f"On this CPU server: {plain(notice)}." for notice in self._device_notices(compile_mode, streams)]
+        return "  \n".join(lines)
+
+    def _device_notices(self, compile_mode: str, streams: Any) -> list[str]:
+        """What a CPU runs in place of these choices (core.options.adapt_to_device's notices); none on CUDA."""
+        if self.runner.uses_cuda:
+            return []
+        try:
+            asked = GenerationOptions(compile=compile_mode, cache="static", streams=streams)
+        except (TypeError, ValueError):  # a value the run's check will refuse, with its reason, at Run
+            return []
+        return adapt_to_device(asked, "cpu")[1]
 
     # ---- replay: every file that is not a complete report gets one line, and the page stays as it was
 
@@ -530,7 +596,7 @@ class Dashboard:
         if data is None:
             return {self.r["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
         limit = self.config.max_report_bytes
-        return self._replay_guarded(lambda: open_report(uploaded_json(data, limit), limit), "the uploaded file",
+        return self._replay_guarded(lambda: open_bench_report(uploaded_json(data, limit), limit), "the uploaded file",
                                     "this file")
 
     def audit_upload(self, data: bytes | None) -> dict:
@@ -570,7 +636,7 @@ class Dashboard:
         path = self.config.replay_files.get(name or "")
         if path is None:
             return {self.r["status"]: "Choose one of the bundled results."}
-        return self._replay_guarded(lambda: open_report(read_report_bytes(path)), name or "", name or "")
+        return self._replay_guarded(lambda: open_bench_report(read_report_bytes(path)), name or "", name or "")
 
     def _replay_guarded(self, read: Any, source: str, called: str) -> dict:
         try:
@@ -588,8 +654,8 @@ class Dashboard:
         where = env.get("gpu") or env.get("device") or "unknown device"
         tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
         status = (f"Showing {plain(source)}: {plain(model.get('spec', '?'))} on {plain(where)} "
-                  f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(report.get('request', {}).get('trials', '?'))} "
-                  f"trial(s), created {plain(report.get('created', '?'))}.")
+                  f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(trials_shown(report))}, "
+                  f"created {plain(report.get('created', '?'))}.")
         if report.get("interrupted") is True:
             status += ("  \n**This run was cut short** (interrupted before it finished): its numbers cover only the "
                        "trials it completed.")
@@ -632,12 +698,44 @@ def report_device(report: dict[str, Any]) -> dict[str, str]:
     return {"type": charts.report_device_type(report) or "unknown", "where": str(where)[:80]}
 
 
+def trials_shown(report: dict[str, Any]) -> str:
+    """The trials a replayed report holds: those it asked for, or for a run cut short, the rounds its runs hold of
+    those planned."""
+    planned = (report.get("request") or {}).get("trials", "?")
+    if report.get("interrupted") is not True:
+        return f"{planned} trial(s)"
+    facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
+    planned = facts.get("trials_planned", planned)
+    done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
+    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel trial, say)
+        return f"{done} trial(s)"
+    return f"{done} of {planned} trial(s) (cut short)"
+
+
 def replayed_line(device: Mapping[str, Any]) -> str:
     template = {"cuda": REPORT_ON_GPU, "cpu": REPORT_ON_CPU}.get(str(device.get("type")), REPORT_NOWHERE)
     return template.format(where=plain(device.get("where", "unknown device")))
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+AUDIT_IN_REPLAY = ("this JSON is an audit report of a program (python -m core.audit), not a benchmark report: open it "
+                   "in the Your loop tab")
+
+
+def open_bench_report(data: bytes | str, limit: int = MAX_REPORT_BYTES) -> SavedReport:
+    """open_report, saying where an audit report opens instead (the Your loop tab); parsed again only when refused."""
+    try:
+        return open_report(data, limit)
+    except ValueError:
+        try:
+            audit = audit_view.is_audit(json.loads(data))
+        except (ValueError, RecursionError):
+            audit = False
+        if audit:
+            raise ValueError(AUDIT_IN_REPLAY) from None
+        raise
 
 
 def uploaded_json(data: bytes, limit: int) -> bytes:
@@ -708,20 +806,28 @@ def summary_tables(report: dict[str, Any], page: PageRecord | None = None) -> tu
     rows = [dict(zip(SUMMARY_HEADERS, row)) for row in table_rows(report, page)]
     verdict = report.get("verdict") or {}
     baseline = verdict.get("baseline") or "naive"
-    base_rate = next((r["decode tok/s"] for r in rows if r["contestant"] == baseline), None)
+    summary = report.get("summary") or {}
+    base_rate = _decode_rate(summary, baseline)
     evidence, details = [], []
     for row in rows:
-        rate = row["decode tok/s"]
-        ratio = (f"{rate / base_rate:.3f}×" if _positive(rate) and _positive(base_rate) and
+        rate = _decode_rate(summary, row["contestant"])  # unrounded: the table's cell shows one decimal of it
+        ratio = (f"{rate / base_rate:.3f}×" if rate is not None and base_rate is not None and
                  row["contestant"] != baseline else "–")
         interval, call = _verdict_cells(verdict) if row["contestant"] == verdict.get("contender") else ("–", "–")
-        evidence.append([row["contestant"], rate, row["decode spread %"], row["same tokens"], ratio, interval, call])
+        evidence.append([row["contestant"], row["decode tok/s"], row["decode spread %"], row["same tokens"], ratio,
+                         interval, call])
         details.append([row[h] for h in DETAIL_HEADERS])
     return evidence, details
 
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and value > 0
+
+
+def _decode_rate(summary: dict[str, Any], name: Any) -> float | None:
+    """A contestant's median decode rate as the report holds it (not the table's rounded cell); None without one."""
+    rate = (summary.get(name) or {}).get("decode_tokens_per_s") if isinstance(name, str) else None
+    return float(rate) if _positive(rate) and not isinstance(rate, bool) else None
 
 
 def _verdict_cells(verdict: dict[str, Any]) -> tuple[str, str]:
@@ -768,7 +874,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
-        banner = gr.Markdown(app.banner(), elem_id="banner")
+        banner = gr.Markdown(app.banner(), elem_id="banner", label="banner", show_label=False)
         # Always ticking: every open page shows the server's state (model, loads, restarts) within seconds.
         # What this page shows (its tab, and the report open in Replay), so the banner can describe that.
         app.view_state = gr.State({"tab": "compare", "replay": None})
@@ -793,6 +899,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
         with gr.Accordion("Explain: the sync, the numbers, the toggles, and why NVML utilization is coarse",
                           open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
+        gr.api(app.report_of_run, api_name="report", concurrency_limit=4, concurrency_id="compare")
     demo.dashboard = app  # type: ignore[attr-defined]
     return demo
 
@@ -835,32 +942,36 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
         with gr.Column(scale=1, min_width=320, elem_id="controls-col"):
             inputs = _controls(app, runner, d, c)
         with gr.Column(scale=2, elem_id="results-col"):
-            c["status"] = gr.Markdown("Press **Run** to compare the two loops.", elem_id="status")
+            c["status"] = gr.Markdown("Press **Run** to compare the two loops.", elem_id="status", label="status",
+                                      show_label=False)
             with gr.Row():
                 for name in ("naive", "pipelined"):
                     with gr.Column(min_width=200):
                         c[f"{name}_rate"] = gr.Markdown(f"**{name}** · – tok/s", elem_id=f"{name}-rate",
-                                                        elem_classes=["rate"])
+                                                        elem_classes=["rate"], label=f"{name} rate",
+                                                        show_label=False)
                         c[f"{name}_text"] = gr.Textbox(label=f"{name} loop output", lines=8, max_lines=8,
                                                        interactive=False, elem_id=f"{name}-text",
                                                        elem_classes=["pane"])
-            c["headline"] = gr.Markdown(elem_id="headline")
-            c["shows"] = gr.Markdown(elem_id="run-shows")
+            c["headline"] = gr.Markdown(elem_id="headline", label="verdict", show_label=False)
+            c["shows"] = gr.Markdown(elem_id="run-shows", label="what this run shows", show_label=False)
             c["summary"], c["summary_more"] = _summary_tables("summary")
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
-        c["lanes_plot"] = gr.Plot(lanes.lanes_figure({}), elem_id="plot-lanes", show_label=False)
+        c["lanes_plot"] = gr.Plot(lanes.lanes_figure({}), elem_id="plot-lanes", show_label=False, label="timeline")
     with gr.Row():
-        c["tokens_plot"] = gr.Plot(charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False)
+        c["tokens_plot"] = gr.Plot(charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False,
+                                   label="tokens/s chart")
         c["device_plot"] = gr.Plot(charts.device_figure({"monitor": _idle_monitor(runner)}), elem_id="plot-device",
-                                   show_label=False)
+                                   show_label=False, label="device chart")
     with gr.Row():
-        c["steps_plot"] = gr.Plot(charts.step_latency_figure({}), elem_id="plot-steps", show_label=False)
-        c["gap_plot"] = gr.Plot(charts.gap_figure({}), elem_id="plot-gap", show_label=False)
+        c["steps_plot"] = gr.Plot(charts.step_latency_figure({}), elem_id="plot-steps", show_label=False,
+                                  label="step latency chart")
+        c["gap_plot"] = gr.Plot(charts.gap_figure({}), elem_id="plot-gap", show_label=False, label="idle gap chart")
     with gr.Accordion("Run history (this browser)", open=True):
         c["history"] = gr.Dataframe(headers=list(HISTORY_COLUMNS), value=[], interactive=False, elem_id="history",
-                                    datatype="str")
+                                    datatype="str", label="history", show_label=False)
         with gr.Row():
             c["csv"] = gr.DownloadButton("History as CSV", value=None, elem_id="download-csv", size="sm",
                                           interactive=False)
@@ -873,17 +984,19 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
     with gr.Accordion("Compare two runs of this history", open=False, elem_id="compare-runs"):
         gr.Markdown("Pick two of your runs, for instance before and after changing one toggle: the settings that "
                     "differ come first, highlighted; then each loop's rate in both with B / A and whether that is "
-                    "beyond both runs' noise, the per-step waits, and both timelines on one time axis.")
+                    "beyond the drift between two runs (or, where only an option of the pipelined loop differs, "
+                    "against the naive loop as the control), the per-step waits, and both timelines on one time "
+                    "axis.")
         with gr.Row():
-            c["run_a"] = gr.Dropdown([], value=None, label="Run A", elem_id="run-a")
-            c["run_b"] = gr.Dropdown([], value=None, label="Run B", elem_id="run-b")
+            c["run_a"] = _run_picker("Run A", "run-a")
+            c["run_b"] = _run_picker("Run B", "run-b")
             compare_btn = gr.Button("Compare A and B", elem_id="compare-btn", min_width=120)
         app.h = _comparison_outputs("history-compare")
     compare_btn.click(app.compare_runs, inputs=[c["run_a"], c["run_b"]], outputs=list(app.h.values()),
                       api_name="compare_runs", concurrency_limit=4, concurrency_id="compare")
     outputs = [c[k] for k in OUTPUTS] + [c["lanes_plot"]]
     c["run_btn"].click(app.run, inputs_kwargs=inputs, outputs=outputs, api_name="run",
-                       concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="minimal",
+                       concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="hidden",
                        trigger_mode="multiple").then(
         app.enable_downloads, outputs=[c["csv"], c["json"], c["report_file"], c["trace_file"]],
         api_visibility="private", queue=False)
@@ -902,7 +1015,7 @@ def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str,
     with gr.Row(elem_id="run-row"):
         c["run_btn"] = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=80)
         c["cancel_btn"] = gr.Button("Cancel", variant="stop", elem_id="cancel-btn", min_width=80)
-    c["run_note"] = gr.Markdown(elem_id="run-note")
+    c["run_note"] = gr.Markdown(elem_id="run-note", label="run note", show_label=False)
     gr.Examples([[p] for p in EXAMPLE_PROMPTS], inputs=[controls["prompt"]], label="Example prompts")
     controls.update(_option_rows("run", d))
     if runner.limits != LOCAL_LIMITS:
@@ -913,12 +1026,15 @@ def _controls(app: Dashboard, runner: Runner, d: Mapping[str, Any], c: dict[str,
         with gr.Accordion(title, open=open_):
             controls.update(_option_rows(group, d))
             if group == "loop":
-                note = gr.Markdown(elem_id="options-note")
-    compile_mode, static = controls["compile"], controls["cache"]
-    compile_mode.input(app.on_compile, inputs=[compile_mode, static], outputs=[static, note],
+                # A CUDA-only default (app.py's flags) is named at once too.
+                note = gr.Markdown(app.options_note("", d["compile"], d["streams"]), elem_id="options-note")
+    compile_mode, static, streams = controls["compile"], controls["cache"], controls["streams"]
+    compile_mode.input(app.on_compile, inputs=[compile_mode, static, streams], outputs=[static, note],
                        api_visibility="private", queue=False)
-    static.input(app.on_static, inputs=[static, compile_mode], outputs=[compile_mode, note],
+    static.input(app.on_static, inputs=[static, compile_mode, streams], outputs=[compile_mode, note],
                  api_visibility="private", queue=False)
+    streams.input(app.on_streams, inputs=[streams, compile_mode], outputs=[note], api_visibility="private",
+                  queue=False)
     return {"model": model, **{option.name: controls[option.name] for option in PAGE_OPTIONS}}
 
 
@@ -933,13 +1049,22 @@ def _option_rows(group: str, d: Mapping[str, Any]) -> dict[str, Any]:
     return controls
 
 
-def _typed_whole(component: Any, enum: list[int] | None = None) -> Any:
-    """`component` (a number field or a radio of numbers) with an API type of integer. `gr.Number(precision=0)` would
-    round what it is given (2.5 runs as 2, where the run's check refuses it with a reason), and gr.Radio says
-    "string" whatever its values; a subclass would make Gradio write a .pyi stub beside this file."""
-    info = {"type": "integer", **({"enum": enum} if enum else {})}
+def _typed_whole(component: Any, choices: list[int] | None = None, description: str = "") -> Any:
+    """`component` (a number field, a radio of numbers, a run picker) with an API type of integer. `gr.Number
+    (precision=0)` would round what it is given (2.5 runs as 2, where the run's check refuses it with a reason), and
+    gr.Radio and gr.Dropdown say "string" whatever their values; a subclass would make Gradio write a .pyi stub
+    beside this file. The choices go into the description, not a JSON-schema enum: gradio_client writes an enum of
+    integers as quoted strings (Literal['1', '2']), which the run then refuses."""
+    said = f"one of {', '.join(map(str, choices))}" if choices else description
+    info = {"type": "integer", **({"description": said} if said else {})}
     component.api_info = lambda: info  # read per instance when the page's API description is built
     return component
+
+
+def _run_picker(label: str, elem_id: str) -> Any:
+    """A picker of one of the visitor's runs, by its number in their history (Compare two runs)."""
+    return _typed_whole(gr.Dropdown([], value=None, label=label, elem_id=elem_id), None,
+                        "a run's number in your history (run 1 is your first)")
 
 
 def _control(option: RunOption, value: Any) -> Any:
@@ -1076,7 +1201,8 @@ def _audit_tab(app: Dashboard, config: PageConfig) -> dict[str, Any]:
     a["status"] = gr.Markdown(elem_id="audit-status")
     a["summary"] = gr.Markdown(elem_id="audit-summary")
     a["sites"] = gr.Dataframe(headers=list(audit_view.SITE_HEADERS), value=[], interactive=False, wrap=True,
-                              elem_id="audit-sites", label="Sites (most reads per decode step first)", datatype="str")
+                              elem_id="audit-sites", label="Sites (most reads per decode step first)", datatype="str",
+                              column_widths=audit_view.SITE_WIDTHS)
     a["plot"] = gr.Plot(elem_id="audit-plot", show_label=False)
     outputs = [a["status"], a["summary"], a["sites"], a["plot"]]
     upload.upload(app.audit_upload, inputs=[upload], outputs=outputs, api_name="audit")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.measure.stats import percentile, verdict
+from core.measure.waits import WAIT_KEYS
 from core.report import ratios, summarize
 
 PREFILL_MS = 3.0
@@ -145,6 +146,9 @@ def without_new_fields(full: dict[str, Any]) -> dict[str, Any]:
         run.pop("started_ms", None)
         for key in NEW_FIELDS:
             run["timings"].pop(key, None)
+    for summary in out.get("summary", {}).values():  # the per-step waits came from those timestamps
+        for key in WAIT_KEYS:
+            summary.pop(f"{key}_per_step", None)
     return out
 
 

@@ -444,6 +444,75 @@ def test_replay_of_the_h200_report_explains_it_and_the_banner_describes_its_devi
     assert "Cannot open this file: the file is empty (0 bytes)" in page.inner_text("#replay-status")
 
 
+# ---- issue 39: the page's smaller defects
+
+def test_choosing_step_graph_on_the_cpu_page_says_at_once_what_runs_instead(page):
+    page.locator("#compile input").click()
+    page.get_by_role("option", name="step-graph", exact=True).click()
+    page.wait_for_function("document.querySelector('#options-note')?.innerText.includes('step-graph')")
+    note = page.inner_text("#options-note")
+    assert "compile needs StaticCache" in note and page.locator("#cache input").is_checked(), note
+    assert ("On this CPU server: compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA "
+            "GPU; running without compile (mode 'off') on the CPU.") in note
+
+
+EXAMPLE_AUDIT = "benchmarks/results/h200-2026-12-01/example-audit-hf_generate.json"  # every column filled
+
+
+def cell_room(page: Any, selector: str) -> dict[str, list[dict[str, Any]]]:
+    """For each header cell and each cell of the first row of a Dataframe: the width its text has, and how wide eight
+    characters of its font are."""
+    return page.evaluate("""(selector) => {
+        const canvas = document.createElement('canvas').getContext('2d');
+        const room = (cell) => {
+            const style = getComputedStyle(cell);
+            canvas.font = style.font;
+            return {text: cell.textContent.trim().slice(0, 40), eight: canvas.measureText('abcdefgh').width,
+                    width: cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)};
+        };
+        const root = document.querySelector(selector);
+        return {heads: [...root.querySelectorAll('thead th')].map(room),
+                cells: [...root.querySelectorAll('[role=gridcell][data-row="0"]')].map(room)};
+    }""", selector)
+
+
+@pytest.mark.parametrize("viewport", [(1400, 1000), (390, 844)], ids=["desktop", "phone"])
+def test_the_audit_sites_table_keeps_every_column_readable(browser, served_app, viewport):
+    from dashboard.audit_view import SITE_HEADERS
+
+    page = opened_page(browser, served_app.url, *viewport)
+    try:
+        page.get_by_role("tab", name="Your loop").click()
+        page.locator("#audit-upload input[type=file]").set_input_files(str(REPO / EXAMPLE_AUDIT))
+        page.wait_for_function("document.querySelector('#audit-status')?.innerText.match(/Showing|Cannot/)")
+        assert "Showing" in page.inner_text("#audit-status")
+        page.wait_for_function("document.querySelectorAll('#audit-sites [role=gridcell][data-row=\"0\"]').length "
+                               f"=== {len(SITE_HEADERS)}")
+        page.locator("#audit-sites").scroll_into_view_if_needed()
+        room = cell_room(page, "#audit-sites")
+        assert len(room["heads"]) == len(room["cells"]) == len(SITE_HEADERS)
+        for cell in (*room["heads"], *room["cells"]):
+            assert cell["width"] >= cell["eight"], f"{cell['text']!r} has {cell['width']:.0f} px at {viewport}"
+        fits = table_fits(page, "#audit-sites")
+        assert fits["box"] <= viewport[0], f"the table scrolls inside the page, not the page with it: {fits}"
+        if viewport[0] < fits["table"]:
+            assert fits["scroll"] > fits["box"], f"too wide for the page: it scrolls sideways: {fits}"
+    finally:
+        page.context.close()
+
+
+def test_on_a_phone_run_is_on_the_first_screen(browser, served_app):
+    page = phone_page(browser, served_app.url)
+    try:
+        page.wait_for_function("document.querySelector('#banner')?.innerText.includes('Model:')")  # its full text
+        page.wait_for_timeout(500)
+        run_box = page.locator("#run-btn").bounding_box()
+        assert page.evaluate("window.scrollY") == 0
+        assert run_box["y"] >= 0 and run_box["y"] + run_box["height"] <= 844, f"Run is at {run_box} on a phone"
+    finally:
+        page.context.close()
+
+
 # ---------------------------------------------------------------------------------------------- screenshots
 
 @contextlib.contextmanager

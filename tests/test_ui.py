@@ -253,3 +253,112 @@ def test_two_clicks_handled_at_once_submit_one_run():
     submitted = [job for going, job, _ in results if job is not None]
     answered = [going for going, job, _ in results if going is not None]
     assert len(submitted) == 1 and answered == submitted
+
+
+# ---- issue 39: the page's smaller defects
+
+INTERRUPTED_REPORT = "benchmarks/results/h200-2026-12-01/interrupted-ro-1b.json.gz"  # SIGINT after 2 of 50 rounds
+CPU_AUDIT = "benchmarks/results/cpu-2026-12-01/audit-naive_loop.json"
+
+
+def replay_page(**config):
+    from dashboard.ui import REPLAY_OUTPUTS, Dashboard, PageConfig
+
+    page = Dashboard(QuietRunner(), PageConfig(**{"defaults": {}, "replay_files": {}, **config}))
+    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
+    page.a = {key: key for key in ("status", "summary", "sites", "plot")}
+    return page
+
+
+def test_replay_of_a_run_cut_short_says_how_many_of_its_planned_trials_it_holds():
+    from core.report_files import read_report_bytes
+    from tests.test_dashboard_browser import REPO
+
+    page = replay_page()
+    data = read_report_bytes(REPO / INTERRUPTED_REPORT)
+    status = text_of(page.replay_upload(data)["status"])
+    assert "(bfloat16), 2 of 50 trial(s) (cut short), created" in status, status
+    assert "This run was cut short" in status
+    report = json.loads(data)
+    report["runs"] = [run for run in report["runs"] if (run["trial"], run["contestant"]) != (1, "pipelined")]
+    assert report["interruption"]["trials_done"] == 2, "the file says 2; its runs hold one whole round"
+    assert "1 of 50 trial(s) (cut short)" in text_of(page.replay_upload(json.dumps(report).encode())["status"])
+    whole = text_of(page.replay_upload(json.dumps(h200_saved_report().report).encode())["status"])
+    assert "cut short" not in whole and re.search(r"\), \d+ trial\(s\), created", whole), whole
+
+
+def test_compare_two_runs_preselects_the_last_two_runs_that_have_a_report():
+    rows = [{"run": 3, "status": "done"}, {"run": 4, "status": "done"}, {"run": 5, "status": "failed"},
+            {"run": 6, "status": "done"}, {"run": 8, "status": "cancelled"}]
+    page = quiet_page(QuietRunner(rows=rows))
+    page.c = {"run_a": "run_a", "run_b": "run_b"}
+    pickers = page._run_choices("someone")
+    assert (pickers["run_a"]["value"], pickers["run_b"]["value"]) == (2, 4), "this visitor's runs 2 and 4 (done)"
+    assert [number for _, number in pickers["run_a"]["choices"]] == [1, 2, 3, 4, 5], "the others are still listed"
+    page = quiet_page(QuietRunner(rows=[{"run": 1, "status": "done"}, {"run": 2, "status": "failed"}]))
+    page.c = {"run_a": "run_a", "run_b": "run_b"}
+    pickers = page._run_choices("someone")
+    assert pickers["run_a"]["value"] is None and pickers["run_b"]["value"] is None, "one report: nothing to compare"
+
+
+def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_tab_opens_them(tmp_path):
+    import gzip
+
+    from core.report_files import read_report_bytes
+    from dashboard.reports import page_report
+    from tests.test_dashboard_browser import REPO
+
+    audit = (REPO / CPU_AUDIT).read_bytes()
+    page = replay_page(replay_files={"an audit.json": REPO / CPU_AUDIT})
+    for shown in (page.replay_upload(audit), page.replay_upload(gzip.compress(audit)),
+                  page.replay_bundled("an audit.json")):
+        status = text_of(shown["status"])
+        assert "is an audit report of a program" in status and "open it in the Your loop tab" in status, status
+        assert list(shown) == ["status"], "the page stays as it was"
+    assert "not a syncscope benchmark report" in text_of(page.replay_upload(b'{"schema": "other/1"}')["status"])
+    bench = read_report_bytes(REPO / H200_REPORT)
+    wrapped = json.dumps(page_report(json.loads(bench), None)).encode()
+    for data in (bench, wrapped):
+        status = text_of(page.audit_upload(data)["status"])
+        assert "is a benchmark report" in status and "open it in the Replay tab" in status, status
+    assert "not an audit report (no" in text_of(page.audit_upload(b'{"schema": "other/1"}')["status"])
+
+
+class CudaRunner(QuietRunner):
+    uses_cuda = True
+
+
+def test_the_loop_options_note_says_at_once_what_this_cpu_server_runs_in_place_of_a_cuda_only_choice():
+    from core.options import GenerationOptions, adapt_to_device
+
+    def cpu_says(**asked):
+        return adapt_to_device(GenerationOptions(cache="static", **asked), "cpu")[1]
+
+    cpu, cuda = quiet_page(), quiet_page(CudaRunner())
+    static_on = "Note: compile needs StaticCache (a growing cache would recompile every step): turned it on."
+    for mode in ("step-graph", "reduce-overhead", "max-autotune"):
+        static, note = cpu.on_compile(mode, False, 1)
+        (notice,) = cpu_says(compile=mode)
+        assert static is True and text_of(note) == f"{static_on}  \nOn this CPU server: {notice}.", mode
+        assert cuda.on_compile(mode, False, 1) == (True, static_on), "a GPU runs it as chosen"
+    assert text_of(cpu.on_compile("step-graph", False, 1)[1]).endswith(
+        "On this CPU server: compile=step-graph captures the decode step in a CUDA graph, which needs an NVIDIA GPU; "
+        "running without compile (mode 'off') on the CPU.")
+    assert cpu.on_compile("default", True, 1) == (True, ""), "compile default runs on the CPU as chosen"
+    (streams,) = cpu_says(streams=2)
+    assert text_of(cpu.on_streams(2, "off")) == f"On this CPU server: {streams}."
+    assert cpu.on_streams(1, "off") == "" and cuda.on_streams(2, "step-graph") == ""
+    compile_mode, note = cpu.on_static(False, "step-graph", 2)
+    assert compile_mode == "off" and text_of(note) == ("Note: without StaticCache compile cannot work: compile "
+                                                       f"turned off.  \nOn this CPU server: {streams}.")
+    assert cuda.on_static(False, "step-graph", 2) == ("off", "Note: without StaticCache compile cannot work: compile "
+                                                             "turned off.")
+    assert cpu.on_streams("two", "off") == "", "a value the run's check refuses at Run gets no note here"
+
+
+def test_a_cuda_only_default_is_named_in_the_loop_options_note_when_the_page_loads(tiny_runner):
+    from dashboard.ui import build_demo
+
+    demo = build_demo(tiny_runner, defaults={**fast_settings(), "compile": "step-graph", "cache": "static"})
+    (note,) = [b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == "options-note"]
+    assert text_of(note).startswith("On this CPU server: compile=step-graph captures the decode step"), note
