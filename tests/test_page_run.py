@@ -138,3 +138,15 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
     assert last.interactive is True and path and Path(path).is_file()
     assert updates[-1]["trace_file"].visible is True
 
+
+
+def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_rounding(tiny):
+    """Rates of 1.04 and 1.02 tok/s show as 1.0 each; their ratio is 0.981, as the verdict's, not 1.000."""
+    from dashboard.ui import EVIDENCE_HEADERS, summary_tables
+
+    report = bench_report(tiny, trials=3)
+    report["summary"]["naive"]["decode_tokens_per_s"] = 1.04
+    report["summary"]["pipelined"]["decode_tokens_per_s"] = 1.02
+    evidence, _ = summary_tables(report)
+    pipelined = dict(zip(EVIDENCE_HEADERS, next(row for row in evidence if row[0] == "pipelined")))
+    assert pipelined["× naive (decode)"] == f"{1.02 / 1.04:.3f}×" == "0.981×"
