@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from core.loops.generation import generate
+from core.measure.step_times import StepClock
 
 
 def free_run(loaded, prompt, steps, **kwargs):
@@ -90,3 +91,24 @@ def _rank_entry(rank, work, init_method, out_file):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def sync_errors_from_step_one(monkeypatch) -> None:
+    """PyTorch's sync debug mode "error" from the first decode step (StepClock's mark before step 1) to the run's
+    end, so that any host sync inside a decode step raises (CUDA). A caller sets "default" again in a `finally`."""
+    import torch
+
+    before_step, stop = StepClock.before_step, StepClock.stop
+
+    def strict(clock, index):
+        if index == 1:
+            torch.cuda.set_sync_debug_mode("error")
+        before_step(clock, index)
+
+    def relaxed_at_the_end(clock):
+        torch.cuda.set_sync_debug_mode("default")
+        stop(clock)
+
+    monkeypatch.setattr(StepClock, "before_step", strict)
+    monkeypatch.setattr(StepClock, "stop", relaxed_at_the_end)
+

@@ -13,10 +13,10 @@ import core.measure.sync_audit as sync_audit
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.measure.step_times import StepClock
 from core.measure.sync_audit import SyncAudit, loop_steps
 from core.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
+from tests.helpers import sync_errors_from_step_one
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 PADDED = ["Hi", "A much longer prompt, so that the first row is padded"]
@@ -94,19 +94,7 @@ def test_the_pipelined_loop_runs_its_decode_steps_under_sync_errors(tiny_gpu, mo
     options = dict(loop="pipelined", cache=cache, compile=compile_mode, max_new_tokens=24, ignore_eos=True,
                    do_sample=sample, seed=5)
     generate(tiny_gpu, prompt, **options)  # the shape's setup run (compile, capture) happens before the check
-    before_step, stop = StepClock.before_step, StepClock.stop
-
-    def strict_from_step_one(clock, index):
-        if index == 1:
-            torch.cuda.set_sync_debug_mode("error")
-        before_step(clock, index)
-
-    def relaxed_at_the_end(clock):
-        torch.cuda.set_sync_debug_mode("default")
-        stop(clock)
-
-    monkeypatch.setattr(StepClock, "before_step", strict_from_step_one)
-    monkeypatch.setattr(StepClock, "stop", relaxed_at_the_end)
+    sync_errors_from_step_one(monkeypatch)
     try:
         result = generate(tiny_gpu, prompt, **options)
     finally:

@@ -11,9 +11,9 @@ import torch
 
 from core.compare import compare
 from core.loops.generation import generate
-from core.measure.step_times import StepClock
 from core.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
+from tests.helpers import sync_errors_from_step_one
 from tests.test_nvtx import steps_of, tree
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
@@ -45,23 +45,6 @@ def counted(monkeypatch):
     return calls
 
 
-def strict_from_step_one(monkeypatch):
-    """Sync debug mode "error" from the first decode step to the run's end, as the sync-free test sets it."""
-    before_step, stop = StepClock.before_step, StepClock.stop
-
-    def strict(clock, index):
-        if index == 1:
-            torch.cuda.set_sync_debug_mode("error")
-        before_step(clock, index)
-
-    def relaxed_at_the_end(clock):
-        torch.cuda.set_sync_debug_mode("default")
-        stop(clock)
-
-    monkeypatch.setattr(StepClock, "before_step", strict)
-    monkeypatch.setattr(StepClock, "stop", relaxed_at_the_end)
-
-
 @pytest.mark.parametrize("loop", ["naive", "pipelined"])
 @pytest.mark.parametrize(("cache", "compile_mode"), [("dynamic", "off"), ("static", "off"),
                                                      ("static", "reduce-overhead")])
@@ -71,7 +54,7 @@ def test_ranges_add_no_sync_to_the_pipelined_steps_and_change_no_token(tiny_gpu,
     plain = generate(tiny_gpu, PROMPT, **options)  # also the shape's setup run (compile, capture), before the check
     assert counted == []
     if loop == "pipelined":  # the naive loop's .item() is a sync by design
-        strict_from_step_one(monkeypatch)
+        sync_errors_from_step_one(monkeypatch)
     try:
         ranged = generate(tiny_gpu, PROMPT, nvtx=True, **options)
     finally:
