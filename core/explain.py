@@ -46,6 +46,7 @@ FIELD_CHARS = 120  # the most of any text taken from a report that a sentence re
 # How a read of each sync-audit kind is named in a sentence (core.measure.sync_audit.KINDS says what each is).
 READ_NAMES = {
     "item": "`.item()`", "bool": "`bool()`", "tolist": "`.tolist()`", "copy": "a blocking copy to the host",
+    "h2d-copy": "a blocking copy to the device",
     "pageable-copy": "a non_blocking copy into pageable memory", "print": "printing a tensor",
     "nonzero": "`nonzero()`", "masked-index": "masked indexing", "equal": "`torch.equal()`",
     "scalar": "a tensor built from device scalars", "synchronize": "`torch.cuda.synchronize()`",

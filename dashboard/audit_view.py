@@ -19,11 +19,12 @@ from dashboard.report_text import plain
 from dashboard.reports import BENCH_SCHEMA, PAGE_REPORT_SCHEMA
 
 AUDIT_SCHEMA = "syncscope.audit/"
-SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "host blocked µs/step", "device idle after µs/step",
-                "what to do")
+SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "called from", "host blocked µs/step",
+                "device idle after µs/step", "what to do")
 # Each column wide enough for its header's words and a dozen characters (the page lets the table scroll sideways
 # rather than squeeze it): 1210 px, the tab's width at 1400.
-SITE_WIDTHS = ["100px", "120px", "230px", "260px", "110px", "110px", "280px"]
+SITE_WIDTHS = ["90px", "110px", "190px", "220px", "180px", "100px", "100px", "220px"]
+CODE_BREAK = " ⏎ "  # between a fix's code lines: a table cell shows text on one line
 IN_REPLAY = ("this JSON is a benchmark report (python -m core.bench), not an audit report of a program: open it in "
              "the Replay tab")
 TITLE = "The audited program, step by step"
@@ -104,8 +105,11 @@ def summary_md(report: dict[str, Any]) -> str:
                 cost = (f": the host waits {top.get('host_blocked_ms_per_step', 0) * 1000:,.0f} µs in it, and the "
                         f"device then idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what "
                         "removing it gives back)")
+            thread = f" (on thread {plain(clip(top['thread'], 80))})" if top.get("thread") else ""
             lines.append(f"The most frequent is {plain(top.get('kind'))} at {plain(clip(top.get('file'), 120))}:"
-                         f"{top.get('line')}{cost}.")
+                         f"{top.get('line')}{thread}{cost}.")
+            if top.get("fix"):
+                lines.append(f"What to do: {plain(clip(top['fix'], 400))}.")
     if report.get("kernel_busy_fraction") is not None:
         lines.append(f"Kernels ran {report['kernel_busy_fraction']:.0%} of the device's time in decode steps (CUPTI).")
     if report.get("note"):
@@ -119,9 +123,29 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
     for site in report.get("sites", []):
         blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
         rows.append([_r(site.get("per_step"), 2), clip(site.get("kind"), 40), clip(site.get("file"), 120),
-                     f"{site.get('line')}: {clip(site.get('code'), 120)}", _us(blocked), _us(idle),
-                     clip(site.get("fix"))])
+                     f"{site.get('line')}: {clip(site.get('code'), 120)}", called_from(site), _us(blocked), _us(idle),
+                     what_to_do(site)])
     return rows
+
+
+def called_from(site: dict[str, Any]) -> str:
+    """A site's thread (where it is not the program's own) and the calls that led to it, innermost first."""
+    callers = site.get("callers")
+    callers = [clip(c, 120) for c in callers[:4]] if isinstance(callers, list) else []
+    text = "; from ".join(callers)
+    if site.get("thread"):
+        text = f"thread {clip(site['thread'], 80)}" + (f": {text}" if text else "")
+    return text or "–"
+
+
+def what_to_do(site: dict[str, Any]) -> str:
+    """A site's fix, then its pattern's lines (at most six, each clipped) on one line."""
+    fix = clip(site.get("fix") or "")
+    code = site.get("fix_code")
+    if not isinstance(code, str) or not code.strip():
+        return fix
+    lines = [clip(line.strip(), 160) for line in code.splitlines() if line.strip()][:6]
+    return f"{fix}. Pattern: {CODE_BREAK.join(lines)}" if fix else CODE_BREAK.join(lines)
 
 
 def _r(value: Any, digits: int) -> Any:

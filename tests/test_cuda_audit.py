@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 
 import pytest
@@ -82,6 +83,57 @@ def test_each_kind_of_read_is_found_at_its_line_once_per_step_with_its_cost():
     assert result["lagged_waits"] == STEPS
     first_read = found[(3, "item")]  # it waits for the step's 1M-cycle sleep, then the device idles until the next
     assert first_read["host_blocked_ms"] > 0 and first_read["device_idle_after_ms"] is not None
+
+
+def copies_to_the_device_on_cuda(x: torch.Tensor, pageable: torch.Tensor, pinned: torch.Tensor,
+                                 buffer: torch.Tensor) -> None:
+    """One blocking copy from host memory to the device per line, then look-alikes that copy nothing or queue it."""
+    torch.tensor([1, 2], device="cuda")
+    x[:, [-1]]
+    pageable.to("cuda")
+    buffer.copy_(pageable)
+    pinned.to("cuda", non_blocking=True)  # from pinned memory, queued: no read
+    x[:, -1:]  # a slice: nothing to copy
+
+
+def reads_on_a_thread(x: torch.Tensor, mask: torch.Tensor) -> None:
+    x.sum().item()  # a wrapper sees it
+    x[mask]  # only PyTorch's sync debug mode sees it
+
+
+def test_host_to_device_copies_are_h2d_copies_and_a_thread_s_reads_are_counted_under_sync_warnings():
+    x = torch.arange(12.0, device="cuda").view(3, 4)
+    mask = x > 5
+    pageable, pinned, buffer = torch.ones(4), torch.ones(4, pin_memory=True), torch.empty(4, device="cuda")
+    audit = SyncAudit("cuda")
+    with audit:
+        assert torch.cuda.get_sync_debug_mode() == 1  # "warn", for every thread
+        for index in range(STEPS):
+            audit.step(index)
+            torch.cuda._sleep(1_000_000)
+            audit.queued()
+            copies_to_the_device_on_cuda(x, pageable, pinned, buffer)
+            reader = threading.Thread(target=reads_on_a_thread, args=(x, mask), name="reader")
+            reader.start()
+            reader.join()
+        audit.step(STEPS)
+        audit.end()
+    result = audit.result()
+
+    def found(function) -> dict:
+        first = function.__code__.co_firstlineno
+        return {(s["line"] - first, s["kind"]): s for s in result["sites"] if s["function"] == function.__name__}
+
+    copies = found(copies_to_the_device_on_cuda)  # its def takes two lines and a docstring: the copies are 3 to 6
+    assert set(copies) == {(3, "h2d-copy"), (4, "h2d-copy"), (5, "h2d-copy"), (6, "h2d-copy")}, sorted(copies)
+    assert all(site["per_step"] == 1.0 and site["thread"] is None for site in copies.values())
+    # the list index (line 4) is seen by the sync debug mode alone: no wrapper times it
+    assert all(copies[(line, "h2d-copy")]["host_blocked_ms"] is not None for line in (3, 5, 6))
+    assert copies[(3, "h2d-copy")]["device_idle_after_ms"] is not None  # it waited for the step's sleep
+    on_thread = found(reads_on_a_thread)
+    assert set(on_thread) == {(1, "item"), (2, "masked-index")}, sorted(on_thread)
+    assert all(site["per_step"] == 1.0 and site["thread"] == "reader" for site in on_thread.values())
+    assert result["threads"] == {"reader": 2 * STEPS}
 
 
 @pytest.mark.parametrize("prompt", ["Hello there", PADDED], ids=["batch-1", "padded-batch-2"])
