@@ -4,12 +4,16 @@
         -- SCRIPT [ARGS...]
 
 SCRIPT runs as `__main__` (as `python -m cProfile` runs it), on whatever device it uses, under the sync audit
-(core.measure.sync_audit): every host read of a device value, at its line, counted per decode step. A decode step is
-one call of the model's forward: the outermost `nn.Module` called again and again (watched with `sys.setprofile`,
-which torch.compile's code runs under unchanged), or each call of the function or module `--steps-of` names
-(`package.module:QualName`, or `QualName` for one defined in SCRIPT). On CUDA each read gets its cost (the host's time
-in it, the device's idle after it), and each step its kernel time (CUPTI, in the same run: no second run of your
-program). On the CPU the report says what would block on a GPU; there it costs nothing.
+(core.measure.sync_audit): every host read of a device value, at its line, counted per decode step, on every thread.
+A decode step is one call of the model's forward: on a thread, the outermost `nn.Module` forward, entered as
+`model(...)` or as `model.forward(...)`, called again and again (watched by a profile function on every thread,
+which torch.compile's code runs under unchanged), or each call of what `--steps-of` names: a class (its instances'
+calls), a method or a function, as `package.module:QualName`, or `QualName` for one defined in SCRIPT. On CUDA each
+read gets its cost (the host's time in it, the device's idle after it), and each step its kernel time (CUPTI, in the
+same run: no second run of your program). On the CPU the report says what would block on a GPU; there it costs
+nothing, and what the program compiled with fullgraph=True runs compiled, unseen (the report says so). A program that
+fails still gets its report, its traceback and its exit status; `--fail-on-sync N` exits 1 when a decode step reads
+more than N times, 2 when no decode step was seen.
 
 For loops with no module call per step, or in your own tests:
 
@@ -25,17 +29,23 @@ For loops with no module call per step, or in your own tests:
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures.thread
 import contextlib
 import datetime as dt
 import functools
-import importlib
+import importlib.util
+import inspect
 import os
 import platform
 import runpy
 import statistics
 import sys
+import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,102 +56,161 @@ from core.report_files import check_output_path, write_json
 
 SCHEMA = "syncscope.audit/1"
 PROG = "python -m core.audit"
+THREADS_WAIT_S = 30.0  # how long the audit waits for threads the program left running
 
 
 # ------------------------------------------------------------------------------------------------ the steps
 
-class ModuleCalls:
-    """The outermost `nn.Module` calls of a run, each a possible step: which module, where it began (an audit launch
-    point) and when its host work ended. Watched with sys.setprofile on Module._call_impl, not with module hooks,
-    which torch.compile would trace (graph breaks) where a profile function it leaves alone."""
+@dataclass(frozen=True)
+class StepCall:
+    """One outermost call of what marks a step: what was called (its key), its name, the thread it ran on (None: the
+    thread that runs the script), its audit launch point and when its host work ended."""
 
-    def __init__(self, audit: SyncAudit, only: type | None = None):
-        self.audit = audit
-        # A class named by --steps-of, by its name and file: the script runs as __main__, so its classes are not the
-        # ones an import of it makes.
-        self.only = (only.__qualname__, _defined_in(only)) if only is not None else None
-        self.calls: list[tuple[int, str, int, float]] = []  # (module id, class name, launch point, end ms)
-        self._depth = 0
-        self._open: tuple[int, str, int, int] | None = None  # the call being watched, and the depth it began at
-        self._code = torch.nn.Module._call_impl.__code__
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        if frame.f_code is not self._code or event not in ("call", "return"):
-            return
-        if event == "call":
-            module = frame.f_locals.get("self")
-            if self._open is None and (self._named(module) if self.only else self._depth == 0):
-                self._open = (id(module), type(module).__name__, self.audit.launch_point(), self._depth)
-            self._depth += 1
-            return
-        self._depth = max(0, self._depth - 1)
-        if self._open is not None and self._depth == self._open[3]:
-            self.calls.append((*self._open[:3], self.audit._now_ms()))
-            self._open = None
-
-    def _named(self, module: Any) -> bool:
-        return any((cls.__qualname__, _defined_in(cls)) == self.only for cls in type(module).__mro__)
-
-    def steps(self) -> tuple[str | None, list[int], list[float]]:
-        """The module called most often at the top, and its calls' launch points and end times: the decode steps."""
-        counts: dict[int, int] = {}
-        for module, *_ in self.calls:
-            counts[module] = counts.get(module, 0) + 1
-        if not counts or max(counts.values()) < 2:
-            return None, [], []
-        chosen = max(counts, key=counts.get)
-        mine = [c for c in self.calls if c[0] == chosen]
-        return mine[0][1], [c[2] for c in mine], [c[3] for c in mine]
+    key: tuple[int, int]
+    name: str
+    thread: str | None
+    start: int
+    end_ms: float
 
 
-class FunctionCalls:
-    """The outermost calls of one function, by its code's file and qualified name: the decode steps."""
+class StepsOf:
+    """What `--steps-of` names: `package.module:QualName`, or `QualName` of something SCRIPT defines; a class (each
+    call of an instance, through `__call__` or `.forward()`), a method or a function. Matched by qualified name and the
+    file that defines it, not by the object: the script runs as `__main__` (its classes are not the ones an import of
+    it makes), and the module is found only once the program has set up its `sys.path`."""
 
-    def __init__(self, audit: SyncAudit, filename: str | None, qualname: str):
-        self.audit, self.filename, self.qualname = audit, filename, qualname
-        self.starts: list[int] = []
-        self.ends: list[float] = []
-        self._depth = 0
+    def __init__(self, spec: str, script: str):
+        module, _, qualname = spec.rpartition(":")
+        if not qualname or any(not part.isidentifier() for part in qualname.split(".")):
+            raise ValueError(f"--steps-of {spec}: give package.module:QualName, or QualName of something in SCRIPT")
+        self.spec, self.module, self.qualname = spec, module or None, qualname
+        self.name = qualname.rpartition(".")[2]   # what its code is called
+        self.owner = qualname.rpartition(".")[0]  # "Model" of "Model.forward": a method, maybe inherited
+        self._file = os.path.abspath(script) if not module else None
+        self._modules_when_tried = -1
+        self._classes: dict[tuple[type, str], bool] = {}
+        self._codes: dict[Any, bool] = {}
+
+    def file(self) -> str | None:
+        """The file that defines it, once its module is imported (or, for a top-level module, can be found)."""
+        if self._file is None and len(sys.modules) != self._modules_when_tried:
+            self._modules_when_tried = len(sys.modules)
+            self._file = _module_file(self.module)
+        return self._file
+
+    def names_class(self, cls: type, qualname: str | None = None) -> bool:
+        """Whether `cls` is the class named (or a subclass of it)."""
+        qualname = qualname or self.qualname
+        known = self._classes.get((cls, qualname))
+        if known is None:
+            file = self.file()
+            if file is None:
+                return False
+            known = self._classes[(cls, qualname)] = any(
+                c.__qualname__ == qualname and _defined_in(c) == file for c in cls.__mro__)
+        return known
+
+    def names_code(self, code: Any, frame: Any) -> bool:
+        """Whether a frame runs the function or method named: its own code, or (`Model.forward`) a method of that name
+        called on an instance of the class, where the class inherits it."""
+        known = self._codes.get(code)
+        if known is None:
+            file = self.file()
+            if file is None:
+                return False
+            known = self._codes[code] = bool(code.co_flags & inspect.CO_OPTIMIZED) and \
+                code.co_qualname == self.qualname and os.path.abspath(code.co_filename) == file
+        if known:
+            return True
+        owner = _first_argument(frame, code) if self.owner and code.co_name == self.name else None
+        return owner is not None and self.names_class(type(owner), self.owner)
+
+
+class StepWatcher:
+    """The decode steps of a run: on each thread, the outermost call of a model's forward (an nn.Module called through
+    `__call__`, `_call_impl`, or its `.forward()` called directly), or of what `--steps-of` names. A profile function
+    on every thread (sys.setprofile, and threading.setprofile for the threads the program starts) watches them, not
+    module hooks, which torch.compile would trace (graph breaks) where it leaves a profile function alone."""
+
+    def __init__(self, audit: SyncAudit, steps_of: StepsOf | None = None):
+        self.audit, self.steps_of = audit, steps_of
+        self.calls: list[StepCall] = []
+        self.watching = True
+        self._names = frozenset({"forward", "_call_impl", *([steps_of.name] if steps_of else [])})
+        self._open = threading.local()  # per thread: (the frame that began the step, key, name, thread, start)
+        self._main = threading.get_ident()
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         code = frame.f_code
-        if event not in ("call", "return") or code.co_qualname != self.qualname \
-                or (self.filename is not None and os.path.abspath(code.co_filename) != self.filename):
+        if code.co_name not in self._names or event not in ("call", "return"):
             return
-        if event == "call":
-            if self._depth == 0:
-                self.starts.append(self.audit.launch_point())
-            self._depth += 1
-        elif self._depth:
-            self._depth -= 1
-            if self._depth == 0:
-                self.ends.append(self.audit._now_ms())
+        opened = getattr(self._open, "call", None)
+        if event == "return":
+            if opened is not None and opened[0] is frame:
+                self.calls.append(StepCall(*opened[1:], self.audit._now_ms()))
+                self._open.call = None
+        elif opened is None:
+            if self.watching:
+                self._begin(frame, code)
+            elif threading.get_ident() != self._main:
+                sys.setprofile(None)  # the run is over: a thread it left running stops paying for the watcher
 
-    def steps(self) -> tuple[str | None, list[int], list[float]]:
-        count = min(len(self.starts), len(self.ends))
-        return (self.qualname if count else None), self.starts[:count], self.ends[:count]
+    def _begin(self, frame: Any, code: Any) -> None:
+        module = _first_argument(frame, code) if code.co_name in ("forward", "_call_impl") else None
+        module = module if isinstance(module, torch.nn.Module) else None
+        if self.steps_of is None:
+            if module is None:
+                return
+            key, name = id(module), _model_name(module)
+        elif module is not None and self.steps_of.names_class(type(module)):
+            key, name = id(module), _model_name(module)
+        elif self.steps_of.names_code(code, frame):
+            key, name = id(code), self.steps_of.qualname
+        else:
+            return
+        thread = threading.get_ident()
+        named = None if thread == self._main else threading.current_thread().name
+        self._open.call = (frame, (key, thread), name, named, self.audit.launch_point())
+
+    def stop(self) -> None:
+        """The run is over: no more steps begin."""
+        self.watching = False
+
+    def steps(self) -> tuple[str | None, str | None, list[int], list[float]]:
+        """What was called most often at the top, on one thread: its name, its thread (None: the script's), and its
+        calls' launch points and end times: the decode steps."""
+        counts = collections.Counter(call.key for call in self.calls)
+        if not counts or max(counts.values()) < 2:
+            return None, None, [], []
+        chosen = counts.most_common(1)[0][0]
+        mine = sorted((c for c in self.calls if c.key == chosen), key=lambda c: c.start)
+        return mine[0].name, mine[0].thread, [c.start for c in mine], [c.end_ms for c in mine]
 
 
-def step_watcher(audit: SyncAudit, steps_of: str | None, script: str) -> ModuleCalls | FunctionCalls:
-    """What marks the decode steps: the outermost repeated module call, or what `steps_of` names."""
-    if not steps_of:
-        return ModuleCalls(audit)
-    module_name, _, qualname = steps_of.rpartition(":")
-    if not module_name:
-        return FunctionCalls(audit, os.path.abspath(script), steps_of)
+def _first_argument(frame: Any, code: Any) -> Any:
+    return frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+
+
+def _model_name(module: torch.nn.Module) -> str:
+    """A module's class name; a torch.compile'd module (OptimizedModule) is named after the module it compiled."""
+    if type(module).__name__ == "OptimizedModule":
+        module = getattr(module, "_orig_mod", module)
+    return type(module).__name__
+
+
+def _module_file(name: str | None) -> str | None:
+    """Where module `name` is: its file once imported; a top-level module's, found on sys.path, before."""
+    module = sys.modules.get(name) if name else None
+    if module is not None:
+        file = getattr(module, "__file__", None)
+        return os.path.abspath(file) if file else None
+    if not name or "." in name:  # finding a submodule would import its package: wait until the program does
+        return None
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--steps-of {steps_of}: cannot find it ({type(exc).__name__}: {exc})") from None
-    if isinstance(target, type) and issubclass(target, torch.nn.Module):
-        return ModuleCalls(audit, only=target)
-    function = getattr(target, "__func__", target)
-    code = getattr(inspect_unwrap(function), "__code__", None)
-    if code is None:
-        raise ValueError(f"--steps-of {steps_of}: it names neither a function nor an nn.Module class")
-    return FunctionCalls(audit, os.path.abspath(code.co_filename), code.co_qualname)
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return os.path.abspath(spec.origin) if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
 
 
 @functools.cache
@@ -149,12 +218,6 @@ def _defined_in(cls: type) -> str | None:
     module = sys.modules.get(cls.__module__)
     filename = getattr(module, "__file__", None)
     return os.path.abspath(filename) if filename else None
-
-
-def inspect_unwrap(function: Any) -> Any:
-    while hasattr(function, "__wrapped__"):
-        function = function.__wrapped__
-    return function
 
 
 # ------------------------------------------------------------------------------------------------ the Python API
@@ -254,10 +317,13 @@ def site_lines(report: dict[str, Any], top: int = 8, every: float = 0.5) -> list
         if site.get("device_idle_after_ms_per_step") is not None:
             cost += f", device idle after {site['device_idle_after_ms_per_step'] * 1000:.0f} us/step (at most what " \
                     "removing it gives back)"
-        lines.append(f"  {site['per_step']:.2f}/step  {site['kind']:<13} {site['file']}:{site['line']}  "
-                     f"{site['code'][:80]}{cost}")
+        thread = f" (thread {site['thread']})" if site.get("thread") not in (None, report.get("step_thread")) else ""
+        lines.append(_wrapped(f"  {site['per_step']:.2f}/step  {site['kind']:<13} {site['file']}:{site['line']}  "
+                              f"{site['code'][:80]}{thread}{cost}", 13))
+        if site.get("callers") and site.get("where") == "inside a step" and os.path.isfile(site["file"]):
+            lines.append(f"      called from {site['callers'][0]}")  # a helper of the program's forward, say
         if site.get("fix"):
-            lines.append(f"      fix: {site['fix']}")
+            lines.append(_wrapped(f"      fix: {site['fix']}", 11))
     if len(recurring) > top:
         lines.append(f"  and {len(recurring) - top} more site(s) read as often (the report lists them all)")
     rare = [s for s in sites if s not in recurring]
@@ -271,8 +337,8 @@ def summary_text(report: dict[str, Any]) -> str:
     """What the terminal shows after the program ran."""
     steps, per_step = report.get("decode_steps", 0), report.get("reads_per_decode_step")
     where = report.get("step_module") or "none found"
-    lines = [f"{PROG}: {report.get('script', '?')}: {report.get('steps', 0)} steps of {where} "
-             f"({steps} decode steps counted: the first and last are left out, where every loop waits)"]
+    lines = [_wrapped(f"{PROG}: {report.get('script', '?')}: {report.get('steps', 0)} steps of {where} "
+                      f"({steps} decode steps counted: the first and last are left out, where every loop waits)", 2)]
     if per_step is None:
         lines.append("  no decode steps found: give --steps-of the function or module each step calls, or mark "
                      "steps with core.audit.watch()")
@@ -283,9 +349,16 @@ def summary_text(report: dict[str, Any]) -> str:
     if report.get("kernel_busy_fraction") is not None:
         lines.append(f"  kernel-busy: {report['kernel_busy_fraction']:.0%} of the median decode step's device time "
                      "(CUPTI, this run)")
+    lines += [_wrapped(f"  not seen: {what}", 4) for what in report.get("not_seen") or []]
     if report.get("note"):
-        lines.append(f"  ({report['note']})")
+        lines.append(_wrapped(f"  ({report['note']})", 3))
     return "\n".join(lines)
+
+
+def _wrapped(line: str, indent: int, width: int = 116) -> str:
+    """A line of the summary, wrapped at spaces for a terminal; what follows its first line indented by `indent`."""
+    return textwrap.fill(line, width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False,
+                         drop_whitespace=True, replace_whitespace=False)
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
@@ -300,11 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the audit report here (the page's Your loop tab opens it)")
     p.add_argument("--trace", dest="trace_path", metavar="PATH",
                    help="write a Chrome trace-event JSON: the steps and an instant per read (ui.perfetto.dev)")
-    p.add_argument("--steps-of", metavar="NAME", help="what one decode step calls: package.module:QualName, or "
-                                                      "QualName of a function in SCRIPT (default: the outermost "
-                                                      "nn.Module called again and again)")
+    p.add_argument("--steps-of", metavar="NAME", help="what one decode step calls: a class, method or function, as "
+                                                      "package.module:QualName, or QualName of one in SCRIPT "
+                                                      "(default: the outermost nn.Module forward, called again and "
+                                                      "again)")
     p.add_argument("--fail-on-sync", type=int, metavar="N", default=None,
-                   help="exit 1 when a decode step reads the device more than N times (for CI)")
+                   help="exit 1 when a decode step reads the device more than N times, 2 when no step was seen "
+                        "(for CI)")
     p.add_argument("--no-kernels", action="store_true", help="on CUDA, do not trace kernels (CUPTI) for kernel-busy")
     p.add_argument("script", metavar="SCRIPT", help="the program to run as __main__")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
@@ -327,47 +402,68 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{args.script}: no such file")
         if args.fail_on_sync is not None and args.fail_on_sync < 0:
             raise ValueError(f"--fail-on-sync must be 0 or more, got {args.fail_on_sync}")
+        steps_of = StepsOf(args.steps_of, args.script) if args.steps_of else None
     except ValueError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
-    try:
-        report, exit_code = audit_script(args.script, program_args, args.steps_of, kernels=not args.no_kernels)
-    except ValueError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        return 2
+    report, exit_code = audit_script(args.script, program_args, steps_of, kernels=not args.no_kernels)
     print(summary_text(report))
     written = not args.json_path or write_json(args.json_path, report, "audit report", indent=1) == args.json_path
     if args.trace_path:
         written = write_json(args.trace_path, audit_trace(report), "trace") == args.trace_path and written
     if exit_code:
         print(f"{PROG}: {args.script} exited with {exit_code}; the audit covers what it ran")
-    too_many = args.fail_on_sync is not None and (report.get("most_reads_in_a_decode_step") or 0) > args.fail_on_sync
-    if too_many:
-        print(f"{PROG}: FAIL: a decode step reads the device {report['most_reads_in_a_decode_step']} times "
-              f"(--fail-on-sync {args.fail_on_sync})")
-    return 1 if too_many or not written else exit_code
+    return ci_gate(report, args.fail_on_sync) or (exit_code if written else 1)
 
 
-def audit_script(script: str, args: Sequence[str], steps_of: str | None = None,
+def ci_gate(report: dict[str, Any], limit: int | None) -> int:
+    """`--fail-on-sync N`: 2 (and a line saying so) when no decode step was seen, so nothing was checked; 1 when a
+    decode step read the device more than N times; else 0."""
+    if limit is None:
+        return 0
+    if report.get("reads_per_decode_step") is None:
+        print(f"{PROG}: FAIL: no decode step was seen, so --fail-on-sync {limit} checked nothing: pass --steps-of NAME "
+              "(what each step calls: package.module:QualName, or a function or class of the script)")
+        return 2
+    worst = report.get("most_reads_in_a_decode_step") or 0
+    if worst > limit:
+        print(f"{PROG}: FAIL: a decode step reads the device {worst} times (--fail-on-sync {limit})")
+        return 1
+    return 0
+
+
+def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | None = None,
                  kernels: bool = True) -> tuple[dict[str, Any], int]:
-    """Run `script` as __main__ with `args` under the audit; (the report, the program's exit code)."""
+    """Run `script` as __main__ with `args` under the audit; (the report, the program's exit status). The report
+    covers what ran, also when the program failed (its traceback is printed as Python prints it)."""
+    if isinstance(steps_of, str):
+        steps_of = StepsOf(steps_of, script)
     audit = SyncAudit("cuda" if torch.cuda.is_available() else "cpu")
-    watcher = step_watcher(audit, steps_of, script) if not steps_of or ":" not in steps_of else None
-    exit_code, intervals = 0, []
+    watcher = StepWatcher(audit, steps_of)
+    not_seen: list[str] = []
+    intervals: list[tuple[int, int]] = []
     with _as_main(script, args), audit:
-        if watcher is None:
-            watcher = step_watcher(audit, steps_of, script)  # after the script's folder is on the path
-        with _profiling(audit.cuda and kernels) as profiler, _setprofile(watcher):
+        with _profiling(audit.cuda and kernels) as profiler, _compiles(audit, watcher, not_seen), \
+                _watching(watcher):
+            before = set(threading.enumerate())
             exit_code = _run(script)
+            running = _join_threads_left(before)
         if profiler is not None:
             intervals = device_intervals_ns(profiler)
-        name, starts, ends = watcher.steps()
+        name, thread, starts, ends = watcher.steps()
         audit.assign_steps(starts, ends)
         audit.end()
+        if running:
+            not_seen.append(f"threads still running {THREADS_WAIT_S:.0f} s after the program's end: "
+                            f"{', '.join(running)}; what they did after that is not counted")
+        if steps_of is not None and steps_of.file() is None:
+            not_seen.append(f"--steps-of {steps_of.spec}: the program never imported {steps_of.module}")
     clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
               - time.perf_counter_ns()}
-    report = describe(audit, script=short_path(os.path.abspath(script)), argv=list(args), step_module=name,
-                      **kernel_steps(intervals, audit, clocks), exit_code=exit_code)
+    step_module = f"{name} on thread {thread}" if name and thread else name
+    report = describe(audit, script=short_path(os.path.abspath(script)), argv=list(args), step_module=step_module,
+                      step_thread=thread, **kernel_steps(intervals, audit, clocks), exit_code=exit_code,
+                      not_seen=not_seen)
     return report, exit_code
 
 
@@ -384,21 +480,147 @@ def _as_main(script: str, args: Sequence[str]) -> Iterator[None]:
 
 
 def _run(script: str) -> int:
+    """Run the script as __main__; its exit status as Python's would be. A failure's traceback is printed as Python
+    prints it, from the script's first frame on."""
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return _exit_status(exc.code)
+    except BaseException as exc:  # the program failed: what it ran is still reported
+        exc = exc.with_traceback(_from_script(exc.__traceback__, script))  # Python prints __traceback__
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
     return 0
 
 
+def _join_threads_left(before: set[threading.Thread]) -> list[str]:
+    """Wait, as Python does when a program ends, for the threads it started and left running (a generate() thread
+    it did not join, say), at most THREADS_WAIT_S in all; the names of those still running. Not waited for, as
+    Python does not: daemon threads, and the idle workers of thread pools (Python's exit stops those)."""
+    deadline = time.monotonic() + THREADS_WAIT_S
+    left = [t for t in threading.enumerate() if t not in before and not t.daemon
+            and getattr(t, "_target", None) is not concurrent.futures.thread._worker]
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in left if t.is_alive()]
+
+
+def _exit_status(code: Any) -> int:
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits with 1
+    return 1
+
+
+def _from_script(tb: Any, script: str) -> Any:
+    """The traceback from the script's module frame on (without runpy's and the audit's frames), where it has one."""
+    target, here = os.path.abspath(script), tb
+    while here is not None and os.path.abspath(here.tb_frame.f_code.co_filename) != target:
+        here = here.tb_next
+    return here or tb
+
+
 @contextlib.contextmanager
-def _setprofile(watcher: Callable[[Any, str, Any], None]) -> Iterator[None]:
-    before = sys.getprofile()
+def _watching(watcher: StepWatcher) -> Iterator[None]:
+    """The watcher as the profile function of this thread and of every thread the program starts."""
+    before, before_threads = sys.getprofile(), threading.getprofile()
+    threading.setprofile(watcher)
     sys.setprofile(watcher)
     try:
         yield
     finally:
         sys.setprofile(before)
+        threading.setprofile(before_threads)
+        watcher.stop()
+
+
+@contextlib.contextmanager
+def _compiles(audit: SyncAudit, watcher: StepWatcher, not_seen: list[str]) -> Iterator[None]:
+    """What the program compiles, as the audit needs it:
+    - dynamo never traces the step watcher: on Python 3.11 dynamo's frame hook also gets the frames a profile function
+      runs (3.12 leaves them alone), and tracing it breaks a compile with fullgraph=True. Marked as torch.compile
+      first runs (it imports dynamo), before any compiled code has run.
+    - on the CPU, what is compiled with fullgraph=True runs compiled, with the audit's dispatch mode off around each
+      call: under a dispatch mode torch.compile runs a function as its eager code (so the audit sees what it does),
+      but with fullgraph=True it raises "found no compiled frames" instead, and the program would die. What such a
+      function does is then not seen on the CPU, and `not_seen` says so. On CUDA there is no dispatch mode, and
+      PyTorch's sync debug mode sees inside compiled code."""
+    original = torch.compile
+
+    def compile(model: Any = None, **options: Any) -> Any:
+        if model is None:  # @torch.compile(fullgraph=True)
+            return functools.partial(compile, **options)
+        compiled = original(model, **options)
+        _outside_dynamo(watcher)
+        if audit.cuda or not options.get("fullgraph") or options.get("disable"):
+            return compiled
+        return _without_dispatch_modes(compiled, _compiled_name(model), not_seen)
+
+    if "torch._dynamo" in sys.modules:
+        _outside_dynamo(watcher)
+    torch.compile = functools.wraps(original)(compile)
+    try:
+        yield
+    finally:
+        torch.compile = original
+
+
+def _outside_dynamo(watcher: StepWatcher) -> None:
+    """Mark the watcher's code so that dynamo's frame hook skips it and all it calls (Python 3.11: from 3.12 on,
+    dynamo leaves a profile function's frames alone)."""
+    if sys.version_info >= (3, 12):
+        return
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:  # a torch without code execution strategies: nothing to mark with
+        return
+    skipped = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    for method in (type(watcher).__call__, type(watcher)._begin):
+        set_code_exec_strategy(method.__code__, skipped)
+
+
+def _without_dispatch_modes(compiled: Any, name: str, not_seen: list[str]) -> Any:
+    """`compiled` (a function, or the OptimizedModule torch.compile makes of a module), called with no dispatch mode
+    active; the first call adds its line to `not_seen`."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    run = compiled.forward if isinstance(compiled, torch.nn.Module) else compiled
+
+    said = False
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal said
+        if not said:
+            said = True
+            not_seen.append(f"{name}, compiled with fullgraph=True: on the CPU the audit cannot see inside compiled "
+                            "code, so its reads are not counted here (on CUDA, PyTorch's sync debug mode sees them)")
+        with _disable_current_modes():
+            return run(*args, **kwargs)
+
+    if isinstance(compiled, torch.nn.Module):
+        compiled.forward = call
+        return compiled
+    return functools.wraps(compiled)(call)
+
+
+def _compiled_name(model: Any) -> str:
+    """What was compiled, as `name (file:line)`."""
+    owner = getattr(model, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and getattr(model, "__name__", "") == "_call_impl":
+        model = owner  # module.compile(): torch.compile of its _call_impl
+    function = model.forward if isinstance(model, torch.nn.Module) else model
+    code = getattr(inspect_unwrap(getattr(function, "__func__", function)), "__code__", None)
+    name = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__qualname__", repr(model))
+    if code is None:
+        return name
+    return f"{name} ({short_path(os.path.abspath(code.co_filename))}:{code.co_firstlineno})"
+
+
+def inspect_unwrap(function: Any) -> Any:
+    while hasattr(function, "__wrapped__"):
+        function = function.__wrapped__
+    return function
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,83 @@ def test_a_program_without_a_repeated_module_call_says_how_to_mark_its_steps(tmp
     script.write_text("import torch\nx = torch.ones(3)\nfor _ in range(4):\n    x.sum().item()\n")
     done = audit_cli("--", str(script))
     assert done.returncode == 0 and "no decode steps found: give --steps-of" in done.stdout
+
+
+def test_fail_on_sync_exits_2_and_says_what_to_pass_when_no_step_was_seen(tmp_path, capsys):
+    script = tmp_path / "flat.py"
+    script.write_text("import torch\nx = torch.ones(3)\nfor _ in range(4):\n    x.sum().item()\n")
+    assert main(["--fail-on-sync", "0", "--", str(script)]) == 2
+    assert "FAIL: no decode step was seen" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_program_that_fails_still_gets_its_report_and_pythons_traceback(tmp_path, capsys):
+    script = tmp_path / "fails.py"
+    script.write_text("import torch\nstep = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nfor _ in range(5):\n"
+                      "    x = step(x)\n    if x.sum() > 1e9:\n        pass\nraise RuntimeError('the model broke')\n")
+    out = tmp_path / "audit.json"
+    assert main(["--json", str(out), "--", str(script)]) == 1
+    report = json.loads(out.read_text())
+    assert report["exit_code"] == 1 and report["steps"] == 5 and report["reads_per_decode_step"] == 1.0
+    captured = capsys.readouterr()
+    traceback = captured.err.splitlines()  # as Python prints it: from the script's frame, none of runpy's or ours
+    assert traceback[:2] == ["Traceback (most recent call last):", f'  File "{script}", line 8, in <module>']
+    assert traceback[-1] == "RuntimeError: the model broke" and "runpy" not in captured.err
+    assert "exited with 1; the audit covers what it ran" in captured.out
+
+
+def test_steps_of_finds_a_module_the_program_puts_on_its_path_and_a_forward_it_calls_directly(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "tinynet.py").write_text(
+        "import torch\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.inner = torch.nn.Linear(2, 2)\n\n    def forward(self, x):\n        return self.inner(x)\n")
+    script = tmp_path / "run.py"
+    script.write_text("import sys\nsys.path.insert(0, sys.argv[1])\nimport torch\nimport tinynet\nnet = tinynet.Net()\n"
+                      "x = torch.ones(2)\nfor _ in range(5):\n    x = net.forward(x)\n    x.sum().item()\n")
+    report, code = audit_script(str(script), [str(tmp_path / "lib")], steps_of="tinynet:Net")
+    assert code == 0 and report["step_module"] == "Net" and report["steps"] == 5
+    assert report["reads_per_decode_step"] == 1.0
+    default, _ = audit_script(str(script), [str(tmp_path / "lib")])
+    assert default["step_module"] == "Net" and default["steps"] == 5  # the outermost forward, not its Linear
+
+
+def test_steps_on_a_thread_the_program_leaves_running_are_found_and_named_with_it(tmp_path):
+    script = tmp_path / "threaded.py"
+    script.write_text("import threading\nimport torch\nnet = torch.nn.Linear(2, 2)\n\ndef decode():\n"
+                      "    x = torch.ones(2)\n    for _ in range(5):\n        x = net(x)\n        x.sum().item()\n\n"
+                      "threading.Thread(target=decode, name='decoder').start()\n")
+    report, code = audit_script(str(script), [])
+    assert code == 0 and report["step_module"] == "Linear on thread decoder" and report["steps"] == 5
+    assert report["step_thread"] == "decoder" and report["reads_per_decode_step"] == 1.0 and not report["not_seen"]
+
+
+@pytest.mark.slow
+def test_a_module_compiled_with_fullgraph_runs_compiled_and_its_calls_are_the_steps(tmp_path):
+    """module.compile(fullgraph=True): on the CPU it runs compiled (said in `not_seen`), and dynamo, which on Python
+    3.11 also sees the step watcher's frames, leaves the watcher alone."""
+    script = tmp_path / "compiled.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = torch.nn.Linear(3, 3)
+
+            def forward(self, x):
+                return self.inner(x).tanh()
+
+        net = Net()
+        net.compile(fullgraph=True)
+        x = torch.ones(3)
+        with torch.no_grad():
+            for _ in range(5):
+                x = net(x)
+                if x.sum() > 1e9:
+                    pass
+        """))
+    report, code = audit_script(str(script), [])
+    assert code == 0 and report["step_module"] == "Net" and report["steps"] == 5
+    assert report["reads_per_decode_step"] == 1.0 and report["not_seen"][0].startswith("Net (compiled.py:8), compiled")
 
 
 def test_the_program_gets_its_own_argv_and_exit_code(tmp_path):

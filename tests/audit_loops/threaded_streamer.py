@@ -1,0 +1,33 @@
+"""Streaming as transformers documents it: `model.generate()` in a Thread, a TextIteratorStreamer read on the main
+thread. generate() hands each new token to the streamer as `tokens.cpu()`, then asks the host whether every row is
+done: two reads a step, in transformers, on the generate() thread.
+
+    python -m core.audit -- tests/audit_loops/threaded_streamer.py [cpu|cuda] [NEW_TOKENS]
+"""
+# What the audit must find (tests/test_audit_loops.py, tests/test_cuda_audit_loops.py), transformers 5.24:
+# step: LlamaForCausalLM, on the generate() thread
+# read at transformers/generation/utils.py:395: copy  (StopCheck: self.streamer.put(tokens.cpu()))
+# read at transformers/generation/utils.py:396: bool  (StopCheck: bool(unfinished_sequences.max() == 0))
+
+import sys
+from pathlib import Path
+from threading import Thread
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for core.models
+
+from transformers import TextIteratorStreamer
+
+from core.models import load_model
+
+device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+new_tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+loaded = load_model("tiny-random", device=device)
+inputs = loaded.tokenizer(["Hello there"], return_tensors="pt").to(device)
+streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True)
+kwargs = dict(**inputs, streamer=streamer, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+              pad_token_id=loaded.tokenizer.eos_token_id)
+thread = Thread(target=loaded.model.generate, kwargs=kwargs)
+thread.start()
+text = "".join(streamer)
+thread.join()
+print(f"streamed {len(text)} characters")
