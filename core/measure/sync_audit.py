@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -113,6 +114,8 @@ def host_memory(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _storage_pointer(tensor: torch.Tensor) -> int | None:
+    if isinstance(tensor, FakeTensor):  # torch.compile tracing: it has no memory (and asking warns, later raises)
+        return None
     try:
         return tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, AttributeError):
