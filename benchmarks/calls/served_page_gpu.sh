@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device call (nvidia-h200; carry .carry: site.tar.xz, the dashboard's packages unpacked and xz'd, and tokenizer.tgz),
 # issue 39: the page served on one H200 as a user starts it, with its defaults, a default run and an audited one
-# through gradio_client (tests/test_served_page.py, the CUDA case), the NVTX CUDA tests, then the drift between
+# through gradio_client (tests/test_dashboard_client.py, its CUDA case), the NVTX CUDA tests, then the drift between
 # processes of the page's GPU defaults (benchmarks/process_drift.py). At most ~9.5 minutes.
 # Comes back: page-runs.json (what the page showed), page-default-report.json.gz, page-audited-report.json.gz,
 # page-tests.log, drift.json, drift.log, smi.csv.
@@ -12,7 +12,7 @@ python3 -c "import gradio, plotly, transformers, gradio_client; print('gradio', 
 plotly.__version__, 'transformers', transformers.__version__)"
 T0=$(date +%s)
 timeout -s INT -k 20 $(left 400) python3 -m pytest -v -m cuda -rfEs -p no:cacheprovider --durations=10 \
-    tests/test_served_page.py tests/test_cuda_nvtx.py 2>&1 | grep -v "^DEBUG\|^E1\|^W1" > $R/page-tests.log
+    tests/test_dashboard_client.py tests/test_cuda_nvtx.py 2>&1 | grep -v "^DEBUG\|^E1\|^W1" > $R/page-tests.log
 echo "page and NVTX tests: rc=${PIPESTATUS[0]} in $(( $(date +%s) - T0 )) s"
 grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" $R/page-tests.log | tail -12 | cut -c1-200
 python3 - <<'PY' 2>/dev/null
