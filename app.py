@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallel degree: the model sharded over N GPUs, one engine process each (default: 1)")
     p.add_argument("--hf-modules", action="store_true", help=HF_MODULES_HELP)
+    p.add_argument("--engine-in-process", action="store_true",
+                   help="debugging: run the engine on a thread of this server instead of a process of its own (one "
+                        "rank; the page and the decode loops then share one interpreter, and a hung step hangs the "
+                        "page)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the app "
                                                        "(default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
@@ -148,6 +152,8 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"unknown dtype {args.dtype!r}; use one of: {', '.join(DTYPES)}")
     if args.tp < 1:
         raise ValueError(f"--tp must be 1 or more, got {args.tp}")
+    if args.engine_in_process and args.tp > 1:
+        raise ValueError("--engine-in-process runs one rank: tensor parallel needs an engine process per GPU")
     if args.max_run_seconds is not None and args.max_run_seconds <= 0:
         raise ValueError(f"--max-run-seconds must be > 0, got {args.max_run_seconds:g}")
     if not args.max_request_mib > 0:
@@ -221,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="syncscope %(asctime)s %(levelname)s: %(message)s",
                         datefmt="%H:%M:%S")
     runner = Runner(defaults["model"], device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
-                    allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or ())
+                    allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or (),
+                    in_process_engine=args.engine_in_process)
     print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
     reports, audits = find_bundled(RESULTS_DIR)
     demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)

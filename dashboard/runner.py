@@ -27,6 +27,7 @@ from dashboard.model_policy import ModelPolicy
 from dashboard.reports import PageRecord, history_row
 from dashboard.supervisor import EngineSupervisor
 from engine.client import EngineClient
+from engine.inprocess import InProcessEngineClient
 from engine.protocol import Loaded
 
 
@@ -37,8 +38,10 @@ class Runner:
                  tp: int = 1, hf_modules: bool = False, allowed_models: set[str] | None = None,
                  monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
-                 named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None):
-        """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory)."""
+                 named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None,
+                 in_process_engine: bool = False):
+        """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory).
+        `in_process_engine`: the engine on a thread of this process (engine.inprocess: tests and debugging)."""
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.limits = limits
         self._free_memory = free_memory or self._measured_free_memory
@@ -48,7 +51,7 @@ class Runner:
         self.queue = JobQueue(max_queue, on_finish=self._finished)
         self.supervisor = EngineSupervisor(self.queue, self.models, limits, self._record_page, device=device,
                                            dtype=dtype, tp=tp, hf_modules=hf_modules, engine=engine,
-                                           default_model=model)
+                                           default_model=model, in_process=in_process_engine)
         self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
         self.models.leave_out_unfit(self.memory_problem)  # an exposed server offers only what fits
         self.supervisor.start()
@@ -62,7 +65,7 @@ class Runner:
     # ---- the parts, as the page reads them
 
     @property
-    def engine_client(self) -> EngineClient:
+    def engine_client(self) -> EngineClient | InProcessEngineClient:
         return self.supervisor.client
 
     @property

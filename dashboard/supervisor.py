@@ -24,6 +24,7 @@ from dashboard.limits import Limits
 from dashboard.live_view import TextDecoder
 from dashboard.model_policy import ModelPolicy
 from engine.client import EngineClient, EngineLoss, EngineLost
+from engine.inprocess import InProcessEngineClient
 from engine.protocol import (
     Compare,
     Done,
@@ -103,7 +104,7 @@ class EngineSupervisor:
     def __init__(self, queue: JobQueue, models: ModelPolicy, limits: Limits, on_report: Callable[[Job], None], *,
                  device: str | None = None, dtype: str | None = None, tp: int = 1, hf_modules: bool = False,
                  engine: dict[str, Any] | None = None, policy: RestartPolicy | None = None,
-                 default_model: str | None = None, schedule: Schedule = start_later):
+                 default_model: str | None = None, schedule: Schedule = start_later, in_process: bool = False):
         self.queue, self.models, self.limits, self.on_report, self.tp = queue, models, limits, on_report, tp
         self.policy = policy or RestartPolicy()
         self.default_model = default_model
@@ -117,8 +118,10 @@ class EngineSupervisor:
         self._wanted_model: str | None = None  # loaded again after a restart
         self._culprit: tuple[str | None, int] = (None, 0)  # the model in use at the latest real losses, how many
         self._stop_causes: dict[int, str] = {}  # why the server asked a job to stop: "cancel", "run limit"
-        self.client = EngineClient(self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp,
-                                   hf_modules=hf_modules, **(engine or {}))
+        client_type = InProcessEngineClient if in_process else EngineClient
+        self.client: EngineClient | InProcessEngineClient = client_type(
+            self._on_message, self._on_lost, device=device, dtype=dtype, world_size=tp, hf_modules=hf_modules,
+            **(engine or {}))
 
     @property
     def model_spec(self) -> str | None:

@@ -321,7 +321,7 @@ def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> 
     send = _locked_sender(conn)
     try:
         _start_distributed(config)
-        send(_hello(config))
+        send(hello_message(config))
     except Exception as exc:
         send(Failed(job=None, category=FailureCategory.START, error=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(RESTART_EXIT_CODE) from exc
@@ -364,7 +364,8 @@ def _locked_sender(conn: Any) -> Send:
     return send
 
 
-def _hello(config: EngineConfig) -> Hello:
+def hello_message(config: EngineConfig) -> Hello:
+    """The Hello an engine sends first: its pid, rank, and what torch sees of the device."""
     import torch
 
     cuda = torch.cuda.is_available() and not str(config.device or "").startswith("cpu")
