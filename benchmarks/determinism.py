@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.compare import compare, deterministic_algorithms
 from core.loops.prompt import encode_prompt
-from core.loops.step import _forward_fn, _new_static_cache
+from core.loops.step import decode_forward, new_decode_cache
 from core.models import load_model
 from core.options import BenchRequest, GenerationOptions, static_cache_length
 
@@ -124,8 +124,8 @@ def teacher_forced_logits(loaded: Any, mode: str, tokens: list[int], prompt: Any
     input_ids, mask = encode_prompt(loaded, prompt)
     width = input_ids.shape[1]
     cache_len = static_cache_length(width, len(tokens), lag=1)
-    cache = _new_static_cache(loaded, cache_len)
-    forward = _forward_fn(loaded, mode)
+    cache = new_decode_cache(loaded, cache_len)
+    forward = decode_forward(loaded, mode)
     full_mask = torch.ones(1, cache_len, dtype=torch.long, device=loaded.device)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     out = []

@@ -53,7 +53,7 @@ def _one_width(hidden: int, group) -> list[dict]:
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
-    from core.kernels.tp_fusion import Workspace, _allocate, launch_fused_kernel
+    from core.kernels.tp_fusion import Workspace, allocate_workspace, launch_fused_kernel
     from core.options import TP_BARRIER_ENV
 
     dtype = torch.bfloat16
@@ -66,7 +66,7 @@ def _one_width(hidden: int, group) -> list[dict]:
     workspaces = {}  # one per fused kind: the flag kernel leaves rows where the push kernel wants empty slots
     for kind in KINDS[2:]:
         workspaces[kind] = Workspace(group, 2, dist.get_rank(group), hidden, slots=CALLS_PER_GRAPH)
-        _allocate(workspaces[kind], torch.empty(0, dtype=dtype, device="cuda"))
+        allocate_workspace(workspaces[kind], torch.empty(0, dtype=dtype, device="cuda"))
 
     def call(kind: str, slot: int) -> None:
         if kind == "nccl":

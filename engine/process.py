@@ -136,7 +136,8 @@ class EngineCore:
     def _load(self, spec: str, job: int) -> Loaded:
         """Load `spec` in place of the loaded model. A bad spec, or one that cannot fit, fails before the loaded
         model is let go; one that fits beside it is loaded first, so that a load failing later keeps it too."""
-        from core.models import check_spec, load_model
+        from core.model_sources import check_spec
+        from core.models import load_model
 
         check_spec(spec)
         note, beside = self._check_room(spec)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import core.measure.sync_audit as sync_audit
+import core.measure.sync_sites as sync_sites
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
@@ -165,12 +166,12 @@ def sync_debug_sites(run) -> set[tuple[str, int]]:
             shown(message, *args, **kwargs)
             return
         frame = sys._getframe(1)
-        while frame.f_code.co_filename.startswith(sync_audit._TORCH_DIR) or frame.f_code.co_filename in (
+        while frame.f_code.co_filename.startswith(sync_sites._TORCH_DIR) or frame.f_code.co_filename in (
                 warnings.__file__, sync_audit.__file__):
             frame = frame.f_back
-        code = sync_audit.linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        code = sync_sites.linecache.getline(frame.f_code.co_filename, frame.f_lineno)
         if "synchronize(" not in code:  # explicit waits: the audit records them as what they are
-            sites.add((sync_audit.short_path(frame.f_code.co_filename), frame.f_lineno))
+            sites.add((sync_sites.short_path(frame.f_code.co_filename), frame.f_lineno))
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")

@@ -17,7 +17,9 @@ import pytest
 import torch
 
 import core.measure.sync_audit as sync_audit
-from core.audit import StepWatcher, _as_main, _run, _watching, audit_script
+import core.measure.sync_sites as sync_sites
+from core.audit import _as_main, _run, _watching, audit_script
+from core.audit_steps import StepWatcher
 from tests.conftest import requires_cuda
 from tests.test_audit_loops import ALL, LOOPS, loop_truth, per_step_sites
 
@@ -42,9 +44,9 @@ class _Clock:
 
 def _innermost_outside_torch() -> Line:
     frame = sys._getframe(2)
-    while frame.f_code.co_filename.startswith(sync_audit._TORCH_DIR) or frame.f_code.co_filename == warnings.__file__:
+    while frame.f_code.co_filename.startswith(sync_sites._TORCH_DIR) or frame.f_code.co_filename == warnings.__file__:
         frame = frame.f_back
-    return sync_audit.short_path(frame.f_code.co_filename), frame.f_lineno
+    return sync_sites.short_path(frame.f_code.co_filename), frame.f_lineno
 
 
 def sync_debug_per_step(script: str, args: list[str]) -> tuple[dict[Line, float], str | None]:

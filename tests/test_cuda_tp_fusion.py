@@ -33,7 +33,7 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
     import torch.distributed as dist
     from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
-    from core.kernels.tp_fusion import FUSED_ROWS, Workspace, _allocate
+    from core.kernels.tp_fusion import FUSED_ROWS, Workspace, allocate_workspace
     from core.options import TP_BARRIER_ENV
 
     os.environ[TP_BARRIER_ENV] = barrier
@@ -47,7 +47,7 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
         for dtype_name, hidden, rows in CASES:
             dtype = getattr(torch, dtype_name)
             workspace = Workspace(group, 2, rank, hidden, slots=4)
-            _allocate(workspace, torch.empty(0, dtype=dtype, device="cuda"))
+            allocate_workspace(workspace, torch.empty(0, dtype=dtype, device="cuda"))
             assert rows <= FUSED_ROWS
             results.append({"case": [dtype_name, hidden, rows],
                             **_one_case(workspace, dtype, hidden, rows, rank)})

@@ -279,7 +279,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
     from core.options import BenchRequest, GenerationOptions
 
     caches: list[weakref.ref] = []
-    make_cache = step._new_static_cache
+    make_cache = step.new_decode_cache
 
     def tracked_cache(loaded, length):
         cache = make_cache(loaded, length)
@@ -301,7 +301,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
         sent.append(message)
 
     sent: list[dict] = []
-    monkeypatch.setattr(step, "_new_static_cache", tracked_cache)
+    monkeypatch.setattr(step, "new_decode_cache", tracked_cache)
     monkeypatch.setattr(cache_utils.StaticLayer, "lazy_initialization", allocate_then_run_out)
     core = EngineCore(send, EngineConfig(device="cpu"))
     huge = BenchRequest(prompt=["Hello"] * 5, options=GenerationOptions(max_new_tokens=4, cache="static",

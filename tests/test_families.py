@@ -20,7 +20,8 @@ from torch._dynamo.utils import counters
 from core.bench import main
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.models import LoadedModel, check_spec, compile_failure, load_model, new_static_cache, support_problem
+from core.model_sources import check_spec
+from core.models import LoadedModel, compile_failure, load_model, new_static_cache, support_problem
 from core.options import LOOPS, GenerationOptions
 from core.specs import SYNTHETIC_CONFIG_CLASSES, SYNTHETIC_SHAPES, TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
 

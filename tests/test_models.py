@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from core.models import BUILTIN_SPECS, SYNTHETIC_SHAPES, load_model, resolve_dtype
+from core.models import load_model, resolve_dtype
+from core.specs import BUILTIN_SPECS, SYNTHETIC_SHAPES
 
 
 def test_tiny_random_is_a_small_llama_with_the_default_tokenizer(tiny):
@@ -85,7 +86,7 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
 
     import huggingface_hub
 
-    from core.models import check_spec
+    from core.model_sources import check_spec
     from core.specs import loading_note
 
     tried: list[float | None] = []
@@ -112,7 +113,7 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
 
 @pytest.mark.parametrize("spec", ["x" * 5000, "/tmp/" + "a" * 300, "tiny-random:" + "b" * 300, "c" * 300])
 def test_a_long_spec_is_one_readable_line_never_an_oserror(spec):
-    from core.models import check_spec
+    from core.model_sources import check_spec
 
     with pytest.raises(ValueError) as refused:
         check_spec(spec)
@@ -120,7 +121,7 @@ def test_a_long_spec_is_one_readable_line_never_an_oserror(spec):
 
 
 def test_a_remote_code_directory_is_refused_by_the_cheap_check(tmp_path):
-    from core.models import check_spec
+    from core.model_sources import check_spec
 
     (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
     with pytest.raises(ValueError, match="needs custom code from its repository"):

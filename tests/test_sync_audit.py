@@ -10,10 +10,12 @@ import pytest
 import torch
 
 import core.measure.sync_audit as sync_audit
+import core.measure.sync_sites as sync_sites
 from core.bench import main
 from core.compare import compare
 from core.loops.generation import generate
-from core.measure.sync_audit import KINDS, SyncAudit, host_memory, loop_steps
+from core.measure.sync_audit import KINDS, SyncAudit, loop_steps
+from core.measure.sync_dispatch import host_memory
 from core.options import BenchRequest, GenerationOptions
 from tests.conftest import TINY
 
@@ -194,9 +196,9 @@ def test_copies_from_host_memory_to_the_device_are_h2d_copies_with_a_fix_that_fi
 def test_a_sync_only_the_debug_mode_sees_is_filed_by_what_its_subscript_holds():
     """On CUDA a list index's copy is seen only as a sync at its line: the names in the subscript say which it is."""
     x, last, mask = torch.zeros(2, 3), [-1], torch.zeros(2, 3, dtype=torch.bool, device="meta")  # a device mask
-    listed = sync_audit._sync_kind(sys._getframe()), x[:, last]
-    literal = sync_audit._sync_kind(sys._getframe()), x[:, [-1]]
-    masked = sync_audit._sync_kind(sys._getframe()), x[mask] if mask.device.type == "cpu" else None
+    listed = sync_sites.sync_kind(sys._getframe()), x[:, last]
+    literal = sync_sites.sync_kind(sys._getframe()), x[:, [-1]]
+    masked = sync_sites.sync_kind(sys._getframe()), x[mask] if mask.device.type == "cpu" else None
     assert [listed[0], literal[0], masked[0]] == [("h2d-copy", "list-index"), ("h2d-copy", "list-index"),
                                                    ("masked-index", None)]
 

@@ -3,23 +3,23 @@
 With grouped-query attention (Llama-3: 8 KV heads for 32 or 64 query heads) transformers' SDPA attention has three
 routes. Eager decoding packs the query heads onto their KV head (`pack_gqa`), and mask-free calls pass
 `enable_gqa=True`. But a compiled step with a mask (every static-cache step has one) takes the third route:
-`repeat_kv`, which copies each layer's whole key and value cache, once per query head sharing it, on every step.
-Measured on the H200 (Llama-8B shape, TP=2, 512-slot cache): 64 copy kernels per step, 0.22 ms of a 3.9 ms step.
+`repeat_kv`, which copies each layer's whole key and value cache, once per query head sharing it, on every step
+(docs/TUNING.md has what the copies cost).
 
 `decode_sdpa` is transformers' SDPA attention except in that case (one query token, grouped heads, inside a
 compile). There it reads the cache as it is, with one of these kernels (SYNCSCOPE_DECODE_ATTENTION; the default,
 "auto", takes "triton" on CUDA where Triton is installed and takes the head size, else "reduce"):
 - "triton": one hand-written Triton kernel per layer (core.kernels.triton_attention), flash-decoding with each KV head's
-  query heads together. Side by side on two H200s (TP=2, step-graph, 512-slot cache) it decoded Llama-8B at 287.3
-  tok/s against 272.7 with "reduce", and Llama-70B at 51.9 against 49.3 (both with safe PDL), every bf16 trial
-  repeating bitwise (h200-2026-11-30);
+  query heads together. Side by side it decoded Llama-8B and Llama-70B faster than "reduce", every bf16 trial
+  repeating bitwise;
 - "reduce": `grouped_decode_attention`, broadcast products and sums that inductor compiles into reductions spread
-  over the whole GPU, accumulated in fp32 (the CPU's kernel). Side by side in one run on two H200s (Llama-8B, TP=2,
-  step-graph) it decoded at 277.6 tok/s against 256.3 with "sdpa", and its bf16 trials repeated bitwise, where the
-  fused kernel's drift past 256 keys (core.measure.identity) made every "sdpa" trial differ;
+  over the whole GPU, accumulated in fp32 (the CPU's kernel). Side by side in one run it decoded faster than
+  "sdpa", and its bf16 trials repeated bitwise, where the fused kernel's drift past 256 keys (core.measure.identity)
+  made every "sdpa" trial differ;
 - "split": the same with the keys split into chunks of 64, flash-decoding's way of giving the GPU more rows to
-  work on; in the same run on two H200s no faster than "reduce" (254.4 against 256.2 tok/s);
-- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (cuDNN's attention on the H200).
+  work on; in the same run no faster than "reduce";
+- "sdpa": `scaled_dot_product_attention(..., enable_gqa=True)` with the mask (PyTorch's fused attention kernel).
+docs/TUNING.md has the measured rates.
 It is registered with transformers' attention and mask interfaces under its own name, so the model's mask is built
 exactly as for "sdpa" (or, for a model that runs transformers' "eager" attention, as for "eager", with the family's
 own eager function for everything but these steps).
@@ -327,9 +327,7 @@ def _attentions(model: Any) -> list[torch.nn.Module]:
 @functools.cache
 def _dispatches(cls: type) -> bool:
     """Whether `cls` looks its attention function up in transformers' registry, without special-casing names."""
-    from core.kernels.fusion import FusedAttention
-
-    if issubclass(cls, FusedAttention):
+    if getattr(cls, "looks_up_attention_functions", False):  # core.kernels.fusion's FusedAttention says so
         return True
     try:
         source = inspect.getsource(cls)

@@ -134,6 +134,9 @@ class FusedAttention(nn.Module):
     rotary: ClassVar[Callable[..., Any]]
     llama_rotary: ClassVar[bool]  # the rotary is Llama's, so the appending decode attention may do it
     eager_attention: ClassVar[Callable[..., Any]]
+    # Its forward looks its attention function up in transformers' registry (core.kernels.attention asks; the class
+    # is made with type(), so there is no source of it to read)
+    looks_up_attention_functions: ClassVar[bool] = True
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(

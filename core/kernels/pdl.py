@@ -12,11 +12,10 @@ predecessor still runs and waits inside, at `gdc_wait`, for what it needs; induc
   predecessor (and by induction every kernel before it) has finished, as without PDL; only launch and block
   scheduling overlap.
 
-Measured on two H200s (nvidia-h200-x2, TP=2, step-graph, benchmarks/results/h200-2026-11-29-f), it depends on the
-machine. On one, Llama-8B went from 256.2 to 294.3 tok/s with "inductor" (+14.9%, same run), but its Llama-70B bf16
-trials stopped repeating token for token where the same run without PDL repeated bitwise: the hazard above, seen.
-On another, whose Llama-8B ran at 291.3 tok/s without PDL, "safe" ran at 274.6 (-5.7%) and "inductor" at 282.6
-(-3.0%). So PDL stays off unless asked for; the report's `environment.pdl` says which ran.
+What it gives depends on the machine (docs/TUNING.md has the rates). On one, "inductor" made Llama-8B faster, but
+its Llama-70B bf16 trials stopped repeating token for token where the same run without PDL repeated bitwise: the
+hazard above, seen. On another, both placements were slower than no PDL. So PDL stays off unless asked for; the
+report's `environment.pdl` says which ran.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
                           key=len(_WORKSPACES))
     _WORKSPACES[workspace.key] = workspace
     if symmetric:
-        _allocate(workspace, layers[0].post_attention_layernorm.weight)
+        allocate_workspace(workspace, layers[0].post_attention_layernorm.weight)
     for index, layer in enumerate(layers):
         for owner, name in ((layer.self_attn, "o_proj"), (layer.mlp, "down_proj")):
             setattr(owner, name, PartialLinear(local(getattr(owner, name).weight).detach(), workspace.world_size))
@@ -237,7 +237,9 @@ def _row_sharded(projection: object) -> bool:
             and tuple(weight.placements) in ((Shard(1),), (Shard(-1),)))
 
 
-def _allocate(workspace: Workspace, like: torch.Tensor) -> None:
+def allocate_workspace(workspace: Workspace, like: torch.Tensor) -> None:
+    """Give `workspace` its symmetric-memory buffer (of `like`'s dtype and device), every slot empty, and meet its
+    peers over it."""
     import torch.distributed._symmetric_memory as symm_mem
 
     workspace.buffer = symm_mem.empty(workspace.slots * workspace.slot_size, dtype=like.dtype, device=like.device)

@@ -1,15 +1,16 @@
 """Decode attention as one Triton kernel per layer (flash-decoding with grouped heads), for CUDA decode steps.
 
-The "reduce" decode attention (core.kernels.attention) compiles into three inductor kernels per layer, 11 µs a layer on
-the H200 at 512 keys (Llama-8B shape, TP=2), and cuDNN's fused kernel takes 9.6 µs. The work is tiny (each rank reads
-0.6 MB of K/V per step); what costs is kernels and their latency. Here one program handles one KV head and all the
-query heads that share it, so each key and value is read once, and streams the keys in blocks with an online
-softmax in fp32. Scores are tensor-core products of the bf16 query and keys, exact in fp32 and summed in fp32; the
-probabilities meet the values in TF32 (flash-attention rounds them to bf16); an fp32 model gets fp32 products. At
-batch 1 that is only one program per KV head (4 per GPU for Llama-8B at TP=2), so the keys are split over several
-programs, enough to give every SM one (flash-decoding's heuristic, at least BLOCK_KEYS keys each), and a second
-small kernel combines their partial results; when one program per KV head already fills the GPU it is one kernel.
-The split depends only on the shapes and the GPU, and the order of every sum is fixed, so results repeat bitwise.
+The "reduce" decode attention (core.kernels.attention) compiles into three inductor kernels per layer, and cuDNN's
+fused kernel is hardly faster (docs/TUNING.md has the times). The work is tiny (at 512 keys, Llama-8B shape, TP=2,
+each rank reads 0.6 MB of K/V per step); what costs is kernels and their latency. Here one program handles one KV
+head and all the query heads that share it, so each key and value is read once, and streams the keys in blocks with
+an online softmax in fp32. Scores are tensor-core products of the bf16 query and keys, exact in fp32 and summed in
+fp32; the probabilities meet the values in TF32 (flash-attention rounds them to bf16); an fp32 model gets fp32
+products. At batch 1 that is only one program per KV head (4 per GPU for Llama-8B at TP=2), so the keys are split
+over several programs, enough to give every SM one (flash-decoding's heuristic, at least BLOCK_KEYS keys each), and a
+second small kernel combines their partial results; when one program per KV head already fills the GPU it is one
+kernel. The split depends only on the shapes and the GPU, and the order of every sum is fixed, so results repeat
+bitwise.
 
 It is registered as a `torch.library.triton_op`, which inductor compiles into its graph like its own kernels (and so
 into the step's CUDA graph). The default on CUDA (SYNCSCOPE_DECODE_ATTENTION=auto or triton); the CPU takes "reduce".

@@ -81,8 +81,8 @@ class DecodeSetup:
         self.device = loaded.device
         self.batch = batch
         self.cache_len = cache_len
-        self.static_cache = _new_static_cache(loaded, cache_len) if options.cache == "static" else None
-        self.forward = _forward_fn(loaded, options.compile)
+        self.static_cache = new_decode_cache(loaded, cache_len) if options.cache == "static" else None
+        self.forward = decode_forward(loaded, options.compile)
         self.step_graph: StepGraph | None = StepGraph() if options.compile == STEP_GRAPH else None
         self.argmax = _compiled_argmax() if self.step_graph is not None else None
         self.ready = False  # its setup run has happened
@@ -238,13 +238,17 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
     return generator
 
 
-def _new_static_cache(loaded: LoadedModel, cache_len: int) -> Any:
+def new_decode_cache(loaded: LoadedModel, cache_len: int) -> Any:
+    """A static cache of `cache_len` positions for `loaded`'s decode loop, with the appending attention kernel's
+    counters where it runs (core.kernels.attention)."""
     cache = new_static_cache(loaded.model, cache_len)
     attach_append_counters(cache, loaded.device)
     return cache
 
 
-def _forward_fn(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
+def decode_forward(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
+    """What a decode step calls under compile `mode`: the model itself for "off", else its forward compiled for that
+    mode, once, and kept on `loaded`."""
     if mode == "off":
         return loaded.model
     if mode not in loaded.compiled_forwards:

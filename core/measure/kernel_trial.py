@@ -60,21 +60,21 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     clock the profiler may stamp on, that clock minus perf_counter, in ns."""
     starts, ends = timings.get("device_start_ms") or [], timings.get("device_end_ms") or []
     kept = int(timings.get("kept_steps") or 0)
-    fits = {name: _on_run_clock(kernels_ns, offset, started_s) for name, offset in clocks.items()}
+    fits = {name: on_run_clock(kernels_ns, offset, started_s) for name, offset in clocks.items()}
     if not starts:  # generate(): no step spans, only its kernels over the whole call
         clock, kernels = next(iter(fits.items()))
         return {"clock": clock, "kernels": len(kernels), **_whole_run(kernels)}
     coverage = {name: _share_inside(kernels, starts[:kept], ends[:kept]) for name, kernels in fits.items()}
     clock = max(coverage, key=coverage.get)
-    kernels = _merged(fits[clock])
+    kernels = merged_intervals(fits[clock])
     steps = range(1, min(kept, len(starts)))
     busy, inside, gaps, counts, summed = [], [], [], [], []
     separate = sorted(fits[clock])
     for step in steps:
         span = ends[step] - starts[step]
-        ran = _clipped(kernels, starts[step], ends[step])
+        ran = clipped_intervals(kernels, starts[step], ends[step])
         busy.append(sum(b - a for a, b in ran))
-        summed.append(sum(b - a for a, b in _clipped(separate, starts[step], ends[step])))
+        summed.append(sum(b - a for a, b in clipped_intervals(separate, starts[step], ends[step])))
         inside.append(max(0.0, span - busy[-1]))
         gaps.append(max(0.0, starts[step] - ends[step - 1]))
         counts.append(len(ran))
@@ -94,7 +94,7 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     }
 
 
-def _on_run_clock(kernels_ns: Sequence[tuple[int, int]], offset_ns: int,
+def on_run_clock(kernels_ns: Sequence[tuple[int, int]], offset_ns: int,
                   started_s: float) -> list[tuple[float, float]]:
     """The intervals in ms since the run began, if the profiler's clock is perf_counter + `offset_ns`."""
     base_ns = started_s * 1e9 + offset_ns
@@ -106,11 +106,11 @@ def _share_inside(kernels: list[tuple[float, float]], starts: Sequence[float], e
     total = sum(b - a for a, b in kernels)
     if total <= 0:
         return 0.0
-    inside = sum(b - a for s, e in zip(starts, ends) for a, b in _clipped(kernels, s, e))
+    inside = sum(b - a for s, e in zip(starts, ends) for a, b in clipped_intervals(kernels, s, e))
     return inside / total
 
 
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def merged_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Overlapping or touching intervals joined (kernels on several streams run side by side)."""
     out: list[list[float]] = []
     for a, b in sorted(intervals):
@@ -121,7 +121,7 @@ def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def _clipped(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+def clipped_intervals(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
     """The parts of sorted, merged `intervals` inside [start, end]."""
     import bisect
 
@@ -136,7 +136,7 @@ def _clipped(intervals: list[tuple[float, float]], start: float, end: float) -> 
 
 
 def _whole_run(kernels: list[tuple[float, float]]) -> dict[str, Any]:
-    merged = _merged(kernels)
+    merged = merged_intervals(kernels)
     if not merged:
         return {"kernel_busy_fraction": None}
     span, busy = merged[-1][1] - merged[0][0], sum(b - a for a, b in merged)
@@ -153,7 +153,7 @@ def _window(kernels: list[tuple[float, float]], starts: Sequence[float], ends: S
     for step in range(first, last):
         steps.append({"step": step, "span_ms": round(ends[step] - starts[step], 4),
                       "busy": [[round(a - starts[step], 4), round(b - starts[step], 4)]
-                               for a, b in _clipped(kernels, starts[step], ends[step])]})
+                               for a, b in clipped_intervals(kernels, starts[step], ends[step])]})
     return {"first_step": first, "steps": steps}
 
 
