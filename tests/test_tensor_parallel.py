@@ -1,20 +1,17 @@
-"""Tensor parallelism on the CPU (gloo): `core.bench --tp 2` gives `--tp 1`'s tokens, and a failing rank fails the run
-cleanly, leaving no process behind."""
+"""core.parallel.tensor_parallel on the CPU (gloo): `core.bench --tp 2` gives `--tp 1`'s tokens, every rank's device
+spans on rank 0's time base, and a TP degree the model cannot be split by refused before any rank starts. (The
+launcher, its failing ranks and its interrupts: test_ranks.py.)"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.helpers import on_two_ranks, wait_until
+from tests.helpers import on_two_ranks
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu"]
@@ -85,144 +82,34 @@ def test_a_tp_degree_that_does_not_divide_the_model_is_one_clear_line():
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.slow
-def test_a_rank_that_dies_fails_the_run_and_leaves_no_process_behind():
-    long = [*COMMAND, "--max-new-tokens", "1500", "--trials", "20", "--ignore-eos", "--tp", "2"]
-    parent = subprocess.Popen(long, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        ranks: list[psutil.Process] = []
-        while time.monotonic() < deadline and len(ranks) < 2:
-            ranks = [p for p in psutil.Process(parent.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-            time.sleep(0.2)
-        time.sleep(8)  # both ranks loaded and running
-        os.kill(ranks[-1].pid, signal.SIGKILL)
-        _, stderr = parent.communicate(timeout=60)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-    assert parent.returncode != 0
-    assert "was killed by signal 9; the other ranks were stopped" in stderr
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
+def test_every_width_the_ranks_split_must_divide(tiny):
+    """tiny-random has 4 attention heads but 2 KV heads: 4 ranks would each need half a KV head."""
+    from core.parallel.tensor_parallel import check_shardable
+
+    with pytest.raises(ValueError, match=r"--tp 4 does not divide the model's num_key_value_heads \(2\)"):
+        check_shardable(tiny.model.config, 4)
+    config = type("Config", (), {"num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 100})()
+    with pytest.raises(ValueError, match=r"--tp 8 does not divide the model's intermediate_size \(100\)"):
+        check_shardable(config, 8)
 
 
-def _agree_on_rank(rank: int, init_method: str) -> list:
-    import torch.distributed as dist
+def test_without_a_process_group_each_helper_gives_one_processs_answer(tiny):
+    """A --tp 1 run calls the same helpers as a rank: they must not need a process group."""
+    import torch
 
-    from core.parallel.ranks import agreed_stop
+    from core.parallel.tensor_parallel import (
+        gather_device_spans,
+        gather_objects,
+        local,
+        tp_device,
+        use_one_shot_all_reduce,
+        world,
+    )
 
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
-    received: list[int] = []
-    check = agreed_stop(received, "cpu")
-    answers = [check(rank == 1), check(False)]  # one rank's clock wants one more round: both run it
-    if rank == 1:
-        received.append(signal.SIGTERM)  # a signal that reached rank 1 alone
-    try:
-        check(True)
-        stopped = False
-    except KeyboardInterrupt:
-        stopped = True
-    return [answers, stopped, received]
-
-
-@pytest.mark.slow
-def test_the_ranks_agree_on_another_round_and_on_a_signal_only_one_of_them_received(tmp_path):
-    assert on_two_ranks(_agree_on_rank, tmp_path) == [[True, False], True, [int(signal.SIGTERM)]]
-
-
-# ------------------------------------------------------------------------------------------------ interrupts
-
-def _session_bench(tmp_path: Path, *flags: str) -> subprocess.Popen:
-    """`core.bench --tp 2` in a process group of its own, as a terminal runs it (SIGINT back to its default: a
-    suite started in the background hands its children SIGINT ignored)."""
-    def as_in_a_terminal() -> None:
-        os.setpgrp()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    return subprocess.Popen([*COMMAND, "--prompt-tokens", "8", "--ignore-eos", "--tp", "2", "--progress", *flags],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=as_in_a_terminal)
-
-
-def _lines_until(process: subprocess.Popen, marker: str) -> list[str]:
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if marker in line:
-            return seen
-    raise AssertionError(f"the run ended before {marker!r}: {''.join(seen)}")
-
-
-def _ranks_of(process: subprocess.Popen) -> list[psutil.Process]:
-    return [p for p in psutil.Process(process.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-
-
-def _none_left(ranks: list[psutil.Process]) -> bool:
-    return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
-
-
-@pytest.mark.slow
-def test_ctrl_c_under_tensor_parallelism_stops_every_rank_together_and_keeps_the_finished_rounds(tmp_path):
-    """A terminal's Ctrl-C reaches the launcher and both ranks. Neither rank may stop where it stands (the other would
-    wait for it in a collective): they agree at the end of a round, and rank 0 writes that round's report."""
-    from dashboard.reports import open_report
-
-    out = tmp_path / "r.json"
-    process = _session_bench(tmp_path, "--max-new-tokens", "24", "--trials", "500", "--json", str(out))
-    try:
-        _lines_until(process, "round 1 of 500 done")
-        ranks = _ranks_of(process)
-        assert len(ranks) == 2
-        os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr and "error" not in stderr, stderr
-    assert "the ranks stop together after the warm-up or round they are in" in stderr
-    report = open_report(out.read_bytes()).report
-    done = report["interruption"]["trials_done"]
-    assert report["interrupted"] is True and done >= 1 and report["interruption"]["signal"] == "SIGINT"
-    assert report["environment"]["tp"] == 2 and report["all_identical"]
-    assert report["summary"]["naive"]["trials"] == report["summary"]["pipelined"]["trials"] == done
-    assert f"note: this run was cut short by SIGINT after {done} of 500 rounds of trials" in stdout
-    assert stdout.count("What this run shows:") == 1, "rank 0 alone prints"
-    assert wait_until(lambda: _none_left(ranks), 10)
-
-
-@pytest.mark.slow
-def test_sigterm_to_the_launcher_while_its_ranks_start_is_one_line_and_a_second_ends_them_at_once(tmp_path):
-    out = tmp_path / "r.json"
-    process = _session_bench(tmp_path, "--max-new-tokens", "24", "--trials", "3", "--json", str(out))
-    try:
-        assert wait_until(lambda: len(_ranks_of(process)) == 2, 60)
-        ranks = _ranks_of(process)
-        process.send_signal(signal.SIGTERM)  # the launcher alone: the ranks are still importing torch
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 143, stderr
-    lines = stderr.strip().splitlines()
-    assert lines[0].startswith("core.bench: SIGTERM: the ranks stop together"), stderr
-    assert lines[-1] == ("core.bench: interrupted (SIGTERM) before every contestant had finished a timed trial; "
-                         "no report written"), stderr
-    assert len(lines) == 2 and stdout == "" and not out.exists()
-    assert wait_until(lambda: _none_left(ranks), 10)
-
-    impatient = _session_bench(tmp_path, "--max-new-tokens", "2000", "--trials", "3")
-    try:
-        _lines_until(impatient, "warm-up of naive")
-        ranks = _ranks_of(impatient)
-        for _ in range(2):
-            os.killpg(impatient.pid, signal.SIGINT)
-            time.sleep(0.5)
-        _, stderr = impatient.communicate(timeout=60)
-    finally:
-        if impatient.poll() is None:
-            os.killpg(impatient.pid, signal.SIGKILL)
-    assert impatient.returncode == 130
-    assert stderr.strip().splitlines()[-1] == ("core.bench: interrupted again: every rank was ended; no report "
-                                               "written"), stderr
-    assert wait_until(lambda: _none_left(ranks), 10)
+    assert world() == (0, 1)
+    assert gather_objects({"reads": 1.0}) == [{"reads": 1.0}]
+    assert gather_device_spans(100.0, [1.0], [2.0]) == []
+    assert tp_device("cpu") == torch.device("cpu")
+    weight = tiny.model.get_input_embeddings().weight
+    assert local(weight) is weight
+    assert use_one_shot_all_reduce(tiny.model) == ("gloo", "")
