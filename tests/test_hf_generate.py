@@ -67,13 +67,37 @@ def test_a_marked_run_still_stops_at_eos(tiny, free):
     assert len(marks) == len(rows[0])
 
 
-def test_compile_asked_for_on_the_cpu_runs_without_compiling(tiny, free, monkeypatch):
-    def no_compile(*args, **kwargs):
-        raise AssertionError("generate() compiled on the CPU")
+@pytest.fixture
+def configs(tiny, monkeypatch):
+    """The GenerationConfig of each generate() call, which still runs."""
+    seen = []
+    generate = tiny.model.generate
 
-    monkeypatch.setattr(torch, "compile", no_compile)
+    def recorded(**kwargs):
+        seen.append(kwargs["generation_config"])
+        return generate(**kwargs)
+
+    monkeypatch.setattr(tiny.model, "generate", recorded)
+    return seen
+
+
+def test_generate_gets_the_loops_cache_and_sampling_settings(tiny, configs):
+    tokens(tiny, prompt="Hi", cache="static")
+    tokens(tiny, prompt="Hi", do_sample=True, temperature=1.5, top_k=50, top_p=0.9, ignore_eos=True)
+    static, sampled = configs
+    assert static.cache_implementation == "static" and static.do_sample is False
+    assert static.temperature is None and static.top_k is None and static.top_p is None  # greedy: none set
+    assert static.eos_token_id == [tiny.model.generation_config.eos_token_id]
+    assert static.pad_token_id == tiny.tokenizer.pad_token_id and static.max_new_tokens == STEPS
+    assert sampled.cache_implementation is None and sampled.do_sample is True
+    assert (sampled.temperature, sampled.top_k, sampled.top_p) == (1.5, 50, 0.9)
+    assert sampled.eos_token_id is None  # ignore_eos: generate() must not stop either
+
+
+def test_compile_asked_for_on_the_cpu_is_turned_off_in_generate(tiny, configs, free):
     rows, _ = tokens(tiny, cache="static", compile="default", ignore_eos=True)
     assert rows == free
+    assert configs[0].disable_compile is True
 
 
 def test_seeded_sampling_repeats_and_another_seed_differs(tiny, free):
