@@ -41,7 +41,7 @@ from core.options import (
 )
 from core.report_files import read_report_bytes
 from core.run_schema import option_defaults
-from dashboard import audit_view, charts, compare_view, lanes
+from dashboard import audit_view, charts, compare_view, timeline
 from dashboard.downloads import DownloadFolders
 from dashboard.history import HISTORY_SCHEMA
 from dashboard.job_queue import KEEP_FINISHED_JOBS
@@ -279,7 +279,7 @@ class Dashboard:
                   c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
                           charts.all_figures({}, None)))
-        update[c["lanes_plot"]] = lanes.lanes_figure({})
+        update[c["lanes_plot"]] = timeline.timeline_figure({})
         update.update(self._live_update(self.runner.snapshot(job)))
         return update
 
@@ -299,7 +299,7 @@ class Dashboard:
                 runs = snap.get("runs") or []
                 if len(runs) != lanes_runs:  # a trial ended: redraw the timeline from the trials so far
                     lanes_runs = len(runs)
-                    update[c["lanes_plot"]] = lanes.lanes_figure({"runs": runs})
+                    update[c["lanes_plot"]] = timeline.timeline_figure({"runs": runs})
                 if self.runner.model_spec != model_seen:
                     model_seen = self.runner.model_spec
                     update[c["banner"]] = self.banner()
@@ -380,7 +380,7 @@ class Dashboard:
         report = job.report
         figures = charts.all_figures(snap, report)
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
-        update[c["lanes_plot"]] = lanes.lanes_figure(report or {"runs": snap.get("runs") or []})
+        update[c["lanes_plot"]] = timeline.timeline_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report, job.page) if report else ""
         update[c["summary"]], update[c["summary_more"]] = summary_tables(report, job.page) if report else ([], [])
         update[c["shows"]] = run_shows_md(report) if report else ""
@@ -459,7 +459,7 @@ class Dashboard:
             result = compare_reports(a, b)
             return {k["status"]: compare_view.summary_md(result, plain),
                     k["settings"]: compare_view.settings_table(result), k["rates"]: compare_view.rates_table(result),
-                    k["waits"]: compare_view.waits_table(result), k["lanes"]: lanes.compare_lanes(a, b, label_a,
+                    k["waits"]: compare_view.waits_table(result), k["lanes"]: timeline.compare_timelines(a, b, label_a,
                                                                                                 label_b)}
         except Exception as exc:  # two reports that passed the checks but cannot be set side by side: say so
             return {k["status"]: f"**Cannot compare these two:** {plain(type(exc).__name__)}: {plain(exc)}"}
@@ -663,9 +663,9 @@ class Dashboard:
         update[r["summary"]], update[r["summary_more"]] = summary_tables(report, saved.page)
         update[r["shows"]] = run_shows_md(report)
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
-        note = lanes.lanes_note(report)
-        update[r["lanes_note"]] = f"*{plain(note)}*" if note else ""
-        update[r["lanes_plot"]] = lanes.lanes_figure(report)
+        note = timeline.timeline_note(report)
+        update[r["timeline_note"]] = f"*{plain(note)}*" if note else ""
+        update[r["lanes_plot"]] = timeline.timeline_figure(report)
         update[r["command"]] = replay_command(report)
         if self.view_state is not None:
             view = {"tab": "replay", "replay": report_device(report)}
@@ -870,7 +870,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                         max_report_bytes=max_report_bytes)
     app = Dashboard(runner, config)
     charts.prebuild()
-    lanes.prebuild()
+    timeline.prebuild()
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "
                     "step) and the pipelined loop (stop flag read a few steps late), side by side, timed fairly.")
@@ -959,7 +959,8 @@ def _compare_tab(app: Dashboard, runner: Runner, d: Mapping[str, Any], banner: g
             c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="command", buttons=["copy"])
     with gr.Row():
-        c["lanes_plot"] = gr.Plot(lanes.lanes_figure({}), elem_id="plot-lanes", show_label=False, label="timeline")
+        c["lanes_plot"] = gr.Plot(timeline.timeline_figure({}), elem_id="plot-lanes", show_label=False,
+                                  label="timeline")
     with gr.Row():
         c["tokens_plot"] = gr.Plot(charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False,
                                    label="tokens/s chart")
@@ -1152,7 +1153,7 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
     r["summary"], r["summary_more"] = _summary_tables("replay-summary")
     r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False, elem_id="replay-command",
                               buttons=["copy"])
-    r["lanes_note"] = gr.Markdown(elem_id="replay-lanes-note")
+    r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
     with gr.Row():
         r["lanes_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)
     with gr.Row():
@@ -1162,7 +1163,7 @@ def _replay_tab(app: Dashboard, config: PageConfig, demo: gr.Blocks) -> dict[str
         r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
         r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
     refused = gr.Textbox(visible="hidden", elem_id="replay-refused")
-    outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["lanes_note"], r["lanes_plot"], app.view_state, app.banner_md]
+    outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["timeline_note"], r["lanes_plot"], app.view_state, app.banner_md]
     upload.upload(app.replay_upload, inputs=[upload], outputs=outputs, api_name="replay")
     refused.change(app.replay_refused, inputs=[refused], outputs=[r["status"]], api_visibility="private",
                   show_progress="hidden")

@@ -28,7 +28,7 @@ from dashboard.jobs import COMPARE
 from dashboard.ui import OUTPUTS, PAGE_OPTIONS, REPLAY_OUTPUTS, page_values
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, requires_cuda, serving
 from tests.helpers import wait_until
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 
 REPO = Path(__file__).resolve().parent.parent
 EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a> https://evil.example'

@@ -16,7 +16,7 @@ from dashboard.live_view import LiveView, status_line
 from dashboard.reports import PageRecord, open_report, page_report
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 from tests.test_ui import QuietRunner, quiet_page
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on

@@ -15,7 +15,7 @@ from dashboard.limits import EXPOSED_LIMITS
 from dashboard.ui import OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -165,7 +165,7 @@ def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200
     from dashboard.ui import REPLAY_OUTPUTS
 
     page = quiet_page()
-    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
+    page.r = {key: key for key in (*REPLAY_OUTPUTS, "timeline_note", "lanes_plot")}
     empty = page.replay_upload(b"")
     assert text_of(empty["status"]) == "Cannot open this file: the file is empty (0 bytes)"
     cut = {**h200_saved.report, "interrupted": True}
@@ -268,7 +268,7 @@ def replay_page(**config):
     from dashboard.ui import REPLAY_OUTPUTS, Dashboard, PageConfig
 
     page = Dashboard(QuietRunner(), PageConfig(**{"defaults": {}, "replay_files": {}, **config}))
-    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
+    page.r = {key: key for key in (*REPLAY_OUTPUTS, "timeline_note", "lanes_plot")}
     page.a = {key: key for key in ("status", "summary", "sites", "plot")}
     return page
 
