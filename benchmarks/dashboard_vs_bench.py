@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 from core.measure.stats import percentile  # noqa: E402
 from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
 from core.run_schema import cli_command, request_from_values  # noqa: E402
-from dashboard.ui import OUTPUTS, page_values  # noqa: E402
+from dashboard.form import page_values  # noqa: E402
+from dashboard.tabs.compare import OUTPUTS  # noqa: E402
 
 Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
 

@@ -13,10 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard import charts
-from dashboard.lanes import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, _bars
 from dashboard.limits import clip
 from dashboard.report_text import plain
 from dashboard.reports import BENCH_SCHEMA, PAGE_REPORT_SCHEMA
+from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
 AUDIT_SCHEMA = "syncscope.audit/"
 SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "called from", "host blocked µs/step",
@@ -167,8 +167,8 @@ def audit_figure(report: dict[str, Any]) -> go.Figure:
     events = [e for e in report.get("events") or [] if _number(e.get("t_ms"))]
     follows = [*starts[1:], max([*ends, *(e["t_ms"] for e in events)], default=starts[-1])]
     data: list[dict[str, Any]] = [
-        _bars(np.asarray(starts), np.asarray(ends), 0.0, "a step's call (host)", {"fillcolor": HOST_COLOR}),
-        _bars(np.asarray(ends), np.asarray(follows), 0.0, "between steps (host)", IDLE_STYLE)]
+        bars(np.asarray(starts), np.asarray(ends), 0.0, "a step's call (host)", {"fillcolor": HOST_COLOR}),
+        bars(np.asarray(ends), np.asarray(follows), 0.0, "between steps (host)", IDLE_STYLE)]
     if events:
         texts = [_event_text(e, sites.get(e.get("site"), {})) for e in events]
         data.append({"type": "scatter", "mode": "markers", "name": "a read of a device value",

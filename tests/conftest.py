@@ -177,7 +177,7 @@ def validated(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def cuda_report() -> dict[str, Any]:
-    """A timeline report of both loops on the CUDA clock, 256 steps a trial (tests/lanes_reports.py)."""
-    from tests import lanes_reports
+    """A timeline report of both loops on the CUDA clock, 256 steps a trial (tests/timeline_reports.py)."""
+    from tests import timeline_reports
 
-    return lanes_reports.report(256)
+    return timeline_reports.report(256)

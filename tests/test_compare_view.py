@@ -90,14 +90,11 @@ def test_a_contestant_in_one_run_only_and_an_old_report_fill_the_table():
 
 
 def test_two_report_files_compare_and_a_bad_one_says_which(two_h200_runs):
-    from dashboard.ui import Dashboard, PageConfig
-
-    page = Dashboard(QuietRunner(), PageConfig(defaults=dict(), replay_files={}))
-    page.rc = {key: key for key in ("status", "settings", "rates", "waits", "lanes")}
+    page = quiet_page().replay
     a, b = (gzip.compress(json.dumps(r).encode()) for r in two_h200_runs)
     shown = page.compare_files(a, b)
     assert text_of(shown["status"]).startswith("1 setting differs: cache.")
-    assert shown["settings"]["data"][0][3] == "differs" and shown["lanes"].data
+    assert shown["settings"]["data"][0][3] == "differs" and shown["timeline"].data
     assert text_of(page.compare_files(a, b"")["status"]) == "Cannot open report B: the file is empty (0 bytes)"
     assert text_of(page.compare_files(None, b)["status"]) == "Choose two report files, A and B."
 
@@ -112,10 +109,9 @@ def test_two_history_runs_compare_by_their_numbers_on_the_page(two_h200_runs, mo
                                {"run": 11, "status": "failed"}, {"run": 3, "status": "done"}])
     runner.queue = type("Queue", (), {"get": lambda self, job_id: jobs.get(job_id)})()
     page = quiet_page(runner)
-    page.h = {key: key for key in ("status", "settings", "rates", "waits", "lanes")}
-    page.c = {"run_a": "run_a", "run_b": "run_b"}
-    monkeypatch.setattr(page, "owner", lambda request: "me")
-    choices = page._run_choices("me")
+    monkeypatch.setattr(page.context, "owner", lambda request: "me")
+    page = page.history
+    choices = page.run_choices("me")
     assert [value for _, value in choices["run_a"]["choices"]] == [1, 2, 3, 4]
     assert choices["run_a"]["value"] == 2 and choices["run_b"]["value"] == 4, "run 3 failed: it has no report"
     shown = page.compare_runs(1, 2, None)

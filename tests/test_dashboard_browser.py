@@ -135,7 +135,7 @@ def overlapping(a: dict[str, float], b: dict[str, float]) -> bool:
 
 @pytest.mark.parametrize("viewport", [(1400, 1000), (390, 844)], ids=["desktop", "phone"])
 def test_replay_draws_both_loops_lanes_readable(browser, served_app, tmp_path, viewport):
-    from tests.lanes_reports import report
+    from tests.timeline_reports import report
 
     path = tmp_path / "lanes.json"
     path.write_text(json.dumps(report(256)))
@@ -160,7 +160,7 @@ def test_replay_draws_both_loops_lanes_readable(browser, served_app, tmp_path, v
 
 
 def test_replay_of_an_old_report_says_in_one_line_what_its_timeline_lacks(page, tmp_path):
-    from tests.lanes_reports import report, without_new_fields
+    from tests.timeline_reports import report, without_new_fields
 
     path = tmp_path / "old.json"
     path.write_text(json.dumps(without_new_fields(report(64))))

@@ -24,11 +24,13 @@ from gradio_client import Client, handle_file
 import app
 from core.options import RUN_OPTION, WHOLE
 from core.parallel.launch import free_port
+from dashboard.form import PAGE_OPTIONS, page_values
 from dashboard.jobs import COMPARE
-from dashboard.ui import OUTPUTS, PAGE_OPTIONS, REPLAY_OUTPUTS, page_values
+from dashboard.tabs.compare import OUTPUTS
+from dashboard.tabs.replay import REPLAY_OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, requires_cuda, serving
 from tests.helpers import wait_until
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 
 REPO = Path(__file__).resolve().parent.parent
 EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a> https://evil.example'
@@ -303,20 +305,20 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
 
 @pytest.mark.slow
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
+    from dashboard.banner import ServerBanner
     from dashboard.runner import Runner
-    from dashboard.ui import Dashboard, PageConfig
 
     runner = Runner(TINY, device="cpu", monitor=False)
     try:
-        page = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}))
-        first = text_of(page.banner())
+        page = ServerBanner(runner)
+        first = text_of(page.text())
         assert "Starting the engine process" in first or "Loading model tiny-random" in first
         runner.load(TINY, timeout=180)
         assert ("Model: tiny-random on cpu, float32; fused qkv, fused gate_up. With Compile on, decode attention "
-                "runs as reduce." in text_of(page.banner()))
+                "runs as reduce." in text_of(page.text()))
         with pytest.raises(ValueError, match="no such directory"):
             runner.load("/no/such/model", timeout=60)
-        banner = text_of(page.banner())
+        banner = text_of(page.text())
         assert "/no/such/model" not in banner and "Model: tiny-random" in banner
     finally:
         runner.close()
@@ -366,17 +368,17 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from core.specs import TINY_SHAPE
+    from dashboard.banner import ServerBanner
     from dashboard.runner import Runner
-    from dashboard.ui import Dashboard, PageConfig
 
     local = tmp_path / "my-secret-model"
     LlamaForCausalLM(LlamaConfig(**TINY_SHAPE)).save_pretrained(local)
     tiny.tokenizer.save_pretrained(local)
     runner = Runner(TINY, device="cpu", monitor=False, named_models=["synthetic:llama-1b"])
     try:
-        page = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}))
+        page = ServerBanner(runner)
         runner.load(str(local), timeout=180)
-        banner = text_of(page.banner())
+        banner = text_of(page.text())
         assert "my-secret-model" not in banner and "Model: a model a visitor chose on cpu" in banner
         assert runner.public_name("synthetic:llama-1b") == "synthetic:llama-1b", "startup specs keep their names"
     finally:
@@ -394,9 +396,10 @@ def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_fiel
     try:
         page = build_demo(runner).dashboard
         assert wait_until(lambda: "Could not load no-such-org/no-such-model" in text_of(page.banner()), 120)
-        loaded = next(page.on_load(None, SimpleNamespace(session_hash="a-new-visitor")))
-        assert loaded[page.c["model"]] == runner.model_choices()[0], "the field does not keep the id that failed"
-        assert "Could not load no-such-org/no-such-model" in text_of(loaded[page.c["banner"]])
+        loaded = next(page.compare.on_load(None, SimpleNamespace(session_hash="a-new-visitor")))
+        assert loaded[page.compare.components["model"]] == runner.model_choices()[0], \
+            "the field does not keep the id that failed"
+        assert "Could not load no-such-org/no-such-model" in text_of(loaded[page.page.banner_md])
     finally:
         runner.close()
 

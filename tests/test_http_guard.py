@@ -22,8 +22,11 @@ from gradio_client import Client, handle_file
 from core.parallel.launch import free_port
 from dashboard import http_guard
 from dashboard.downloads import PREFIX, DownloadFolders, remove_stale_roots
+from dashboard.form import page_values
 from dashboard.http_guard import LeanStateHolder, LoginLimiter, launch_options
-from dashboard.ui import CSS, OUTPUTS, REPLAY_OUTPUTS, build_demo, page_values
+from dashboard.tabs.compare import OUTPUTS
+from dashboard.tabs.replay import REPLAY_OUTPUTS
+from dashboard.ui import CSS, build_demo
 from tests.conftest import TINY, bench_report, fast_settings
 from tests.helpers import wait_until
 

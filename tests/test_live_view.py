@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from core.options import BenchRequest, GenerationOptions
-from dashboard import charts, lanes
+from dashboard import charts, timeline
 from dashboard.jobs import COMPARE, RUNNING, Job
 from dashboard.live_view import LiveView
 from tests.conftest import TINY, fast_settings, page_request
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -63,4 +63,4 @@ def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
                     {"type": "run", "t": 100.5, **naive}])
     runs = view.snapshot()["runs"]
     assert [r["contestant"] for r in runs] == ["naive"] and runs[0]["timings"] is naive["timings"]
-    assert lane_labels(lanes.lanes_figure({"runs": runs})) == ["naive · host", "naive · GPU"]
+    assert lane_labels(timeline.timeline_figure({"runs": runs})) == ["naive · host", "naive · GPU"]

@@ -16,7 +16,7 @@ from dashboard.live_view import LiveView, status_line
 from dashboard.reports import PageRecord, open_report, page_report
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 from tests.test_ui import QuietRunner, quiet_page
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
@@ -113,15 +113,11 @@ def test_the_final_update_and_the_saved_page_record_hold_every_phase(audited_rep
             return job
 
     page = quiet_page(Runner())
-    page.downloads.root = tmp_path
-    page.c = {key: key for key in ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text",
-                                   "headline", "summary", "summary_more", "shows", "command", "tokens_plot",
-                                   "device_plot", "steps_plot", "gap_plot", "lanes_plot", "history", "csv", "json",
-                                   "report_file", "trace_file", "banner", "model", "run_note", "run_a", "run_b")}
-    update = page._final_update(job, "someone")
+    page.context.downloads.root = tmp_path
+    update = page.compare._final_update(job, "someone")
     assert text_of(update["status"]).startswith("Done in")
     assert "pipelined/naive" in text_of(update["headline"]) and update["summary"]
-    assert "What this run shows" in text_of(update["shows"]) and lane_labels(update["lanes_plot"])
+    assert "What this run shows" in text_of(update["shows"]) and lane_labels(update["timeline_plot"])
     saved = json.loads(Path(update["report_file"]).read_text(encoding="utf-8"))
     reopened = open_report(json.dumps(saved))
     assert [span["phase"] for span in reopened.page.spans] == [span["phase"] for span in job.page.spans]

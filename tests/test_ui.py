@@ -1,4 +1,5 @@
-"""The page module (dashboard.ui) built in-process, without serving it: what its text and its updates say."""
+"""The page (dashboard.ui, its tabs in dashboard.tabs, its form and banner) built in-process, without serving it:
+what its text and its updates say."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import pytest
 
 from dashboard.jobs import COMPARE, DONE, RUNNING, Job
 from dashboard.limits import EXPOSED_LIMITS
-from dashboard.ui import OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
-from tests.test_lanes import lane_labels
+from tests.test_timeline import lane_labels
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -34,8 +34,6 @@ def test_the_form_says_what_a_shared_server_allows(tiny_runner):
 
 
 def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report):
-    from dashboard.ui import Dashboard, PageConfig
-
     class FakeJob:
         id, done = 1, False
 
@@ -49,14 +47,13 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
     runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
                                      "cancel": lambda self, job_id, **reason: None})()
-    app = Dashboard(runner, PageConfig(defaults=dict(), replay_files={}, chart_interval_s=1e9))
-    app.c = {key: key for key in ("status", "tokens_plot", "device_plot", "lanes_plot", "banner")}
-    following = app._follow(FakeJob(len(trials)), "someone")
+    app = quiet_page(runner, chart_interval_s=1e9)
+    following = app.compare._follow(FakeJob(len(trials)), "someone")
     updates = list(itertools.islice(following, len(trials)))
     following.close()
-    redrawn = [i for i, update in enumerate(updates) if "lanes_plot" in update]
+    redrawn = [i for i, update in enumerate(updates) if "timeline_plot" in update]
     assert redrawn == [1, 3], "drawn when a trial's run arrives, not at every poll"
-    assert lane_labels(updates[3]["lanes_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
+    assert lane_labels(updates[3]["timeline_plot"]) == ["naive · host", "naive · GPU", "pipelined · host",
                                                      "pipelined · GPU"]
 
 
@@ -80,7 +77,7 @@ def h200_saved():
 
 
 class QuietRunner:
-    """What Dashboard.banner, run and the history read of a runner, with nothing loading and no engine."""
+    """What the banner, a run and the history read of a runner, with nothing loading and no engine."""
 
     model_spec, monitor, last_load_error, engine_trouble, uses_cuda = TINY, None, None, None, False
     engine_client = type("Client", (), {"hello_event": type("Set", (), {"is_set": lambda self: True})()})()
@@ -104,14 +101,49 @@ class QuietRunner:
         return [dict(row) for row in self._rows]
 
 
-def quiet_page(runner=None):
-    from dashboard.ui import Dashboard, PageConfig
+def named(*keys):
+    """Components that are their names, so that an update is keyed by names."""
+    return {key: key for key in keys}
 
-    return Dashboard(runner or QuietRunner(), PageConfig(defaults=dict(), replay_files={}))
+
+COMPARE_KEYS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
+                "summary_more", "shows", "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot",
+                "timeline_plot", "model", "run_note")
+HISTORY_KEYS = ("history", "csv", "json", "report_file", "trace_file", "run_a", "run_b")
+
+
+class QuietPage:
+    """The page's context and tabs over `runner` (a QuietRunner by default) as build_demo makes them, but each
+    component its name; the banner is "banner" and the browser's id "browser_state"."""
+
+    def __init__(self, runner=None, **config):
+        from dashboard.banner import ServerBanner
+        from dashboard.form import OptionsNote
+        from dashboard.page import PageConfig, PageContext
+        from dashboard.side_by_side import COMPONENTS, SideBySide
+        from dashboard.tabs import your_loop
+        from dashboard.tabs.compare import CompareTab
+        from dashboard.tabs.history import HistoryTab
+        from dashboard.tabs.replay import REPLAY_OUTPUTS, ReplayTab
+
+        runner = runner or QuietRunner()
+        self.context = PageContext(runner, PageConfig(**{"defaults": {}, "replay_files": {}, **config}),
+                                   ServerBanner(runner), banner_md="banner", browser_state="browser_state")
+        self.banner = self.context.banner
+        self.options = OptionsNote(runner)
+        self.history = HistoryTab(self.context, named(*HISTORY_KEYS), SideBySide(named(*COMPONENTS)))
+        self.compare = CompareTab(self.context, named(*COMPARE_KEYS), self.history)
+        self.replay = ReplayTab(self.context, named(*REPLAY_OUTPUTS, "timeline_note", "timeline_plot"),
+                                SideBySide(named(*COMPONENTS)))
+        self.your_loop = your_loop.YourLoopTab(self.context, named(*your_loop.OUTPUTS))
+
+
+def quiet_page(runner=None, **config):
+    return QuietPage(runner, **config)
 
 
 def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use():
-    from dashboard.ui import model_line
+    from dashboard.banner import model_line
 
     assert model_line("cpu, float32; fused qkv, fused gate_up, compiled decode attention: reduce") == \
         "cpu, float32; fused qkv, fused gate_up. With Compile on, decode attention runs as reduce."
@@ -120,21 +152,21 @@ def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use():
     assert model_line("cpu, float32; compiled decode attention: split") == \
         "cpu, float32. With Compile on, decode attention runs as split."
     assert model_line("cpu, float32") == "cpu, float32."
-    banner = text_of(quiet_page().banner())
+    banner = text_of(quiet_page().banner.text())
     assert "fused gate_up. With Compile on, decode attention runs as reduce." in banner
     assert "fused gate_up, compiled decode attention" not in banner
 
 
 def test_on_replay_the_banner_describes_the_replayed_reports_device(h200_saved):
-    from dashboard.ui import ONE_PROCESSOR, report_device
+    from dashboard.banner import ONE_PROCESSOR, report_device
 
-    page = quiet_page()
-    assert ONE_PROCESSOR in page.banner_for({"tab": "compare", "replay": None}), "this CPU server's expectation"
+    page = quiet_page().banner
+    assert ONE_PROCESSOR in page.for_view({"tab": "compare", "replay": None}), "this CPU server's expectation"
     shown = {"tab": "replay", "replay": report_device(h200_saved.report)}
-    banner = text_of(page.banner_for(shown))
+    banner = text_of(page.for_view(shown))
     assert "no difference between the loops is expected" not in banner
     assert "measured on NVIDIA H200" in banner and "Model: tiny-random" in banner
-    cpu = text_of(page.banner_for({"tab": "replay", "replay": {"type": "cpu", "where": "cpu"}}))
+    cpu = text_of(page.for_view({"tab": "replay", "replay": {"type": "cpu", "where": "cpu"}}))
     assert "measured on the CPU" in cpu and "no difference between the loops is expected" in cpu
     back = page.on_tab("compare", shown)
     assert back[0]["tab"] == "compare" and ONE_PROCESSOR in back[1], "the Compare tab describes this server again"
@@ -143,7 +175,7 @@ def test_on_replay_the_banner_describes_the_replayed_reports_device(h200_saved):
 def test_an_upload_that_is_empty_or_gzipped_gets_its_reason_or_its_text():
     import gzip
 
-    from dashboard.ui import uploaded_json
+    from dashboard.uploads import uploaded_json
 
     for empty, why in ((b"", "the file is empty (0 bytes)"), (b" \n", "the file is empty (only whitespace)"),
                        (gzip.compress(b""), "gzip of an empty file")):
@@ -162,10 +194,7 @@ def test_an_upload_that_is_empty_or_gzipped_gets_its_reason_or_its_text():
 def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200_saved):
     import gzip
 
-    from dashboard.ui import REPLAY_OUTPUTS
-
-    page = quiet_page()
-    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
+    page = quiet_page().replay
     empty = page.replay_upload(b"")
     assert text_of(empty["status"]) == "Cannot open this file: the file is empty (0 bytes)"
     cut = {**h200_saved.report, "interrupted": True}
@@ -177,7 +206,7 @@ def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200
 
 
 def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
-    from dashboard.ui import DETAIL_HEADERS, EVIDENCE_HEADERS, summary_tables
+    from dashboard.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS, summary_tables
 
     evidence, details = summary_tables(h200_saved.report)
     rows = {row[0]: dict(zip(EVIDENCE_HEADERS, row)) for row in evidence}
@@ -191,11 +220,11 @@ def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
 
 
 def test_each_visitors_runs_are_numbered_from_one_on_the_page_and_in_the_downloads(tmp_path):
-    from dashboard.ui import HISTORY_COLUMNS, Dashboard, PageConfig
+    from dashboard.tabs.history import HISTORY_COLUMNS
 
     rows = [{"run": 7, "status": "done"}, {"run": 12, "status": "failed"}]
-    page = Dashboard(QuietRunner(rows=rows), PageConfig(defaults=dict(), replay_files={}, download_dir=tmp_path))
-    shown = page._historytable_rows("someone")
+    page = quiet_page(QuietRunner(rows=rows), download_dir=tmp_path).history
+    shown = page.history_table_rows("someone")
     assert [row[HISTORY_COLUMNS.index("run")] for row in shown] == [1, 2]
     csv_path, json_path = page._write_history("someone")
     assert [line.split(",")[0] for line in Path(csv_path).read_text().splitlines()[1:]] == ["1", "2"]
@@ -208,24 +237,23 @@ def test_a_second_run_click_is_answered_beside_run(monkeypatch):
 
     going = type("Job", (), {"owner": "someone", "work": COMPARE, "state": QUEUED})()
     page = quiet_page(QuietRunner(pending=[going]))
-    page.c = {"run_note": "run_note", "status": "status"}
-    monkeypatch.setattr(page, "owner", lambda request: "someone")
-    answer = list(page.run(None, prompt="hi"))
+    monkeypatch.setattr(page.context, "owner", lambda request: "someone")
+    answer = list(page.compare.run(None, prompt="hi"))
     assert answer == [{"run_note": answer[0]["run_note"]}], "the first run's status is left alone"
     assert text_of(answer[0]["run_note"]).startswith("A run of yours is already going (queued, position 3: 2 jobs "
                                                       "ahead of it): this click started nothing.")
 
 
 def test_what_this_run_shows_is_said_under_the_headline_with_code_as_code(h200_saved, monkeypatch):
-    from dashboard import ui
-    from dashboard.ui import code_quoted, run_shows_md
+    from dashboard import run_summary
+    from dashboard.run_summary import code_quoted, run_shows_md
 
     shown = run_shows_md(h200_saved.report)
     assert shown.startswith("**What this run shows:** naive waited 946 µs per step in `.item()` at ")
     assert "1\\.37x, faster" in shown
     assert code_quoted("in `<b>x</b>` and *not* code") == "in `<b>x</b>` and \\*not\\* code"
     assert code_quoted("an `unpaired quote") == "an \\`unpaired quote"
-    monkeypatch.setattr(ui, "what_this_run_shows", lambda report: 1 / 0)
+    monkeypatch.setattr(run_summary, "what_this_run_shows", lambda report: 1 / 0)
     assert run_shows_md(h200_saved.report) == ("*What this run shows cannot be said for this report "
                                                "(ZeroDivisionError).*")
 
@@ -245,7 +273,7 @@ def test_two_clicks_handled_at_once_submit_one_run():
             self._pending.append(job)
             return job
 
-    page = quiet_page(SlowSubmitRunner())
+    page = quiet_page(SlowSubmitRunner()).compare
     results = []
     clicks = [threading.Thread(target=lambda: results.append(page._submit_unless_going({}, "visitor")))
               for _ in range(2)]
@@ -265,19 +293,14 @@ CPU_AUDIT = "benchmarks/results/cpu-2026-12-01/audit-naive_loop.json"
 
 
 def replay_page(**config):
-    from dashboard.ui import REPLAY_OUTPUTS, Dashboard, PageConfig
-
-    page = Dashboard(QuietRunner(), PageConfig(**{"defaults": {}, "replay_files": {}, **config}))
-    page.r = {key: key for key in (*REPLAY_OUTPUTS, "lanes_note", "lanes_plot")}
-    page.a = {key: key for key in ("status", "summary", "sites", "plot")}
-    return page
+    return quiet_page(**config)
 
 
 def test_replay_of_a_run_cut_short_says_how_many_of_its_planned_trials_it_holds():
     from core.report_files import read_report_bytes
     from tests.test_dashboard_browser import REPO
 
-    page = replay_page()
+    page = replay_page().replay
     data = read_report_bytes(REPO / INTERRUPTED_REPORT)
     status = text_of(page.replay_upload(data)["status"])
     assert "(bfloat16), 2 of 50 trial(s) (cut short), created" in status, status
@@ -293,14 +316,12 @@ def test_replay_of_a_run_cut_short_says_how_many_of_its_planned_trials_it_holds(
 def test_compare_two_runs_preselects_the_last_two_runs_that_have_a_report():
     rows = [{"run": 3, "status": "done"}, {"run": 4, "status": "done"}, {"run": 5, "status": "failed"},
             {"run": 6, "status": "done"}, {"run": 8, "status": "cancelled"}]
-    page = quiet_page(QuietRunner(rows=rows))
-    page.c = {"run_a": "run_a", "run_b": "run_b"}
-    pickers = page._run_choices("someone")
+    page = quiet_page(QuietRunner(rows=rows)).history
+    pickers = page.run_choices("someone")
     assert (pickers["run_a"]["value"], pickers["run_b"]["value"]) == (2, 4), "this visitor's runs 2 and 4 (done)"
     assert [number for _, number in pickers["run_a"]["choices"]] == [1, 2, 3, 4, 5], "the others are still listed"
-    page = quiet_page(QuietRunner(rows=[{"run": 1, "status": "done"}, {"run": 2, "status": "failed"}]))
-    page.c = {"run_a": "run_a", "run_b": "run_b"}
-    pickers = page._run_choices("someone")
+    page = quiet_page(QuietRunner(rows=[{"run": 1, "status": "done"}, {"run": 2, "status": "failed"}])).history
+    pickers = page.run_choices("someone")
     assert pickers["run_a"]["value"] is None and pickers["run_b"]["value"] is None, "one report: nothing to compare"
 
 
@@ -313,18 +334,18 @@ def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_ta
 
     audit = (REPO / CPU_AUDIT).read_bytes()
     page = replay_page(replay_files={"an audit.json": REPO / CPU_AUDIT})
-    for shown in (page.replay_upload(audit), page.replay_upload(gzip.compress(audit)),
-                  page.replay_bundled("an audit.json")):
+    for shown in (page.replay.replay_upload(audit), page.replay.replay_upload(gzip.compress(audit)),
+                  page.replay.replay_bundled("an audit.json")):
         status = text_of(shown["status"])
         assert "is an audit report of a program" in status and "open it in the Your loop tab" in status, status
         assert list(shown) == ["status"], "the page stays as it was"
-    assert "not a syncscope benchmark report" in text_of(page.replay_upload(b'{"schema": "other/1"}')["status"])
+    assert "not a syncscope benchmark report" in text_of(page.replay.replay_upload(b'{"schema": "other/1"}')["status"])
     bench = read_report_bytes(REPO / H200_REPORT)
     wrapped = json.dumps(page_report(json.loads(bench), None)).encode()
     for data in (bench, wrapped):
-        status = text_of(page.audit_upload(data)["status"])
+        status = text_of(page.your_loop.audit_upload(data)["status"])
         assert "is a benchmark report" in status and "open it in the Replay tab" in status, status
-    assert "not an audit report (no" in text_of(page.audit_upload(b'{"schema": "other/1"}')["status"])
+    assert "not an audit report (no" in text_of(page.your_loop.audit_upload(b'{"schema": "other/1"}')["status"])
 
 
 class CudaRunner(QuietRunner):
@@ -337,7 +358,7 @@ def test_the_loop_options_note_says_at_once_what_this_cpu_server_runs_in_place_o
     def cpu_says(**asked):
         return adapt_to_device(GenerationOptions(cache="static", **asked), "cpu")[1]
 
-    cpu, cuda = quiet_page(), quiet_page(CudaRunner())
+    cpu, cuda = quiet_page().options, quiet_page(CudaRunner()).options
     static_on = "Note: compile needs StaticCache (a growing cache would recompile every step): turned it on."
     for mode in ("step-graph", "reduce-overhead", "max-autotune"):
         static, note = cpu.on_compile(mode, False, 1)
@@ -395,10 +416,8 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
             return None
 
     page = quiet_page(Runner())
-    page.downloads.root = tmp_path
-    page.browser_state = "browser_state"
-    page.c = {key: key for key in (*OUTPUTS, "lanes_plot", "banner")}
-    updates = list(page.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+    page.context.downloads.root = tmp_path
+    updates = list(page.compare.on_load("b" * 32, SimpleNamespace(session_hash="session")))
     last = updates[-1]["report_file"]
     path = last.value["path"] if isinstance(last.value, dict) else last.value  # Gradio may keep it as its FileData
     assert last.interactive is True and path and Path(path).is_file()
@@ -408,7 +427,7 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
 
 def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_rounding(tiny):
     """Rates of 1.04 and 1.02 tok/s show as 1.0 each; their ratio is 0.981, as the verdict's, not 1.000."""
-    from dashboard.ui import EVIDENCE_HEADERS, summary_tables
+    from dashboard.run_summary import EVIDENCE_HEADERS, summary_tables
 
     report = bench_report(tiny, trials=3)
     report["summary"]["naive"]["decode_tokens_per_s"] = 1.04

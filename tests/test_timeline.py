@@ -1,4 +1,4 @@
-"""The timeline chart (dashboard.lanes) from hand-built reports that follow the timeline contract: the lanes of both
+"""The timeline chart (dashboard.timeline) from hand-built reports that follow the timeline contract: the lanes of both
 loops, the waits and gaps drawn, the first view's steps, the stated means, the legend and hovers, the colours, the CPU
 and TP cases, old reports, two reports on one axis."""
 
@@ -18,8 +18,8 @@ import pytest
 from core.explain import contestant_waits
 from core.report import summarize
 from core.report_files import read_report_bytes
-from dashboard import charts, lanes
-from tests import lanes_reports
+from dashboard import charts, timeline, timeline_trials
+from tests import timeline_reports
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -71,7 +71,7 @@ def same_spans(drawn: list[tuple[float, float]], starts: list[float], ends: list
 
 def block_lines(fig) -> list[str]:
     """The statistics block's lines as they read."""
-    return [re.sub(r"<[^>]+>", "", line).replace(lanes.NBSP, " ") for line in fig.layout.annotations[0].text.split(
+    return [re.sub(r"<[^>]+>", "", line).replace(timeline.NBSP, " ") for line in fig.layout.annotations[0].text.split(
         "<br>")]
 
 
@@ -115,22 +115,22 @@ def expected_means(run: dict, steps: list[int]) -> tuple[float, float]:
 # ------------------------------------------------------------------------------------------------ lanes
 
 def test_each_loop_has_a_host_lane_and_a_device_lane_naive_above(cuda_report):
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     assert lane_labels(fig) == ["naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU"]
     ticktext, tickvals = fig.layout.yaxis.ticktext, fig.layout.yaxis.tickvals
-    assert all(lanes.LOOP_COLORS["naive"] in t for t in ticktext[:2])
-    assert all(lanes.LOOP_COLORS["pipelined"] in t for t in ticktext[2:])
+    assert all(timeline.LOOP_COLORS["naive"] in t for t in ticktext[:2])
+    assert all(timeline.LOOP_COLORS["pipelined"] in t for t in ticktext[2:])
     top, bottom = fig.layout.yaxis.range
     assert top > bottom and list(tickvals) == sorted(tickvals), "y runs downwards: naive's lanes on top"
     bands = [s for s in fig.layout.shapes if s.type == "rect"]
-    assert [b.fillcolor for b in bands] == [lanes.LOOP_COLORS["naive"], lanes.LOOP_COLORS["pipelined"]]
+    assert [b.fillcolor for b in bands] == [timeline.LOOP_COLORS["naive"], timeline.LOOP_COLORS["pipelined"]]
     assert fig.layout.showlegend is False, "the lane labels and colours tell the loops apart"
     legend = block_lines(fig)
-    assert lanes.SPAN_KEY in legend and lanes.LAUNCH_KEY in legend and lanes.QUEUED_KEY not in legend
+    assert timeline.SPAN_KEY in legend and timeline.LAUNCH_KEY in legend and timeline.QUEUED_KEY not in legend
 
 
 def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     for name in ("naive", "pipelined"):
         t = charts.representative_run(cuda_report, name)["timings"]
         queued = rectangles(trace(fig, f"{name} · host queues a step"))
@@ -142,7 +142,7 @@ def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
 
 
 def test_naive_has_a_device_gap_at_every_step_and_pipelined_none(cuda_report):
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     naive = charts.representative_run(cuda_report, "naive")["timings"]
     busy = rectangles(trace(fig, "naive · GPU busy"))
     assert same_spans(busy, naive["device_start_ms"], naive["device_end_ms"])
@@ -159,8 +159,8 @@ def test_naive_has_a_device_gap_at_every_step_and_pipelined_none(cuda_report):
 
 @pytest.mark.parametrize("kept", [64, 256, 4096])
 def test_the_first_view_holds_10_to_20_decode_steps_of_each_loop_from_the_middle(kept):
-    report = lanes_reports.report(kept, trials=1)
-    fig = lanes.lanes_figure(report)
+    report = timeline_reports.report(kept, trials=1)
+    fig = timeline.timeline_figure(report)
     view = list(fig.layout.xaxis.range)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(report, name)
@@ -177,14 +177,14 @@ def test_a_4096_step_trial_is_a_few_traces_of_typed_arrays(monkeypatch):
     """What keeps a long trial's figure fast, checked as structure rather than timed (a busy machine times anything
     slowly): a fixed number of traces and shapes, no gap-separated segments, and coordinates and hover data as
     float32 arrays, which go to the page as base64 without per-number Python work."""
-    report = lanes_reports.report(4096, trials=3)
-    fig = lanes.lanes_figure(report)
+    report = timeline_reports.report(4096, trials=3)
+    fig = timeline.timeline_figure(report)
     assert len(fig.data) == 10, "per loop: queue and wait bars; busy, idle and still-queued bars per device lane"
     assert len(fig.layout.shapes) == 4, "per loop: a band and one path of token-known ticks"
     for bars in fig.data:  # plotly.js draws one SVG path per gap-separated segment: 4096 of them took seconds
         assert not np.isnan(np.asarray(bars.x, dtype=float)).any(), bars.name
     monkeypatch.setattr(charts, "VALIDATE", False)  # as the page builds it
-    for bars in lanes.lanes_figure(report).data:
+    for bars in timeline.timeline_figure(report).data:
         for values in (bars.x, bars.y, bars.customdata):
             assert isinstance(values, np.ndarray) and values.dtype == np.float32, bars.name
 
@@ -192,10 +192,10 @@ def test_a_4096_step_trial_is_a_few_traces_of_typed_arrays(monkeypatch):
 # ------------------------------------------------------------------------------------------------ stated means
 
 def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_view(cuda_report):
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     table = stated(fig)
     view = list(fig.layout.xaxis.range)
-    means = lanes.lanes_means(cuda_report)
+    means = timeline_trials.timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         summary = cuda_report["summary"][name]  # the table states the summary's figures: one per loop on the page
@@ -212,13 +212,13 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
 
 
 def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
-    means = lanes.lanes_means(cuda_report)
+    means = timeline_trials.timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         assert means[name]["trial"].gap_us == pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
-    single = lanes_reports.report(128, trials=1)
+    single = timeline_reports.report(128, trials=1)
     for name in ("naive", "pipelined"):
-        assert lanes.lanes_means(single)[name]["trial"].gap_us == \
+        assert timeline_trials.timeline_means(single)[name]["trial"].gap_us == \
             pytest.approx(single["summary"][name]["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
@@ -227,10 +227,10 @@ def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report
 def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
     """The host is the device there: a device lane would repeat the host's compute, and the "gap" between its
     spans would be the host's own work (it differs between the loops, which would read like a real difference)."""
-    report = lanes_reports.report(64, cpu=True)
-    fig = lanes.lanes_figure(report)
+    report = timeline_reports.report(64, cpu=True)
+    fig = timeline.timeline_figure(report)
     assert lane_labels(fig) == ["naive · host", "pipelined · host"]
-    assert lanes.CPU_LINE in block_lines(fig) and lanes.LAUNCH_KEY not in block_lines(fig)
+    assert timeline.CPU_LINE in block_lines(fig) and timeline.LAUNCH_KEY not in block_lines(fig)
     run = charts.representative_run(report, "naive")
     t = run["timings"]
     compute = rectangles(trace(fig, "naive · host computes a step"))
@@ -239,27 +239,27 @@ def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
     assert not any("gap" in line or "idle" in line for line in block_lines(fig))
     assert not any("idle" in bars.name or "GPU" in bars.name for bars in fig.data)
     assert "device gap:" not in fig.layout.annotations[0].hovertext, "no column of it to define"
-    assert all(means["trial"].gap_us is None for means in lanes.lanes_means(report).values())
+    assert all(means["trial"].gap_us is None for means in timeline_trials.timeline_means(report).values())
 
 
 def test_cpu_is_decided_by_the_reports_device_and_by_the_clock_where_it_names_none(cuda_report):
-    cpu = lanes_reports.report(64, cpu=True)
+    cpu = timeline_reports.report(64, cpu=True)
     # A CPU report whose runs carry device-like spans is still drawn as the CPU it ran on ...
     spans = copy.deepcopy(cpu)
     for run in spans["runs"]:
         t = run["timings"]
         t["device_start_ms"], t["device_end_ms"] = list(t["host_step_start_ms"]), list(t["host_queued_ms"])
-    assert lane_labels(lanes.lanes_figure(spans)) == ["naive · host", "pipelined · host"]
-    assert lanes.report_on_cpu(spans) is True and lanes.report_on_cpu(cuda_report) is False
+    assert lane_labels(timeline.timeline_figure(spans)) == ["naive · host", "pipelined · host"]
+    assert timeline_trials.report_on_cpu(spans) is True and timeline_trials.report_on_cpu(cuda_report) is False
     # ... and a live run's runs, which come without an environment, by their own clock.
-    assert lanes.report_on_cpu({"runs": cpu["runs"]}) is None
-    assert lane_labels(lanes.lanes_figure({"runs": cpu["runs"]})) == ["naive · host", "pipelined · host"]
-    assert lane_labels(lanes.lanes_figure({"runs": cuda_report["runs"]}))[1] == "naive · GPU"
+    assert timeline_trials.report_on_cpu({"runs": cpu["runs"]}) is None
+    assert lane_labels(timeline.timeline_figure({"runs": cpu["runs"]})) == ["naive · host", "pipelined · host"]
+    assert lane_labels(timeline.timeline_figure({"runs": cuda_report["runs"]}))[1] == "naive · GPU"
 
 
 def test_tensor_parallel_gets_one_device_lane_per_rank():
-    report = lanes_reports.report(64, ranks=2)
-    fig = lanes.lanes_figure(report)
+    report = timeline_reports.report(64, ranks=2)
+    fig = timeline.timeline_figure(report)
     assert lane_labels(fig) == ["naive · host", "naive · GPU 0", "naive · GPU 1", "pipelined · host",
                                 "pipelined · GPU 0", "pipelined · GPU 1"]
     rank1 = charts.representative_run(report, "naive")["timings"]["rank_device_spans"][1]
@@ -267,16 +267,16 @@ def test_tensor_parallel_gets_one_device_lane_per_rank():
     assert len(rectangles(trace(fig, "naive · GPU 1 idle"))) == 63
     # The stated gap is rank 0's, the one the summary's idle gap measures.
     run = charts.representative_run(report, "naive")
-    assert lanes.lanes_means(report)["naive"]["trial"].gap_us == \
+    assert timeline_trials.timeline_means(report)["naive"]["trial"].gap_us == \
         pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
 def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cuda_report):
-    old = lanes_reports.without_new_fields(cuda_report)
-    assert lanes.lanes_note(cuda_report) is None
-    note = lanes.lanes_note(old)
-    assert note == lanes.OLD_REPORT_NOTE and "\n" not in note
-    fig = lanes.lanes_figure(old)
+    old = timeline_reports.without_new_fields(cuda_report)
+    assert timeline.timeline_note(cuda_report) is None
+    note = timeline.timeline_note(old)
+    assert note == timeline.OLD_REPORT_NOTE and "\n" not in note
+    fig = timeline.timeline_figure(old)
     assert lane_labels(fig) == ["naive · host", "pipelined · host"]
     t = charts.representative_run(old, "naive")["timings"]
     assert tick_times(fig, "naive · step queued") == pytest.approx(t["host_queued_ms"], abs=1e-3)
@@ -286,23 +286,23 @@ def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cud
     assert table["naive"]["device gap"] == f"{statistics.fmean(t['gpu_gap_ms']) * 1000:,.1f}"
     assert fig.layout.xaxis.range is not None, "a first view from the known times"
     legend = block_lines(fig)
-    assert lanes.QUEUED_KEY in legend and lanes.SPAN_KEY not in legend
+    assert timeline.QUEUED_KEY in legend and timeline.SPAN_KEY not in legend
 
 
 def test_timestamps_that_do_not_fit_together_are_treated_as_missing(cuda_report):
     broken = copy.deepcopy(cuda_report)
     for run in broken["runs"]:
         run["timings"]["host_step_start_ms"] = run["timings"]["host_step_start_ms"][:-3]
-    assert lanes.lanes_note(broken) == lanes.OLD_REPORT_NOTE
-    assert lane_labels(lanes.lanes_figure(broken)) == ["naive · host", "pipelined · host"]
+    assert timeline.timeline_note(broken) == timeline.OLD_REPORT_NOTE
+    assert lane_labels(timeline.timeline_figure(broken)) == ["naive · host", "pipelined · host"]
 
 
 def test_no_loop_runs_give_a_placeholder_and_one_loop_is_drawn_alone():
-    empty = lanes.lanes_figure({})
+    empty = timeline.timeline_figure({})
     assert not empty.data and "after each loop's first trial" in empty.layout.annotations[0].text
-    report = lanes_reports.report(32, trials=1, loops=("naive",))
-    assert lane_labels(lanes.lanes_figure({"runs": report["runs"]})) == ["naive · host", "naive · GPU"]
-    assert lanes.lanes_note({"runs": []}) is None
+    report = timeline_reports.report(32, trials=1, loops=("naive",))
+    assert lane_labels(timeline.timeline_figure({"runs": report["runs"]})) == ["naive · host", "naive · GPU"]
+    assert timeline.timeline_note({"runs": []}) is None
 
 
 def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_them():
@@ -311,33 +311,33 @@ def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_
     the mean as 'idle inside' and draws that part of each span pale."""
     path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json.gz"
     report = json.loads(read_report_bytes(path))
-    means = lanes.lanes_means(report)
+    means = timeline_trials.timeline_means(report)
     assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50
-    fig = lanes.lanes_figure(report)
+    fig = timeline.timeline_figure(report)
     assert float(stated(fig)["naive"]["idle inside"].replace(",", "")) == pytest.approx(
         contestant_waits(report, "naive")["idle_inside_ms"] * 1000, abs=0.05), "the summary's figure"
     assert any(t.name == "naive · GPU waiting inside the step" for t in fig.data)
 
 
 def test_the_audits_reads_are_marked_on_the_host_lane_at_their_place_in_the_step():
-    report = lanes_reports.report(32, trials=1)
+    report = timeline_reports.report(32, trials=1)
     run = next(r for r in report["runs"] if r["contestant"] == "naive")
     starts = [t + 1000.0 for t in run["timings"]["host_step_start_ms"]]  # the audited run began later
     report["sync_audit"] = {"naive": {"step_starts_ms": starts, "events": [
         {"step": step, "t_ms": starts[step] + 0.25, "site": 0} for step in range(1, 31)],
         "sites": [{"index": 0, "kind": "item", "file": "loop.py", "line": 7, "code": "flag.item()"}]}}
-    marks = next(t for t in lanes.lanes_figure(report).data if t.name == "naive · sync (audit)")
+    marks = next(t for t in timeline.timeline_figure(report).data if t.name == "naive · sync (audit)")
     expected = [t + 0.25 for t in run["timings"]["host_step_start_ms"][1:31]]
     assert list(marks.x) == pytest.approx(expected, abs=1e-3)
     assert "item at loop.py:7" in marks.text[0] and "flag.item()" in marks.text[0]
 
 
 def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
-    report = lanes_reports.report(32, trials=1)
+    report = timeline_reports.report(32, trials=1)
     naive = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]
     report["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5], [1.5, 2.0]]} for step in (5, 6)]}}}
-    fig = lanes.lanes_figure(report)
+    fig = timeline.timeline_figure(report)
     kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel trial)")
     start, end = naive["device_start_ms"][5], naive["device_end_ms"][5]
     scale = (end - start) / 2.0
@@ -378,45 +378,46 @@ def _apart(a: str, b: str) -> dict[str, float]:
 
 
 def test_the_two_loops_colours_are_told_apart_without_red_green_vision(cuda_report):
-    naive, pipelined = lanes.LOOP_COLORS["naive"], lanes.LOOP_COLORS["pipelined"]
+    naive, pipelined = timeline.LOOP_COLORS["naive"], timeline.LOOP_COLORS["pipelined"]
     assert min(_apart(naive, pipelined).values()) >= TOLD_APART, _apart(naive, pipelined)
     assert _apart("#d62728", "#2ca02c")["deuteranopia"] < TOLD_APART, "the measure tells the old pair apart"
-    for a, b in itertools.combinations([naive, pipelined, lanes.pale(naive), lanes.pale(pipelined)], 2):
+    for a, b in itertools.combinations([naive, pipelined, timeline.pale(naive), timeline.pale(pipelined)], 2):
         assert min(_apart(a, b).values()) >= 15, (a, b)  # a loop's pale bars stay apart from its solid ones too
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     fills = {bars.fillcolor for bars in fig.data if bars.fillcolor and not bars.fillcolor.startswith("rgba")}
-    assert fills == {naive, pipelined, lanes.pale(naive), lanes.pale(pipelined)}
+    assert fills == {naive, pipelined, timeline.pale(naive), timeline.pale(pipelined)}
 
 
 def test_a_second_cue_names_the_loop_on_every_lane_and_every_row(cuda_report):
-    for report in (cuda_report, lanes_reports.report(64, cpu=True)):
-        fig = lanes.lanes_figure(report)
+    for report in (cuda_report, timeline_reports.report(64, cpu=True)):
+        fig = timeline.timeline_figure(report)
         labels = lane_labels(fig)
         for name in ("naive", "pipelined"):
             own = [label for label in labels if label.split(" · ")[0] == name]
-            assert own and all(lanes.LOOP_COLORS[name] in text for text in fig.layout.yaxis.ticktext
+            assert own and all(timeline.LOOP_COLORS[name] in text for text in fig.layout.yaxis.ticktext
                                if re.sub(r"<[^>]+>", "", text) in own)
             assert name in stated(fig), "the table names each loop too"
         assert all(bars.name.split(" · ")[0] in ("naive", "pipelined") for bars in fig.data)
 
 
 def test_the_legend_says_in_words_what_solid_hatched_and_pale_mean(cuda_report):
-    legend = block_lines(lanes.lanes_figure(cuda_report))
+    legend = block_lines(timeline.timeline_figure(cuda_report))
     assert "solid = working · hatched = waiting" in legend
     assert "pale = the device waiting for its launch" in legend
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     for name in ("naive", "pipelined"):
         assert trace(fig, f"{name} · host queues a step").fillpattern.shape is None
         assert trace(fig, f"{name} · host blocked waiting").fillpattern.shape == "/"
         assert trace(fig, f"{name} · GPU idle").fillpattern.shape == "/"
-        assert trace(fig, f"{name} · GPU waiting inside the step").fillcolor == lanes.pale(lanes.LOOP_COLORS[name])
+        pale = timeline.pale(timeline.LOOP_COLORS[name])
+        assert trace(fig, f"{name} · GPU waiting inside the step").fillcolor == pale
     assert len(legend) <= 9, "the table and the legend in a few lines, not fourteen"
     for word in ("window", "trial ", "launch wait", "GPU spans on the host clock"):
         assert not any(word in line for line in legend), word
 
 
 def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
-    fig = lanes.lanes_figure(cuda_report)
+    fig = timeline.timeline_figure(cuda_report)
     naive = charts.representative_run(cuda_report, "naive")["timings"]
     steps, waits = hover_numbers(trace(fig, "naive · host blocked waiting"))
     assert steps == list(range(naive["kept_steps"]))
@@ -442,22 +443,23 @@ def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
 
 def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     """The browser test at phone width caught longer lines; each variant of the block is checked here."""
-    kernels = lanes_reports.report(32, trials=1)
+    kernels = timeline_reports.report(32, trials=1)
     kernels["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5]]} for step in range(1000, 1002)]}}}
     kernels["sync_audit"] = {"naive": {"step_starts_ms": [0.0, 1.0], "events": [{"step": 1, "t_ms": 1.2, "site": 0}],
                                        "sites": [{"index": 0, "kind": "item", "file": "x.py", "line": 1}]}}
-    old = lanes_reports.without_new_fields(cuda_report)
-    cpu = lanes_reports.report(64, cpu=True)
-    figures = [lanes.lanes_figure(r) for r in (cuda_report, old, cpu, kernels, lanes_reports.report(64, ranks=2))]
-    figures.append(lanes.compare_lanes(cuda_report, cpu, "a very long label for run A", "run 7"))
+    old = timeline_reports.without_new_fields(cuda_report)
+    cpu = timeline_reports.report(64, cpu=True)
+    two_ranks = timeline_reports.report(64, ranks=2)
+    figures = [timeline.timeline_figure(r) for r in (cuda_report, old, cpu, kernels, two_ranks)]
+    figures.append(timeline.compare_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
     for fig in figures:
-        assert max(map(len, block_lines(fig))) <= lanes.MAX_LINE, block_lines(fig)
+        assert max(map(len, block_lines(fig))) <= timeline.MAX_LINE, block_lines(fig)
 
 
 def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(cuda_report):
-    other = lanes_reports.report(128, trials=1)
-    fig = lanes.compare_lanes(cuda_report, other, "static", "dyn <b>x</b>")
+    other = timeline_reports.report(128, trials=1)
+    fig = timeline.compare_timelines(cuda_report, other, "static", "dyn <b>x</b>")
     assert [html.unescape(label) for label in lane_labels(fig)] == [
         f"{label} · {lane}" for label in ("static", "dyn <b>x</b>")
                                 for lane in ("naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU")]
@@ -472,8 +474,8 @@ def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(
     ys = sorted(fig.layout.yaxis.tickvals)
     assert list(fig.layout.yaxis.tickvals) == ys and len(set(ys)) == 8, "one y axis, lanes apart"
     assert "xaxis2" not in fig.layout.to_plotly_json(), "one shared time axis"
-    cut = lane_labels(lanes.compare_lanes(cuda_report, other, "x" * 30, "b"))[0]
-    assert cut == "x" * (lanes.COMPARE_LABEL - 1) + "… · naive · host", "a long label is cut"
+    cut = lane_labels(timeline.compare_timelines(cuda_report, other, "x" * 30, "b"))[0]
+    assert cut == "x" * (timeline.COMPARE_LABEL - 1) + "… · naive · host", "a long label is cut"
     names = [bars.name for bars in fig.data]
     assert len(names) == len(set(names)), "every trace named by its run"
-    assert lanes.compare_lanes({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")
+    assert timeline.compare_timelines({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")

@@ -1,4 +1,4 @@
-"""Hand-built reports with the per-step host/device timestamps of the timeline contract, for the lanes chart.
+"""Hand-built reports with the per-step host/device timestamps of the timeline contract, for the timeline chart.
 
 Each run is simulated step by step, the way the loops run, with every time in ms since the run's start (host clock):
 - naive (CUDA-like, reduce-overhead): the host queues step i (HOST_QUEUE_MS), blocks in `.item()` until the device
@@ -153,7 +153,7 @@ def without_new_fields(full: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.lanes_reports",
+    parser = argparse.ArgumentParser(prog="python -m tests.timeline_reports",
                                      description="write a hand-built report with the timeline's fields")
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=256, help="kept steps per run (step 0 = prefill)")

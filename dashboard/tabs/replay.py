@@ -1,0 +1,216 @@
+"""The Replay tab: a report written by `python -m core.bench --json` (or downloaded from this page) shown as a run
+of this page shows it, and two report files side by side. Every file that is not a complete report gets one line,
+and the page stays as it was."""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable
+from typing import Any, Self
+
+import gradio as gr
+
+from core.options import MAX_PROMPT_CHARS
+from core.report_files import read_report_bytes
+from dashboard import charts, timeline
+from dashboard.banner import report_device
+from dashboard.page import PageContext
+from dashboard.report_text import headline_md, plain
+from dashboard.reports import SavedReport, live_series_from_report, too_large
+from dashboard.run_summary import run_shows_md, summary_components, summary_tables
+from dashboard.side_by_side import SideBySide
+from dashboard.uploads import open_bench_report, uploaded_json
+
+REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
+                  "summary_more", "shows")
+# The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
+MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
+# Runs once in each visitor's browser: a report file over the limit is stopped before Gradio sees it (Gradio would
+# refuse it in a toast) and handed, as {name, size}, to the hidden #replay-refused box, whose handler says so in the
+# status line. Capture listeners on the document run before the upload component's own.
+UPLOAD_GUARD_JS = """
+() => {
+  const limit = %d;
+  const inUpload = (node) => !!document.querySelector("#replay-upload")?.contains(node);
+  const refuse = (files, event) => {
+    const big = Array.from(files || []).find((file) => file.size > limit);
+    if (!big) return;
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    if (event.type === "change") event.target.value = "";
+    const box = document.querySelector("#replay-refused textarea");
+    box.value = JSON.stringify({name: big.name, size: big.size, at: Date.now()});
+    box.dispatchEvent(new Event("input", {bubbles: true}));
+  };
+  document.addEventListener("change", (e) => {
+    if (e.target.type === "file" && inUpload(e.target)) refuse(e.target.files, e);
+  }, true);
+  document.addEventListener("drop", (e) => { if (inUpload(e.target)) refuse(e.dataTransfer?.files, e); }, true);
+}
+"""
+
+
+class ReplayTab:
+    """`components` by name: REPLAY_OUTPUTS, "timeline_note" and "timeline_plot", and the inputs ("upload",
+    "refused", "file_a", "file_b", "files_btn"; "bundled" and "open_btn" where reports are bundled); two files are
+    shown in `side_by_side`."""
+
+    def __init__(self, page: PageContext, components: dict[str, Any], side_by_side: SideBySide):
+        self.page = page
+        self.components = components
+        self.side_by_side = side_by_side
+
+    @classmethod
+    def build(cls, page: PageContext, demo: gr.Blocks) -> Self:
+        r: dict[str, Any] = {}
+        gr.Markdown("Open a report written by `python -m core.bench ... --json results.json` (for instance on a "
+                    "headless GPU server), or one downloaded from this page. The file is only parsed as JSON.")
+        with gr.Row():
+            r["upload"] = gr.File(label="Report JSON (or .json.gz)", file_types=[".json", ".gz"], type="binary",
+                                  elem_id="replay-upload")
+            if page.config.replay_files:
+                with gr.Column():
+                    r["bundled"] = gr.Dropdown(sorted(page.config.replay_files), label="Bundled results",
+                                               elem_id="replay-bundled")
+                    r["open_btn"] = gr.Button("Open", elem_id="replay-open")
+        r["status"] = gr.Markdown(elem_id="replay-status")
+        r["headline"] = gr.Markdown(elem_id="replay-headline")
+        r["shows"] = gr.Markdown(elem_id="replay-run-shows")
+        r["summary"], r["summary_more"] = summary_components("replay-summary")
+        r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
+                                  elem_id="replay-command", buttons=["copy"])
+        r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
+        with gr.Row():
+            r["timeline_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)
+        with gr.Row():
+            r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
+            r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)
+        with gr.Row():
+            r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
+            r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
+        r["refused"] = gr.Textbox(visible="hidden", elem_id="replay-refused")
+        with gr.Accordion("Compare two report files", open=False, elem_id="files-compare"):
+            with gr.Row():
+                r["file_a"] = gr.File(label="Report A (.json or .json.gz)", file_types=[".json", ".gz"],
+                                      type="binary", elem_id="compare-file-a")
+                r["file_b"] = gr.File(label="Report B (.json or .json.gz)", file_types=[".json", ".gz"],
+                                      type="binary", elem_id="compare-file-b")
+            r["files_btn"] = gr.Button("Compare A and B", elem_id="compare-files-btn")
+            side_by_side = SideBySide.build("files-compare")
+        tab = cls(page, r, side_by_side)
+        tab._wire(demo)
+        return tab
+
+    def _wire(self, demo: gr.Blocks) -> None:
+        r, page = self.components, self.page
+        outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["timeline_note"], r["timeline_plot"], page.view_state,
+                                                   page.banner_md]
+        r["upload"].upload(self.replay_upload, inputs=[r["upload"]], outputs=outputs, api_name="replay")
+        r["refused"].change(self.replay_refused, inputs=[r["refused"]], outputs=[r["status"]],
+                            api_visibility="private", show_progress="hidden")
+        demo.load(None, js=UPLOAD_GUARD_JS % page.config.max_report_bytes)
+        if "open_btn" in r:
+            r["open_btn"].click(self.replay_bundled, inputs=[r["bundled"]], outputs=outputs, api_name="replay_bundled")
+        r["files_btn"].click(self.compare_files, inputs=[r["file_a"], r["file_b"]], outputs=self.side_by_side.outputs,
+                             api_name="compare_files", concurrency_limit=4, concurrency_id="compare")
+
+    # ---- one report
+
+    def replay_upload(self, data: bytes | None) -> dict:
+        if data is None:
+            return {self.components["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
+        limit = self.page.config.max_report_bytes
+        return self._replay_guarded(lambda: open_bench_report(uploaded_json(data, limit), limit), "the uploaded file",
+                                    "this file")
+
+    def replay_refused(self, refusal: str) -> dict:
+        """The page's own check found the chosen file too large to upload (UPLOAD_GUARD_JS): say so in the status
+        line, where Gradio's own refusal would be a toast that leaves the previous file's line in place."""
+        try:
+            facts = json.loads(refusal)
+            name, size = str(facts["name"]), int(facts["size"])
+        except (TypeError, ValueError, KeyError):
+            return {}
+        why = too_large(size, self.page.config.max_report_bytes)
+        return {self.components["status"]: f"**Cannot open {plain(name)}:** {plain(why)}."}
+
+    def replay_bundled(self, name: str | None) -> dict:
+        path = self.page.config.replay_files.get(name or "")
+        if path is None:
+            return {self.components["status"]: "Choose one of the bundled results."}
+        return self._replay_guarded(lambda: open_bench_report(read_report_bytes(path)), name or "", name or "")
+
+    def _replay_guarded(self, read: Callable[[], SavedReport], source: str, called: str) -> dict:
+        status = self.components["status"]
+        try:
+            return self._replay(read(), source)
+        except (OSError, ValueError) as exc:
+            return {status: f"**Cannot open {plain(called)}:** {plain(exc)}"}
+        except Exception as exc:  # a report that passed the checks but still breaks a chart: say so, keep the page
+            return {status: f"**Cannot show {plain(called)}:** it passed the format checks but could not be drawn "
+                            f"({plain(type(exc).__name__)}: {plain(exc)})."}
+
+    def _replay(self, saved: SavedReport, source: str) -> dict:
+        r, report, page = self.components, saved.report, self.page
+        figures = charts.all_figures(live_series_from_report(saved), report)
+        env, model = report.get("environment", {}), report.get("model", {})
+        where = env.get("gpu") or env.get("device") or "unknown device"
+        tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
+        status = (f"Showing {plain(source)}: {plain(model.get('spec', '?'))} on {plain(where)} "
+                  f"({plain(env.get('dtype', '?'))}{plain(tp)}), {plain(trials_shown(report))}, "
+                  f"created {plain(report.get('created', '?'))}.")
+        if report.get("interrupted") is True:
+            status += ("  \n**This run was cut short** (interrupted before it finished): its numbers cover only the "
+                       "trials it completed.")
+        update = {r["status"]: status, r["headline"]: headline_md(report, saved.page)}
+        update[r["summary"]], update[r["summary_more"]] = summary_tables(report, saved.page)
+        update[r["shows"]] = run_shows_md(report)
+        update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
+        note = timeline.timeline_note(report)
+        update[r["timeline_note"]] = f"*{plain(note)}*" if note else ""
+        update[r["timeline_plot"]] = timeline.timeline_figure(report)
+        update[r["command"]] = replay_command(report)
+        if page.view_state is not None:
+            view = {"tab": "replay", "replay": report_device(report)}
+            update[page.view_state] = view
+            update[page.banner_md] = page.banner.for_view(view)
+        return update
+
+    # ---- two report files side by side
+
+    def compare_files(self, first: bytes | None, second: bytes | None) -> dict:
+        """Two report files (as Replay opens them) side by side."""
+        if first is None or second is None:
+            return self.side_by_side.status("Choose two report files, A and B.")
+        limit, reports = self.page.config.max_report_bytes, []
+        for side, data in (("A", first), ("B", second)):
+            try:
+                reports.append(open_bench_report(uploaded_json(data, limit), limit).report)
+            except ValueError as exc:
+                return self.side_by_side.status(f"**Cannot open report {side}:** {plain(exc)}")
+        return self.side_by_side.show(*reports, "A", "B")
+
+
+def trials_shown(report: dict[str, Any]) -> str:
+    """The trials a replayed report holds: those it asked for, or for a run cut short, the rounds its runs hold of
+    those planned."""
+    planned = (report.get("request") or {}).get("trials", "?")
+    if report.get("interrupted") is not True:
+        return f"{planned} trial(s)"
+    facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
+    planned = facts.get("trials_planned", planned)
+    done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
+    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel trial, say)
+        return f"{done} trial(s)"
+    return f"{done} of {planned} trial(s) (cut short)"
+
+
+def replay_command(report: dict[str, Any]) -> str:
+    """The command a replayed report says reproduces it, as text of a bounded length."""
+    command = report.get("command")
+    if not isinstance(command, str) or not command:
+        return "(this report was written before reports carried the command that reproduces them)"
+    if len(command) > MAX_COMMAND_CHARS:
+        return command[:MAX_COMMAND_CHARS] + f"… ({len(command) - MAX_COMMAND_CHARS:,} more characters not shown)"
+    return command
