@@ -17,7 +17,7 @@ from typing import Any
 from core.options import NO_CHECK
 from core.phases import WARMUP, phase_named
 from dashboard.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
-from dashboard.reports import RATE_WINDOW, window_rate
+from dashboard.rate_series import RATE_WINDOW, window_rate
 
 SERIES_MIN_DT_S = 0.02   # a point of the live curve every 20 ms ...
 SERIES_MIN_STEPS = 4     # ... or every 4 steps, whichever comes first

@@ -40,28 +40,19 @@ from core.options import (
     compile_needs_static_cache,
 )
 from core.report_files import read_report_bytes
+from core.report_schema import MAX_REPORT_BYTES, too_large
 from core.run_schema import option_defaults
 from dashboard import audit_view, charts, compare_view, lanes
 from dashboard.downloads import DownloadFolders
-from dashboard.history import HISTORY_SCHEMA
+from dashboard.history import HISTORY_SCHEMA, OPTION_COLUMNS, history_csv
 from dashboard.job_queue import KEEP_FINISHED_JOBS
 from dashboard.jobs import COMPARE, DONE, FAILED, LOAD, LOADING, Job
 from dashboard.limits import LOCAL_LIMITS, clip
+from dashboard.page_record import PageRecord, SavedReport, open_report, page_report, public_report
+from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
-from dashboard.reports import (
-    MAX_REPORT_BYTES,
-    OPTION_COLUMNS,
-    SUMMARY_HEADERS,
-    PageRecord,
-    SavedReport,
-    history_csv,
-    live_series_from_report,
-    open_report,
-    page_report,
-    public_report,
-    too_large,
-)
 from dashboard.runner import Runner
+from dashboard.summary_table import SUMMARY_HEADERS
 
 EXAMPLE_PROMPTS = (
     DEFAULT_PROMPT,

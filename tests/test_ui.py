@@ -68,7 +68,7 @@ H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
 def h200_saved_report():
     """The committed 1B reduce-overhead H200 report, with its sync audit and kernel trial."""
     from core.report_files import read_report_bytes
-    from dashboard.reports import open_report
+    from dashboard.page_record import open_report
     from tests.test_dashboard_browser import REPO
 
     return open_report(read_report_bytes(REPO / H200_REPORT))
@@ -308,7 +308,7 @@ def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_ta
     import gzip
 
     from core.report_files import read_report_bytes
-    from dashboard.reports import page_report
+    from dashboard.page_record import page_report
     from tests.test_dashboard_browser import REPO
 
     audit = (REPO / CPU_AUDIT).read_bytes()
