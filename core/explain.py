@@ -40,6 +40,7 @@ from core.options import (
     TP_BARRIER_ENV,
 )
 from core.phases import phase_named
+from core.report_schema import upgrade_report
 
 FIELD_CHARS = 120  # the most of any text taken from a report that a sentence repeats (a file can hold anything)
 
@@ -58,8 +59,10 @@ READ_NAMES = {
 # --------------------------------------------------------------------------------------------- one run in words
 
 def what_this_run_shows(report: dict[str, Any]) -> list[str]:
-    """Two to four plain sentences on what the report's numbers show (no Markdown beyond `code` quotes)."""
-    summary = report.get("summary") or {}
+    """Two to four plain sentences on what the report's numbers show (no Markdown beyond `code` quotes). Any report,
+    old ones too (core.report_schema.upgrade_report)."""
+    report = upgrade_report(report)
+    summary = report["summary"]
     if not {"naive", "pipelined"} <= set(summary):
         return _other_contestants(report)
     sentences = _on_the_cpu(report) if report_device_type(report) == "cpu" else _on_a_device(report)
@@ -86,7 +89,7 @@ def _naive_wait_sentence(report: dict[str, Any], host_wait_ms: float | None) -> 
     waited = f"waited {duration(host_wait_ms)} per step" if host_wait_ms is not None else "waited"
     if site:
         return f"naive {waited} in {site['read']} at {site['where']} ({_per_step(site['per_step'], 'read')})."
-    if (report.get("request") or {}).get("audit"):
+    if report["request"].get("audit"):
         return f"naive {waited} for each step's tokens; the sync audit found no read inside its decode steps."
     if host_wait_ms is None:
         return ("This report has no per-step timestamps, so it cannot say where the host waited (it was written "
@@ -112,8 +115,8 @@ def _idle_parts(waits: dict[str, float | None]) -> str:
 def _pipelined_sentence(report: dict[str, Any], waits: dict[str, float | None], naive_idle: float | None,
                         device: str) -> str | None:
     """What the pipelined loop read and waited for, and the device idle left; None where the report cannot say."""
-    reads = ((report.get("summary") or {}).get("pipelined") or {}).get("reads_per_step")
-    lag = int(((report.get("request") or {}).get("options") or {}).get("lag") or 1)
+    reads = report["summary"]["pipelined"].get("reads_per_step")
+    lag = int(report["request"].get("options", {}).get("lag") or 1)
     said = []
     if reads is not None:
         said.append("read nothing from the device in its decode steps" if reads == 0 else
@@ -148,12 +151,12 @@ def _on_the_cpu(report: dict[str, Any]) -> list[str]:
 
 
 def _verdict_sentence(report: dict[str, Any]) -> str:
-    verdict = report.get("verdict") or {}
+    verdict = report["verdict"] or {}  # None: written without both loops, or before verdicts
     ratio, call = verdict.get("ratio"), verdict.get("call")
     what = "decode rate" if verdict.get("metric", "decode_tokens_per_s") == "decode_tokens_per_s" else "rate"
     cut = _cut_short(report)
     if not ratio:
-        ratios = report.get("ratios") or {}
+        ratios = report["ratios"]
         key = next((k for k in ("decode pipelined/naive", "pipelined/naive") if _number(ratios.get(k))), None)
         if key is None:
             return f"There is no pipelined/naive ratio in this report{cut}."
@@ -190,7 +193,7 @@ def _cut_short(report: dict[str, Any]) -> str:
     """The clause that ends the last sentence of an interrupted report's explanation."""
     if not report.get("interrupted"):
         return ""
-    facts = report.get("interruption") or {}
+    facts = report["interruption"]
     done, planned, phase = facts.get("trials_done"), facts.get("trials_planned"), phase_named(facts.get("phase"))
     if phase is not None and phase.after_trials:
         return f"; the run was cut short in its {phase.noun}, after every round of trials"
@@ -201,10 +204,10 @@ def _cut_short(report: dict[str, Any]) -> str:
 
 def _other_contestants(report: dict[str, Any]) -> list[str]:
     """A report without both loops (an A/A control alone, generate() alone): its rates and ratios."""
-    summary = report.get("summary") or {}
+    summary = report["summary"]
     rates = [f"{name} {_rate_text(s)}" for name, s in summary.items() if isinstance(s, dict)]
     sentences = [f"This run timed {', '.join(rates)}." if rates else "This report holds no measured contestant."]
-    ratios = [f"{name} {value:.2f}x" for name, value in (report.get("ratios") or {}).items()
+    ratios = [f"{name} {value:.2f}x" for name, value in report["ratios"].items()
               if isinstance(value, int | float)]
     sentences.append(f"Its ratios: {', '.join(ratios)}{_cut_short(report)}." if ratios else
                      f"Without both the naive and the pipelined loop it has no verdict{_cut_short(report)}.")
@@ -220,11 +223,12 @@ def _rate_text(s: dict[str, Any]) -> str:
 
 def contestant_waits(report: dict[str, Any], name: str) -> dict[str, float | None]:
     """A contestant's per-step waits in ms (core.measure.waits.WAIT_KEYS): the summary's, or for a report written
-    before the summary had them, from its trials' timestamps."""
-    summary = (report.get("summary") or {}).get(name) or {}
+    before the summary had them, from its trials' timestamps. Any report, old ones too."""
+    report = upgrade_report(report)
+    summary = report["summary"].get(name, {})
     if "device_idle_ms_per_step" in summary or "host_wait_ms_per_step" in summary:
         return {key: _number(summary.get(f"{key}_per_step")) for key in WAIT_KEYS}
-    runs = [r for r in report.get("runs") or [] if isinstance(r, dict) and isinstance(r.get("timings"), dict)]
+    runs = [r for r in report["runs"] if isinstance(r, dict) and isinstance(r.get("timings"), dict)]
     try:
         loops = [[r for r in runs if r.get("contestant") == loop] for loop in ALL_LOOPS]
         work_ms, _ = step_work_ms([group for group in loops if group])
@@ -235,7 +239,8 @@ def contestant_waits(report: dict[str, Any], name: str) -> dict[str, float | Non
 
 def top_site(report: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The sync audit's most frequent read inside `name`'s decode steps: {read, where, per_step}, or None."""
-    audit = ((report.get("sync_audit") or {}).get(name)) or {}
+    report = upgrade_report(report)
+    audit = report["sync_audit"].get(name, {}) if "sync_audit" in report else {}
     sites = [s for s in audit.get("sites") or [] if isinstance(s, dict) and _number(s.get("per_step"))
              and s.get("in_decode_steps")]
     if not sites:
@@ -269,7 +274,7 @@ def rate_metric(s: dict[str, Any]) -> tuple[str | None, str]:
 
 def report_device_type(report: dict[str, Any]) -> str | None:
     """"cuda" or "cpu" where a report says where it ran (its environment), else None."""
-    env = report.get("environment") if isinstance(report.get("environment"), dict) else {}
+    env = upgrade_report(report)["environment"]
     device = env.get("device")
     if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):
         return "cuda"
@@ -319,12 +324,15 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         in ms: core.measure.waits.WAIT_KEYS)};
       - "only_in_a", "only_in_b": contestants that ran in one report only;
       - "verdicts": {"a": ..., "b": ...}: each run's own pipelined/naive verdict (ratio, call, noise) or None.
+
+    Any reports, old ones too (core.report_schema.upgrade_report).
     """
-    names_a, names_b = list(a.get("summary") or {}), list(b.get("summary") or {})
+    a, b = upgrade_report(a), upgrade_report(b)
+    names_a, names_b = list(a["summary"]), list(b["summary"])
     shared = [name for name in names_a if name in names_b]
     settings = _settings_rows(a, b)
     differs = [row["name"] for row in settings if row["differs"]]
-    kind, drift = drift_between(a.get("environment"), b.get("environment"))
+    kind, drift = drift_between(a["environment"], b["environment"])
     control, no_control = _control(a, b, differs, shared)
     judge = _Judge(a, b, control, drift, kind)
     return {
@@ -340,18 +348,20 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_facts(report: dict[str, Any]) -> dict[str, Any]:
-    env = report.get("environment") or {}
-    return {"model": clipped((report.get("model") or {}).get("spec"), FIELD_CHARS),
+    env = report["environment"]
+    return {"model": clipped(report["model"].get("spec"), FIELD_CHARS),
             "device": clipped(env.get("gpu") or env.get("device"), FIELD_CHARS),
             "created": clipped(report.get("created"), 40), "command": clipped(report.get("command"), 2000),
             "interrupted": bool(report.get("interrupted"))}
 
 
 def compared_settings(report: dict[str, Any]) -> dict[str, Any]:
-    """Every setting compare_reports compares, by name: two reports with equal values ran the same settings."""
-    request, env = report.get("request") or {}, report.get("environment") or {}
-    options = request.get("options") if isinstance(request.get("options"), dict) else {}
-    values: dict[str, Any] = {"model": (report.get("model") or {}).get("spec"), "prompt": request.get("prompt")}
+    """Every setting compare_reports compares, by name: two reports with equal values ran the same settings. Any
+    report, old ones too."""
+    report = upgrade_report(report)
+    request, env = report["request"], report["environment"]
+    options = request.get("options", {})
+    values: dict[str, Any] = {"model": report.get("model", {}).get("spec"), "prompt": request.get("prompt")}
     values.update({key: env.get(key) for key in COMPARED_ENVIRONMENT})
     values.update(_command_environment(report.get("command")))
     values.update({key: value for key, value in options.items() if key != "loop"})
@@ -377,12 +387,8 @@ def _command_environment(command: Any) -> dict[str, str | None]:
 
 
 def _loop_ran(report: dict[str, Any]) -> dict[str, Any]:
-    effective = report.get("effective") if isinstance(report.get("effective"), dict) else {}
-    for name in (*ALL_LOOPS, NO_CHECK):
-        options = (effective.get(name) or {}).get("options") if isinstance(effective.get(name), dict) else None
-        if isinstance(options, dict):
-            return options
-    return {}
+    effective = report["effective"] or {}  # None: a report from before it recorded what ran
+    return next((effective[name]["options"] for name in (*ALL_LOOPS, NO_CHECK) if name in effective), {})
 
 
 def _settings_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -451,22 +457,22 @@ def _cache_length_differs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
 def _static_cache_keys(report: dict[str, Any]) -> int | str | None:
     """The keys a static cache held (the report's identity.keys), None without a static cache, else unknown."""
-    ran = _loop_ran(report).get("cache") or ((report.get("request") or {}).get("options") or {}).get("cache")
+    ran = _loop_ran(report).get("cache") or report["request"].get("options", {}).get("cache")
     if ran != "static":
         return None
-    keys = (report.get("identity") or {}).get("keys") if isinstance(report.get("identity"), dict) else None
+    keys = report["identity"].get("keys") if report["identity"] else None
     return keys if isinstance(keys, int) and not isinstance(keys, bool) else _UNKNOWN_KEYS
 
 
 def _metric(a: dict[str, Any], b: dict[str, Any], name: str) -> str:
-    both_decode = all(_number(((r.get("summary") or {}).get(name) or {}).get("decode_tokens_per_s")) for r in (a, b))
+    both_decode = all(_number(r["summary"].get(name, {}).get("decode_tokens_per_s")) for r in (a, b))
     return "decode_tokens_per_s" if both_decode else "tokens_per_s"
 
 
 def _trial_rates(report: dict[str, Any], name: str, metric: str) -> dict[int, float]:
     """A contestant's rate in each of its trials, by trial number (a report without per-trial runs has none)."""
     rates = {}
-    for index, run in enumerate(r for r in report.get("runs") or [] if isinstance(r, dict)
+    for index, run in enumerate(r for r in report["runs"] if isinstance(r, dict)
                                 and r.get("contestant") == name and isinstance(r.get("timings"), dict)):
         value = _number(run["timings"].get(metric))
         trial = run.get("trial")
@@ -477,7 +483,7 @@ def _trial_rates(report: dict[str, Any], name: str, metric: str) -> dict[int, fl
 
 def _host_clock(report: dict[str, Any], names: tuple[str, ...]) -> bool:
     return any(isinstance(r, dict) and r.get("contestant") in names and isinstance(r.get("timings"), dict)
-               and r["timings"].get("clock") == "host" for r in report.get("runs") or [])
+               and r["timings"].get("clock") == "host" for r in report["runs"])
 
 
 class _Judge:
@@ -490,7 +496,7 @@ class _Judge:
     def row(self, name: str) -> dict[str, Any]:
         a, b = self.a, self.b
         metric = _metric(a, b, name)
-        rate_a, rate_b = (_number(((r.get("summary") or {}).get(name) or {}).get(metric)) for r in (a, b))
+        rate_a, rate_b = (_number(r["summary"].get(name, {}).get(metric)) for r in (a, b))
         trials_a, trials_b = _trial_rates(a, name, metric), _trial_rates(b, name, metric)
         row: dict[str, Any] = {
             "name": name, "metric": metric, "a": rate_a, "b": rate_b,

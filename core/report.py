@@ -285,9 +285,9 @@ def _pct(value: float | None, digits: int = 0) -> str:
 def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
     """The sync audit (core.measure.sync_audit) in a few lines: each contestant's device reads per decode step and
     its top sites; empty when the run had no audit."""
-    audits = report.get("sync_audit") or {}
-    if not audits:
+    if not report.get("sync_audit"):  # a run without the audit has no section
         return []
+    audits = report["sync_audit"]
     lines = ["host reads of device values per decode step (sync audit: one more run of each contestant):"]
     for name, audit in audits.items():
         per_step = audit.get("reads_per_decode_step")

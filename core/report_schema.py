@@ -114,7 +114,7 @@ class AuditReport(TypedDict):
     step_starts_ms: list[float]
     reads_per_step: list[float]
     events: list[dict[str, Any]]
-    environment: NotRequired[dict[str, Any]]
+    environment: dict[str, Any]
     note: NotRequired[str]
 
 
@@ -252,10 +252,12 @@ def _parsed(text: bytes | str) -> Any:
 
 def upgrade(document: Any) -> Any:
     """A document in today's form, without changing the one given: old key names renamed, the sections today's bench
-    reports always have filled in (FILLED_WHEN_ABSENT), an old page download made a page report. An audit report,
-    or anything that is not a dict, is returned as it is."""
-    if not isinstance(document, dict) or kind_of(document) == AUDIT:
+    reports always have filled in (FILLED_WHEN_ABSENT), an old page download made a page report, an audit report
+    given the environment section core.audit always writes. Anything that is not a dict is returned as it is."""
+    if not isinstance(document, dict):
         return document
+    if kind_of(document) == AUDIT:
+        return document if "environment" in document else {**document, "environment": {}}
     if kind_of(document) == PAGE:
         page = document.get("page")
         return {**document, "report": upgrade_report(document.get("report")), "page": upgrade_page(page)}

@@ -56,8 +56,9 @@ def _number(value: Any) -> bool:
 
 def summary_md(report: dict[str, Any]) -> str:
     """Two to four sentences: what was audited, how many reads per decode step, the top site and what it costs."""
+    report = report_schema.upgrade(report)
     per_step = report.get("reads_per_decode_step")
-    env = report.get("environment") or {}
+    env = report["environment"]
     where = env.get("gpu") or env.get("device") or "?"
     lines = [f"**{plain(clip(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
              f"of {plain(clip(report.get('step_module') or 'none found', 80))}."]

@@ -261,7 +261,7 @@ def _running_line(job: Job, event: dict[str, Any] | None) -> str:
 
 def _kept_rounds(report: dict[str, Any]) -> str:
     """What a run cancelled after its first round keeps (core.compare.CancelledRun)."""
-    facts = report.get("interruption") or {}
+    facts = report["interruption"]
     done, planned = facts.get("trials_done"), facts.get("trials_planned")
     rounds = f"{done} of {planned} rounds" if isinstance(done, int) and isinstance(planned, int) else "the rounds"
     phase = phase_named(facts.get("phase"))
