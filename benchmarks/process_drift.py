@@ -8,7 +8,7 @@
 
 Runs `python -m core.bench ARGS --json ...` (everything after `--`) in N separate processes, one after the other,
 and reads their reports; or, with --reports, reads the report files under the folders given and groups those of
-identical settings (core.explain.compared_settings: the same as `--compare` finding no setting that differs).
+identical settings (core.report_comparison.compared_settings: the same as `--compare` finding no setting that differs).
 
 Per contestant it gives the median decode rate (else end to end) of each process and the largest and median pairwise
 max/min - 1 between processes; and the same of each contestant's rate over the naive loop's (the geometric mean of
@@ -36,7 +36,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.explain import compared_settings, rate_metric  # noqa: E402
+from core.explain import rate_metric  # noqa: E402
+from core.report_comparison import compared_settings  # noqa: E402
 from core.report_files import report_paths  # noqa: E402
 from core.report_schema import BENCH, bench_report, load  # noqa: E402
 

@@ -26,7 +26,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     import torch
 
     from core.compare import InterruptedRun, compare, run_contestant
-    from core.explain import compare_reports, compare_text, what_this_run_shows
+    from core.explain import what_this_run_shows
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
@@ -35,6 +35,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
+    from core.report_comparison import compare_reports, compare_text
     from core.report_files import check_output_path, check_profile_dir, write_json
     from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
@@ -123,8 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def compare_files(path_a: str, path_b: str) -> int:
-    """`--compare A B`: the two reports side by side (core.explain.compare_text); a file that is not a report is one
-    line on stderr and exit code 2."""
+    """`--compare A B`: the two reports side by side (core.report_comparison.compare_text); a file that is not a
+    report is one line on stderr and exit code 2."""
     try:
         reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]
     except ValueError as exc:

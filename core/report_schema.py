@@ -13,8 +13,6 @@ readers index the document: a section that exists only when its phase ran (NotRe
 Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --compare import it.
 """
 
-from __future__ import annotations
-
 import codecs
 import json
 import math
@@ -94,6 +92,7 @@ class BenchReport(TypedDict):
     interruption: NotRequired[Interruption]
     origin_perf_counter_s: NotRequired[float]
     wall_s: NotRequired[float]
+    nondeterministic_ops: NotRequired[list[str]]  # only with deterministic algorithms on
 
 
 class PageReport(TypedDict):

@@ -8,7 +8,7 @@ from typing import Any
 from core.explain import contestant_waits
 from core.measure.identity import sameness
 from core.options import LOOPS, is_int
-from core.report_schema import BenchReport
+from core.report_schema import BenchReport, upgrade_report
 from dashboard.page_record import PageRecord, SavedReport, split_report
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
@@ -48,8 +48,8 @@ def _spread(report: BenchReport, name: str, summary: dict[str, Any]) -> float | 
 
 
 def clock_of(report: BenchReport) -> str:
-    """'cuda-events' when the loops were timed on the GPU clock, else 'host'."""
-    clocks = {r["timings"].get("clock") for r in report["runs"] if r["contestant"] in LOOPS}
+    """'cuda-events' when the loops were timed on the GPU clock, else 'host' (also for no report yet: {})."""
+    clocks = {r["timings"].get("clock") for r in upgrade_report(report)["runs"] if r["contestant"] in LOOPS}
     return "cuda-events" if clocks == {"cuda-events"} else "host"
 
 

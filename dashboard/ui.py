@@ -22,7 +22,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.explain import compare_reports, what_this_run_shows
+from core.explain import what_this_run_shows
 from core.measure.trace import chrome_trace
 from core.options import (
     CHOICE,
@@ -39,6 +39,7 @@ from core.options import (
     adapt_to_device,
     compile_needs_static_cache,
 )
+from core.report_comparison import compare_reports
 from core.report_files import read_report_bytes
 from core.report_schema import MAX_REPORT_BYTES, too_large
 from core.run_schema import option_defaults

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.explain import compare_reports, compare_text, duration, plus_minus, what_this_run_shows
+from core.explain import duration, plus_minus, what_this_run_shows
+from core.report_comparison import compare_reports, compare_text
 from core.report_files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
