@@ -27,6 +27,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from core.options import HF_MODULES_HELP, check_tuning_environment
 from core.report_files import read_report_bytes, report_paths
+from core.report_schema import MAX_REPORT_BYTES
 from core.run_schema import (
     Limits,
     OneLineParser,
@@ -37,7 +38,7 @@ from core.run_schema import (
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
 from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS, MAX_BODY_BYTES, MAX_SESSIONS
-from dashboard.reports import MAX_REPORT_BYTES, parse_report
+from dashboard.page_record import parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line

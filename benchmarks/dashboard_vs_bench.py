@@ -122,7 +122,7 @@ def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go:
     """One client doing what the page does: submit /run, receive every streamed update, keep the report."""
     from gradio_client import Client
 
-    from dashboard.reports import parse_report  # the page saves the report inside its own document
+    from dashboard.page_record import parse_report  # the page saves the report inside its own document
 
     client = Client(url, verbose=False)
     go.wait()

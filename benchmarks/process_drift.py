@@ -8,7 +8,7 @@
 
 Runs `python -m core.bench ARGS --json ...` (everything after `--`) in N separate processes, one after the other,
 and reads their reports; or, with --reports, reads the report files under the folders given and groups those of
-identical settings (core.explain.compared_settings: the same as `--compare` finding no setting that differs).
+identical settings (core.report_comparison.compared_settings: the same as `--compare` finding no setting that differs).
 
 Per contestant it gives the median decode rate (else end to end) of each process and the largest and median pairwise
 max/min - 1 between processes; and the same of each contestant's rate over the naive loop's (the geometric mean of
@@ -36,8 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.explain import compared_settings, rate_metric  # noqa: E402
-from core.report_files import load_report, report_paths  # noqa: E402
+from core.explain import rate_metric  # noqa: E402
+from core.report_comparison import compared_settings  # noqa: E402
+from core.report_files import report_paths  # noqa: E402
+from core.report_schema import BENCH, bench_report, load  # noqa: E402
 
 SCHEMA = "syncscope.process_drift/1"
 CONTROL = "naive"
@@ -139,7 +141,7 @@ def run_processes(args: argparse.Namespace, bench: list[str]) -> dict[str, Any]:
             wall_s = time.perf_counter() - started
             if done.returncode != 0:
                 raise SystemExit(f"process {index + 1} failed (exit code {done.returncode}):\n{done.stderr[-4000:]}")
-            reports.append(load_report(path))
+            reports.append(bench_report(load(path, expect=BENCH)))
             processes.append({"report": str(path) if args.keep else None, "created": reports[-1].get("created"),
                               "wall_s": wall_s})
             print(f"process {index + 1}/{args.processes} ({wall_s:.1f} s): {rates_line(reports[-1])}", flush=True)
@@ -166,7 +168,7 @@ def read_groups(folders: list[str]) -> dict[str, Any]:
     for folder in folders:
         for path in report_paths(Path(folder), recursive=True):
             try:
-                report = load_report(path)
+                report = bench_report(load(path, expect=BENCH))
             except ValueError:
                 continue  # not a bench report (an A/A result, an audit of a script)
             key = json.dumps(compared_settings(report), sort_keys=True, default=str)

@@ -19,13 +19,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not a traceback
     import torch
 
     from core.compare import InterruptedRun, compare, run_contestant
-    from core.explain import compare_reports, compare_text, what_this_run_shows
+    from core.explain import what_this_run_shows
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
@@ -34,7 +35,9 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
-    from core.report_files import check_output_path, check_profile_dir, load_report, write_json
+    from core.report_comparison import compare_reports, compare_text
+    from core.report_files import check_output_path, check_profile_dir, write_json
+    from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.specs import DEFAULT_MODEL
 except KeyboardInterrupt:
@@ -121,10 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def compare_files(path_a: str, path_b: str) -> int:
-    """`--compare A B`: the two reports side by side (core.explain.compare_text); a file that is not a report is one
-    line on stderr and exit code 2."""
+    """`--compare A B`: the two reports side by side (core.report_comparison.compare_text); a file that is not a
+    report is one line on stderr and exit code 2."""
     try:
-        reports = [load_report(path) for path in (path_a, path_b)]
+        reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]
     except ValueError as exc:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
@@ -301,14 +304,14 @@ COMPILED_ATTENTION = "compiled decode attention"  # the transform that runs only
 def transforms_used(transforms: Sequence[str], report: dict[str, Any]) -> list[str]:
     """What the decode path changed in the model, as far as this run used it: the compiled decode attention is left
     out where no contestant compiled (it runs only inside a compiled step)."""
-    ran = [((entry or {}).get("options") or {}).get("compile", "off") for entry in report["effective"].values()]
+    ran = [entry["options"].get("compile", "off") for entry in report["effective"].values()]
     compiled = any(mode != "off" for mode in ran)
     return [t for t in transforms if compiled or not t.startswith(COMPILED_ATTENTION)]
 
 
 def interrupted_note(report: dict[str, Any]) -> str:
     """What an interrupted report holds, in one sentence."""
-    facts = report.get("interruption") or {}
+    facts = report["interruption"]
     by = f" by {facts['signal']}" if facts.get("signal") else ""
     phase = phase_named(facts.get("phase"))
     if phase is not None and phase.after_trials:

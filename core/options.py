@@ -185,7 +185,7 @@ class RunOption:
     group: str = "run"
     history: bool = False  # a column of the run history
     # The contestants whose runs the option can change (empty: all). Two reports differing only in options that leave
-    # a contestant out have that contestant as their control (core.explain.compare_reports).
+    # a contestant out have that contestant as their control (core.report_comparison.compare_reports).
     affects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -1,7 +1,8 @@
 """The report of one comparison (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
-`format_table` is the report as the CLI prints it. Old reports keep opening where they are read (dashboard.reports).
+`format_table` is the report as the CLI prints it. Its keys and schema are core.report_schema's (BenchReport); old
+reports are upgraded to them when loaded.
 """
 
 from __future__ import annotations
@@ -16,21 +17,28 @@ import torch
 
 from core.kernels.pdl import pdl_in_effect
 from core.loops.prompt import encode_prompt, synthetic_prompt
-from core.loops.step import inductor_overrides
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
 from core.models import LoadedModel
-from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, effective_options
+from core.options import (
+    HF,
+    HF_DEFERRED,
+    NO_CHECK,
+    PIPELINED_AGAIN,
+    BenchRequest,
+    effective_options,
+    inductor_options_from_env,
+)
+from core.report_schema import BENCH_SCHEMA, BenchReport
 from core.run_schema import cli_command
 
-SCHEMA = "syncscope.bench/1"
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
 
 
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
                  warmups: dict[str, dict[str, Any]], audits: dict[str, dict[str, Any]] | None = None,
-                 kernel_trials: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 kernel_trials: dict[str, dict[str, Any]] | None = None) -> BenchReport:
     """The report of a comparison: its timed runs and warm-ups, and the extra runs' findings where they ran (the sync
     audit's per contestant, the kernel trial's per contestant)."""
     summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
@@ -44,7 +52,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
     loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
     return {
-        "schema": SCHEMA,
+        "schema": BENCH_SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "environment": environment(loaded, loops_ran.compile),
         "model": model_facts(loaded),
@@ -94,7 +102,7 @@ def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, A
                             dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
                             compile_mode=request.options.compile,
                             fused_attention=_fused_attention(loaded, request.options.compile),
-                            pdl=pdl_in_effect(loaded.device, request.options.compile, inductor_overrides()))
+                            pdl=pdl_in_effect(loaded.device, request.options.compile, inductor_options_from_env()))
 
 
 def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
@@ -200,8 +208,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
-            "inductor_options": inductor_overrides() or None,
-            "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_overrides()),
+            "inductor_options": inductor_options_from_env() or None,
+            "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_options_from_env()),
             "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
             "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
             "gpus": _gpu_facts(loaded),
@@ -285,9 +293,9 @@ def _pct(value: float | None, digits: int = 0) -> str:
 def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
     """The sync audit (core.measure.sync_audit) in a few lines: each contestant's device reads per decode step and
     its top sites; empty when the run had no audit."""
-    audits = report.get("sync_audit") or {}
-    if not audits:
+    if not report.get("sync_audit"):  # a run without the audit has no section
         return []
+    audits = report["sync_audit"]
     lines = ["host reads of device values per decode step (sync audit: one more run of each contestant):"]
     for name, audit in audits.items():
         per_step = audit.get("reads_per_decode_step")

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 SUFFIXES = (".json", ".json.gz")
-BENCH_SCHEMA = "syncscope.bench/"  # the prefix of core.bench's report schema (core.report.SCHEMA)
-PAGE_REPORT_SCHEMA = "syncscope.page-report/1"  # the page's download: {"schema", "report", "page"}
 _HEAD_BYTES = 4096  # a report's "created" is its second field
 _CREATED = re.compile(rb'"created":\s*"([0-9T:+.\-Z]{10,40})"')
 
@@ -40,36 +38,6 @@ def read_report_bytes(path: Path) -> bytes:
         except (OSError, EOFError, zlib.error) as exc:
             raise ValueError(f"{path.name} is not a readable gzip file ({exc})") from None
     return data.removeprefix(codecs.BOM_UTF8)
-
-
-def load_report(path: str | Path) -> dict[str, Any]:
-    """A core.bench report from a .json or .json.gz file; ValueError in one line naming the file and what is wrong
-    (missing, unreadable, not JSON, not a report, no measured run)."""
-    where = Path(path)
-    try:
-        data = read_report_bytes(where)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    if not data.strip():
-        raise ValueError(f"{path}: the file is empty")
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: the file is not UTF-8 text, so not a report written by core.bench --json") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: the file nests too deeply to be a report") from None
-    if isinstance(document, dict) and document.get("schema") == PAGE_REPORT_SCHEMA:
-        document = document.get("report")  # the page's download wraps the report with its own record
-    if not isinstance(document, dict) or not str(document.get("schema", "")).startswith(BENCH_SCHEMA):
-        raise ValueError(f"{path}: this is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\")")
-    if not isinstance(document.get("summary"), dict) or not document["summary"] \
-            or not all(isinstance(s, dict) for s in document["summary"].values()):
-        raise ValueError(f"{path}: the report holds no measured run (its 'summary' is empty or damaged)")
-    return document
 
 
 def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = None) -> str | None:

@@ -5,20 +5,20 @@ mark at each read. Only parses the file; nothing in it is run. Plain data in, te
 from __future__ import annotations
 
 import html
-import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
+from core import report_schema
+from core.report_schema import AUDIT, BENCH, PAGE, AuditReport
 from dashboard import charts
 from dashboard.limits import clip
 from dashboard.report_text import plain
-from dashboard.reports import BENCH_SCHEMA, PAGE_REPORT_SCHEMA
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
-AUDIT_SCHEMA = "syncscope.audit/"
 SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "called from", "host blocked µs/step",
                 "device idle after µs/step", "what to do")
 # Each column wide enough for its header's words and a dozen characters (the page lets the table scroll sideways
@@ -32,51 +32,23 @@ HOST_COLOR = "#1f77b4"
 
 
 def is_audit(document: Any) -> bool:
-    return isinstance(document, dict) and str(document.get("schema", "")).startswith(AUDIT_SCHEMA)
+    return report_schema.kind_of(document) == AUDIT
 
 
 def is_bench_report(document: Any) -> bool:
     """A report Replay opens: core.bench's, or the page's download of one."""
-    return isinstance(document, dict) and (str(document.get("schema", "")).startswith(BENCH_SCHEMA)
-                                           or document.get("schema") == PAGE_REPORT_SCHEMA)
+    return report_schema.kind_of(document) in (BENCH, PAGE)
 
 
-def open_audit(data: bytes | str, max_bytes: int) -> dict[str, Any]:
-    """An audit report from JSON text; ValueError naming the first thing missing or wrong (it is only parsed)."""
-    if isinstance(data, bytes | bytearray):
-        if len(data) > max_bytes:
-            raise ValueError(f"the file is {len(data) / 2**20:,.2f} MiB; reports here are limited to "
-                             f"{max_bytes / 2**20:,.0f} MiB")
-        data = data.decode("utf-8-sig", errors="strict")
+def open_audit(data: bytes | str | Path, max_bytes: int) -> AuditReport:
+    """An audit report from JSON text (core.report_schema.load); ValueError naming the first thing missing or wrong
+    (it is only parsed)."""
     try:
-        report = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if is_bench_report(report):
-        raise ValueError(IN_REPLAY)
-    if not is_audit(report):
-        raise ValueError("this JSON is not an audit report (no \"schema\": \"syncscope.audit/1\"); write one with "
-                         "python -m core.audit --json audit.json -- your_script.py")
-    _check(report)
-    return report
-
-
-def _check(report: dict[str, Any]) -> None:
-    def expect(condition: bool, what: str) -> None:
-        if not condition:
-            raise ValueError(f"the audit report is incomplete or damaged: {what}")
-
-    expect(isinstance(report.get("sites"), list) and all(isinstance(s, dict) for s in report["sites"]),
-           "no valid 'sites'")
-    for key in ("steps", "decode_steps", "reads"):
-        expect(isinstance(report.get(key), int) and not isinstance(report.get(key), bool), f"'{key}' is not a number")
-    for key in ("step_starts_ms", "reads_per_step"):
-        values = report.get(key) or []
-        expect(isinstance(values, list) and all(_number(v) for v in values), f"'{key}' is not a list of numbers")
-    for event in report.get("events") or []:
-        expect(isinstance(event, dict) and _number(event.get("t_ms")), "an event has no time")
-    for site in report["sites"]:
-        expect(_number(site.get("count")) and isinstance(site.get("line"), int), "a site has no count or line")
+        return report_schema.load(data, max_bytes, expect=AUDIT)  # type: ignore[return-value]
+    except report_schema.ReportError as exc:
+        if exc.found in (BENCH, PAGE):
+            raise report_schema.ReportError(IN_REPLAY, exc.found) from None
+        raise
 
 
 def _number(value: Any) -> bool:
@@ -85,8 +57,9 @@ def _number(value: Any) -> bool:
 
 def summary_md(report: dict[str, Any]) -> str:
     """Two to four sentences: what was audited, how many reads per decode step, the top site and what it costs."""
+    report = report_schema.upgrade(report)
     per_step = report.get("reads_per_decode_step")
-    env = report.get("environment") or {}
+    env = report["environment"]
     where = env.get("gpu") or env.get("device") or "?"
     lines = [f"**{plain(clip(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
              f"of {plain(clip(report.get('step_module') or 'none found', 80))}."]

@@ -1,7 +1,7 @@
 """Plotly figures built from plain data (lists and dicts), so they can be tested without a browser.
 
 The *live series* is what the page records while a run streams (dashboard.live_view), and
-`dashboard.reports.live_series_from_report` rebuilds for a saved report:
+`dashboard.rate_series.live_series_from_report` rebuilds for a saved report:
     {"series": {name: {"t": [...], "tokens_per_s": [...]}},            # None in both lists separates trials
      "spans": [{"contestant", "phase" (a core.phases id: "warmup", "trial", "audit", ...), "trial", "t0", "t1"}],
      "monitor": {"source" ("nvml"|"cpu"|"none"), "description", "samples": [{"t", "gpu", "util_pct", "mem_used_mb",
@@ -30,7 +30,8 @@ import plotly.io as pio
 from core.explain import report_device_type
 from core.measure import stats
 from core.phases import phase_named
-from dashboard.reports import SavedReport, clock_of, split_report
+from dashboard.page_record import SavedReport, split_report
+from dashboard.summary_table import clock_of
 
 # The A/A control gets a hue of its own: a lighter green than pipelined's was all but the same tint under a span.
 # Okabe-Ito's colour-blind-safe palette; naive and pipelined as on the timeline (vermillion, blue), and each trace

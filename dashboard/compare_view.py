@@ -1,6 +1,6 @@
-"""Two runs side by side on the page: core.explain.compare_reports' result as tables, the settings that differ first
-and highlighted, and lines that say what changed, in the CLI's words (each contestant's sentence, the interval it
-was judged by, its call). Plain data only (no gradio): the page wraps these.
+"""Two runs side by side on the page: core.report_comparison.compare_reports' result as tables, the settings that
+differ first and highlighted, and lines that say what changed, in the CLI's words (each contestant's sentence, the
+interval it was judged by, its call). Plain data only (no gradio): the page wraps these.
 
 A table's value is Gradio's Dataframe dict, {"headers", "data", "metadata": {"styling", "display_value"}}, so that a
 row can carry a background; each differing setting also says "differs" in its last cell, a cue that needs no colour.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.explain import compare_interval_text, duration
+from core.explain import duration
+from core.report_comparison import compare_interval_text
 
 SETTINGS_HEADERS = ("setting", "A", "B", "")
 RATES_HEADERS = ("contestant", "rate", "A", "B", "B / A", "call", "interval judged by")

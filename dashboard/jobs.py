@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.options import BenchRequest
-from dashboard.reports import PageRecord
+from dashboard.page_record import PageRecord
 from engine.protocol import MessageType
 
 QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"

@@ -17,7 +17,7 @@ LOCAL_LIMITS = Limits()
 EXPOSED_LIMITS = Limits(max_new_tokens=1024, batch=8, trials=10, min_seconds=10.0, max_run_s=300.0)
 
 # What the server itself holds for visitors (dashboard.http_guard): the largest request body it reads (a report's
-# upload excepted: dashboard.reports.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
+# upload excepted: core.report_schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
 

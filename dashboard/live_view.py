@@ -17,7 +17,7 @@ from typing import Any
 from core.options import NO_CHECK
 from core.phases import WARMUP, phase_named
 from dashboard.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
-from dashboard.reports import RATE_WINDOW, window_rate
+from dashboard.rate_series import RATE_WINDOW, window_rate
 
 SERIES_MIN_DT_S = 0.02   # a point of the live curve every 20 ms ...
 SERIES_MIN_STEPS = 4     # ... or every 4 steps, whichever comes first
@@ -261,7 +261,7 @@ def _running_line(job: Job, event: dict[str, Any] | None) -> str:
 
 def _kept_rounds(report: dict[str, Any]) -> str:
     """What a run cancelled after its first round keeps (core.compare.CancelledRun)."""
-    facts = report.get("interruption") or {}
+    facts = report["interruption"]
     done, planned = facts.get("trials_done"), facts.get("trials_planned")
     rounds = f"{done} of {planned} rounds" if isinstance(done, int) and isinstance(planned, int) else "the rounds"
     phase = phase_named(facts.get("phase"))

@@ -16,9 +16,9 @@ from typing import Any
 
 import gradio as gr
 
+from core.report_schema import MAX_REPORT_BYTES
 from dashboard.banner import ServerBanner
 from dashboard.downloads import DownloadFolders
-from dashboard.reports import MAX_REPORT_BYTES
 from dashboard.runner import Runner
 
 MAX_BROWSERS = 10_000

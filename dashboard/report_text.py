@@ -15,7 +15,8 @@ from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
 from core.options import LOOPS
 from dashboard.limits import FIELD_CHARS, clip
-from dashboard.reports import PageRecord, headline, report_notices, summary_rows
+from dashboard.page_record import PageRecord, report_notices
+from dashboard.summary_table import headline, summary_rows
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 

@@ -8,8 +8,9 @@ from typing import Any
 import gradio as gr
 
 from core.explain import what_this_run_shows
+from dashboard.page_record import PageRecord
 from dashboard.report_text import plain, table_rows
-from dashboard.reports import SUMMARY_HEADERS, PageRecord
+from dashboard.summary_table import SUMMARY_HEADERS
 
 # The summary in two tables, so that the verdict's evidence is in view at 1400 px without scrolling sideways: each
 # contestant's decode rate, its spread and sameness, its ratio to the baseline, and (for the verdict's contender) the

@@ -18,13 +18,13 @@ from core.memory import admission_problem, bytes_per_element, free_gpu_bytes, fr
 from core.options import BenchRequest, Cancelled
 from core.run_schema import Limits, request_from_values
 from core.specs import DEFAULT_MODEL, loading_note
-from dashboard.history import RunHistory
+from dashboard.history import RunHistory, history_row
 from dashboard.job_queue import MAX_QUEUE, JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, Job
 from dashboard.limits import LOCAL_LIMITS
 from dashboard.live_view import LiveView, TextDecoder
 from dashboard.model_policy import ModelPolicy
-from dashboard.reports import PageRecord, history_row
+from dashboard.page_record import PageRecord
 from dashboard.supervisor import EngineSupervisor
 from engine.client import EngineClient
 from engine.inprocess import InProcessEngineClient

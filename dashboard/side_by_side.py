@@ -8,7 +8,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.explain import compare_reports
+from core.report_comparison import compare_reports
 from dashboard import compare_view, timeline
 from dashboard.report_text import plain
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import gradio as gr
 
+from core.report_schema import MAX_REPORT_BYTES
 from core.run_schema import option_defaults
 from dashboard import charts, timeline
 from dashboard.banner import ServerBanner
 from dashboard.downloads import DownloadFolders
 from dashboard.page import PageConfig, PageContext
-from dashboard.reports import MAX_REPORT_BYTES
 from dashboard.runner import Runner
 from dashboard.tabs.compare import CompareTab
 from dashboard.tabs.replay import ReplayTab

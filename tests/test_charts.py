@@ -12,7 +12,8 @@ import pytest
 from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
 from dashboard import charts
-from dashboard.reports import PageRecord, live_series_from_report, page_report
+from dashboard.page_record import PageRecord, page_report
+from dashboard.rate_series import live_series_from_report
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 

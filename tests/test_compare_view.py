@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from core.explain import compare_reports, compare_text
+from core.report_comparison import compare_reports, compare_text
 from dashboard import compare_view
 from dashboard.report_text import plain
 from tests.test_dashboard_client import text_of

@@ -356,7 +356,7 @@ def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts
 
 @pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_the_summary_puts_the_verdicts_evidence_first(served_app):
-    from dashboard.reports import SUMMARY_HEADERS
+    from dashboard.summary_table import SUMMARY_HEADERS
 
     assert SUMMARY_HEADERS[:4] == ("contestant", "decode tok/s", "decode spread %", "same tokens")
     out = run(served_app.url)

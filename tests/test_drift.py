@@ -1,5 +1,5 @@
-"""Two runs judged with an interval on B / A (core.explain.compare_reports): the Welch interval, the drift allowance
-per device kind (core.measure.drift), the control contestant, the calls and their words; and the A/A case of
+"""Two runs judged with an interval on B / A (core.report_comparison.compare_reports): the Welch interval, the drift
+allowance per device kind (core.measure.drift), the control contestant, the calls and their words; and the A/A case of
 issue 39 on the CPU."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import statistics
 
 import pytest
 
-from core.explain import CALLS, compare_reports, compare_text, plus_minus
+from core.explain import plus_minus
 from core.measure.drift import PROCESS_DRIFT, device_kind, drift_between
 from core.measure.stats import welch_ratio_interval, widened
 from core.options import RUN_OPTION
+from core.report_comparison import CALLS, compare_reports, compare_text
 
 
 def report(rates: dict[str, list[float]], device: str = "cuda", keys: int | None = None, command: str | None = None,

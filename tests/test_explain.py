@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.explain import compare_reports, compare_text, duration, plus_minus, what_this_run_shows
+from core.explain import duration, plus_minus, what_this_run_shows
+from core.report_comparison import compare_reports, compare_text
 from core.report_files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
@@ -190,7 +191,7 @@ def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):
 
 
 def test_the_committed_interrupted_h200_report_opens_and_says_it_was_cut_short():
-    from dashboard.reports import open_report
+    from dashboard.page_record import open_report
 
     report = open_report(read_report_bytes(RESULTS / "h200-2026-12-01" / "interrupted-ro-1b.json.gz")).report
     assert report["interrupted"] is True and report["interruption"]["signal"] == "SIGINT"

@@ -6,8 +6,7 @@ import csv
 import io
 import json
 
-from dashboard.history import HISTORY_SCHEMA, RunHistory
-from dashboard.reports import HISTORY_FIELDS, history_row
+from dashboard.history import HISTORY_FIELDS, HISTORY_SCHEMA, RunHistory, history_row
 
 
 def row(run: int, **fields) -> dict:

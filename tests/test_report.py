@@ -7,6 +7,7 @@ from core.compare import compare
 from core.loops.prompt import synthetic_prompt
 from core.options import BenchRequest, GenerationOptions
 from core.report import build_report, reproduce_command
+from core.report_schema import BENCH_SCHEMA, OPTIONAL_KEYS, REQUIRED_KEYS
 
 
 def command_request(command: str) -> BenchRequest:
@@ -45,3 +46,10 @@ def test_identity_check_can_fail(tiny):
     assert report["self_consistent"] == {"naive": True, "pipelined": True}
     runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings})
     assert build_report(tiny, request, runs, warmups={})["self_consistent"]["pipelined"] is False
+
+
+def test_the_report_is_written_through_the_schema(tiny):
+    request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
+    report = compare(tiny, request)
+    assert report["schema"] == BENCH_SCHEMA
+    assert REQUIRED_KEYS <= set(report) <= REQUIRED_KEYS | OPTIONAL_KEYS

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.report_files import load_report, read_report_bytes, report_paths, write_json
+from core.report_files import read_report_bytes, report_paths, write_json
+from core.report_schema import BENCH, bench_report, load
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
@@ -36,7 +37,7 @@ def test_a_damaged_gzip_is_a_value_error_naming_the_file(tmp_path, damage):
 
 
 def test_a_report_with_a_byte_order_mark_opens_everywhere_reports_are_read(tmp_path):
-    from dashboard.reports import open_report
+    from dashboard.page_record import open_report
 
     text = (RESULTS / "h200-2026-12-01" / "example-audit-naive_loop.json").read_bytes()  # any JSON will do here
     (tmp_path / "bom.json").write_bytes(codecs.BOM_UTF8 + text)
@@ -47,7 +48,7 @@ def test_a_report_with_a_byte_order_mark_opens_everywhere_reports_are_read(tmp_p
     assert open_report(with_mark).report["model"]["spec"] == "synthetic:llama-1b"
     assert open_report(with_mark.decode("utf-8")).report["model"]["spec"] == "synthetic:llama-1b"
     (tmp_path / "ro.json").write_bytes(with_mark)
-    assert load_report(tmp_path / "ro.json")["model"]["spec"] == "synthetic:llama-1b"
+    assert bench_report(load(tmp_path / "ro.json", expect=BENCH))["model"]["spec"] == "synthetic:llama-1b"
 
 
 def test_the_json_goes_through_a_temporary_file_beside_it_and_an_atomic_replace(tmp_path, monkeypatch, capsys):
@@ -118,5 +119,5 @@ def test_a_file_that_is_not_a_report_is_one_line_naming_it(tmp_path, content, pr
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(ValueError, match=problem) as refused:
-        load_report(path)
+        load(path, expect=BENCH)
     assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)

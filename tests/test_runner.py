@@ -14,8 +14,9 @@ import pytest
 
 from core.options import Cancelled
 from core.run_schema import Limits
+from dashboard.history import HISTORY_FIELDS
 from dashboard.jobs import CANCELLED, DONE, FAILED
-from dashboard.reports import HISTORY_FIELDS, public_report
+from dashboard.page_record import public_report
 from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
@@ -248,7 +249,8 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
 
 
 def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
-    code = ("import sys, dashboard.runner, dashboard.limits, dashboard.reports, core.measure.gpu_monitor; "
+    code = ("import sys, dashboard.runner, dashboard.limits, dashboard.page_record, dashboard.summary_table, "
+            "dashboard.history, dashboard.rate_series, core.measure.gpu_monitor; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

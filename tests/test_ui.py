@@ -65,7 +65,7 @@ H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
 def h200_saved_report():
     """The committed 1B reduce-overhead H200 report, with its sync audit and kernel trial."""
     from core.report_files import read_report_bytes
-    from dashboard.reports import open_report
+    from dashboard.page_record import open_report
     from tests.test_dashboard_browser import REPO
 
     return open_report(read_report_bytes(REPO / H200_REPORT))
@@ -172,23 +172,18 @@ def test_on_replay_the_banner_describes_the_replayed_reports_device(h200_saved):
     assert back[0]["tab"] == "compare" and ONE_PROCESSOR in back[1], "the Compare tab describes this server again"
 
 
-def test_an_upload_that_is_empty_or_gzipped_gets_its_reason_or_its_text():
+def test_an_upload_that_is_empty_or_badly_gzipped_gets_its_reason_in_the_status_line():
     import gzip
 
-    from dashboard.uploads import uploaded_json
-
-    for empty, why in ((b"", "the file is empty (0 bytes)"), (b" \n", "the file is empty (only whitespace)"),
-                       (gzip.compress(b""), "gzip of an empty file")):
-        with pytest.raises(ValueError, match=re.escape(why)):
-            uploaded_json(empty, 1000)
-    assert uploaded_json(gzip.compress(b'{"a": 1}'), 1000) == b'{"a": 1}'
-    assert uploaded_json(b'{"a": 1}', 1000) == b'{"a": 1}'
-    with pytest.raises(ValueError, match="decompresses to more than"):
-        uploaded_json(gzip.compress(b" " * 5000 + b"{}"), 1000)
-    with pytest.raises(ValueError, match="cut short"):
-        uploaded_json(gzip.compress(b'{"a": 1}' * 50)[:30], 10_000)
-    with pytest.raises(ValueError, match="damaged"):
-        uploaded_json(b"\x1f\x8b" + b"not gzip at all", 1000)
+    page = quiet_page(max_report_bytes=1000)
+    for data, why in ((b" \n", "the file is empty (only whitespace)"), (gzip.compress(b""), "gzip of an empty file"),
+                      (gzip.compress(b" " * 5000 + b"{}"), "decompresses to more than"),
+                      (gzip.compress(b'{"a": 1}' * 50)[:30], "cut short"),
+                      (b"\x1f\x8b" + b"not gzip at all", "not a readable gzip file")):
+        status = text_of(page.replay.replay_upload(data)["status"])
+        assert why in status, (data[:20], status)
+        audited = text_of(page.your_loop.audit_upload(data)["status"])
+        assert why in audited, (data[:20], audited)
 
 
 def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200_saved):
@@ -329,7 +324,7 @@ def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_ta
     import gzip
 
     from core.report_files import read_report_bytes
-    from dashboard.reports import page_report
+    from dashboard.page_record import page_report
     from tests.test_dashboard_browser import REPO
 
     audit = (REPO / CPU_AUDIT).read_bytes()

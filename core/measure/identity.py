@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.options import static_cache_length
+from core.report_schema import upgrade_report
 
 REPRODUCIBLE_KEYS = 256  # the most keys over which bf16 attention was seen to be bitwise reproducible
 
@@ -95,22 +96,24 @@ def footnote(identity: dict[str, Any] | None) -> str | None:
 
 def sameness(report: dict[str, Any], name: str) -> str:
     """A contestant's "same tokens" cell: yes; NO; or NO* when its own trials differ from each other (run-to-run
-    numerics, not the loop)."""
-    if (report.get("identical") or {}).get(name):
+    numerics, not the loop). Any report, old ones too (core.report_schema.upgrade_report)."""
+    report = upgrade_report(report)
+    if report["identical"].get(name):
         return "yes"
-    return "NO*" if (report.get("self_consistent") or {}).get(name) is False else "NO"
+    return "NO*" if report["self_consistent"].get(name) is False else "NO"
 
 
 def difference_note(report: dict[str, Any]) -> str | None:
     """The line under a table that explains its NO and NO* cells: the identity section's footnote, else (a report
     without one) which contestants disagree with their own trials; None when there is nothing to explain."""
-    note = footnote(report.get("identity"))
+    report = upgrade_report(report)
+    note = footnote(report["identity"])
     if note:
         return note
-    drifting = [name for name, ok in (report.get("self_consistent") or {}).items() if ok is False]
+    drifting = [name for name, ok in report["self_consistent"].items() if ok is False]
     if not drifting:
         return None
-    why = "" if report.get("identity") else " (this report does not say why: it predates the identity check)"
+    why = "" if report["identity"] else " (this report does not say why: it predates the identity check)"
     return f"NO* for {', '.join(drifting)}: its own trials differ from each other{why}"
 
 

@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from core.report_schema import upgrade_report
+
 RUNS_TID, HOST_TID, SYNC_TID, DEVICE_TID = 0, 1, 2, 10  # device rank r is track DEVICE_TID + r
 PROFILER_PID_BASE = 1000                   # torch.profiler's processes, when merged, count from here
 OLD_REPORT_NOTE = ("this report predates the timeline fields (run start times, device spans on the host clock): "
@@ -26,13 +28,15 @@ Event = dict[str, Any]
 
 
 def chrome_trace(report: dict[str, Any]) -> dict[str, Any]:
-    """The whole report as a trace-event JSON object (dict ready for json.dump)."""
+    """The whole report as a trace-event JSON object (dict ready for json.dump); any report, old ones too
+    (core.report_schema.upgrade_report gives it today's names and sections)."""
+    report = upgrade_report(report)
     contestants = _contestants(report)
     starts = _run_starts(report)
     events: list[Event] = []
     for pid, name in enumerate(contestants, start=1):
-        runs = [(i, run) for i, run in enumerate(report.get("runs", [])) if run.get("contestant") == name]
-        warmup = (report.get("warmup") or {}).get(name)
+        runs = [(i, run) for i, run in enumerate(report["runs"]) if run.get("contestant") == name]
+        warmup = report["warmup"].get(name)
         events.extend(_contestant_events(pid, name, runs, warmup, starts, report))
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": _metadata(report, starts)}
 
@@ -58,8 +62,8 @@ def merge_profiler_trace(trace: dict[str, Any], profiler_trace: dict[str, Any], 
 # ---------------------------------------------------------------------------------------------- placement
 
 def _contestants(report: dict[str, Any]) -> list[str]:
-    named = list((report.get("request") or {}).get("contestants") or [])
-    for run in report.get("runs", []):
+    named = list(report["request"].get("contestants", []))
+    for run in report["runs"]:
         if run.get("contestant") not in named:
             named.append(run.get("contestant"))
     return named
@@ -67,8 +71,7 @@ def _contestants(report: dict[str, Any]) -> list[str]:
 
 def _run_starts(report: dict[str, Any]) -> dict[str, Any]:
     """ms since the comparison began for each warm-up and run: as recorded, or laid end to end when not."""
-    warmups = report.get("warmup") or {}
-    runs = report.get("runs", [])
+    warmups, runs = report["warmup"], report["runs"]
     recorded = all("started_ms" in run for run in runs) and all("started_ms" in w for w in warmups.values())
     if recorded:
         return {"recorded": True, "warmup": {n: w["started_ms"] for n, w in warmups.items()},
@@ -79,19 +82,14 @@ def _run_starts(report: dict[str, Any]) -> dict[str, Any]:
         cursor += _warmup_wall_ms(warmup)
     for run in runs:
         run_starts.append(cursor)
-        cursor += float((run.get("timings") or {}).get("total_ms") or 0.0)
+        cursor += float(run["timings"].get("total_ms") or 0.0)
     return {"recorded": False, "warmup": warmup_starts, "runs": run_starts}
 
 
 def _warmup_wall_ms(warmup: dict[str, Any]) -> float:
     if "wall_ms" in warmup:
         return float(warmup["wall_ms"])
-    return float(_setup_ms(warmup) or 0.0) + float(warmup.get("total_ms") or 0.0)
-
-
-def _setup_ms(warmup: dict[str, Any]) -> Any:
-    """The warm-up's decode-setup time (compile, capture), under its old name in reports written before it had one."""
-    return warmup.get("setup_ms", warmup.get("engine_warmup_ms"))
+    return float(warmup.get("setup_ms") or 0.0) + float(warmup.get("total_ms") or 0.0)
 
 
 # ------------------------------------------------------------------------------------------------- events
@@ -112,10 +110,10 @@ def _contestant_events(pid: int, name: str, runs: list[tuple[int, dict[str, Any]
         yield _meta(pid, tid, "thread_sort_index", {"sort_index": tid})
     if warmup is not None and name in starts["warmup"]:
         yield _span(pid, RUNS_TID, "warm-up (untimed)", "run", starts["warmup"][name], _warmup_wall_ms(warmup),
-                    {"setup_ms": _setup_ms(warmup), "compile_ms": warmup.get("compile_ms")})
+                    {"setup_ms": warmup.get("setup_ms"), "compile_ms": warmup.get("compile_ms")})
     for index, run in runs:
         yield from _run_events(pid, run, starts["runs"][index])
-    audit = (report.get("sync_audit") or {}).get(name)
+    audit = report["sync_audit"].get(name) if "sync_audit" in report else None
     if isinstance(audit, dict):
         yield from _audit_events(pid, audit)
 
@@ -123,7 +121,7 @@ def _contestant_events(pid: int, name: str, runs: list[tuple[int, dict[str, Any]
 def _device_ranks(runs: Iterable[dict[str, Any]]) -> list[int]:
     ranks: set[int] = set()
     for run in runs:
-        timings = run.get("timings") or {}
+        timings = run["timings"]
         spans = timings.get("rank_device_spans") or []
         if spans:  # under gloo on the CPU every rank has an entry, with no device spans in it
             ranks.update(int(entry["rank"]) for entry in spans if entry.get("device_start_ms"))
@@ -133,7 +131,7 @@ def _device_ranks(runs: Iterable[dict[str, Any]]) -> list[int]:
 
 
 def _run_events(pid: int, run: dict[str, Any], start_ms: float) -> Iterable[Event]:
-    timings = run.get("timings") or {}
+    timings = run["timings"]
     total = float(timings.get("total_ms") or 0.0)
     yield _span(pid, RUNS_TID, f"trial {run.get('trial')}", "run", start_ms, total,
                 {"tokens_per_s": timings.get("tokens_per_s"), "kept_steps": timings.get("kept_steps"),
@@ -220,8 +218,7 @@ def _metadata(report: dict[str, Any], starts: dict[str, Any]) -> dict[str, Any]:
     data = {key: report.get(key) for key in ("schema", "created", "request", "environment", "model")}
     data["time_base"] = ("microseconds since the comparison began, host clock (perf_counter); device spans "
                          "placed on it through a reference CUDA event, see each trial's clock_sync_error_ms")
-    if not starts["recorded"] or not any((run.get("timings") or {}).get("host_step_start_ms")
-                                         for run in report.get("runs", [])):
+    if not starts["recorded"] or not any(run["timings"].get("host_step_start_ms") for run in report["runs"]):
         data["note"] = OLD_REPORT_NOTE
     return data
 

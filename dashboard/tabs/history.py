@@ -15,12 +15,12 @@ import gradio as gr
 
 from core.measure.trace import chrome_trace
 from dashboard.form import run_picker
-from dashboard.history import HISTORY_SCHEMA
+from dashboard.history import HISTORY_SCHEMA, OPTION_COLUMNS, history_csv
 from dashboard.job_queue import KEEP_FINISHED_JOBS
 from dashboard.jobs import DONE, Job
 from dashboard.page import PageContext
+from dashboard.page_record import PageRecord, page_report, public_report
 from dashboard.report_text import cell, plain
-from dashboard.reports import OPTION_COLUMNS, PageRecord, history_csv, page_report, public_report
 from dashboard.side_by_side import SideBySide
 
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",

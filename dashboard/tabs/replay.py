@@ -12,15 +12,16 @@ from typing import Any, Self
 import gradio as gr
 
 from core.options import MAX_PROMPT_CHARS
-from core.report_files import read_report_bytes
+from core.report_schema import too_large
 from dashboard import charts, timeline
 from dashboard.banner import report_device
 from dashboard.page import PageContext
+from dashboard.page_record import SavedReport
+from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import headline_md, plain
-from dashboard.reports import SavedReport, live_series_from_report, too_large
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
 from dashboard.side_by_side import SideBySide
-from dashboard.uploads import open_bench_report, uploaded_json
+from dashboard.uploads import open_bench_report
 
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
                   "summary_more", "shows")
@@ -121,7 +122,7 @@ class ReplayTab:
         if data is None:
             return {self.components["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
         limit = self.page.config.max_report_bytes
-        return self._replay_guarded(lambda: open_bench_report(uploaded_json(data, limit), limit), "the uploaded file",
+        return self._replay_guarded(lambda: open_bench_report(data, limit), "the uploaded file",
                                     "this file")
 
     def replay_refused(self, refusal: str) -> dict:
@@ -139,7 +140,8 @@ class ReplayTab:
         path = self.page.config.replay_files.get(name or "")
         if path is None:
             return {self.components["status"]: "Choose one of the bundled results."}
-        return self._replay_guarded(lambda: open_bench_report(read_report_bytes(path)), name or "", name or "")
+        limit = self.page.config.max_report_bytes
+        return self._replay_guarded(lambda: open_bench_report(path, limit), name or "", name or "")
 
     def _replay_guarded(self, read: Callable[[], SavedReport], source: str, called: str) -> dict:
         status = self.components["status"]
@@ -186,7 +188,7 @@ class ReplayTab:
         limit, reports = self.page.config.max_report_bytes, []
         for side, data in (("A", first), ("B", second)):
             try:
-                reports.append(open_bench_report(uploaded_json(data, limit), limit).report)
+                reports.append(open_bench_report(data, limit).report)
             except ValueError as exc:
                 return self.side_by_side.status(f"**Cannot open report {side}:** {plain(exc)}")
         return self.side_by_side.show(*reports, "A", "B")

@@ -8,12 +8,10 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.report_files import read_report_bytes
 from dashboard import audit_view
 from dashboard.limits import clip
 from dashboard.page import PageContext
 from dashboard.report_text import plain
-from dashboard.uploads import uploaded_json
 
 OUTPUTS = ("status", "summary", "sites", "plot")
 
@@ -63,13 +61,13 @@ class YourLoopTab:
             return {self.components["status"]: "Choose a JSON file written by `python -m core.audit --json "
                                                 "audit.json -- your_script.py`."}
         limit = self.page.config.max_report_bytes
-        return self._audit_guarded(lambda: audit_view.open_audit(uploaded_json(data, limit), limit), "the file")
+        return self._audit_guarded(lambda: audit_view.open_audit(data, limit), "the file")
 
     def audit_bundled(self, name: str | None) -> dict:
         path = self.page.config.audit_files.get(name or "")
         if path is None:
             return {self.components["status"]: "Choose one of the bundled audits."}
-        return self._audit_guarded(lambda: audit_view.open_audit(read_report_bytes(path),
+        return self._audit_guarded(lambda: audit_view.open_audit(path,
                                                                  self.page.config.max_report_bytes), name or "")
 
     def _audit_guarded(self, read: Callable[[], dict[str, Any]], called: str) -> dict:

@@ -1,0 +1,478 @@
+"""The documents this project writes and reads, defined once: their schemas, their keys as types, and one way in.
+
+- the bench report (`python -m core.bench --json`, core.report.build_report): `BenchReport`;
+- the page report (the page's download, dashboard.page_record): `{"schema", "report": <bench report>, "page": <the
+  page's record> or null}`; the page's downloads from before kept that record inside the report, under "dashboard";
+- the audit report (`python -m core.audit --json`): `AuditReport`.
+
+`load()` reads a file or its bytes, bounded in size (gzip too: decompression stops at the limit), `upgrade()`s it
+(old key names become today's, and the sections today's reports always have are filled in for older ones) and
+`check()`s it; anything wrong is one `ReportError`, a ValueError whose message is one line in words. After it,
+readers index the document: a section that exists only when its phase ran (NotRequired below) is tested with `in`.
+
+Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --compare import it.
+"""
+
+import codecs
+import json
+import math
+import re
+import zlib
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict
+
+from core.options import is_int
+from core.phases import phase_named
+
+BENCH_SCHEMA = "syncscope.bench/1"
+PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
+AUDIT_SCHEMA = "syncscope.audit/1"
+BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
+BENCH, PAGE, AUDIT = "bench", "page", "audit"  # the kinds of document, as load(expect=...) names them
+OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record, inside the report
+# The largest document load() takes (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
+# every per-step list and the page's record is about 65 MiB (tests/test_reports.py builds one); the rest is room for
+# per-step fields yet to come.
+MAX_REPORT_BYTES = 100 * 2**20
+GZIP_MAGIC = b"\x1f\x8b"
+MESSAGE_CHARS = 300  # the most of a field's name or value an error message quotes (a file can hold anything)
+
+
+class Interruption(TypedDict):
+    phase: str
+    trials_done: int
+    trials_planned: int
+    runs_left_out: NotRequired[int]
+    by: NotRequired[str]
+    signal: NotRequired[str]
+
+
+class Run(TypedDict):
+    contestant: str
+    trial: int
+    order: int
+    token_ids: list[list[int]]
+    texts: list[str]
+    timings: dict[str, Any]
+    notices: list[str]
+    first_difference: NotRequired[int | None]
+    graphs_compiled: NotRequired[int]
+    compiling_ms: NotRequired[float]
+    started_ms: NotRequired[float]
+
+
+class Effective(TypedDict):
+    options: dict[str, Any]
+    notices: list[str]
+
+
+class BenchReport(TypedDict):
+    """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_trial) are dicts of
+    numbers whose keys core.report.summarize, core.compare and core.measure write."""
+
+    schema: str
+    created: str
+    environment: dict[str, Any]
+    model: dict[str, Any]
+    request: dict[str, Any]
+    effective: dict[str, Effective] | None  # None in reports from before it was recorded
+    warmup: dict[str, dict[str, Any]]
+    runs: list[Run]
+    summary: dict[str, dict[str, Any]]
+    ratios: dict[str, float]
+    verdict: dict[str, Any] | None  # None without both loops, and in reports from before verdicts
+    identical: dict[str, bool]
+    all_identical: bool
+    self_consistent: dict[str, bool]
+    identity: dict[str, Any] | None  # None in reports from before it was recorded
+    command: str | None  # None in reports from before it was recorded
+    sync_audit: NotRequired[dict[str, dict[str, Any]]]  # only where the sync audit ran
+    kernel_trial: NotRequired[dict[str, dict[str, Any]]]  # only where the kernel trial ran
+    interrupted: NotRequired[bool]  # only in the report of an interrupted run, with its interruption
+    interruption: NotRequired[Interruption]
+    origin_perf_counter_s: NotRequired[float]
+    wall_s: NotRequired[float]
+    nondeterministic_ops: NotRequired[list[str]]  # only with deterministic algorithms on
+
+
+class PageReport(TypedDict):
+    schema: str
+    report: BenchReport
+    page: dict[str, Any] | None  # dashboard.page_record.PageRecord.to_json(), or None
+
+
+class AuditReport(TypedDict):
+    """core.audit's report: the fields the page reads; core.audit writes more."""
+
+    schema: str
+    created: str
+    sites: list[dict[str, Any]]
+    steps: int
+    decode_steps: int
+    reads: int
+    step_starts_ms: list[float]
+    reads_per_step: list[float]
+    events: list[dict[str, Any]]
+    environment: dict[str, Any]
+    note: NotRequired[str]
+
+
+REQUIRED_KEYS = frozenset(BenchReport.__required_keys__)
+OPTIONAL_KEYS = frozenset(BenchReport.__optional_keys__)
+# What an older report lacks of today's sections, as today's reports write the section when there is nothing in it.
+FILLED_WHEN_ABSENT: dict[str, Any] = {"environment": {}, "request": {}, "warmup": {}, "runs": [], "summary": {},
+                                      "ratios": {}, "identical": {}, "self_consistent": {}, "effective": None,
+                                      "verdict": None, "identity": None, "command": None}
+PAGE_FILLED_WHEN_EMPTY: dict[str, Any] = {"series": {}, "spans": [], "notices": [], "nvml_by_contestant": {}}
+# Old section names and today's. kernel_trial keeps its name for now; a rename goes here, not into the readers.
+RENAMED_SECTIONS = {"kernel_trial": "kernel_trial"}
+RENAMED_WARMUP_KEYS = {"engine_warmup_ms": "setup_ms"}
+RENAMED_MONITOR_KEYS = {"kind": "source"}
+
+NOT_A_BENCH_REPORT = ("this JSON is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\"); write one "
+                      "with python -m core.bench ... --json results.json")
+NOT_AN_AUDIT_REPORT = ("this JSON is not an audit report (no \"schema\": \"syncscope.audit/1\"); write one with "
+                       "python -m core.audit --json audit.json -- your_script.py")
+AUDIT_NOT_BENCH = "this JSON is an audit report of a program (python -m core.audit), not a benchmark report"
+BENCH_NOT_AUDIT = "this JSON is a benchmark report (python -m core.bench), not an audit report of a program"
+
+
+class ReportError(ValueError):
+    """A document that load() refuses; its message is one line saying why. `found` is the kind of document it was
+    (BENCH, PAGE or AUDIT) where it was one of ours, else None."""
+
+    def __init__(self, reason: str, found: str | None = None):
+        super().__init__(reason)
+        self.found = found
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+def load(source: Path | bytes | str, limit: int = MAX_REPORT_BYTES, *, expect: str | None = None) -> dict[str, Any]:
+    """The upgraded, checked document in a file (a Path), or in JSON text (bytes, gzipped or not, or str): a bench
+    report, a page report (an old page download becomes one) or an audit report; only `expect`'s kind where given.
+    ReportError in one line (naming the file, for a Path) when it is missing, larger than `limit` bytes (decompressed
+    too), not JSON, not one of these documents, or damaged."""
+    if isinstance(source, Path):
+        try:
+            return load(_file_bytes(source, limit), limit, expect=expect)
+        except ReportError as exc:
+            raise ReportError(f"{source}: {exc}", exc.found) from None
+    document = upgrade(_parsed(_json_bytes(source, limit) if isinstance(source, bytes | bytearray) else source))
+    found = kind_of(document)
+    if found is None or (expect is not None and found != expect and {found, expect} != {BENCH, PAGE}):
+        raise ReportError(_refusal(found, expect), found)
+    check(document)
+    return document
+
+
+def bench_report(document: dict[str, Any]) -> BenchReport:
+    """The bench report of a loaded bench or page report."""
+    return document["report"] if kind_of(document) == PAGE else document  # type: ignore[return-value]
+
+
+def kind_of(document: Any) -> str | None:
+    """BENCH, PAGE or AUDIT by a document's schema; None for anything else."""
+    schema = str(document.get("schema", "")) if isinstance(document, dict) else ""
+    if schema == PAGE_REPORT_SCHEMA:
+        return PAGE
+    if schema.startswith(BENCH_SCHEMA_PREFIX):
+        return BENCH
+    return AUDIT if schema.startswith(AUDIT_SCHEMA_PREFIX) else None
+
+
+def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
+    """Why a file of `size` bytes is refused, in one sentence."""
+    return f"the file is {size / 2**20:,.2f} MiB; reports here are limited to {limit / 2**20:,.0f} MiB"
+
+
+def _refusal(found: str | None, expect: str | None) -> str:
+    if expect == AUDIT:
+        return BENCH_NOT_AUDIT if found in (BENCH, PAGE) else NOT_AN_AUDIT_REPORT
+    return AUDIT_NOT_BENCH if found == AUDIT else NOT_A_BENCH_REPORT
+
+
+def _file_bytes(path: Path, limit: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ReportError(too_large(size, limit))
+        return path.read_bytes()
+    except OSError as exc:
+        raise ReportError(f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _json_bytes(data: bytes | bytearray, limit: int) -> bytes:
+    """The JSON text in `data`: as it is, or decompressed when it is gzip; at most `limit` bytes either way."""
+    if len(data) > limit:
+        raise ReportError(too_large(len(data), limit))
+    if not bytes(data).strip():
+        raise ReportError("the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
+    if bytes(data[:2]) == GZIP_MAGIC:
+        data = _gunzipped(bytes(data), limit)
+        if not data.strip():
+            raise ReportError("the file is gzip of an empty file")
+    return bytes(data)
+
+
+def _gunzipped(data: bytes, limit: int) -> bytes:
+    """Every gzip member of `data` decompressed, stopping as soon as the output would pass `limit` bytes."""
+    out = bytearray()
+    while data:
+        member = zlib.decompressobj(wbits=31)
+        try:
+            out += member.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise ReportError(f"it is not a readable gzip file ({exc})") from None
+        if len(out) > limit or member.unconsumed_tail:
+            raise ReportError(f"it decompresses to more than {limit / 2**20:,.0f} MiB, the most a report here may "
+                              "hold")
+        if not member.eof:
+            raise ReportError("it is not a readable gzip file (it is cut short)")
+        data = member.unused_data.lstrip(b"\0")
+    return bytes(out)
+
+
+def _parsed(text: bytes | str) -> Any:
+    if isinstance(text, bytes):
+        try:
+            text = text.removeprefix(codecs.BOM_UTF8).decode("utf-8")  # an editor's byte-order mark is not JSON
+        except UnicodeDecodeError:
+            raise ReportError("the file is not UTF-8 text, so not a report written by this project") from None
+    if not text.strip():
+        raise ReportError("the file is empty")
+    try:
+        return json.loads(text.removeprefix("\ufeff"))
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ReportError("the file nests too deeply to be a report") from None
+
+
+# ------------------------------------------------------------------------------------------------ upgrading
+
+def upgrade(document: Any) -> Any:
+    """A document in today's form, without changing the one given: old key names renamed, the sections today's bench
+    reports always have filled in (FILLED_WHEN_ABSENT), an old page download made a page report, an audit report
+    given the environment section core.audit always writes. Anything that is not a dict is returned as it is."""
+    if not isinstance(document, dict):
+        return document
+    if kind_of(document) == AUDIT:
+        return document if "environment" in document else {**document, "environment": {}}
+    if kind_of(document) == PAGE:
+        page = document.get("page")
+        return {**document, "report": upgrade_report(document.get("report")), "page": upgrade_page(page)}
+    old = document.get(OLD_PAGE_SECTION)
+    if isinstance(old, dict):
+        report = {key: value for key, value in document.items() if key != OLD_PAGE_SECTION}
+        return {"schema": PAGE_REPORT_SCHEMA, "report": upgrade_report(report), "page": upgrade_page(old)}
+    return upgrade_report(document)
+
+
+def upgrade_report(report: Any) -> Any:
+    """A bench report (or a part of one) in today's form; see upgrade()."""
+    if not isinstance(report, dict):
+        return report
+    out = {RENAMED_SECTIONS.get(key, key): value for key, value in report.items()}
+    for key, empty in FILLED_WHEN_ABSENT.items():
+        if key not in out:
+            out[key] = empty.copy() if isinstance(empty, dict | list) else empty
+    if isinstance(out["warmup"], dict):
+        out["warmup"] = {name: _renamed(entry, RENAMED_WARMUP_KEYS) for name, entry in out["warmup"].items()}
+    return out
+
+
+def upgrade_page(page: Any) -> Any:
+    """The page's record in today's form: every part it has (PAGE_FILLED_WHEN_EMPTY, an empty one where it is null
+    or absent), its monitor's old key names renamed; a null monitor is absent (no samples)."""
+    if not isinstance(page, dict):
+        return page
+    out = {**page, **{key: empty.copy() for key, empty in PAGE_FILLED_WHEN_EMPTY.items() if page.get(key) is None}}
+    if out.get("monitor") is None:
+        out.pop("monitor", None)
+    else:
+        out["monitor"] = _renamed(out["monitor"], RENAMED_MONITOR_KEYS)
+    return out
+
+
+def _renamed(entry: Any, names: dict[str, str]) -> Any:
+    """`entry` with each old key under its new name; where the new one is there already, both stay as they are."""
+    if not isinstance(entry, dict) or not any(old in entry and new not in entry for old, new in names.items()):
+        return entry
+    return {names[key] if key in names and names[key] not in entry else key: value for key, value in entry.items()}
+
+
+# ------------------------------------------------------------------------------------------------ checking
+
+# Numbers the readers read (None where a number does not exist); other fields are left alone.
+SUMMARY_NUMBERS = ("trials", "tokens_per_s", "spread", "decode_tokens_per_s", "decode_spread", "total_ms", "ttft_ms",
+                   "ttft_gpu_ms", "ms_per_token_p50", "ms_per_token_p95", "gpu_busy_fraction", "device_span_fraction",
+                   "kernel_busy_fraction", "reads_per_step", "host_wait_ms_per_step", "device_gap_ms_per_step",
+                   "launch_wait_ms_per_step", "device_idle_ms_per_step", "gpu_gap_ms_mean",
+                   "gpu_gap_ms_p50", "gpu_gap_ms_p99", "gpu_gap_ms_max", "new_tokens", "overshoot_steps")
+TIMING_NUMBERS = ("total_ms", "ttft_ms", "tokens_per_s", "new_tokens", "kept_steps", "computed_steps",
+                  "ms_per_token_p50", "ms_per_token_p95", "setup_ms", "warmup_ms", "compile_ms", "ttft_gpu_ms",
+                  "gpu_busy_fraction", "device_span_fraction", "decode_tokens", "decode_ms", "decode_tokens_per_s",
+                  "overshoot_steps")
+WARMUP_NUMBERS = ("total_ms", "setup_ms", "engine_warmup_ms", "compile_ms")  # the old name beside the new one
+VERDICT_NUMBERS = ("trials", "ratio", "noise")
+SAMPLE_NUMBERS = ("t", "util_pct", "mem_used_mb", "power_w", "sm_clock_mhz")
+OBJECT_SECTIONS = ("warmup", "identical", "self_consistent", "ratios", "environment", "model", "request")
+_NAME = re.compile(r"[\w.+-]{1,64}")
+
+
+def check(document: dict[str, Any]) -> None:
+    """ReportError naming the first thing missing or wrong in an upgraded document. Every field a reader reads is
+    checked here, so that a document that passes cannot break the charts, the tables or the sentences later."""
+    found = kind_of(document)
+    if found == AUDIT:
+        check_audit(document)
+    elif found == PAGE:
+        check_report(document.get("report"))
+        check_page(document.get("page"), "page")
+    elif found == BENCH:
+        check_report(document)
+    else:
+        raise ReportError(NOT_A_BENCH_REPORT)
+
+
+def check_report(report: Any) -> None:
+    if kind_of(report) != BENCH:
+        raise ReportError(NOT_A_BENCH_REPORT)
+    summary, runs = report["summary"], report["runs"]
+    _expect(isinstance(summary, dict), "no valid 'summary' section")
+    _expect(isinstance(runs, list), "no valid 'runs' section")
+    for name, entry in summary.items():
+        _expect(_is_name(name), f"summary key {name[:40]!r} is not a contestant name")
+        _expect(isinstance(entry, dict) and _is_number(entry.get("tokens_per_s")),
+                f"summary entry {name!r} has no tokens_per_s number")
+        _expect_numbers(entry, SUMMARY_NUMBERS, f"summary.{name}")
+    for index, run in enumerate(runs):
+        _check_run(run, index)
+    _expect(bool(summary) and bool(runs), "its 'summary' and 'runs' sections are empty: it holds no measured run")
+    _expect(isinstance(report.get("model"), dict) and isinstance(report["model"].get("spec"), str),
+            "it does not name its model (no 'model.spec')")
+    for key in OBJECT_SECTIONS:
+        _expect(isinstance(report[key], dict), f"its {key!r} section is not an object")
+    for name, warm in report["warmup"].items():
+        _expect(isinstance(warm, dict) and _is_number(warm.get("total_ms", 0)),
+                f"warm-up entry {name!r} has no total_ms number")
+        _expect_numbers(warm, WARMUP_NUMBERS, f"warmup.{name}")
+    _expect_numbers(report["ratios"], tuple(report["ratios"]), "ratios")
+    _check_verdict(report["verdict"])
+    for key in ("effective", "identity"):
+        _expect(report[key] is None or isinstance(report[key], dict), f"its {key!r} section is not an object")
+    for name, ran in (report["effective"] or {}).items():
+        _expect(isinstance(ran, dict) and isinstance(ran.get("options"), dict) and isinstance(ran.get("notices"), list)
+                and all(isinstance(n, str) for n in ran["notices"]), f"effective entry {name!r} is malformed")
+    for key in ("sync_audit", "kernel_trial", "interruption"):
+        _expect(key not in report or isinstance(report[key], dict), f"its {key!r} section is not an object")
+
+
+def _check_run(run: Any, index: int) -> None:
+    where = f"run {index}"
+    _expect(isinstance(run, dict), f"{where} is not an object")
+    _expect(_is_name(run.get("contestant")), f"{where} has no contestant name")
+    _expect(is_int(run.get("trial")) and is_int(run.get("order")), f"{where} has no whole trial/order number")
+    timings = run.get("timings")
+    _expect(isinstance(timings, dict), f"{where} has no timings")
+    for key in ("tokens_per_s", "total_ms"):
+        _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+    _expect_numbers(timings, TIMING_NUMBERS, f"runs[{index}].timings")
+    for key in ("step_ms", "host_known_ms", "gpu_gap_ms"):
+        values = timings.get(key, [])
+        _expect(isinstance(values, list) and all(_is_number(v) for v in values),
+                f"{where}'s timings.{key} is not a list of numbers")
+    if timings.get("host_known_ms"):
+        for key in ("new_tokens", "kept_steps"):
+            _expect(_is_number(timings.get(key)), f"{where}'s timings have no {key} number")
+
+
+def _check_verdict(verdict: Any) -> None:
+    if verdict is None:
+        return
+    _expect(isinstance(verdict, dict), "its 'verdict' section is not an object")
+    _expect_numbers(verdict, VERDICT_NUMBERS, "verdict")
+    for key in ("contender", "baseline", "metric", "call"):
+        _expect(isinstance(verdict.get(key), str), f"verdict.{key} is not a name")
+
+
+def check_page(recorded: Any, where: str = "page") -> None:
+    """The page's record (a page report's "page"; `where` names it in the message); None is no record."""
+    if recorded is None:
+        return
+    _expect(isinstance(recorded, dict), f"its {where!r} section is not an object")
+    _expect_numbers(recorded, ("t_end",), where)
+    spans = recorded.get("spans", [])
+    _expect(isinstance(spans, list), "the recorded spans are not a list")
+    for index, span in enumerate(spans):
+        _expect(isinstance(span, dict) and _is_number(span.get("t0")) and isinstance(span.get("contestant"), str)
+                and phase_named(span.get("phase")) is not None, "a recorded span is malformed")
+        _expect_numbers(span, ("t1",), f"{where}.spans[{index}]")
+    series = recorded.get("series", {})
+    _expect(isinstance(series, dict) and all(isinstance(s, dict) and isinstance(s.get("t"), list)
+                                             for s in series.values()), "a recorded tokens/s series is malformed")
+    for name, line in series.items():
+        _expect_numbers(line, ("t", "tokens_per_s"), f"{where}.series.{name}")
+    monitor = recorded.get("monitor", {})
+    samples = monitor.get("samples", []) if isinstance(monitor, dict) else None
+    _expect(isinstance(samples, list) and all(isinstance(x, dict) and _is_number(x.get("t")) for x in samples),
+            "the recorded device samples are malformed")
+    for index, sample in enumerate(samples):
+        _expect_numbers(sample, SAMPLE_NUMBERS, f"{where}.monitor.samples[{index}]")
+    notices = recorded.get("notices", [])
+    _expect(isinstance(notices, list) and all(isinstance(n, str) for n in notices),
+            f"its '{where}.notices' are not a list of sentences")
+    nvml = recorded.get("nvml_by_contestant", {})
+    _expect(isinstance(nvml, dict) and all(isinstance(v, dict) for v in nvml.values()),
+            f"its '{where}.nvml_by_contestant' section is malformed")
+    for name, means in nvml.items():
+        _expect_numbers(means, (*SAMPLE_NUMBERS[1:], "samples"), f"{where}.nvml_by_contestant.{name}")
+
+
+def check_audit(report: dict[str, Any]) -> None:
+    """An audit report's fields that the page reads."""
+    def expect(condition: bool, what: str) -> None:
+        if not condition:
+            raise ReportError(f"the audit report is incomplete or damaged: {what}")
+
+    expect(isinstance(report.get("sites"), list) and all(isinstance(s, dict) for s in report["sites"]),
+           "no valid 'sites'")
+    for key in ("steps", "decode_steps", "reads"):
+        expect(is_int(report.get(key)), f"'{key}' is not a number")
+    for key in ("step_starts_ms", "reads_per_step"):
+        values = report.get(key) or []
+        expect(isinstance(values, list) and all(_is_number(v) for v in values), f"'{key}' is not a list of numbers")
+    for event in report.get("events") or []:
+        expect(isinstance(event, dict) and _is_number(event.get("t_ms")), "an event has no time")
+    for site in report["sites"]:
+        expect(_is_number(site.get("count")) and isinstance(site.get("line"), int), "a site has no count or line")
+
+
+def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """Each of `keys` in `section` is absent, null, a number, or a list of numbers and nulls; else a ReportError that
+    names the field and its value."""
+    for key in keys:
+        value = section.get(key)
+        items = value if isinstance(value, list) else [value]
+        bad = next((v for v in items if v is not None and not _is_number(v)), None)
+        if bad is not None:
+            raise ReportError(f"the report is incomplete or damaged: {_clip(f'{where}.{key}', 120)} is "
+                              f"{_clip(json.dumps(bad), 40)}, not a number")
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ReportError(f"the report is incomplete or damaged: {_clip(problem)}")  # it may quote the file
+
+
+def _clip(text: str, limit: int = MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(_NAME.fullmatch(value))

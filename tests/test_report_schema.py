@@ -1,0 +1,69 @@
+"""core.report_schema: one way in for the three documents, torch-free, and every committed report still loads."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core import report_schema
+from core.report_files import report_paths
+from core.report_schema import AUDIT, BENCH, PAGE, ReportError, kind_of, load, upgrade
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+
+
+def test_the_schema_module_imports_no_torch():
+    code = "import sys, core.report_schema; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def committed_documents() -> list[Path]:
+    """Every committed file whose schema is one of ours (the others are benchmark scripts' own results)."""
+    found = []
+    for path in report_paths(RESULTS, recursive=True):
+        data = path.read_bytes()
+        document = json.loads(gzip.decompress(data) if path.name.endswith(".gz") else data)
+        if kind_of(document) is not None:
+            found.append(path)
+    return found
+
+
+def test_every_committed_report_loads():
+    paths = committed_documents()
+    kinds = {kind_of(load(path)) for path in paths}
+    assert len(paths) > 100 and kinds == {BENCH, PAGE, AUDIT}
+
+
+def test_an_old_report_gets_todays_sections_and_names():
+    old = {"schema": "syncscope.bench/1", "warmup": {"naive": {"total_ms": 1.0, "engine_warmup_ms": 2.0}},
+           "dashboard": {"t_end": 1.0, "monitor": {"kind": "nvml", "samples": []}, "notices": None}}
+    page = upgrade(old)
+    assert page["schema"] == report_schema.PAGE_REPORT_SCHEMA and "dashboard" not in page["report"]
+    assert page["report"]["warmup"]["naive"] == {"total_ms": 1.0, "setup_ms": 2.0}
+    assert page["page"]["monitor"] == {"source": "nvml", "samples": []} and page["page"]["notices"] == []
+    assert page["report"]["verdict"] is None and page["report"]["self_consistent"] == {}
+    assert "sync_audit" not in page["report"], "a phase that did not run has no section"
+    assert old["warmup"]["naive"]["engine_warmup_ms"] == 2.0, "the document given is left as it was"
+
+
+def test_a_gzip_past_the_limit_is_refused_without_inflating_it_whole():
+    bomb = gzip.compress(b" " * (8 * 2**20))
+    with pytest.raises(ReportError, match="decompresses to more than 1 MiB"):
+        load(bomb, 2**20)
+    with pytest.raises(ReportError, match="cut short"):
+        load(gzip.compress(b'{"a": 1}')[:-6])
+
+
+def test_a_document_of_the_other_kind_says_so(tmp_path):
+    audit = next(p for p in committed_documents() if kind_of(load(p)) == AUDIT)
+    with pytest.raises(ReportError, match="an audit report of a program") as refused:
+        load(audit, expect=BENCH)
+    assert refused.value.found == AUDIT and str(refused.value).startswith(f"{audit}: ")
+    too_big = tmp_path / "big.json"
+    too_big.write_bytes(b" " * 2048)
+    with pytest.raises(ReportError, match="limited to"):
+        load(too_big, 1024)
