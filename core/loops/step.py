@@ -200,7 +200,7 @@ ARGMAX_BLOCK = 256
 
 def _compiled_argmax() -> Callable[[torch.Tensor], torch.Tensor]:
     """Greedy choice in two compiled stages: ATen's argmax over a large vocabulary at batch 1 runs on one block, and
-    inductor's single reduction is not much faster (docs/TUNING.md, "The model, prepared for decoding", has the times)."""
+    inductor's single reduction is not much faster (the times: docs/TUNING.md, "The model, prepared for decoding")."""
     return torch.compile(blockwise_argmax, dynamic=False)
 
 
