@@ -59,7 +59,7 @@ def _outside_dynamo(watcher: StepWatcher) -> None:
     except ImportError:  # a torch without code execution strategies: nothing to mark with
         return
     skipped = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
-    for method in (type(watcher).__call__, type(watcher)._begin):
+    for method in (type(watcher).__call__, type(watcher).begin_step):
         set_code_exec_strategy(method.__code__, skipped)
 
 

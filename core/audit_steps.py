@@ -104,15 +104,17 @@ class StepWatcher:
         opened = getattr(self._open, "call", None)
         if event == "return":
             if opened is not None and opened[0] is frame:
-                self.calls.append(StepCall(*opened[1:], self.audit._now_ms()))
+                self.calls.append(StepCall(*opened[1:], self.audit.now_ms()))
                 self._open.call = None
         elif opened is None:
             if self.watching:
-                self._begin(frame, code)
+                self.begin_step(frame, code)
             elif threading.get_ident() != self._main:
                 sys.setprofile(None)  # the run is over: a thread it left running stops paying for the watcher
 
-    def _begin(self, frame: Any, code: Any) -> None:
+    def begin_step(self, frame: Any, code: Any) -> None:
+        """A call that may open a step on this thread: open one where `frame` is a model's forward (or what
+        `--steps-of` names). core.audit_compile keeps dynamo off it, with `__call__`."""
         module = _first_argument(frame, code) if code.co_name in ("forward", "_call_impl") else None
         module = module if isinstance(module, torch.nn.Module) else None
         if self.steps_of is None:

@@ -75,7 +75,8 @@ def bytes_per_element(dtype: str | None, cuda: bool) -> int:
 
 def parameter_count(shape: dict[str, Any]) -> int | None:
     """Parameters of a decoder with this config's sizes (gated MLP, grouped KV heads, experts), or None when the
-    config lacks the sizes. Within 1% of the real counts for the Llama, Qwen and Mistral shapes."""
+    config lacks the sizes. Checked against the real counts of the Llama, Qwen and Mistral shapes (tests/test_memory.py
+    says how close)."""
     hidden = _whole(shape, "hidden_size", "n_embd", "d_model")
     layers = _whole(shape, "num_hidden_layers", "n_layer", "num_layers")
     heads = _whole(shape, "num_attention_heads", "n_head")

@@ -47,7 +47,7 @@ TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.kernels.tp_fusion: how its kerne
 TP_BARRIER_CHOICES = ("push", "asm", "atomic")
 # core.kernels.attention: "on" turns the new token by the rotary embedding and writes it into a static cache inside
 # the triton decode attention kernel (one kernel a layer instead of five); "off" (the default) leaves that to
-# transformers' steps. Off by default: on one H200 it decoded slower (docs/TUNING.md has the numbers).
+# transformers' steps. Off by default: it decoded slower (docs/TUNING.md, "The appending decode attention, measured").
 APPEND_IN_ATTENTION_ENV = "SYNCSCOPE_APPEND_IN_ATTENTION"
 APPEND_IN_ATTENTION_CHOICES = ("off", "on")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,

@@ -34,11 +34,11 @@ class _Clock:
     def __init__(self) -> None:
         self.starts_ms: list[float] = []
 
-    def _now_ms(self) -> float:
+    def now_ms(self) -> float:
         return time.perf_counter() * 1000
 
     def launch_point(self) -> int:
-        self.starts_ms.append(self._now_ms())
+        self.starts_ms.append(self.now_ms())
         return len(self.starts_ms) - 1
 
 
@@ -59,7 +59,7 @@ def sync_debug_per_step(script: str, args: list[str]) -> tuple[dict[Line, float]
 
     def showwarning(message: Any, *rest: Any, **kwargs: Any) -> None:
         if sync_audit.SYNC_WARNING in str(message):
-            warned.append((clock._now_ms(), _innermost_outside_torch()))
+            warned.append((clock.now_ms(), _innermost_outside_torch()))
         else:
             shown(message, *rest, **kwargs)
 

@@ -199,8 +199,8 @@ ARGMAX_BLOCK = 256
 
 
 def _compiled_argmax() -> Callable[[torch.Tensor], torch.Tensor]:
-    """Greedy choice in two compiled stages: ATen's argmax over a 128K vocabulary at batch 1 runs on one block and
-    took 28 µs of a 3.6 ms step on the H200 (Llama-8B, TP=2); inductor's single reduction, 20 µs."""
+    """Greedy choice in two compiled stages: ATen's argmax over a large vocabulary at batch 1 runs on one block, and
+    inductor's single reduction is not much faster (the times: docs/TUNING.md, "The model, prepared for decoding")."""
     return torch.compile(blockwise_argmax, dynamic=False)
 
 

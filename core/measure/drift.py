@@ -9,7 +9,8 @@ benchmarks/process_drift.py (its "largest" and "largest_against_control"):
 - `rates`: of a contestant's median decode rate. It widens a contestant's interval where no control ran.
 - `against_control`: of a contestant's rate over the control's (the naive loop's, trial by trial in one process).
   A control takes out what moves both loops alike; this is what it leaves, and it widens the judgement against it.
-To update a figure, run the script on that device kind and put its numbers and its file here.
+To update a figure, run the script on that device kind, put the figure here and its numbers and file in
+docs/MEASUREMENT.md ("Comparing two runs").
 """
 
 from __future__ import annotations
@@ -26,29 +27,20 @@ class ProcessDrift:
 
 
 PROCESS_DRIFT: dict[str, ProcessDrift] = {
-    # Committed H200 reports of identical settings from separate processes, the same command one process at a time
-    # (`process_drift.py --reports benchmarks/results/h200-*`): rates 21.7%, Llama-8B step-graph 215.3 / 207.5 / 176.9
-    # naive decode tok/s over 2026-11-30 (h200-2026-11-30-c, -d, -e; the slowest compiled beside another compile);
-    # 16.4% for Llama-1B step-graph in two calls of 2026-12-01 (h200-2026-12-01-b/call1, call2); FACTS.md's 825 vs
-    # 712 (14%). Left out: the appending kernel's pair (36%), whose code changed between the two calls. Against the
-    # naive loop: 2.7% (Llama-1B step-graph batch 8, h200-2026-11-29-b), 2.0% for the 1B pair above. A fresh
-    # measurement: `process_drift.py -n 6 -- --model synthetic:smollm2-135m --cache static --compile reduce-overhead
-    # --max-new-tokens 256 --trials 5 --ignore-eos`. Each figure is rounded up from the largest seen: the largest of
-    # a few pairs understates the next pair (at 21.7% the pair that set it was still called).
-    # Measured fresh on 2026-12-01 (h200-2026-12-01-c, the page's GPU defaults, one process after another): the
-    # default model's shape (SmolLM2-135M, reduce-overhead, 5 processes): naive 541.6-635.2 decode tok/s (17.3%),
-    # pipelined 843.9-924.5 (9.5%), and pipelined over naive 1.451-1.601 (10.3%): at this size the host's share of
-    # a step moves the two loops differently (drift.json); Llama-1B (4 processes): 2.6% and 2.2% (drift-1b.json).
-    # So against the control 12%, rounded up from that 10.3%; the rates stay at 25% (21.7% above).
+    # Committed GPU reports of identical settings from separate processes, the same command one process at a time
+    # (`process_drift.py --reports benchmarks/results/h200-*`), and a fresh measurement at the page's GPU defaults
+    # (`process_drift.py -n 6 -- --model synthetic:smollm2-135m --cache static --compile reduce-overhead
+    # --max-new-tokens 256 --trials 5 --ignore-eos`). Each figure is rounded up from the largest seen: the largest of
+    # a few pairs understates the next pair (the pair that set the rates' figure was itself still called).
+    # against_control is set by the default model's shape, where the host's share of a step moves the two loops
+    # differently. The figures, the runs and their files: docs/MEASUREMENT.md, "Comparing two runs".
     "cuda": ProcessDrift(
         rates=0.25, against_control=0.12,
         measured="one H200: committed reports of identical settings from separate processes (process_drift.py "
                  "--reports benchmarks/results/h200-*), 2026-11-29 to 2026-12-01, and 5 + 4 processes of the "
                  "page's GPU defaults (benchmarks/results/h200-2026-12-01-c/drift*.json)"),
-    # This project's shared 2-core CPU (other agents' tests beside it), tiny-random, 64 tokens, 3 trials, 6 processes
-    # a time, in benchmarks/results/cpu-2026-12-01/: rates 412% and against the naive loop 186% at load average 4-7
-    # (process_drift.json); 698% and 179% with one more CPU-bound process beside the runs (process_drift_load1.json);
-    # 1543% and 164% at load average 2.5-4.6 (process_drift_later.json: 44.6 to 733.2 tok/s). Rounded up as above.
+    # This project's shared 2-core CPU (other agents' tests beside it), 6 processes at a time, at several loads
+    # (docs/MEASUREMENT.md, "Comparing two runs", has the figures); rounded up as above.
     # Load comes and goes between processes, and no interval from one run's trials sees it: compare CPU runs inside
     # one run (the verdict's pairs), or against a control.
     "cpu": ProcessDrift(

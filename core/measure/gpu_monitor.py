@@ -1,29 +1,28 @@
 """Background sampler of GPU utilization, memory, power and SM clock through NVML, with a CPU fallback.
 
-NVML's utilization is the share of one driver sample period (1/6 s to 1 s, depending on the product; 200 ms on an
-H200) in which any kernel ran: coarse, and 100% even when a single SM is busy. The per-step CUDA events of
+NVML's utilization is the share of one driver sample period (1/6 s to 1 s, depending on the product) in which any
+kernel ran: coarse, and 100% even when a single SM is busy. The per-step CUDA events of
 core.measure.step_times give the exact idle gap; this sampler gives the device-wide picture over time, other processes
 included.
 
 The driver keeps its own buffers of utilization, power and clock samples, each stamped in microseconds at the end
 of its period. The reader drains them with nvmlDeviceGetSamples, asking each time only for samples newer than the
-last one seen, so a rare poll loses nothing and every sample keeps the driver's own time. The buffers are short:
-an H200 (driver 580) keeps ~14 s of utilization but only ~2.4 s of power (one sample every 20 ms), so keep
+last one seen, so a rare poll loses nothing and every sample keeps the driver's own time. The buffers are short
+(power's, sampled most often, the shortest; docs/MEASUREMENT.md, "NVML samples", has what an H200 keeps), so keep
 `interval_s` under ~2 s. Where a GPU keeps no such buffer (NotSupported, or empty when the reader opens, as the SM
-clock's on an H200), the metric is read at each poll instead; where a buffer runs dry (NotFound for a second or
+clock's on some GPUs), the metric is read at each poll instead; where a buffer runs dry (NotFound for a second or
 more: some GPUs stop sampling while idle), it is read at poll time until samples come again, so the series never
 goes dark.
 Device memory has no buffer and is always read at poll time.
 
-Cost, measured on an H200: an instant reading takes ~0.01 ms; nvmlDeviceGetSamples ~2.8 ms for utilization and
-~0.6 ms for power, however many samples it returns. A poll is ~3.5 ms a GPU, nearly all inside the driver, where
-ctypes has released the GIL; `poll_cost_ms()` reports it as measured in this process.
+Cost: nvmlDeviceGetSamples costs far more than an instant reading, however many samples it returns, and a poll's
+time is nearly all inside the driver, where ctypes has released the GIL (docs/MEASUREMENT.md, "NVML samples", has
+the times); `poll_cost_ms()` reports it as measured in this process.
 
 Timestamps are on time.perf_counter, the clock of TokenEvent.host_time_s, so both series share one time axis.
-NVML stamps in microseconds since the epoch (what an H200 on driver 580 does) or, on some drivers, since boot;
-the magnitude tells which. Without an NVIDIA GPU (or without NVML) the monitor says so plainly and samples CPU
-utilization and resident memory instead (of the processes
-`host_pids` names, the engine's, when given). An index NVML does not have is left out with a note in
+NVML stamps in microseconds since the epoch or, on some drivers, since boot; the magnitude tells which. Without an
+NVIDIA GPU (or without NVML) the monitor says so plainly and samples CPU utilization and resident memory instead (of
+the processes `host_pids` names, the engine's, when given). An index NVML does not have is left out with a note in
 `description` when another GPU can be read, and gives the CPU fallback, with the reason, when none can.
 
 This module must not import torch: it runs in the dashboard's server process.
@@ -182,8 +181,9 @@ class NvmlReader:
 
     def _prime(self) -> None:
         """Skip what the driver buffered before the reader opened; learn which buffers exist, and their period.
-        A buffer with nothing in it is read at poll time from then on: on an H200 (driver 580) the SM clock buffer
-        answers NotFound even from timestamp 0, and each such call costs ~0.5 ms against ~0.01 ms for a reading."""
+        A buffer with nothing in it is read at poll time from then on: on some GPUs the SM clock buffer answers
+        NotFound even from timestamp 0, and each such call costs far more than a reading (docs/MEASUREMENT.md,
+        "NVML samples")."""
         offsets = _clock_offsets()
         for gpu in self._gpus:
             for buffer in gpu.buffers:
@@ -377,9 +377,8 @@ def nvml_index(cuda_index: int) -> int:
 class GpuMonitor:
     """Polls in a daemon thread every `interval_s` into a bounded, time-ordered buffer; `samples()` reads it from
     any thread. The driver buffers its own samples, so a rare poll loses nothing (up to ~2 s, see the module's
-    docstring): `interval_s` sets how fresh the data is, and how often memory is read. An H200 gives ~57 samples a
-    second (power every 20 ms, utilization every 200 ms, two polls), so the default `max_samples` holds ~14 minutes
-    of one GPU."""
+    docstring): `interval_s` sets how fresh the data is, and how often memory is read. Power, sampled most often,
+    sets how long the default `max_samples` lasts (docs/MEASUREMENT.md, "NVML samples", has it for the H200)."""
 
     def __init__(self, interval_s: float = 0.5, device_indices: Sequence[int] = (0,), *, max_samples: int = 50_000,
                  nvml: ModuleType | None = None, host_pids: Callable[[], list[int]] | None = None):

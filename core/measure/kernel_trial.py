@@ -3,10 +3,9 @@ decode step on the GPU's own terms: how long kernels ran (kernel-busy), how long
 with nothing running (waiting for the host to launch), and how long it idled between steps.
 
 Why a trial of its own: a step's two CUDA events (core.measure.step_times) bracket it, so a span counts as busy the
-time the device spends waiting for each launch inside the step; in eager mode that is most of it (measured on the
-H200: Llama-8B 5.8 ms of kernels in a step of about 20 ms). Kernel tracing costs the host time (6-14% of the rate
-and 3-5 s of post-processing for 256 steps, measured on the H200), so it is never a timed trial; the trial's own
-slowdown is reported with it.
+time the device spends waiting for each launch inside the step; in eager mode that is most of it (docs/NUMBERS.md,
+"Where the step waits"). Kernel tracing costs the host time, and its post-processing seconds (docs/MEASUREMENT.md,
+"The kernel trial"), so it is never a timed trial; the trial's own slowdown is reported with it.
 
 The kernels' times come on the profiler's clock; the steps' spans on the host's (perf_counter). The offset between
 the two is read at the end of the trial, for the profiler's realtime clock and for the monotonic one, and the one

@@ -8,27 +8,12 @@ The call is "faster" (or "slower") only when that whole interval lies above (bel
 at least MIN_EFFECT from 1, and, where the A/A control ran
 (pipelined entered twice), further from 1 than the control is from its twin; and, as the rule before it asked,
 every pair agrees on the direction and the median ratio is further from 1 than half the larger trial spread. The
-t interval alone was fooled by drift on a loaded CPU (2 of 10 A/A comparisons called, below); the spread test alone
-by three lucky trials. With fewer than MIN_TRIALS_FOR_A_CALL pairs it says there are too few trials.
+t interval alone was fooled by drift on a loaded CPU; the spread test alone by three lucky trials. With fewer than
+MIN_TRIALS_FOR_A_CALL pairs it says there are too few trials.
 
-Why and how measured (benchmarks/aa_false_positive.py, an A/A comparison being the pipelined loop against itself):
-- The rule before this one ("every pair agrees and the median ratio is beyond half the larger spread") said
-  "faster" in 1 of 8 default CPU runs, where no difference is expected; in simulation (tests/test_stats.py: 5%
-  trial noise, 8% drift shared by a round) it calls 7.3% of A/A comparisons at 3 trials. A 95% t interval alone
-  calls 4.6% at 3 trials, 4.7% at 5, 5.4% at 10 (5% by design); this rule 1.7%, 0.6% and 0%. The 0.5% minimum
-  effect drops calls smaller than that, so on the GPU, where A/A trials differ by tenths of a percent, fewer still.
-- On this project's shared 2-core CPU at the dashboard's defaults (64 tokens, 3 trials), 20 A/A comparisons under
-  load average 9-12 from other jobs: the old rule called 1 (5%), this rule 0 (0%), the t interval alone 2 of 10
-  (benchmarks/results/cpu/aa_false_positive.md).
-- A second 20 on the same CPU, with one process and the machine lightly loaded (the lead's own tests now and then):
-  A/A ratios up to 12.6% from 1; the old rule called 1, this rule at 95% called 1 (a burst that moved all three
-  pairs alike), at the host clock's 99% none (benchmarks/results/cpu/aa_false_positive_second.json).
-- On the H200 at the dashboard's GPU defaults (the default model's shape, reduce-overhead, 256 tokens, 5 trials,
-  min 2 s), 20 A/A comparisons: A/A ratios within 4.7% of 1 (median 0.4%), neither rule called any
-  (benchmarks/results/h200-2026-11-30-b/call19-aa-gpu.json).
-- On the 78 bench reports committed under benchmarks/results (H200) it calls "faster" wherever the old rule did
-  with every pipelined trial ahead of every naive one (reduce-overhead, step-graph, down to +0.5% on Llama-70B), and
-  no longer calls the two 3-trial eager runs the old one called (0.950x "slower", 1.125x "faster").
+Why, and how it was measured (benchmarks/aa_false_positive.py, an A/A comparison being the pipelined loop against
+itself, in simulation, on the CPU, on the GPU and over the committed bench reports): docs/MEASUREMENT.md, "Comparing
+two runs", "The verdict within one run".
 """
 
 from __future__ import annotations
@@ -87,7 +72,7 @@ def spread(values: list[float]) -> float | None:
 MIN_TRIALS_FOR_A_CALL = 3
 VERDICT_CONFIDENCE = 0.95
 # Runs timed on the host clock (the CPU, where the device is the host and the sync costs nothing) ask for 99%: their
-# noise comes in bursts that pairing does not cancel (1 of 20 A/A comparisons called at 95% on an idle-ish 2-core CPU).
+# noise comes in bursts that pairing does not cancel (see docs/MEASUREMENT.md, "Comparing two runs").
 HOST_CLOCK_CONFIDENCE = 0.99
 MIN_EFFECT = 0.005  # a consistent difference under 0.5% is not worth a headline, however clear
 # Student t quantiles at 0.975 (two-sided 95%) for 1..30 degrees of freedom; beyond, a Cornish-Fisher expansion.

@@ -8,9 +8,10 @@ after the run. On the CPU only host timestamps exist, and the timings say so (`c
 Device spans are put on the host clock through two reference events: after the start's synchronize (and again
 after the stop's) the host reads perf_counter, records a reference event, waits for it, and reads perf_counter again.
 The device stamped the event inside that interval, so its midpoint stands for the event's host time and half its
-width bounds the error. The GPU's timer and perf_counter drift apart by about 13.5 µs per second on the H200
-(benchmarks/clock_alignment.py), so an event's host time is interpolated between the two references: the start
-reference's host time plus `elapsed_time` from it, scaled by the ratio of the two clocks over the run.
+width bounds the error. The GPU's timer and perf_counter drift apart (benchmarks/clock_alignment.py measures it;
+docs/MEASUREMENT.md, "Timeline and trace", has the rate), so an event's host time is interpolated between the two
+references: the start reference's host time plus `elapsed_time` from it, scaled by the ratio of the two clocks over
+the run.
 """
 
 from __future__ import annotations

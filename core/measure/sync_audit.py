@@ -165,7 +165,7 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
                 return
             current = self.steps if index is None else index
             self.steps = max(self.steps, current + 1)
-            now = self._now_ms()
+            now = self.now_ms()
             self.step_starts_ms.append(now)
             self.step_ends_ms.append(None)
             self._position = (current, True)
@@ -178,13 +178,13 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
         with self._marks:
             self._position = (self._position[0], False)
             if self.step_ends_ms and self.step_ends_ms[-1] is None:
-                self.step_ends_ms[-1] = self._now_ms()
+                self.step_ends_ms[-1] = self.now_ms()
 
     def launch_point(self) -> int:
         """A place where work may be launched right after (an outermost module call, say): a CUDA event there, kept
         if `assign_steps` later makes it a step's start. Returns its index for that call. Any thread may call it."""
         with self._marks:
-            self._candidates.append(Marker("step", self._now_ms(), None, self._record_event() if self.cuda else None))
+            self._candidates.append(Marker("step", self.now_ms(), None, self._record_event() if self.cuda else None))
             return len(self._candidates) - 1
 
     def assign_steps(self, starts: list[int], ends_ms: list[float]) -> None:
@@ -234,7 +234,7 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
         if self.cuda:  # where the device's clock stands on the host's (one wait, before anything is audited)
             self._reference = self._record_event()
             self._reference.synchronize()
-            self._reference_ms = self._now_ms()
+            self._reference_ms = self.now_ms()
         for owner, name, make in self._wrappers():
             self._patch(owner, name, make)
         self._patch(threading.Thread, "start", self._starting)
@@ -297,14 +297,15 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
 
     # ---- recording
 
-    def _now_ms(self) -> float:
+    def now_ms(self) -> float:
+        """Milliseconds since the audit began, the clock of its reads, markers and steps (core.audit_steps' too)."""
         return (time.perf_counter() - self._t0) * 1000
 
     def _record(self, kind: str, what: str | None = None) -> Read:
         step, inside = self._position
         site, callers = self._where()
         thread = None if threading.get_ident() == self._thread else threading.current_thread().name
-        read = Read(kind=kind, site=site, step=step, inside_step=inside, t_ms=self._now_ms(), thread=thread,
+        read = Read(kind=kind, site=site, step=step, inside_step=inside, t_ms=self.now_ms(), thread=thread,
                     callers=callers, what=what)
         if self.cuda:
             read.drained = self._record_event()

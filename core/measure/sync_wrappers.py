@@ -258,7 +258,7 @@ class TensorMethodWrappers:
             if self.counts_reads_here():
                 with self._marks:
                     self._launches += 1
-                    self._markers.append(Marker("replay", self._now_ms(), self._position[0], self._record_event()))
+                    self._markers.append(Marker("replay", self.now_ms(), self._position[0], self._record_event()))
             return original(graph, *args, **kwargs)
         return wrapper
 

@@ -92,13 +92,13 @@ SYMMETRIC = (ONE_SHOT, FUSED)  # the kinds with symmetric memory enabled for the
 def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     """Let step-graph mode do its small all-reduces with PyTorch's one-shot symmetric-memory all-reduce.
 
-    At batch 1 an all-reduce moves a few KB, so its cost is latency: NCCL's is about 15 µs inside a CUDA graph, and
-    a 32-layer model does 65 of them per step. Inductor has its own lowering for this (`_collective.auto_select`):
-    an all-reduce of up to 128 KB becomes `symm_mem.one_shot_all_reduce`, where each GPU reads the others' buffers
-    directly over NVLink. Here symmetric memory is enabled for the group; `generation._forward_fn` turns the
-    lowering on for the step-graph compile only, because CUDA-graph trees (reduce-overhead) refuse the
-    symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked as outputs", seen on the
-    H200). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
+    At batch 1 an all-reduce moves a few KB, so its cost is latency (NCCL's and the one-shot's inside a CUDA graph:
+    docs/TUNING.md, "Several GPUs"), and a 32-layer model does 65 of them per step. Inductor has its own lowering for
+    this (`_collective.auto_select`): an all-reduce of up to 128 KB becomes `symm_mem.one_shot_all_reduce`, where
+    each GPU reads the others' buffers directly over NVLink. Here symmetric memory is enabled for the group;
+    `core.loops.step.decode_forward` turns the lowering on for the step-graph compile only, because CUDA-graph trees
+    (reduce-overhead) refuse the symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked
+    as outputs"). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
     ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (core.kernels.tp_fusion goes
     one step further where it can: each decoder layer's all-reduce fused with its add and norm.)"""
     mesh = getattr(model, "_device_mesh", None)
