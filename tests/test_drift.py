@@ -25,9 +25,11 @@ def report(rates: dict[str, list[float]], device: str = "cuda", keys: int | None
     clock = "host" if device == "cpu" else "cuda-events"
     opts = {"loop": "naive", "max_new_tokens": 64, "cache": "static" if keys else "dynamic", "compile": "off",
             "lag": 1, "streams": 1, **options}
-    runs = [{"contestant": name, "trial": trial, "timings": {"decode_tokens_per_s": rate, "tokens_per_s": rate * 0.9,
-                                                             "clock": clock}}
-            for name, values in rates.items() for trial, rate in enumerate(values)]
+    runs = [{"contestant": name, "trial": trial, "order": order,
+             "timings": {"decode_tokens_per_s": rate, "tokens_per_s": rate * 0.9, "total_ms": 64e3 / rate,
+                         "clock": clock}}
+            for order, (name, trial, rate) in enumerate((name, trial, rate) for name, values in rates.items()
+                                                        for trial, rate in enumerate(values))]
     return {"schema": "syncscope.bench/1", "model": {"spec": "tiny-random"},
             "environment": {"device": device, "gpu": "NVIDIA H200" if device == "cuda" else None},
             "request": {"prompt": "Hello", "options": opts, "trials": 3, "contestants": list(rates)},

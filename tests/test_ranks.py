@@ -32,14 +32,21 @@ COMMAND = [sys.executable, "-m", "core.bench", "--model", "tiny-random", "--devi
 
 # ------------------------------------------------------------------------------------------------ the launcher
 
-def live_ranks() -> list[psutil.Process]:
-    """The ranks this process spawned that still run."""
+def spawned_children() -> list[psutil.Process]:
+    """The spawned children of this process that still run (ranks, and any engine process another test started)."""
     alive = []
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
             if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)
     return alive
+
+
+@pytest.fixture
+def live_ranks():
+    """The ranks this test spawned that still run: spawned children that were not there when it began."""
+    before = {child.pid for child in spawned_children()}
+    return lambda: [child for child in spawned_children() if child.pid not in before]
 
 
 def test_each_rank_gets_torchruns_environment_and_rank_0_alone_prints(tmp_path, capfd):
@@ -58,7 +65,7 @@ def test_each_rank_gets_torchruns_environment_and_rank_0_alone_prints(tmp_path, 
 
 @pytest.mark.parametrize(("how", "code", "said"), [("exit", 3, "failed (exit code 3)"),
                                                     ("kill", 1, "was killed by signal 9")])
-def test_a_failing_rank_fails_the_run_at_once_and_the_others_are_ended(tmp_path, capfd, how, code, said):
+def test_a_failing_rank_fails_the_run_at_once_and_the_others_are_ended(tmp_path, capfd, live_ranks, how, code, said):
     assert run_ranks(2, [str(tmp_path), how], rank_entries.rank_1_fails) == code
     assert not (tmp_path / "finished-0.json").exists(), "the launcher waited for rank 0 instead of ending it"
     assert f"core.bench: error: rank 1 of 2 {said}; the other ranks were stopped" in capfd.readouterr().err
@@ -109,7 +116,7 @@ def test_the_launchers_first_signal_reaches_every_rank_in_shared_memory(tmp_path
     assert f"core.bench: SIGINT: {ranks.STOPPING}; interrupt once more" in err and "error" not in err
 
 
-def test_a_second_signal_ends_every_rank_at_once(tmp_path, capfd):
+def test_a_second_signal_ends_every_rank_at_once(tmp_path, capfd, live_ranks):
     asked = [tmp_path / f"asked-{rank}.json" for rank in (0, 1)]
     with signals_noted() as note:
         sender = signal_launcher_when_ready(note, *asked)
