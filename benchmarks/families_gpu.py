@@ -154,7 +154,7 @@ def run_mode(loaded: Any, spec: str, mode: str, prompt_tokens: int, new_tokens: 
 
     options = GenerationOptions(max_new_tokens=new_tokens, cache="static", compile=mode, ignore_eos=True)
     request = BenchRequest(prompt=synthetic_prompt(prompt_tokens), options=options, trials=trials,
-                           contestants=contestants)
+                           contestants=contestants, prompt_tokens=prompt_tokens)
     began = time.perf_counter()
     try:
         report = compare(loaded, request)

@@ -112,7 +112,8 @@ def run_case(loaded: Any, case: Case) -> dict[str, Any]:
     eos = pick_eos(loaded, prompts, case)
     options = GenerationOptions(max_new_tokens=NEW_TOKENS, cache=case.cache, compile=case.compile, lag=case.lag,
                                 streams=case.streams, eos_token_id=eos, ignore_eos=eos is None)
-    request = BenchRequest(prompt=prompt, options=options, trials=case.trials, contestants=case.contestants)
+    request = BenchRequest(prompt=prompt, options=options, trials=case.trials, contestants=case.contestants,
+                           prompt_tokens=PROMPT_TOKENS if case.batch == 1 else None)  # rows > 1 are rotated
     report = compare(loaded, request)
     report["case"] = {**case.__dict__, "eos_token_id": eos}
     return report

@@ -14,15 +14,15 @@ import torch
 
 from core.measure.kernel_trial import clipped_intervals, merged_intervals, on_run_clock
 from core.measure.sync_audit import SyncAudit
+from core.report_schema import AUDIT_SCHEMA
 
-SCHEMA = "syncscope.audit/1"
 PROG = "python -m core.audit"
 
 
 def describe(audit: SyncAudit, **extra: Any) -> dict[str, Any]:
     """The audit report of a program: the audit's result and the machine it ran on."""
     gpu = torch.cuda.get_device_name() if audit.cuda else None
-    return {"schema": SCHEMA, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    return {"schema": AUDIT_SCHEMA, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "environment": {"device": "cuda" if audit.cuda else "cpu", "gpu": gpu, "torch": str(torch.__version__),
                             "python": platform.python_version()},
             **audit.result(), **extra}

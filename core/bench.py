@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,9 @@ def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]
     the page's, without its limits)."""
     eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
     prompt_ids = synthetic_prompt(args.prompt_tokens) if args.prompt_tokens is not None else None
-    return request_from_values(values_from_args(args), prompt_ids=prompt_ids, eos_token_id=eos, stream=args.stream,
-                               by_flag=True)
+    request, notices = request_from_values(values_from_args(args), prompt_ids=prompt_ids, eos_token_id=eos,
+                                           stream=args.stream, by_flag=True)
+    return replace(request, prompt_tokens=args.prompt_tokens), notices
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from core.loops.generation import TokenEvent, run
-from core.loops.hf_generate import hf_generate
+from core.loops.hf_generate import hf_run
 from core.measure.kernel_trial import kernel_trial
 from core.measure.nvtx import run_range, wanted, with_ranges
 from core.measure.stats import timeline_center_steps
@@ -83,7 +83,10 @@ def compare(
     ranks agree (one rank's clock decides --min-seconds), or raises KeyboardInterrupt to stop there
     (core.parallel.ranks.agreed_stop)."""
     _check_device_for(loaded, request)
-    check_support(loaded, effective_options("naive", request.options, loaded.device.type)[0].compile)
+    loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
+    check_support(loaded, loops_ran.compile)
+    # What each contestant runs with on this device (CUDA-only modes on the CPU): the report records these.
+    effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
 
     def emit(event: BenchEvent) -> None:
         if on_event is not None and event["type"] != "round":  # a round is progress only: the page counts runs
@@ -132,7 +135,7 @@ def compare(
                             "by": "cancel" if isinstance(stopped, Cancelled) else "interrupt"}
             runs[:] = finished  # an unfinished round would give its first contestants one trial more
             audits = kernels = None
-    report = build_report(loaded, request, runs, warmups, audits, kernels)
+    report = build_report(loaded, request, runs, warmups, audits, kernels, effective=effective, loops_ran=loops_ran)
     report["origin_perf_counter_s"] = origin_s  # where started_ms counts from; places a profiler trace beside it
     if request.deterministic:
         report["nondeterministic_ops"] = sorted(nondeterministic_ops)
@@ -316,14 +319,13 @@ def _one_run(loaded: LoadedModel, request: BenchRequest, name: str, listener: Ca
         options = replace(request.options, loop=loop)
         result = run(loaded, request.prompt, options, on_tokens=_stoppable(listener, stop), contestant=name)
         return {"token_ids": result.token_ids, "texts": result.texts, "timings": result.timings.to_dict(),
-                "notices": result.notices, "started_s": result.started_s}
+                "notices": result.notices, "started_s": result.started_s, "prompt_tokens": result.prompt_tokens}
     started_s = time.perf_counter()  # generate() has no step timings to place, only its call
-    token_ids, timings = hf_generate(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED,
-                                     on_step=on_step)
-    texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    generated = hf_run(loaded, request.prompt, request.options, deferred=name == HF_DEFERRED, on_step=on_step)
+    texts = [loaded.tokenizer.decode(ids, skip_special_tokens=True) for ids in generated.token_ids]
     notices = hf_generate_options(request.options, loaded.device.type)[1]
-    return {"token_ids": token_ids, "texts": texts, "timings": timings.to_dict(), "notices": notices,
-            "started_s": started_s}
+    return {"token_ids": generated.token_ids, "texts": texts, "timings": generated.timings.to_dict(),
+            "notices": notices, "started_s": started_s, "prompt_tokens": generated.prompt_tokens}
 
 
 def _stoppable(listener: Callable[[TokenEvent], None] | None,

@@ -99,7 +99,9 @@ class BenchRequest:
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
     algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
     the trials under the sync audit (core.measure.sync_audit); on CUDA each also runs once more under CUPTI (the kernel
-    trial, core.measure.kernel_trial) unless `no_kernel_trial`. Checked when made."""
+    trial, core.measure.kernel_trial) unless `no_kernel_trial`. `prompt_tokens` says that the prompt (each row of it)
+    is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens, core.loops.prompt.synthetic_prompt);
+    None for any other prompt. Checked when made."""
 
     prompt: Any
     options: GenerationOptions = field(default_factory=GenerationOptions)
@@ -110,6 +112,7 @@ class BenchRequest:
     deterministic: bool = False
     audit: bool = False
     no_kernel_trial: bool = False
+    prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for option in RUN_OPTIONS:
@@ -120,6 +123,8 @@ class BenchRequest:
             raise ValueError(f"unknown contestant(s) {unknown}; use some of: {', '.join(CONTESTANTS)}")
         require(len(set(self.contestants)) == len(self.contestants),
                 f"a contestant is named twice: {', '.join(self.contestants)}")
+        require(self.prompt_tokens is None or (is_int(self.prompt_tokens) and self.prompt_tokens >= 1),
+                f"prompt tokens must be a whole number >= 1 or None, got {self.prompt_tokens!r}")
 
     @property
     def batch(self) -> int:

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from core.kernels.pdl import pdl_in_effect
-from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
@@ -27,7 +26,7 @@ from core.options import (
     NO_CHECK,
     PIPELINED_AGAIN,
     BenchRequest,
-    effective_options,
+    GenerationOptions,
     inductor_options_from_env,
 )
 from core.report_schema import BENCH_SCHEMA, BenchReport
@@ -38,9 +37,13 @@ COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H2
 
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
                  warmups: dict[str, dict[str, Any]], audits: dict[str, dict[str, Any]] | None = None,
-                 kernel_trials: dict[str, dict[str, Any]] | None = None) -> BenchReport:
+                 kernel_trials: dict[str, dict[str, Any]] | None = None, *,
+                 effective: dict[str, tuple[GenerationOptions, list[str]]],
+                 loops_ran: GenerationOptions) -> BenchReport:
     """The report of a comparison: its timed runs and warm-ups, and the extra runs' findings where they ran (the sync
-    audit's per contestant, the kernel trial's per contestant)."""
+    audit's per contestant, the kernel trial's per contestant). Taken from the run, not worked out again: each run's
+    `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with (`effective`,
+    core.options.effective_options) and what the loops ran with (`loops_ran`), as core.compare.compare used them."""
     summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
                                (kernel_trials or {}).get(name), loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
@@ -49,8 +52,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     identical = {name: all(r["first_difference"] is None for r in runs if r["contestant"] == name)
                  for name in request.contestants}
     self_consistent = {name: _self_consistent(runs, name) for name in request.contestants}
-    effective = {name: effective_options(name, request.options, loaded.device.type) for name in request.contestants}
-    loops_ran = effective_options("naive", request.options, loaded.device.type)[0]
+    width = runs[0]["prompt_tokens"]  # every run has the same prompt
     return {
         "schema": BENCH_SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -64,7 +66,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "effective": {name: {"options": asdict(options), "notices": notices}
                       for name, (options, notices) in effective.items()},
         "warmup": warmups,
-        "runs": runs,
+        "runs": [{key: value for key, value in entry.items() if key != "prompt_tokens"} for entry in runs],
         "summary": summary,
         "ratios": ratios(summary),
         "verdict": verdict(runs) if {"naive", "pipelined"} <= set(request.contestants) else None,
@@ -72,7 +74,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "all_identical": all(identical.values()),
         # When a contestant disagrees with itself across trials, a mismatch is run-to-run numerics, not the loop.
         "self_consistent": self_consistent,
-        "identity": _identity(loaded, replace(request, options=loops_ran), runs, identical, self_consistent),
+        "identity": _identity(loaded, replace(request, options=loops_ran), width, runs, identical, self_consistent),
         "command": reproduce_command(loaded, request),
         **({"sync_audit": audits} if audits is not None else {}),
         **({"kernel_trial": kernel_trials} if kernel_trials is not None else {}),
@@ -87,16 +89,13 @@ def reproduce_command(loaded: LoadedModel, request: BenchRequest) -> str:
     the tuning variables this process runs with."""
     device = loaded.device
     on_default_gpu = device.type == "cuda" and (loaded.tp > 1 or not device.index)
-    rows = request.prompt if request.batch > 1 else [request.prompt]
-    synthetic = all(isinstance(row, list) and row == synthetic_prompt(len(row)) for row in rows)
     return cli_command(request, loaded.spec, device=None if on_default_gpu else str(device),
                        dtype=DTYPE_FLAGS.get(loaded.dtype), tp=loaded.tp, hf_modules=loaded.hf_modules,
-                       prompt_tokens=len(rows[0]) if synthetic else None)
+                       prompt_tokens=request.prompt_tokens)
 
 
-def _identity(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], identical: dict[str, bool],
-              self_consistent: dict[str, bool]) -> dict[str, Any]:
-    width = encode_prompt(loaded, request.prompt)[0].shape[1]
+def _identity(loaded: LoadedModel, request: BenchRequest, width: int, runs: list[dict[str, Any]],
+              identical: dict[str, bool], self_consistent: dict[str, bool]) -> dict[str, Any]:
     keys = identity.attended_keys(width, request.options, identity.longest_row([r["token_ids"] for r in runs]))
     return identity.explain(identical, self_consistent, device_type=loaded.device.type,
                             dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,

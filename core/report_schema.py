@@ -24,10 +24,10 @@ from typing import Any, NotRequired, TypedDict
 from core.options import is_int
 from core.phases import phase_named
 
-BENCH_SCHEMA = "syncscope.bench/1"
-PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
-AUDIT_SCHEMA = "syncscope.audit/1"
 BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
+BENCH_SCHEMA = f"{BENCH_SCHEMA_PREFIX}1"
+PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
+AUDIT_SCHEMA = f"{AUDIT_SCHEMA_PREFIX}1"
 BENCH, PAGE, AUDIT = "bench", "page", "audit"  # the kinds of document, as load(expect=...) names them
 OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record, inside the report
 # The largest document load() takes (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
@@ -129,9 +129,9 @@ RENAMED_SECTIONS = {"kernel_trial": "kernel_trial"}
 RENAMED_WARMUP_KEYS = {"engine_warmup_ms": "setup_ms"}
 RENAMED_MONITOR_KEYS = {"kind": "source"}
 
-NOT_A_BENCH_REPORT = ("this JSON is not a syncscope benchmark report (no \"schema\": \"syncscope.bench/1\"); write one "
+NOT_A_BENCH_REPORT = (f"this JSON is not a syncscope benchmark report (no \"schema\": \"{BENCH_SCHEMA}\"); write one "
                       "with python -m core.bench ... --json results.json")
-NOT_AN_AUDIT_REPORT = ("this JSON is not an audit report (no \"schema\": \"syncscope.audit/1\"); write one with "
+NOT_AN_AUDIT_REPORT = (f"this JSON is not an audit report (no \"schema\": \"{AUDIT_SCHEMA}\"); write one with "
                        "python -m core.audit --json audit.json -- your_script.py")
 AUDIT_NOT_BENCH = "this JSON is an audit report of a program (python -m core.audit), not a benchmark report"
 BENCH_NOT_AUDIT = "this JSON is a benchmark report (python -m core.bench), not an audit report of a program"

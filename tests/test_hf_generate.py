@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.loops.hf_generate import _deferred_stop_check, hf_generate
+from core.loops.hf_generate import _deferred_stop_check, hf_generate, hf_run
 from core.options import GenerationOptions
 
 BATCH = ["Hi", "Tell me about the sea and the ships on it."]
@@ -48,6 +48,14 @@ def test_the_timings_are_the_host_clocks_over_the_whole_call(tiny):
     assert timings.total_ms > 0
     assert timings.tokens_per_s == pytest.approx(2 * STEPS / (timings.total_ms / 1000))
     assert timings.ms_per_token_p50 == pytest.approx(timings.total_ms / STEPS)
+
+
+def test_a_run_says_how_wide_its_prompt_was(tiny, free):
+    from core.loops.prompt import encode
+
+    result = hf_run(tiny, BATCH, GenerationOptions(max_new_tokens=STEPS, ignore_eos=True))
+    assert result.prompt_tokens == encode(tiny, BATCH).width  # the longer row: the padded batch generate() got
+    assert result.token_ids == free
 
 
 def test_on_step_marks_every_step_and_never_stops_the_run(tiny, free):

@@ -77,8 +77,9 @@ def test_the_cli_table_prints_the_reason(tiny):
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=6), trials=2)
     timings = {"tokens_per_s": 1.0, "step_ms": [], "total_ms": 1.0, "ttft_ms": 1.0, "new_tokens": 2}
     runs = [{"contestant": name, "trial": trial, "token_ids": [[1, 2 + (name == "pipelined") * trial]],
-             "timings": timings} for trial in (0, 1) for name in BOTH]
-    report = build_report(tiny, request, runs, warmups={})
+             "timings": timings, "prompt_tokens": 3} for trial in (0, 1) for name in BOTH]
+    report = build_report(tiny, request, runs, warmups={}, effective={name: (request.options, []) for name in BOTH},
+                          loops_ran=request.options)
     assert report["identity"]["cause"] == UNKNOWN  # tiny-random runs in fp32 on the CPU: nothing measured
     assert "NO* for pipelined: the same code gave different tokens" in format_table(report)
 

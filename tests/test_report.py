@@ -1,13 +1,18 @@
 """core.report: what a comparison's report says (identity, the reproduce command) and how the CLI prints it."""
 
 import shlex
+from dataclasses import asdict, replace
 
+import pytest
+
+import core.compare
 from core.bench import build_parser, request_from_args
 from core.compare import compare
-from core.loops.prompt import synthetic_prompt
-from core.options import BenchRequest, GenerationOptions
-from core.report import build_report, reproduce_command
+from core.loops.prompt import encode_prompt, synthetic_prompt
+from core.options import BenchRequest, GenerationOptions, effective_options
+from core.report import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
 from core.report_schema import BENCH_SCHEMA, OPTIONAL_KEYS, REQUIRED_KEYS
+from core.run_schema import cli_command
 
 
 def command_request(command: str) -> BenchRequest:
@@ -29,8 +34,20 @@ def test_the_reports_command_asks_for_the_same_comparison_again(tiny):
     assert (again.trials, again.contestants) == (request.trials, request.contestants)
 
 
+def cli_request(*flags: str) -> BenchRequest:
+    return request_from_args(build_parser().parse_args(list(flags)))[0]
+
+
+def ran_with(loaded, request):
+    """build_report's `effective` and `loops_ran`, as core.compare.compare works them out."""
+    device = loaded.device.type
+    return {"effective": {name: effective_options(name, request.options, device) for name in request.contestants},
+            "loops_ran": effective_options("naive", request.options, device)[0]}
+
+
 def test_a_synthetic_prompt_is_asked_for_by_its_length(tiny):
-    request = BenchRequest(prompt=synthetic_prompt(12), options=GenerationOptions(max_new_tokens=4), trials=1)
+    request = cli_request("--prompt-tokens", "12", "--max-new-tokens", "4", "--trials", "1")
+    assert request.prompt == synthetic_prompt(12) and request.prompt_tokens == 12
     command = reproduce_command(tiny, request)
     assert "--prompt-tokens 12" in command and command_request(command).prompt == synthetic_prompt(12)
 
@@ -38,14 +55,72 @@ def test_a_synthetic_prompt_is_asked_for_by_its_length(tiny):
 def test_identity_check_can_fail(tiny):
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=6), trials=1)
     timings = {"tokens_per_s": 1.0, "step_ms": [], "total_ms": 1.0, "ttft_ms": 1.0}
-    runs = [{"contestant": "naive", "trial": 0, "token_ids": [[1, 2]], "timings": timings},
-            {"contestant": "pipelined", "trial": 0, "token_ids": [[1, 3]], "timings": timings}]
-    report = build_report(tiny, request, runs, warmups={})
+    runs = [{"contestant": "naive", "trial": 0, "token_ids": [[1, 2]], "timings": timings, "prompt_tokens": 3},
+            {"contestant": "pipelined", "trial": 0, "token_ids": [[1, 3]], "timings": timings, "prompt_tokens": 3}]
+    report = build_report(tiny, request, runs, warmups={}, **ran_with(tiny, request))
     assert report["identical"] == {"naive": True, "pipelined": False}
     assert report["all_identical"] is False
     assert report["self_consistent"] == {"naive": True, "pipelined": True}
-    runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings})
-    assert build_report(tiny, request, runs, warmups={})["self_consistent"]["pipelined"] is False
+    runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings,
+                 "prompt_tokens": 3})
+    assert build_report(tiny, request, runs, warmups={}, **ran_with(tiny, request))["self_consistent"][
+        "pipelined"] is False
+
+
+class NoTokenizer:
+    """A tokenizer that fails the test when anything of it is used."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"build_report used the tokenizer ({name})")
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("build_report called the tokenizer")
+
+    def __len__(self):
+        raise AssertionError("build_report asked the tokenizer's length")
+
+
+def old_way(loaded, request, report):
+    """The facts build_report used to work out again: whether the prompt is synthetic (made again and compared),
+    the prompt's width (encoded again) and the options each contestant ran with (adapted again)."""
+    device = loaded.device.type
+    loops_ran = effective_options("naive", request.options, device)[0]
+    rows = request.prompt if request.batch > 1 else [request.prompt]
+    synthetic = all(isinstance(row, list) and row == synthetic_prompt(len(row)) for row in rows)
+    command = cli_command(request, loaded.spec, device=str(loaded.device), dtype=DTYPE_FLAGS.get(loaded.dtype),
+                          tp=loaded.tp, hf_modules=loaded.hf_modules,
+                          prompt_tokens=len(rows[0]) if synthetic else None)
+    width = encode_prompt(loaded, request.prompt)[0].shape[1]
+    effective = {name: effective_options(name, request.options, device) for name in request.contestants}
+    return {"command": command,
+            "identity": _identity(loaded, replace(request, options=loops_ran), width, report["runs"],
+                                  report["identical"], report["self_consistent"]),
+            "effective": {name: {"options": asdict(options), "notices": notices}
+                          for name, (options, notices) in effective.items()},
+            "environment": environment(loaded, loops_ran.compile)}
+
+
+@pytest.mark.parametrize("asked", ["synthetic", "text"])
+def test_the_report_takes_what_the_run_knew_and_says_what_it_said_before(tiny, monkeypatch, asked):
+    # streams=2 and NVTX ranges are CUDA's: on the CPU each contestant runs without them (a notice each)
+    options = ("--max-new-tokens", "5", "--trials", "1", "--streams", "2", "--nvtx", "--hf")
+    request = cli_request("--prompt-tokens", "9", *options) if asked == "synthetic" else \
+        cli_request("--prompt", "Hello there", *options)
+    handed = {}
+
+    def without_tokenizer(loaded, request, runs, *args, **kwargs):
+        handed["runs"] = runs
+        return build_report(replace(loaded, tokenizer=NoTokenizer()), request, runs, *args, **kwargs)
+
+    monkeypatch.setattr(core.compare, "build_report", without_tokenizer)
+    report = compare(tiny, request)
+    width = encode_prompt(tiny, request.prompt)[0].shape[1]
+    assert {run["prompt_tokens"] for run in handed["runs"]} == {width}  # every contestant's, generate()'s too
+    assert not any("prompt_tokens" in run for run in report["runs"])  # the report's runs keep their keys
+    assert {key: report[key] for key in ("command", "identity", "effective", "environment")} == \
+        old_way(tiny, request, report)
+    assert ("--prompt-tokens 9" in report["command"]) == (asked == "synthetic")
+    assert report["effective"]["naive"]["options"]["streams"] == 1 and report["effective"]["naive"]["notices"]
 
 
 def test_the_report_is_written_through_the_schema(tiny):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,8 +17,25 @@ from core.models import LoadedModel
 from core.options import HF, HF_DEFERRED, GenerationOptions, hf_generate_options
 
 
+@dataclass(frozen=True)
+class HFRun:
+    """One generate() run: each row's token ids (through its first EOS), the prompt's width in tokens (its longest
+    row: the padded prompt generate() was given) and the host's timings."""
+
+    token_ids: list[list[int]]
+    prompt_tokens: int
+    timings: Timings
+
+
 def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferred: bool = False,
                 on_step: Callable[[], None] | None = None) -> tuple[list[list[int]], Timings]:
+    """The token ids and timings of `hf_run`."""
+    result = hf_run(loaded, prompt, options, deferred, on_step)
+    return result.token_ids, result.timings
+
+
+def hf_run(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferred: bool = False,
+           on_step: Callable[[], None] | None = None) -> HFRun:
     """transformers' own generate() with the same cache and compile settings, timed on the host. `on_step` is called
     once per decode step, after its token is chosen (the sync audit's step marks).
 
@@ -67,7 +85,7 @@ def hf_generate(loaded: LoadedModel, prompt: Any, options: GenerationOptions, de
                       new_tokens=new_tokens, kept_steps=len(rows[0]), computed_steps=len(rows[0]), step_ms=[],
                       ms_per_token_p50=total_ms / max(1, len(rows[0])), ms_per_token_p95=0.0,
                       host_queued_ms=[], host_known_ms=[])
-    return token_ids, timings
+    return HFRun(token_ids=token_ids, prompt_tokens=int(input_ids.shape[1]), timings=timings)
 
 
 class _StepMarker:
