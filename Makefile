@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
+WORKERS ?= 2  # pytest-xdist workers: one per core of the 2-core CI machine
 
 .PHONY: run test test-fast lint browser bench clean
 
@@ -18,10 +19,10 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not browser"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

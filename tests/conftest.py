@@ -8,6 +8,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# One intra-op thread in this process and in every process a test starts (they inherit it): the suite runs two
+# workers on a 2-core machine (pytest -n 2), and two threads per process there spin in OpenMP's barriers whenever
+# another process holds a core, which made a tiny model's forward up to ten times slower on a busy machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from collections.abc import Iterator
 from dataclasses import dataclass

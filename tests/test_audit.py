@@ -92,6 +92,7 @@ def test_steps_of_names_a_function_of_the_script_or_a_module_class():
     assert by_class["steps"] == 5 and by_class["reads_per_decode_step"] == 11.0
 
 
+@pytest.mark.slow
 def test_a_program_without_a_repeated_module_call_says_how_to_mark_its_steps(tmp_path):
     script = tmp_path / "flat.py"
     script.write_text("import torch\nx = torch.ones(3)\nfor _ in range(4):\n    x.sum().item()\n")

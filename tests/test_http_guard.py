@@ -155,6 +155,7 @@ def test_sessions_keep_no_copy_of_each_components_value_and_deep_links_are_off(g
     assert answer.status_code == 404 and answer.text == "deep links are not offered by this server\n"
 
 
+@pytest.mark.slow
 def test_the_session_store_holds_at_most_its_capacity(guarded):
     demo, url = guarded
     visitor = client(url)

@@ -32,6 +32,7 @@ def committed_documents() -> list[Path]:
     return found
 
 
+@pytest.mark.slow
 def test_every_committed_report_loads():
     paths = committed_documents()
     kinds = {kind_of(load(path)) for path in paths}

@@ -250,6 +250,7 @@ def append_interpreter_errors() -> dict[str, float]:
     return errors
 
 
+@pytest.mark.slow
 @needs_triton
 def test_the_appending_kernel_turns_writes_and_attends_as_transformers_in_tritons_interpreter():
     errors = _in_tritons_interpreter("append_interpreter_errors")
