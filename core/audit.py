@@ -47,7 +47,7 @@ import torch
 from core.audit_compile import audited_compiles
 from core.audit_report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text
 from core.audit_steps import StepsOf, StepWatcher
-from core.measure.kernel_trial import device_intervals_ns
+from core.measure.kernel_measurement import device_intervals_ns
 from core.measure.sync_audit import SyncAudit
 from core.measure.sync_sites import short_path
 from core.report_files import check_output_path, write_json

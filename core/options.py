@@ -99,7 +99,7 @@ class BenchRequest:
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
     algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
     the trials under the sync audit (core.measure.sync_audit); on CUDA each also runs once more under CUPTI (the kernel
-    trial, core.measure.kernel_trial) unless `no_kernel_trial`. Checked when made."""
+    trial, core.measure.kernel_measurement) unless `no_kernel_measurement`. Checked when made."""
 
     prompt: Any
     options: GenerationOptions = field(default_factory=GenerationOptions)
@@ -109,7 +109,7 @@ class BenchRequest:
     min_seconds: float = 0.0
     deterministic: bool = False
     audit: bool = False
-    no_kernel_trial: bool = False
+    no_kernel_measurement: bool = False
 
     def __post_init__(self) -> None:
         for option in RUN_OPTIONS:
@@ -151,7 +151,7 @@ class Cancelled(Exception):
 OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
 PAGE_GROUPS = ("run", "loop", "sampling")  # where the page shows an option (RunOption.group), in the page's order
 CLI_ONLY = "cli"  # the group of an option that only the command line offers
-BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_kernel_trial")
+BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_kernel_measurement")
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
 
@@ -274,7 +274,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("audit", FLAG, False, "Find the syncs (one audited run more)",
               "after the trials, run each contestant once more under the sync audit: every host read of a device "
               "value, at its line, per decode step", part=REQUEST, group="loop"),
-    RunOption("no_kernel_trial", FLAG, False, "Skip the kernel trial (CUDA)",
+    RunOption("no_kernel_measurement", FLAG, False, "Skip the kernel measurement (CUDA)",
               "on CUDA, skip the extra run of each contestant under CUPTI that gives kernel-busy time per step",
               part=REQUEST, group="loop"),
     RunOption("nvtx", FLAG, False, "NVTX ranges per step (for Nsight Systems)",

@@ -41,7 +41,7 @@ from core.options import (
 )
 from core.report_schema import upgrade_report
 
-COMPARED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_trial", "stream")
+COMPARED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
 COMPARED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
                         "pdl", "inductor_options", "torch", "transformers", "python")
 # Tuning variables whose effect the environment does not record: read from the reproduce command, where an unset one

@@ -67,7 +67,7 @@ class Effective(TypedDict):
 
 
 class BenchReport(TypedDict):
-    """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_trial) are dicts of
+    """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_measurement) are dicts of
     numbers whose keys core.report.summarize, core.compare and core.measure write."""
 
     schema: str
@@ -87,7 +87,7 @@ class BenchReport(TypedDict):
     identity: dict[str, Any] | None  # None in reports from before it was recorded
     command: str | None  # None in reports from before it was recorded
     sync_audit: NotRequired[dict[str, dict[str, Any]]]  # only where the sync audit ran
-    kernel_trial: NotRequired[dict[str, dict[str, Any]]]  # only where the kernel trial ran
+    kernel_measurement: NotRequired[dict[str, dict[str, Any]]]  # only where the kernel measurement ran
     interrupted: NotRequired[bool]  # only in the report of an interrupted run, with its interruption
     interruption: NotRequired[Interruption]
     origin_perf_counter_s: NotRequired[float]
@@ -124,8 +124,10 @@ FILLED_WHEN_ABSENT: dict[str, Any] = {"environment": {}, "request": {}, "warmup"
                                       "ratios": {}, "identical": {}, "self_consistent": {}, "effective": None,
                                       "verdict": None, "identity": None, "command": None}
 PAGE_FILLED_WHEN_EMPTY: dict[str, Any] = {"series": {}, "spans": [], "notices": [], "nvml_by_contestant": {}}
-# Old section names and today's. kernel_trial keeps its name for now; a rename goes here, not into the readers.
-RENAMED_SECTIONS = {"kernel_trial": "kernel_trial"}
+# Old section names and today's (a rename goes here, not into the readers): the kernel measurement was the kernel
+# trial; the request's flag to skip it was named after it too.
+RENAMED_SECTIONS = {"kernel_trial": "kernel_measurement"}
+RENAMED_REQUEST_KEYS = {"no_kernel_trial": "no_kernel_measurement"}
 RENAMED_WARMUP_KEYS = {"engine_warmup_ms": "setup_ms"}
 RENAMED_MONITOR_KEYS = {"kind": "source"}
 
@@ -279,6 +281,7 @@ def upgrade_report(report: Any) -> Any:
             out[key] = empty.copy() if isinstance(empty, dict | list) else empty
     if isinstance(out["warmup"], dict):
         out["warmup"] = {name: _renamed(entry, RENAMED_WARMUP_KEYS) for name, entry in out["warmup"].items()}
+    out["request"] = _renamed(out["request"], RENAMED_REQUEST_KEYS)
     return out
 
 
@@ -365,7 +368,7 @@ def check_report(report: Any) -> None:
     for name, ran in (report["effective"] or {}).items():
         _expect(isinstance(ran, dict) and isinstance(ran.get("options"), dict) and isinstance(ran.get("notices"), list)
                 and all(isinstance(n, str) for n in ran["notices"]), f"effective entry {name!r} is malformed")
-    for key in ("sync_audit", "kernel_trial", "interruption"):
+    for key in ("sync_audit", "kernel_measurement", "interruption"):
         _expect(key not in report or isinstance(report[key], dict), f"its {key!r} section is not an object")
 
 

@@ -74,7 +74,7 @@ SPAN_KEY = "solid = working · hatched = waiting"
 LAUNCH_KEY = "pale = the device waiting for its launch"
 KNOWN_KEY = "black tick = a step's tokens known on the host"
 SYNC_KEY = "red triangle = the host reading a device value"
-KERNEL_KEY = "kernels drawn in steps {first}-{last} (kernel trial)"
+KERNEL_KEY = "kernels drawn in steps {first}-{last} (kernel measurement)"
 QUEUED_KEY = "coloured tick = a step queued by the host"
 SYNC_COLOR = "#d62728"
 KNOWN_COLOR = "#212121"
@@ -91,8 +91,8 @@ COLUMN_HELP = {
 MEANS_HELP = ("each the median over the loop's trials of the trial's mean per decode step (step 0 is prefill), in "
               "µs: the figure the summary states; the bars are the loop's median trial")
 CLOCK_HELP = "GPU times are placed on the host's clock to within ±{error} µs (two reference events per trial)"
-KERNEL_HELP = ("kernel trial: one more run under CUPTI that records every kernel; each of its steps is scaled onto "
-               "the same step's span here")
+KERNEL_HELP = ("kernel measurement: one more run under CUPTI that records every kernel; each of its steps is scaled "
+               "onto the same step's span here")
 
 
 # ------------------------------------------------------------------------------------------------ the figure
@@ -231,7 +231,7 @@ def _loop_traces(trial: LoopTrial, y: float, who: str) -> tuple[list[Spec], list
 
 def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float, who: str) -> list[Spec]:
     """A device lane: each step's span solid, the part of it the device waited for its launch pale; where the
-    kernel trial gave the step's kernels, those solid and the rest of the span pale; the gaps between spans
+    kernel measurement gave the step's kernels, those solid and the rest of the span pale; the gaps between spans
     hatched."""
     hue, faint, label = loop_color(trial.name), {"fillcolor": pale(loop_color(trial.name))}, lane.label
     steps = np.arange(len(lane.starts))
@@ -248,16 +248,16 @@ def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float, who: str) -> li
     inside_text = "idle inside %{customdata[1]:,.1f} µs: the device waiting for its launch"
     if traced.any():
         traces.append(bars(lane.starts[traced], lane.ends[traced], y,
-                            f"{who} · {label} waiting inside the step (kernel trial)", faint,
+                            f"{who} · {label} waiting inside the step (kernel measurement)", faint,
                             hover=(steps[traced], _hover(who, f"{label} span %{{customdata[1]:,.1f}} µs: pale "
-                                                              "where no kernel ran (kernel trial)"))))
+                                                              "where no kernel ran (kernel measurement)"))))
         order = sorted(trial.kernels)
         starts = np.concatenate([trial.kernels[s][0] for s in order])
         ends = np.concatenate([trial.kernels[s][1] for s in order])
         owners = np.concatenate([np.full(len(trial.kernels[s][0]), s) for s in order])
-        traces.append(bars(starts, ends, y, f"{who} · {label} kernels (kernel trial)", {"fillcolor": hue},
+        traces.append(bars(starts, ends, y, f"{who} · {label} kernels (kernel measurement)", {"fillcolor": hue},
                             hover=(owners, _hover(who, "a kernel %{customdata[1]:,.1f} µs: the device working "
-                                                   "(kernel trial)"))))
+                                                   "(kernel measurement)"))))
     inside = trial.idle_inside_ms() if lane is trial.gap_source else None
     if inside is not None:
         waiting = np.zeros(len(lane.starts), dtype=bool)

@@ -332,18 +332,18 @@ def test_the_audits_reads_are_marked_on_the_host_lane_at_their_place_in_the_step
     assert "item at loop.py:7" in marks.text[0] and "flag.item()" in marks.text[0]
 
 
-def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
+def test_the_kernel_measurements_kernels_are_drawn_inside_the_steps_they_cover():
     report = timeline_reports.report(32, trials=1)
     naive = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]
-    report["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
+    report["kernel_measurement"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5], [1.5, 2.0]]} for step in (5, 6)]}}}
     fig = timeline.timeline_figure(report)
-    kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel trial)")
+    kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel measurement)")
     start, end = naive["device_start_ms"][5], naive["device_end_ms"][5]
     scale = (end - start) / 2.0
     assert rectangles(kernels)[0] == pytest.approx((start, start + 0.5 * scale), abs=1e-3)
-    assert "kernels drawn in steps 5-6 (kernel trial)" in block_lines(fig)
-    assert "kernel trial:" in fig.layout.annotations[0].hovertext
+    assert "kernels drawn in steps 5-6 (kernel measurement)" in block_lines(fig)
+    assert "kernel measurement:" in fig.layout.annotations[0].hovertext
     assert hover_numbers(kernels)[0] == [5, 5, 6, 6]
 
 
@@ -444,7 +444,7 @@ def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
 def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     """The browser test at phone width caught longer lines; each variant of the block is checked here."""
     kernels = timeline_reports.report(32, trials=1)
-    kernels["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
+    kernels["kernel_measurement"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5]]} for step in range(1000, 1002)]}}}
     kernels["sync_audit"] = {"naive": {"step_starts_ms": [0.0, 1.0], "events": [{"step": 1, "t_ms": 1.2, "site": 0}],
                                        "sites": [{"index": 0, "kind": "item", "file": "x.py", "line": 1}]}}

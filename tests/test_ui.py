@@ -63,7 +63,7 @@ H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
 
 
 def h200_saved_report():
-    """The committed 1B reduce-overhead H200 report, with its sync audit and kernel trial."""
+    """The committed 1B reduce-overhead H200 report, with its sync audit and kernel measurement."""
     from core.report_files import read_report_bytes
     from dashboard.page_record import open_report
     from tests.test_dashboard_browser import REPO

@@ -203,7 +203,7 @@ def trials_shown(report: dict[str, Any]) -> str:
     facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
     planned = facts.get("trials_planned", planned)
     done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
-    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel trial, say)
+    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel measurement, say)
         return f"{done} trial(s)"
     return f"{done} of {planned} trial(s) (cut short)"
 
