@@ -4,7 +4,7 @@
 each is): where the host waited per decode step and at which line, where the device idled, what the pipelined loop
 removed, and the decode ratio against this run's noise; on the CPU, why no difference is expected. The facts the
 sentences and the page share (a contestant's waits, the audit's top site, the device kind) and numbers as words are
-here too; two reports side by side are core.report_comparison's.
+here too; two reports side by side are core.report_diff's.
 """
 
 from __future__ import annotations

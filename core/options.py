@@ -185,7 +185,7 @@ class RunOption:
     group: str = "run"
     history: bool = False  # a column of the run history
     # The contestants whose runs the option can change (empty: all). Two reports differing only in options that leave
-    # a contestant out have that contestant as their control (core.report_comparison.compare_reports).
+    # a contestant out have that contestant as their control (core.report_diff.diff_reports).
     affects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -254,7 +254,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               gpu_default="reduce-overhead", group="loop", history=True),
     RunOption("lag", WHOLE, 1, "Pipeline lag (steps)", "pipelined loop: steps between queueing and reading",
               noun="pipeline lag", low=1, high=64, group="loop", history=True,
-              affects=("pipelined", PIPELINED_AGAIN)),  # and the static cache's length: compare_reports checks it
+              affects=("pipelined", PIPELINED_AGAIN)),  # and the static cache's length: diff_reports checks it
     RunOption("streams", WHOLE, 1, "Streams", "2: device-to-host copies on a second CUDA stream", low=1, high=2,
               choices=(1, 2), group="loop", history=True, affects=("pipelined", PIPELINED_AGAIN)),
     RunOption("hf", FLAG, False, "Include HF generate() (on CUDA also with its DeferredStopCheck on)",

@@ -10,7 +10,7 @@
 `check()`s it; anything wrong is one `ReportError`, a ValueError whose message is one line in words. After it,
 readers index the document: a section that exists only when its phase ran (NotRequired below) is tested with `in`.
 
-Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --compare import it.
+Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --diff import it.
 """
 
 import codecs

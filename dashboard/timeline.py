@@ -5,7 +5,7 @@ tick when each step's tokens became known) and a device lane per GPU (each step'
 device spent waiting for its launch pale, the idle gaps between spans hatched). Naive sits above pipelined on one
 time axis: ms since each loop's trial started. On the CPU the host is the device: one lane per loop. The first view
 is a window of 10-20 decode steps from the middle of the trial; the range slider under it reaches the whole trial.
-`compare_timelines` draws two reports' loops on one such axis.
+`diff_timelines` draws two reports' loops on one such axis.
 
 The chart reads in words: solid = working, hatched = waiting, pale = the device waiting for its launch; each bar's
 hover says which step it is and what its number means, and the table's hover defines each column. The two loops
@@ -60,7 +60,7 @@ TITLE_PX = 34
 BOTTOM_PX = 75                 # x ticks, the range slider and the x title
 HOVER_DISTANCE_PX = 40         # a bar's hover point is on its edge: reach it from the bar's middle
 MAX_LINE = 50                  # characters: a line of the statistics block that fits a phone's chart
-COMPARE_LABEL = 12             # characters of a compared run's label on its lanes
+DIFF_LABEL = 12                # characters of a diffed run's label on its lanes
 
 # The two loops: Okabe-Ito vermillion and blue (dashboard.charts.COLORS, as on the page's other charts), told apart
 # under protanopia, deuteranopia and tritanopia; their names on every lane are the second cue.
@@ -118,16 +118,16 @@ def timeline_figure(report: dict[str, Any]) -> go.Figure:
     return _figure([_Group(None, loop_trials(report), report)])
 
 
-def compare_timelines(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
+def diff_timelines(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
     """Two reports' timelines on one time axis (ms since each loop's trial started): report_a's loops above
-    report_b's, each lane and each row of the table named by its report's label (cut to COMPARE_LABEL characters)."""
+    report_b's, each lane and each row of the table named by its report's label (cut to DIFF_LABEL characters)."""
     return _figure([_Group(_short(label_a), loop_trials(report_a), report_a),
                     _Group(_short(label_b), loop_trials(report_b), report_b)])
 
 
 def _short(label: str) -> str:
     label = " ".join(str(label).split()) or "?"
-    return label if len(label) <= COMPARE_LABEL else label[:COMPARE_LABEL - 1] + "…"
+    return label if len(label) <= DIFF_LABEL else label[:DIFF_LABEL - 1] + "…"
 
 
 def loop_color(name: str) -> str:

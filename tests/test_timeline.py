@@ -452,14 +452,14 @@ def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     cpu = timeline_reports.report(64, cpu=True)
     two_ranks = timeline_reports.report(64, ranks=2)
     figures = [timeline.timeline_figure(r) for r in (cuda_report, old, cpu, kernels, two_ranks)]
-    figures.append(timeline.compare_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
+    figures.append(timeline.diff_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
     for fig in figures:
         assert max(map(len, block_lines(fig))) <= timeline.MAX_LINE, block_lines(fig)
 
 
 def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(cuda_report):
     other = timeline_reports.report(128, trials=1)
-    fig = timeline.compare_timelines(cuda_report, other, "static", "dyn <b>x</b>")
+    fig = timeline.diff_timelines(cuda_report, other, "static", "dyn <b>x</b>")
     assert [html.unescape(label) for label in lane_labels(fig)] == [
         f"{label} · {lane}" for label in ("static", "dyn <b>x</b>")
                                 for lane in ("naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU")]
@@ -474,8 +474,8 @@ def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(
     ys = sorted(fig.layout.yaxis.tickvals)
     assert list(fig.layout.yaxis.tickvals) == ys and len(set(ys)) == 8, "one y axis, lanes apart"
     assert "xaxis2" not in fig.layout.to_plotly_json(), "one shared time axis"
-    cut = lane_labels(timeline.compare_timelines(cuda_report, other, "x" * 30, "b"))[0]
-    assert cut == "x" * (timeline.COMPARE_LABEL - 1) + "… · naive · host", "a long label is cut"
+    cut = lane_labels(timeline.diff_timelines(cuda_report, other, "x" * 30, "b"))[0]
+    assert cut == "x" * (timeline.DIFF_LABEL - 1) + "… · naive · host", "a long label is cut"
     names = [bars.name for bars in fig.data]
     assert len(names) == len(set(names)), "every trace named by its run"
-    assert timeline.compare_timelines({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")
+    assert timeline.diff_timelines({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")
