@@ -11,8 +11,6 @@ import re
 from typing import Any
 
 from core.explain import (
-    FIELD_CHARS,
-    clipped,
     contestant_waits,
     duration,
     number_or_none,
@@ -40,6 +38,7 @@ from core.options import (
     TP_BARRIER_ENV,
 )
 from core.report_schema import upgrade_report
+from core.text import SENTENCE_FIELD_CHARS, clip
 
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
@@ -107,9 +106,9 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _run_facts(report: dict[str, Any]) -> dict[str, Any]:
     env = report["environment"]
-    return {"model": clipped(report["model"].get("spec"), FIELD_CHARS),
-            "device": clipped(env.get("gpu") or env.get("device"), FIELD_CHARS),
-            "created": clipped(report.get("created"), 40), "command": clipped(report.get("command"), 2000),
+    return {"model": clip(report["model"].get("spec"), SENTENCE_FIELD_CHARS),
+            "device": clip(env.get("gpu") or env.get("device"), SENTENCE_FIELD_CHARS),
+            "created": clip(report.get("created"), 40), "command": clip(report.get("command"), 2000),
             "interrupted": bool(report.get("interrupted"))}
 
 
@@ -169,16 +168,16 @@ def _prompt_text(prompt: Any) -> str | None:
         return None
     rows = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], list | str) else [prompt]
     first = rows[0]
-    text = f"{len(first)} token ids" if isinstance(first, list) else repr(clipped(first, 60))
+    text = f"{len(first)} token ids" if isinstance(first, list) else repr(clip(first, 60))
     return f"{len(rows)} rows, each {text}" if len(rows) > 1 else text
 
 
 def _setting_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
-        return clipped(", ".join(str(v) for v in value), FIELD_CHARS)
+        return clip(", ".join(str(v) for v in value), SENTENCE_FIELD_CHARS)
     if isinstance(value, str):
-        return clipped(value, FIELD_CHARS)
-    return value if isinstance(value, int | float | bool) or value is None else clipped(value, FIELD_CHARS)
+        return clip(value, SENTENCE_FIELD_CHARS)
+    return value if isinstance(value, int | float | bool) or value is None else clip(value, SENTENCE_FIELD_CHARS)
 
 
 def _control(a: dict[str, Any], b: dict[str, Any], differs: list[str],
@@ -188,7 +187,7 @@ def _control(a: dict[str, Any], b: dict[str, Any], differs: list[str],
     for name in differs:
         option = RUN_OPTION.get(name.removeprefix("ran "))
         if option is None or not option.affects:
-            return None, f"{clipped(name, 40)} differs, which can change every contestant"
+            return None, f"{clip(name, 40)} differs, which can change every contestant"
         affected.update(option.affects)
     if "lag" in differs and (why := _cache_length_differs(a, b)):
         return None, why
@@ -353,7 +352,7 @@ def _judged_note(control: str | None, no_control: str | None, differs: list[str]
     """How the contestants were judged, in one sentence."""
     if control is not None:
         what = "the settings are the same" if not differs else \
-            f"{', '.join(clipped(d, 40) for d in differs)} cannot change it"
+            f"{', '.join(clip(d, 40) for d in differs)} cannot change it"
         apart = [name for name in shared if name not in SHARE_THE_CONTROLS_SETUP]
         rest = f"; {', '.join(apart)}, with a decode path of its own, by the {drift_words(drift.rates)} that two " \
             f"processes of the same settings differ by {device_words(kind)}" if apart else ""
@@ -367,7 +366,7 @@ def _verdict_facts(report: dict[str, Any]) -> dict[str, Any] | None:
     verdict = report.get("verdict")
     if not isinstance(verdict, dict) or not number_or_none(verdict.get("ratio")):
         return None
-    return {"ratio": verdict["ratio"], "call": clipped(verdict.get("call"), 20),
+    return {"ratio": verdict["ratio"], "call": clip(verdict.get("call"), 20),
             "noise": number_or_none(verdict.get("noise"))}
 
 

@@ -23,6 +23,7 @@ from typing import Any, NotRequired, TypedDict
 
 from core.options import is_int
 from core.phases import phase_named
+from core.text import clip
 
 BENCH_SCHEMA = "syncscope.bench/1"
 PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
@@ -35,7 +36,6 @@ OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record
 # per-step fields yet to come.
 MAX_REPORT_BYTES = 100 * 2**20
 GZIP_MAGIC = b"\x1f\x8b"
-MESSAGE_CHARS = 300  # the most of a field's name or value an error message quotes (a file can hold anything)
 
 
 class Interruption(TypedDict):
@@ -460,17 +460,13 @@ def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) 
         items = value if isinstance(value, list) else [value]
         bad = next((v for v in items if v is not None and not _is_number(v)), None)
         if bad is not None:
-            raise ReportError(f"the report is incomplete or damaged: {_clip(f'{where}.{key}', 120)} is "
-                              f"{_clip(json.dumps(bad), 40)}, not a number")
+            raise ReportError(f"the report is incomplete or damaged: {clip(f'{where}.{key}', 120)} is "
+                              f"{clip(json.dumps(bad), 40)}, not a number")
 
 
 def _expect(condition: bool, problem: str) -> None:
     if not condition:
-        raise ReportError(f"the report is incomplete or damaged: {_clip(problem)}")  # it may quote the file
-
-
-def _clip(text: str, limit: int = MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+        raise ReportError(f"the report is incomplete or damaged: {clip(problem)}")  # it may quote the file
 
 
 def _is_number(value: Any) -> bool:

@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 
 from core import report_schema
 from core.report_schema import AUDIT, BENCH, PAGE, AuditReport
+from core.text import clip
 from dashboard import charts
-from dashboard.limits import clip
 from dashboard.report_text import plain
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 

@@ -171,7 +171,7 @@ def sync_debug_sites(run) -> set[tuple[str, int]]:
             frame = frame.f_back
         code = sync_sites.linecache.getline(frame.f_code.co_filename, frame.f_lineno)
         if "synchronize(" not in code:  # explicit waits: the audit records them as what they are
-            sites.add((sync_sites.short_path(frame.f_code.co_filename), frame.f_lineno))
+            sites.add((sync_sites.path_from_root(frame.f_code.co_filename), frame.f_lineno))
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
