@@ -117,8 +117,6 @@ class AuditReport(TypedDict):
     note: NotRequired[str]
 
 
-REQUIRED_KEYS = frozenset(BenchReport.__required_keys__)
-OPTIONAL_KEYS = frozenset(BenchReport.__optional_keys__)
 # What an older report lacks of today's sections, as today's reports write the section when there is nothing in it.
 FILLED_WHEN_ABSENT: dict[str, Any] = {"environment": {}, "request": {}, "warmup": {}, "runs": [], "summary": {},
                                       "ratios": {}, "identical": {}, "self_consistent": {}, "effective": None,

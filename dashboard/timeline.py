@@ -59,7 +59,6 @@ TOP_LINE_PX = 13               # one line of the statistics block
 TITLE_PX = 34
 BOTTOM_PX = 75                 # x ticks, the range slider and the x title
 HOVER_DISTANCE_PX = 40         # a bar's hover point is on its edge: reach it from the bar's middle
-MAX_LINE = 50                  # characters: a line of the statistics block that fits a phone's chart
 DIFF_LABEL = 12                # characters of a diffed run's label on its lanes
 
 # The two loops: Okabe-Ito vermillion and blue (dashboard.charts.COLORS, as on the page's other charts), told apart

@@ -228,9 +228,6 @@ class Means:
     inside_us: float | None = None
 
 
-NO_MEANS = Means(None, None, None, None)
-
-
 def first_view(trials: Sequence[LoopTrial]) -> tuple[float, float] | None:
     """The first view's x range: about WINDOW_STEPS decode steps around the middle of the shorter trial, between
     MIN_WINDOW_STEPS of the slower loop and MAX_WINDOW_STEPS of the faster one where both can hold."""
@@ -262,10 +259,3 @@ def window_means(trial: LoopTrial, view: tuple[float, float] | None) -> Means:
 def _mean_us(values: np.ndarray) -> float | None:
     return float(np.mean(values)) * 1000 if len(values) else None
 
-
-def timeline_means(report: dict[str, Any]) -> dict[str, dict[str, Means]]:
-    """Per loop, the means the chart states: over the first view ("window") and the whole trial ("trial")."""
-    trials = loop_trials(report)
-    view = first_view(trials)
-    return {t.name: {"window": window_means(t, view) if view else NO_MEANS, "trial": window_means(t, None)}
-            for t in trials}

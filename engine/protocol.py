@@ -178,7 +178,6 @@ class Failed:
 
 Reply = Hello | Ready | Started | Progress | ModelFacts | Events | Done | JobCancelled | Failed
 JobEnd = Done | JobCancelled | Failed
-TERMINAL = frozenset({MessageType.DONE, MessageType.CANCELLED, MessageType.FAILED})
 
 
 def job_of(message: Request | Reply) -> int | None:

@@ -84,7 +84,7 @@ def test_the_job_of_a_message():
 
 def test_a_job_ends_with_done_cancelled_or_failed():
     ends = [m for m in ONE_OF_EACH if isinstance(m, protocol.JobEnd)]
-    assert {m.type for m in ends} == protocol.TERMINAL
+    assert {m.type for m in ends} == {MessageType.DONE, MessageType.CANCELLED, MessageType.FAILED}
 
 
 def test_the_engine_package_imports_neither_torch_nor_gradio_nor_plotly():

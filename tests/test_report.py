@@ -7,7 +7,7 @@ from core.compare import compare
 from core.loops.prompt import synthetic_prompt
 from core.options import BenchRequest, GenerationOptions
 from core.report import build_report, reproduce_command
-from core.report_schema import BENCH_SCHEMA, OPTIONAL_KEYS, REQUIRED_KEYS
+from core.report_schema import BENCH_SCHEMA, BenchReport
 
 
 def command_request(command: str) -> BenchRequest:
@@ -52,4 +52,5 @@ def test_the_report_is_written_through_the_schema(tiny):
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
     report = compare(tiny, request)
     assert report["schema"] == BENCH_SCHEMA
-    assert REQUIRED_KEYS <= set(report) <= REQUIRED_KEYS | OPTIONAL_KEYS
+    required, optional = BenchReport.__required_keys__, BenchReport.__optional_keys__
+    assert required <= set(report) <= required | optional

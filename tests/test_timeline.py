@@ -21,6 +21,17 @@ from core.report_files import read_report_bytes
 from dashboard import charts, timeline, timeline_trials
 from tests import timeline_reports
 
+MAX_LINE = 50  # characters: a line of the statistics block that fits a phone's chart
+NO_MEANS = timeline_trials.Means(None, None, None, None)
+
+
+def timeline_means(report: dict) -> dict[str, dict[str, timeline_trials.Means]]:
+    """Per loop, the means the chart states: over the first view ("window") and the whole trial ("trial")."""
+    trials = timeline_trials.loop_trials(report)
+    view = timeline_trials.first_view(trials)
+    return {t.name: {"window": timeline_trials.window_means(t, view) if view else NO_MEANS,
+                     "trial": timeline_trials.window_means(t, None)} for t in trials}
+
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 
@@ -195,7 +206,7 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
     fig = timeline.timeline_figure(cuda_report)
     table = stated(fig)
     view = list(fig.layout.xaxis.range)
-    means = timeline_trials.timeline_means(cuda_report)
+    means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         summary = cuda_report["summary"][name]  # the table states the summary's figures: one per loop on the page
@@ -212,13 +223,13 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
 
 
 def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
-    means = timeline_trials.timeline_means(cuda_report)
+    means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         assert means[name]["trial"].gap_us == pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
     single = timeline_reports.report(128, trials=1)
     for name in ("naive", "pipelined"):
-        assert timeline_trials.timeline_means(single)[name]["trial"].gap_us == \
+        assert timeline_means(single)[name]["trial"].gap_us == \
             pytest.approx(single["summary"][name]["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
@@ -239,7 +250,7 @@ def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
     assert not any("gap" in line or "idle" in line for line in block_lines(fig))
     assert not any("idle" in bars.name or "GPU" in bars.name for bars in fig.data)
     assert "device gap:" not in fig.layout.annotations[0].hovertext, "no column of it to define"
-    assert all(means["trial"].gap_us is None for means in timeline_trials.timeline_means(report).values())
+    assert all(means["trial"].gap_us is None for means in timeline_means(report).values())
 
 
 def test_cpu_is_decided_by_the_reports_device_and_by_the_clock_where_it_names_none(cuda_report):
@@ -267,7 +278,7 @@ def test_tensor_parallel_gets_one_device_lane_per_rank():
     assert len(rectangles(trace(fig, "naive · GPU 1 idle"))) == 63
     # The stated gap is rank 0's, the one the summary's idle gap measures.
     run = charts.representative_run(report, "naive")
-    assert timeline_trials.timeline_means(report)["naive"]["trial"].gap_us == \
+    assert timeline_means(report)["naive"]["trial"].gap_us == \
         pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
@@ -311,7 +322,7 @@ def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_
     the mean as 'idle inside' and draws that part of each span pale."""
     path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json.gz"
     report = json.loads(read_report_bytes(path))
-    means = timeline_trials.timeline_means(report)
+    means = timeline_means(report)
     assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50
     fig = timeline.timeline_figure(report)
     assert float(stated(fig)["naive"]["idle inside"].replace(",", "")) == pytest.approx(
@@ -454,7 +465,7 @@ def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     figures = [timeline.timeline_figure(r) for r in (cuda_report, old, cpu, kernels, two_ranks)]
     figures.append(timeline.diff_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
     for fig in figures:
-        assert max(map(len, block_lines(fig))) <= timeline.MAX_LINE, block_lines(fig)
+        assert max(map(len, block_lines(fig))) <= MAX_LINE, block_lines(fig)
 
 
 def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(cuda_report):
