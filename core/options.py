@@ -93,7 +93,7 @@ class GenerationOptions:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One comparison: the prompt, the shared options, which contestants, and how many timed trials.
+    """One run: the prompt, the shared options, which contestants, and how many timed trials.
 
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic

@@ -1,4 +1,4 @@
-"""The report of one comparison (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
+"""The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
 `format_table` is the report as the CLI prints it. Its keys and schema are core.report_schema's (BenchReport); old
@@ -39,7 +39,7 @@ COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H2
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
                  warmups: dict[str, dict[str, Any]], audits: dict[str, dict[str, Any]] | None = None,
                  kernel_measurements: dict[str, dict[str, Any]] | None = None) -> BenchReport:
-    """The report of a comparison: its timed runs and warm-ups, and the extra runs' findings where they ran (the sync
+    """The report of a run: its trials and warm-ups, and the extra measurements' findings where they ran (the sync
     audit's per contestant, the kernel measurement's per contestant)."""
     summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
                                (kernel_measurements or {}).get(name), loop_runs(runs)) for name in request.contestants}
@@ -83,7 +83,7 @@ DTYPE_FLAGS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 
 
 def reproduce_command(loaded: LoadedModel, request: BenchRequest) -> str:
-    """The `python -m core.bench` command that runs this comparison again, on this model, device and dtype, with
+    """The `python -m core.bench` command that repeats this run, on this model, device and dtype, with
     the tuning variables this process runs with."""
     device = loaded.device
     on_default_gpu = device.type == "cuda" and (loaded.tp > 1 or not device.index)

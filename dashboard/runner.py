@@ -170,7 +170,7 @@ class Runner:
         return self.model_facts
 
     def submit(self, form: Mapping[str, Any], owner: str | None = None) -> Job:
-        """Check and queue a comparison; ValueError with a readable message for a bad form. `form` holds the run
+        """Check and queue a run; ValueError with a readable message for a bad form. `form` holds the run
         options by name (core.options.RUN_OPTIONS; missing ones take their defaults) and `model` (None or missing:
         whatever is loaded)."""
         request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
@@ -233,7 +233,7 @@ class Runner:
         return job.view.snapshot()
 
     def latest_run(self, owner: str) -> Job | None:
-        """`owner`'s newest comparison that the runner still remembers (queued, running or finished)."""
+        """`owner`'s newest run that the runner still remembers (queued, running or finished)."""
         runs = [j for j in self.queue.remembered() if j.owner == owner and j.work == COMPARE]
         return max(runs, key=lambda j: j.id, default=None)
 
@@ -262,14 +262,14 @@ class Runner:
         return GpuMonitor(device_indices=indices, host_pids=lambda: self.engine_client.pids).start()
 
     def _record_page(self, job: Job) -> None:
-        """What the page saw of a comparison whose report just arrived, kept next to that report (PageRecord)."""
+        """What the page saw of a run whose report just arrived, kept next to that report (PageRecord)."""
         job.t_end = time.perf_counter()
         if self.monitor is not None:
             self.monitor.sample_now()  # the utilization line reaches the run's end, not the last periodic poll
         job.page = PageRecord.of_run(job.view.live_series(final=True) if job.view else {}, job.notices)
 
     def _finished(self, job: Job) -> None:
-        """A job ended: a comparison that ran gets its history row (one cancelled while queued never ran)."""
+        """A job ended: a run that started gets its history row (one cancelled while queued never ran)."""
         if job.work == COMPARE and job.t0 is not None and not job.internal:
             device_type = self.model_facts.device_type if self.model_facts else None
             self.run_history.add(job.owner, history_row(job.id, job.state, job.request, job.model or self.model_spec,

@@ -94,7 +94,7 @@ def start_later(delay_s: float, work: Callable[[], None]) -> None:
 
 class EngineSupervisor:
     """The engine processes as the queue sees them: what they have loaded, why they are down, and every job's end
-    that the engine decides. `on_report(job)` is told of a comparison's report before the job is marked done.
+    that the engine decides. `on_report(job)` is told of a run's report before the job is marked done.
 
     After a loss: a restart the server chose (a cancel that had to kill the engine) starts a new engine at once; a
     real loss starts one after the policy's backoff (`schedule(delay, start)`), and a model other than
@@ -331,5 +331,5 @@ def _request(job: Job) -> Load | Compare:
     if job.work == LOAD:
         assert job.model is not None, "a load names its model"
         return Load(job=job.id, spec=job.model)
-    assert job.request is not None, "a comparison carries its request"
+    assert job.request is not None, "a run carries its request"
     return Compare(job=job.id, spec=job.model, request=job.request)

@@ -5,7 +5,7 @@ CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around 
 engine.protocol's messages: Load, Compare and Shutdown in; Hello, then per job Started, Progress, ModelFacts, Events
 (batches of core.bench events) and one of Done (the report), JobCancelled or Failed out.
 
-A comparison is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
+A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
 else while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
 every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
 with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
@@ -98,7 +98,7 @@ class EventBatcher:
 
 
 class EngineCore:
-    """Loads models and runs comparisons for one rank; reports through `send`. Usable in-process (tests)."""
+    """Loads models and does the runs of one rank; reports through `send`. Usable in-process (tests)."""
 
     def __init__(self, send: Send, config: EngineConfig, cancel_flag: Any = None):
         self.send = send

@@ -147,7 +147,7 @@ class Events:
 
 @dataclass(frozen=True)
 class Done:
-    """The job ended; `report` is core.bench's report of a comparison (None for a load, and on ranks other than 0)."""
+    """The job ended; `report` is core.bench's report of a run (None for a load, and on ranks other than 0)."""
 
     type: ClassVar[MessageType] = MessageType.DONE
     job: int
@@ -161,7 +161,7 @@ class JobCancelled:
     type: ClassVar[MessageType] = MessageType.CANCELLED
     job: int
     loaded: str | None = None  # the spec the engine holds after the job
-    report: dict[str, Any] | None = None  # a comparison cancelled after a full round: the finished rounds' report
+    report: dict[str, Any] | None = None  # a run cancelled after a full round: the finished rounds' report
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How far two processes that run the same settings drift apart, per device kind. Torch-free.
 
-A comparison of two runs (core.report_diff.diff_reports; docs/MEASUREMENT.md, "Diffing two runs") widens its
+A diff of two runs (core.report_diff.diff_reports; docs/MEASUREMENT.md, "Diffing two runs") widens its
 interval by these figures: two processes of one command differ by more than either run's trials show (another
 compile's kernels, another machine of the same kind, the clocks, other work on the machine).
 
