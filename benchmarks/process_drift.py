@@ -8,7 +8,7 @@
 
 Runs `python -m core.bench ARGS --json ...` (everything after `--`) in N separate processes, one after the other,
 and reads their reports; or, with --reports, reads the report files under the folders given and groups those of
-identical settings (core.report_comparison.compared_settings: the same as `--compare` finding no setting that differs).
+identical settings (core.report_diff.diff_settings: the same as `--diff` finding no setting that differs).
 
 Per contestant it gives the median decode rate (else end to end) of each process and the largest and median pairwise
 max/min - 1 between processes; and the same of each contestant's rate over the naive loop's (the geometric mean of
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.explain import rate_metric  # noqa: E402
-from core.report_comparison import compared_settings  # noqa: E402
+from core.report_diff import diff_settings  # noqa: E402
 from core.report_files import report_paths  # noqa: E402
 from core.report_schema import BENCH, bench_report, load  # noqa: E402
 
@@ -171,7 +171,7 @@ def read_groups(folders: list[str]) -> dict[str, Any]:
                 report = bench_report(load(path, expect=BENCH))
             except ValueError:
                 continue  # not a bench report (an A/A result, an audit of a script)
-            key = json.dumps(compared_settings(report), sort_keys=True, default=str)
+            key = json.dumps(diff_settings(report), sort_keys=True, default=str)
             groups.setdefault(key, []).append((path, report))
     found = []
     for members in groups.values():

@@ -47,9 +47,9 @@ import torch
 from core.audit_compile import audited_compiles
 from core.audit_report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text
 from core.audit_steps import StepsOf, StepWatcher
-from core.measure.kernel_trial import device_intervals_ns
+from core.measure.kernel_measurement import device_intervals_ns
 from core.measure.sync_audit import SyncAudit
-from core.measure.sync_sites import short_path
+from core.measure.sync_sites import path_from_root
 from core.report_files import check_output_path, write_json
 
 THREADS_WAIT_S = 30.0  # how long the audit waits for threads the program left running
@@ -208,7 +208,7 @@ def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | Non
     clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
               - time.perf_counter_ns()}
     step_module = f"{name} on thread {thread}" if name and thread else name
-    report = describe(audit, script=short_path(os.path.abspath(script)), argv=list(args), step_module=step_module,
+    report = describe(audit, script=path_from_root(os.path.abspath(script)), argv=list(args), step_module=step_module,
                       step_thread=thread, **kernel_steps(intervals, audit, clocks), exit_code=exit_code,
                       not_seen=not_seen)
     return report, exit_code

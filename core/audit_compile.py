@@ -14,7 +14,7 @@ import torch
 
 from core.audit_steps import StepWatcher
 from core.measure.sync_audit import SyncAudit
-from core.measure.sync_sites import short_path
+from core.measure.sync_sites import path_from_root
 
 
 @contextlib.contextmanager
@@ -97,7 +97,7 @@ def _compiled_name(model: Any) -> str:
     name = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__qualname__", repr(model))
     if code is None:
         return name
-    return f"{name} ({short_path(os.path.abspath(code.co_filename))}:{code.co_firstlineno})"
+    return f"{name} ({path_from_root(os.path.abspath(code.co_filename))}:{code.co_firstlineno})"
 
 
 def inspect_unwrap(function: Any) -> Any:

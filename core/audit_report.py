@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from core.measure.kernel_trial import clipped_intervals, merged_intervals, on_run_clock
+from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
 from core.measure.sync_audit import SyncAudit
 from core.report_schema import AUDIT_SCHEMA
 

@@ -36,7 +36,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
     from core.report import TABLE_KEY, audit_lines, compile_note, format_table
-    from core.report_comparison import compare_reports, compare_text
+    from core.report_diff import diff_reports, diff_text
     from core.report_files import check_output_path, check_profile_dir, write_json
     from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
@@ -84,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true",
                    help="one line on stderr as each warm-up, extra run and full round of trials begins or ends "
                         "('core.bench: round 2 of 5 done')")
-    p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
-                   help="run nothing: compare two reports (.json or .json.gz): the settings that differ, each "
+    p.add_argument("--diff", "--compare", nargs=2, metavar=("A.json", "B.json"), default=None, dest="diff",
+                   help="run nothing: diff two reports (.json or .json.gz): the settings that differ, each "
                         "contestant's rate in both and B/A with its interval and call (against the drift between "
-                        "two processes, or a control), the per-step waits")
+                        "two processes, or a control), the per-step waits (--compare: its old name)")
     return p
 
 
@@ -103,8 +103,8 @@ def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.compare:
-        return compare_files(*args.compare)
+    if args.diff:
+        return diff_files(*args.diff)
     try:
         request, notices = request_from_args(args)
         check_output_path(args.json_path)
@@ -125,15 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_bench(args, request, notices, received)
 
 
-def compare_files(path_a: str, path_b: str) -> int:
-    """`--compare A B`: the two reports side by side (core.report_comparison.compare_text); a file that is not a
+def diff_files(path_a: str, path_b: str) -> int:
+    """`--diff A B`: the two reports side by side (core.report_diff.diff_text); a file that is not a
     report is one line on stderr and exit code 2."""
     try:
         reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]
     except ValueError as exc:
         sys.stderr.write(f"core.bench: error: {exc}\n")
         return 2
-    print(compare_text(compare_reports(*reports)))
+    print(diff_text(diff_reports(*reports)))
     return 0
 
 

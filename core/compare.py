@@ -21,7 +21,7 @@ import torch
 
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_run
-from core.measure.kernel_trial import kernel_trial
+from core.measure.kernel_measurement import kernel_measurement
 from core.measure.nvtx import run_range, wanted, with_ranges
 from core.measure.stats import timeline_center_steps
 from core.measure.sync_audit import SyncAudit, loop_steps
@@ -37,7 +37,7 @@ from core.options import (
     hf_generate_options,
 )
 from core.parallel.tensor_parallel import gather_objects
-from core.phases import AUDIT, KERNEL_TRIAL, TRIAL, WARMUP
+from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP
 from core.report import build_report
 
 BenchEvent = dict[str, Any]
@@ -123,9 +123,9 @@ def compare(
                       "t": time.perf_counter()})
             phase = AUDIT
             audits = _audited_runs(loaded, request, runs, origin_s, emit, stop) if request.audit else None
-            phase = KERNEL_TRIAL
-            kernels = _kernel_trials(loaded, request, runs, emit, stop) \
-                if loaded.device.type == "cuda" and not request.no_kernel_trial else None
+            phase = KERNEL_MEASUREMENT
+            kernels = _kernel_measurements(loaded, request, runs, emit, stop) \
+                if loaded.device.type == "cuda" and not request.no_kernel_measurement else None
         except (KeyboardInterrupt, Cancelled) as stopped:
             if rounds == 0:
                 raise
@@ -187,24 +187,25 @@ def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[st
     return audits
 
 
-def _kernel_trials(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
-                   emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
-    """After the trials, each contestant once more under CUPTI (core.measure.kernel_trial): kernel-busy per step."""
-    trials = {}
+def _kernel_measurements(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
+                         emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
+    """After the trials, each contestant once more under CUPTI (core.measure.kernel_measurement): kernel-busy per
+    step."""
+    measured = {}
     centers = timeline_center_steps({name: [r for r in runs if r["contestant"] == name] for name in LOOPS
                                      if name in request.contestants})
     for name in request.contestants:
-        emit(KERNEL_TRIAL.event(name, time.perf_counter()))
+        emit(KERNEL_MEASUREMENT.event(name, time.perf_counter()))
         if stop():
             raise Cancelled("cancelled")
         steps = [r["timings"]["ms_per_token_p50"] for r in runs
                  if r["contestant"] == name and r["timings"].get("ms_per_token_p50")]
-        result = kernel_trial(functools.partial(run_contestant, loaded, request, name, None, stop,
-                                                run_kind="kernel trial"),
-                              statistics.median(steps) if steps else None, centers.get(name))
+        result = kernel_measurement(functools.partial(run_contestant, loaded, request, name, None, stop,
+                                                      run_kind="kernel measurement"),
+                                    statistics.median(steps) if steps else None, centers.get(name))
         result["ranks"] = gather_objects({"kernel_busy_fraction": result.get("kernel_busy_fraction")})
-        trials[name] = result
-    return trials
+        measured[name] = result
+    return measured
 
 
 def _audit_cost(audited: dict[str, Any], timed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,12 +4,11 @@
 each is): where the host waited per decode step and at which line, where the device idled, what the pipelined loop
 removed, and the decode ratio against this run's noise; on the CPU, why no difference is expected. The facts the
 sentences and the page share (a contestant's waits, the audit's top site, the device kind) and numbers as words are
-here too; two reports side by side are core.report_comparison's.
+here too; two reports side by side are core.report_diff's.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import Any
 
@@ -19,8 +18,7 @@ from core.options import (
 )
 from core.phases import phase_named
 from core.report_schema import upgrade_report
-
-FIELD_CHARS = 120  # the most of any text taken from a report that a sentence repeats (a file can hold anything)
+from core.text import clip, shown_path
 
 # How a read of each sync-audit kind is named in a sentence (core.measure.sync_audit.KINDS says what each is).
 READ_NAMES = {
@@ -225,20 +223,9 @@ def top_site(report: dict[str, Any], name: str) -> dict[str, Any] | None:
         return None
     site = max(sites, key=lambda s: s["per_step"])
     kind = str(site.get("kind", "sync")).split("/")[0]
-    return {"read": READ_NAMES.get(kind, f"a read ({clipped(kind, 30)})"),
-            "where": f"{short_path(site.get('file'))}:{site.get('line')}", "per_step": float(site["per_step"])}
+    return {"read": READ_NAMES.get(kind, f"a read ({clip(kind, 30)})"),
+            "where": f"{shown_path(site.get('file'))}:{site.get('line')}", "per_step": float(site["per_step"])}
 
-
-def short_path(path: Any) -> str:
-    """A site's file as a reader finds it: from its package (transformers/...) where it lies in an installed one."""
-    text = str(path or "?")
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in text:
-            text = text.rsplit(marker, 1)[1]
-    if os.path.isabs(text):
-        text = "/".join(text.split("/")[-3:]) if "transformers/" not in text else \
-            "transformers/" + text.rsplit("transformers/", 1)[1]
-    return clipped(text, FIELD_CHARS)
 
 
 def rate_metric(s: dict[str, Any]) -> tuple[str | None, str]:
@@ -280,11 +267,6 @@ def plus_minus(fraction: float) -> str:
         return f"±{fraction:.2%}"
     return f"±{fraction:.1%}" if fraction < 0.1 else f"±{fraction:.0%}"
 
-
-def clipped(value: Any, limit: int) -> str:
-    """Text from a report, at most `limit` characters (a file can hold a field of any size)."""
-    text = "" if value is None else str(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def number_or_none(value: Any) -> float | None:

@@ -93,15 +93,15 @@ class GenerationOptions:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One comparison: the prompt, the shared options, which contestants, and how many timed trials.
+    """One run: the prompt, the shared options, which contestants, and how many timed trials.
 
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
     algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
     the trials under the sync audit (core.measure.sync_audit); on CUDA each also runs once more under CUPTI (the kernel
-    trial, core.measure.kernel_trial) unless `no_kernel_trial`. `prompt_tokens` says that the prompt (each row of it)
-    is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens, core.loops.prompt.synthetic_prompt);
-    None for any other prompt. Checked when made."""
+    measurement, core.measure.kernel_measurement) unless `no_kernel_measurement`. `prompt_tokens` says that the prompt
+    (each row of it) is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens,
+    core.loops.prompt.synthetic_prompt); None for any other prompt. Checked when made."""
 
     prompt: Any
     options: GenerationOptions = field(default_factory=GenerationOptions)
@@ -111,7 +111,7 @@ class BenchRequest:
     min_seconds: float = 0.0
     deterministic: bool = False
     audit: bool = False
-    no_kernel_trial: bool = False
+    no_kernel_measurement: bool = False
     prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
@@ -156,7 +156,7 @@ class Cancelled(Exception):
 OPTIONS, REQUEST, CONTESTANT = "options", "request", "contestant"  # what an option sets: RunOption.part
 PAGE_GROUPS = ("run", "loop", "sampling")  # where the page shows an option (RunOption.group), in the page's order
 CLI_ONLY = "cli"  # the group of an option that only the command line offers
-BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_kernel_trial")
+BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_kernel_measurement")
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
 
@@ -190,7 +190,7 @@ class RunOption:
     group: str = "run"
     history: bool = False  # a column of the run history
     # The contestants whose runs the option can change (empty: all). Two reports differing only in options that leave
-    # a contestant out have that contestant as their control (core.report_comparison.compare_reports).
+    # a contestant out have that contestant as their control (core.report_diff.diff_reports).
     affects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -259,7 +259,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               gpu_default="reduce-overhead", group="loop", history=True),
     RunOption("lag", WHOLE, 1, "Pipeline lag (steps)", "pipelined loop: steps between queueing and reading",
               noun="pipeline lag", low=1, high=64, group="loop", history=True,
-              affects=("pipelined", PIPELINED_AGAIN)),  # and the static cache's length: compare_reports checks it
+              affects=("pipelined", PIPELINED_AGAIN)),  # and the static cache's length: diff_reports checks it
     RunOption("streams", WHOLE, 1, "Streams", "2: device-to-host copies on a second CUDA stream", low=1, high=2,
               choices=(1, 2), group="loop", history=True, affects=("pipelined", PIPELINED_AGAIN)),
     RunOption("hf", FLAG, False, "Include HF generate() (on CUDA also with its DeferredStopCheck on)",
@@ -279,7 +279,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("audit", FLAG, False, "Find the syncs (one audited run more)",
               "after the trials, run each contestant once more under the sync audit: every host read of a device "
               "value, at its line, per decode step", part=REQUEST, group="loop"),
-    RunOption("no_kernel_trial", FLAG, False, "Skip the kernel trial (CUDA)",
+    RunOption("no_kernel_measurement", FLAG, False, "Skip the kernel measurement (CUDA)",
               "on CUDA, skip the extra run of each contestant under CUPTI that gives kernel-busy time per step",
               part=REQUEST, group="loop"),
     RunOption("nvtx", FLAG, False, "NVTX ranges per step (for Nsight Systems)",

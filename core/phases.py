@@ -42,16 +42,18 @@ TRIAL = Phase(TRIAL_ID, "trial", timed=True, after_trials=False, streams=True,
 AUDIT = Phase("audit", "sync audit", timed=False, after_trials=True,
               doing="Finding {contestant}'s syncs: one more run under the sync audit (untimed; every round of "
                     "trials is done)…")
-KERNEL_TRIAL = Phase("kernel trial", "kernel trial", timed=False, after_trials=True,
-                     doing="Measuring {contestant}'s kernels: one more run under CUPTI (untimed; every round of "
-                           "trials is done)…")
+KERNEL_MEASUREMENT = Phase("kernel measurement", "kernel measurement", timed=False, after_trials=True,
+                           doing="Measuring {contestant}'s kernels: one more run under CUPTI (untimed; every "
+                                 "round of trials is done)…")
 PROFILE = Phase("profile", "profile", timed=False, after_trials=True,  # `core.bench --profile` only, after compare
                 doing="Profiling {contestant}: one more run under torch.profiler (untimed)…")
 
-PHASES: tuple[Phase, ...] = (WARMUP, TRIAL, AUDIT, KERNEL_TRIAL)  # what compare() sends, in the order it runs them
+# what compare() sends, in the order it runs them
+PHASES: tuple[Phase, ...] = (WARMUP, TRIAL, AUDIT, KERNEL_MEASUREMENT)
 PHASE = {phase.id: phase for phase in (*PHASES, PROFILE)}
-# interruption.phase of reports written before this list: the trials were "trials", the audit "sync audit".
-_OLD_IDS = {"trials": TRIAL_ID, "sync audit": AUDIT.id}
+# interruption.phase of older reports: the trials were "trials", the audit "sync audit" (before this list), the kernel
+# measurement "kernel trial".
+_OLD_IDS = {"trials": TRIAL_ID, "sync audit": AUDIT.id, "kernel trial": KERNEL_MEASUREMENT.id}
 
 
 def phase_named(name: Any) -> Phase | None:

@@ -1,4 +1,4 @@
-"""The report of one comparison (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
+"""The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
 `format_table` is the report as the CLI prints it. Its keys and schema are core.report_schema's (BenchReport); old
@@ -37,15 +37,16 @@ COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H2
 
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
                  warmups: dict[str, dict[str, Any]], audits: dict[str, dict[str, Any]] | None = None,
-                 kernel_trials: dict[str, dict[str, Any]] | None = None, *,
+                 kernel_measurements: dict[str, dict[str, Any]] | None = None, *,
                  effective: dict[str, tuple[GenerationOptions, list[str]]],
                  loops_ran: GenerationOptions) -> BenchReport:
-    """The report of a comparison: its timed runs and warm-ups, and the extra runs' findings where they ran (the sync
-    audit's per contestant, the kernel trial's per contestant). Taken from the run, not worked out again: each run's
-    `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with (`effective`,
-    core.options.effective_options) and what the loops ran with (`loops_ran`), as core.compare.compare used them."""
+    """The report of a run: its trials and warm-ups, and the extra measurements' findings where they ran (the sync
+    audit's per contestant, the kernel measurement's per contestant). Taken from the run, not worked out again: each
+    run's `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with
+    (`effective`, core.options.effective_options) and what the loops ran with (`loops_ran`), as core.compare.compare
+    used them."""
     summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
-                               (kernel_trials or {}).get(name), loop_runs(runs)) for name in request.contestants}
+                               (kernel_measurements or {}).get(name), loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
     for entry in runs:
         entry["first_difference"] = first_difference(entry["token_ids"], reference)
@@ -61,7 +62,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
                     "min_seconds": request.min_seconds, "deterministic": request.deterministic,
-                    "audit": request.audit, "no_kernel_trial": request.no_kernel_trial},
+                    "audit": request.audit, "no_kernel_measurement": request.no_kernel_measurement},
         # What each contestant ran with: the device can change what was asked (CUDA-only modes on the CPU).
         "effective": {name: {"options": asdict(options), "notices": notices}
                       for name, (options, notices) in effective.items()},
@@ -77,7 +78,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
         "identity": _identity(loaded, replace(request, options=loops_ran), width, runs, identical, self_consistent),
         "command": reproduce_command(loaded, request),
         **({"sync_audit": audits} if audits is not None else {}),
-        **({"kernel_trial": kernel_trials} if kernel_trials is not None else {}),
+        **({"kernel_measurement": kernel_measurements} if kernel_measurements is not None else {}),
     }
 
 
@@ -85,7 +86,7 @@ DTYPE_FLAGS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 
 
 def reproduce_command(loaded: LoadedModel, request: BenchRequest) -> str:
-    """The `python -m core.bench` command that runs this comparison again, on this model, device and dtype, with
+    """The `python -m core.bench` command that repeats this run, on this model, device and dtype, with
     the tuning variables this process runs with."""
     device = loaded.device
     on_default_gpu = device.type == "cuda" and (loaded.tp > 1 or not device.index)
@@ -123,13 +124,13 @@ def loop_runs(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
-              kernel_trial: dict[str, Any] | None = None,
+              kernel_measurement: dict[str, Any] | None = None,
               loops: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """One contestant's medians over its trials; per decode step its waits (core.measure.waits, with the step's
-    device work from the kernel trial, else from the spans of `loops`); where the extra runs ran, its device reads
-    per step (the sync audit) and the share of the device's time kernels ran (the kernel trial)."""
+    device work from the kernel measurement, else from the spans of `loops`); where the extra runs ran, its device
+    reads per step (the sync audit) and the share of the device's time kernels ran (the kernel measurement)."""
     work_ms, work_source = step_work_ms(loops if loops is not None else [runs],
-                                        (kernel_trial or {}).get("kernel_busy_ms_per_step"))
+                                        (kernel_measurement or {}).get("kernel_busy_ms_per_step"))
     if not any(r["timings"].get("device_start_ms") for r in runs):  # generate(), the CPU: no step spans to split
         work_ms = work_source = None
     def median_of(key: str) -> float | None:
@@ -165,21 +166,23 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
         **{f"{key}_per_step": value for key, value in trial_waits(runs, work_ms).items()},
         "step_work_ms": work_ms, "step_work_source": work_source,
         "reads_per_step": (audit or {}).get("reads_per_decode_step"),
-        # The kernel trial's own share, as its profiler measured it (its host is slowed by the tracing, its slowdown
-        # in the trial), and the kernels' time per step, which the tracing does not change.
-        "kernel_busy_fraction": (kernel_trial or {}).get("kernel_busy_fraction"),
-        "kernel_ms_per_step": (kernel_trial or {}).get("kernel_busy_ms_per_step"),
-        "kernel_busy_of_timed_steps": kernel_busy(kernel_trial, median_of("ms_per_token_p50"), median_of("total_ms")),
+        # The kernel measurement's own share, as its profiler measured it (its host is slowed by the tracing, its
+        # slowdown in the measurement), and the kernels' time per step, which the tracing does not change.
+        "kernel_busy_fraction": (kernel_measurement or {}).get("kernel_busy_fraction"),
+        "kernel_ms_per_step": (kernel_measurement or {}).get("kernel_busy_ms_per_step"),
+        "kernel_busy_of_timed_steps": kernel_busy(kernel_measurement, median_of("ms_per_token_p50"),
+                                                  median_of("total_ms")),
     }
 
 
-def kernel_busy(kernel_trial: dict[str, Any] | None, step_ms: float | None, total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran: the kernel trial's kernel time per step over the
-    timed step (the trial's own steps are slower: tracing costs the host), or for generate(), which has no steps,
-    the trial's kernel time over the timed run."""
-    if not kernel_trial:
+def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
+                total_ms: float | None) -> float | None:
+    """The share of the timed trials' device time that kernels ran: the kernel measurement's kernel time per step
+    over the timed step (the measurement's own steps are slower: tracing costs the host), or for generate(), which
+    has no steps, the measurement's kernel time over the timed run."""
+    if not kernel_measurement:
         return None
-    per_step, whole = kernel_trial.get("kernel_busy_ms_per_step"), kernel_trial.get("kernel_busy_ms")
+    per_step, whole = kernel_measurement.get("kernel_busy_ms_per_step"), kernel_measurement.get("kernel_busy_ms")
     if per_step is not None and step_ms:
         return min(1.0, per_step / step_ms)
     if whole is not None and total_ms:
@@ -248,7 +251,7 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
 
 TABLE_KEY = ("decode spread: the decode rate's (max - min) / median over trials; e2e spread: the same of the "
              "end-to-end rate (generate() has only that one); host wait and device idle: per decode step, in us "
-             "(core.measure.waits); kernel ms and kernel-busy: the kernel trial's kernel time per "
+             "(core.measure.waits); kernel ms and kernel-busy: the kernel measurement's kernel time per "
              "step and its share of that trial's device time (tracing slows its host); reads/step: the sync audit's")
 
 

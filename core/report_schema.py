@@ -10,7 +10,7 @@
 `check()`s it; anything wrong is one `ReportError`, a ValueError whose message is one line in words. After it,
 readers index the document: a section that exists only when its phase ran (NotRequired below) is tested with `in`.
 
-Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --compare import it.
+Torch-free (tests/test_report_schema.py checks it): the page server and the CLI's --diff import it.
 """
 
 import codecs
@@ -23,6 +23,7 @@ from typing import Any, NotRequired, TypedDict
 
 from core.options import is_int
 from core.phases import phase_named
+from core.text import clip
 
 BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
 BENCH_SCHEMA = f"{BENCH_SCHEMA_PREFIX}1"
@@ -35,7 +36,6 @@ OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record
 # per-step fields yet to come.
 MAX_REPORT_BYTES = 100 * 2**20
 GZIP_MAGIC = b"\x1f\x8b"
-MESSAGE_CHARS = 300  # the most of a field's name or value an error message quotes (a file can hold anything)
 
 
 class Interruption(TypedDict):
@@ -67,7 +67,7 @@ class Effective(TypedDict):
 
 
 class BenchReport(TypedDict):
-    """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_trial) are dicts of
+    """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_measurement) are dicts of
     numbers whose keys core.report.summarize, core.compare and core.measure write."""
 
     schema: str
@@ -87,7 +87,7 @@ class BenchReport(TypedDict):
     identity: dict[str, Any] | None  # None in reports from before it was recorded
     command: str | None  # None in reports from before it was recorded
     sync_audit: NotRequired[dict[str, dict[str, Any]]]  # only where the sync audit ran
-    kernel_trial: NotRequired[dict[str, dict[str, Any]]]  # only where the kernel trial ran
+    kernel_measurement: NotRequired[dict[str, dict[str, Any]]]  # only where the kernel measurement ran
     interrupted: NotRequired[bool]  # only in the report of an interrupted run, with its interruption
     interruption: NotRequired[Interruption]
     origin_perf_counter_s: NotRequired[float]
@@ -117,15 +117,15 @@ class AuditReport(TypedDict):
     note: NotRequired[str]
 
 
-REQUIRED_KEYS = frozenset(BenchReport.__required_keys__)
-OPTIONAL_KEYS = frozenset(BenchReport.__optional_keys__)
 # What an older report lacks of today's sections, as today's reports write the section when there is nothing in it.
 FILLED_WHEN_ABSENT: dict[str, Any] = {"environment": {}, "request": {}, "warmup": {}, "runs": [], "summary": {},
                                       "ratios": {}, "identical": {}, "self_consistent": {}, "effective": None,
                                       "verdict": None, "identity": None, "command": None}
 PAGE_FILLED_WHEN_EMPTY: dict[str, Any] = {"series": {}, "spans": [], "notices": [], "nvml_by_contestant": {}}
-# Old section names and today's. kernel_trial keeps its name for now; a rename goes here, not into the readers.
-RENAMED_SECTIONS = {"kernel_trial": "kernel_trial"}
+# Old section names and today's (a rename goes here, not into the readers): the kernel measurement was the kernel
+# trial; the request's flag to skip it was named after it too.
+RENAMED_SECTIONS = {"kernel_trial": "kernel_measurement"}
+RENAMED_REQUEST_KEYS = {"no_kernel_trial": "no_kernel_measurement"}
 RENAMED_WARMUP_KEYS = {"engine_warmup_ms": "setup_ms"}
 RENAMED_MONITOR_KEYS = {"kind": "source"}
 
@@ -279,6 +279,7 @@ def upgrade_report(report: Any) -> Any:
             out[key] = empty.copy() if isinstance(empty, dict | list) else empty
     if isinstance(out["warmup"], dict):
         out["warmup"] = {name: _renamed(entry, RENAMED_WARMUP_KEYS) for name, entry in out["warmup"].items()}
+    out["request"] = _renamed(out["request"], RENAMED_REQUEST_KEYS)
     return out
 
 
@@ -365,7 +366,7 @@ def check_report(report: Any) -> None:
     for name, ran in (report["effective"] or {}).items():
         _expect(isinstance(ran, dict) and isinstance(ran.get("options"), dict) and isinstance(ran.get("notices"), list)
                 and all(isinstance(n, str) for n in ran["notices"]), f"effective entry {name!r} is malformed")
-    for key in ("sync_audit", "kernel_trial", "interruption"):
+    for key in ("sync_audit", "kernel_measurement", "interruption"):
         _expect(key not in report or isinstance(report[key], dict), f"its {key!r} section is not an object")
 
 
@@ -457,17 +458,13 @@ def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) 
         items = value if isinstance(value, list) else [value]
         bad = next((v for v in items if v is not None and not _is_number(v)), None)
         if bad is not None:
-            raise ReportError(f"the report is incomplete or damaged: {_clip(f'{where}.{key}', 120)} is "
-                              f"{_clip(json.dumps(bad), 40)}, not a number")
+            raise ReportError(f"the report is incomplete or damaged: {clip(f'{where}.{key}', 120)} is "
+                              f"{clip(json.dumps(bad), 40)}, not a number")
 
 
 def _expect(condition: bool, problem: str) -> None:
     if not condition:
-        raise ReportError(f"the report is incomplete or damaged: {_clip(problem)}")  # it may quote the file
-
-
-def _clip(text: str, limit: int = MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+        raise ReportError(f"the report is incomplete or damaged: {clip(problem)}")  # it may quote the file
 
 
 def _is_number(value: Any) -> bool:

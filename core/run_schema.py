@@ -54,6 +54,11 @@ class Limits:
                 f"{self.min_seconds:g} s per contestant{time_limit}")
 
 
+# Run options' old names (as argv, a form or an API call may still give them) and old CLI flags, kept working.
+OLD_OPTION_NAMES = {"no_kernel_trial": "no_kernel_measurement"}
+OLD_FLAGS = {"no_kernel_measurement": ("--no-kernel-trial",)}
+
+
 def option_defaults(gpu: bool = False) -> dict[str, Any]:
     """Every run option's default, by name: the page's and app.py's on a GPU where `gpu`, else the CLI's."""
     return {option.name: option.default_for(gpu) for option in RUN_OPTIONS}
@@ -70,7 +75,8 @@ def request_from_values(values: Mapping[str, Any], *, limits: Limits | None = No
     `limits` caps what a page may ask for (the CLI has none); with `deferred_with_hf` (a page on CUDA) asking for
     HF generate() also runs it with its DeferredStopCheck forced on; `prompt_ids` replace the prompt text (the
     CLI's --prompt-tokens); `eos_token_id` overrides the model's EOS; `by_flag`: messages name the CLI's flags."""
-    known = {name: value for name, value in values.items() if name in RUN_OPTION}
+    known = {OLD_OPTION_NAMES.get(name, name): value for name, value in values.items()
+             if OLD_OPTION_NAMES.get(name, name) in RUN_OPTION}
     given = {**option_defaults(), **known}
     typed = {option.name: coerce(option, given[option.name], limits, option.cli_flag if by_flag else option.called)
              for option in RUN_OPTIONS}
@@ -84,7 +90,7 @@ def request_from_values(values: Mapping[str, Any], *, limits: Limits | None = No
     request = BenchRequest(prompt=[prompt] * batch if batch > 1 else prompt, options=options,
                            trials=typed["trials"], contestants=contestants(typed, deferred_with_hf), stream=stream,
                            min_seconds=typed["min_seconds"], deterministic=typed["deterministic"],
-                           audit=typed["audit"], no_kernel_trial=typed["no_kernel_trial"])
+                           audit=typed["audit"], no_kernel_measurement=typed["no_kernel_measurement"])
     return request, notices
 
 
@@ -179,11 +185,14 @@ def add_run_arguments(parser: argparse.ArgumentParser | Any, *, form_defaults: b
     for option in RUN_OPTIONS:
         if option.group == CLI_ONLY and form_defaults:
             continue
-        parser.add_argument(option.cli_flag, dest=option.name, **_argparse_kwargs(option, form_defaults))
+        parser.add_argument(option.cli_flag, *OLD_FLAGS.get(option.name, ()), dest=option.name,
+                            **_argparse_kwargs(option, form_defaults))
 
 
 def _argparse_kwargs(option: RunOption, form_defaults: bool) -> dict[str, Any]:
     help_text = option.help
+    if option.name in OLD_FLAGS:
+        help_text += f" ({', '.join(OLD_FLAGS[option.name])}: its old name)"
     if form_defaults and option.gpu_default is not None:
         help_text += f" (default: {option.gpu_default} on a GPU, {option.default} on the CPU)"
     elif form_defaults and option.kind != FLAG:

@@ -13,9 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core import report_schema
+from core.measure.sync_fixes import MAX_CODE_LINES
 from core.report_schema import AUDIT, BENCH, PAGE, AuditReport
+from core.text import clip
 from dashboard import charts
-from dashboard.limits import clip
 from dashboard.report_text import plain
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
@@ -112,12 +113,12 @@ def called_from(site: dict[str, Any]) -> str:
 
 
 def what_to_do(site: dict[str, Any]) -> str:
-    """A site's fix, then its pattern's lines (at most six, each clipped) on one line."""
+    """A site's fix, then its pattern's lines (at most MAX_CODE_LINES, each clipped) on one line."""
     fix = clip(site.get("fix") or "")
     code = site.get("fix_code")
     if not isinstance(code, str) or not code.strip():
         return fix
-    lines = [clip(line.strip(), 160) for line in code.splitlines() if line.strip()][:6]
+    lines = [clip(line.strip(), 160) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
     return f"{fix}. Pattern: {CODE_BREAK.join(lines)}" if fix else CODE_BREAK.join(lines)
 
 

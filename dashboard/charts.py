@@ -133,7 +133,7 @@ def span_shapes(spans: Sequence[dict[str, Any]], view: Sequence[float] | None, l
 
 def _timed(span: dict[str, Any]) -> bool:
     """A timed trial's span (drawn in its contestant's colour); warm-ups and the extra runs after the trials (the
-    sync audit, the kernel trial: core.phases) are untimed, in grey."""
+    sync audit, the kernel measurement: core.phases) are untimed, in grey."""
     phase = phase_named(span.get("phase"))
     return phase is not None and phase.timed
 

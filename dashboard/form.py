@@ -165,7 +165,7 @@ def typed_whole(component: Any, choices: list[int] | None = None, description: s
 
 
 def run_picker(label: str, elem_id: str) -> Any:
-    """A picker of one of the visitor's runs, by its number in their history (Compare two runs)."""
+    """A picker of one of the visitor's runs, by its number in their history (Diff two runs)."""
     return typed_whole(gr.Dropdown([], value=None, label=label, elem_id=elem_id), None,
                        "a run's number in your history (run 1 is your first)")
 

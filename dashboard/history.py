@@ -1,4 +1,4 @@
-"""The run history: one row per finished comparison (`history_row`), kept for its owner's downloads (`history_csv`).
+"""The run history: one row per finished run (`history_row`), kept for its owner's downloads (`history_csv`).
 
 Rows hold run data only (options and numbers; no prompt text, host names or paths), so the CSV and JSON are safe to
 offer to the visitor who ran them.

@@ -1,4 +1,4 @@
-"""The job queue: one FIFO of jobs (model loads and comparisons) and the one worker thread that runs them in turn.
+"""The job queue: one FIFO of jobs (model loads and runs) and the one worker thread that runs them in turn.
 
 Only one job uses the device at a time, and a waiting job knows its place. What running a job means (the engine)
 and what stopping the running one means are given to `start`; what happens when a job ends, to the constructor.

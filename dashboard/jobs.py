@@ -1,4 +1,4 @@
-"""A job: one queued unit of device work (a model load, or a comparison) and what happened to it."""
+"""A job: one queued unit of device work (a model load, or a run) and what happened to it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ LOAD, COMPARE = MessageType.LOAD, MessageType.COMPARE
 
 @dataclass
 class Job:
-    """A model load or a comparison; `events` are the engine's bench events as (engine clock time, event).
+    """A model load or a run; `events` are the engine's bench events as (engine clock time, event).
 
     `report` is core.bench's report exactly as the engine sent it; `page` is what the page itself saw of the run
     (its live series, the device samples, its notices), kept apart so that each has one author."""

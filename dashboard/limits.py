@@ -1,13 +1,11 @@
-"""What a page may ask for: the limits of a local page and of one others can reach; and how much of any one field
-from a file or a visitor a page shows back (`clip`).
+"""What a page may ask for: the limits of a local page and of one others can reach, and what the server holds for
+visitors. How much of one field from a file or a visitor a page shows back is core.text's (`clip`).
 
 The run options themselves (their bounds, defaults, flags and the command that repeats a run) are one table,
 core.options.RUN_OPTIONS, put to work by core.run_schema. No torch here.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from core.run_schema import Limits
 
@@ -20,16 +18,3 @@ EXPOSED_LIMITS = Limits(max_new_tokens=1024, batch=8, trials=10, min_seconds=10.
 # upload excepted: core.report_schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
-
-# The most of one field (a replayed report's model spec, a visitor's text, an error that quotes either) that a page
-# shows or a status line holds.
-FIELD_CHARS = 300
-
-
-def clip(text: Any, limit: int = FIELD_CHARS) -> str:
-    """`text` as a string of at most `limit` characters and a short suffix: past the limit, its start, an ellipsis
-    and its whole length."""
-    text = str(text)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text):,} characters in all)"

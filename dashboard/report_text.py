@@ -1,8 +1,8 @@
 """A report, a run's status and a pane's rate as the page's Markdown (no gradio here: testable as text).
 
 Text that came from a user or a file is shown as text, never as HTML or Markdown (`plain`), and never whole
-(`clip`): a field of a replayed report or of a visitor's request is shown at most
-dashboard.limits.FIELD_CHARS long.
+(core.text.clip): a field of a replayed report or of a visitor's request is shown at most
+core.text.SHOWN_FIELD_CHARS long.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
 from core.options import LOOPS
-from dashboard.limits import FIELD_CHARS, clip
+from core.text import SHOWN_FIELD_CHARS, clip
 from dashboard.page_record import PageRecord, report_notices
 from dashboard.summary_table import headline, summary_rows
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
 
-def plain(text: Any, limit: int = FIELD_CHARS) -> str:
+def plain(text: Any, limit: int = SHOWN_FIELD_CHARS) -> str:
     """Text shown as itself in a Markdown component: one line, at most about `limit` characters of it (`clip`),
     HTML escaped, Markdown punctuation escaped (':' and '.' too, so that a URL in it does not become a link)."""
     one_line = " ".join(clip(text, limit).split())

@@ -28,7 +28,7 @@ from dashboard.page_record import PageRecord
 from dashboard.supervisor import EngineSupervisor
 from engine.client import EngineClient
 from engine.inprocess import InProcessEngineClient
-from engine.protocol import Loaded
+from engine.protocol import ModelFacts
 
 
 class Runner:
@@ -69,9 +69,9 @@ class Runner:
         return self.supervisor.client
 
     @property
-    def loaded(self) -> Loaded | None:
+    def model_facts(self) -> ModelFacts | None:
         """What the engine has loaded (None: nothing, or the engine is restarting)."""
-        return self.supervisor.loaded
+        return self.supervisor.model_facts
 
     @property
     def decoder(self) -> TextDecoder | None:
@@ -99,8 +99,8 @@ class Runner:
     @property
     def uses_cuda(self) -> bool:
         """Whether runs go to a CUDA device: the engine's word once it has started, else NVML's guess."""
-        if self.loaded is not None:
-            return self.loaded.device_type == "cuda"
+        if self.model_facts is not None:
+            return self.model_facts.device_type == "cuda"
         hello = self.engine_client.hello
         if hello is not None:
             return hello.cuda
@@ -133,8 +133,8 @@ class Runner:
         if need is None:
             return None
         room = self._free_memory()
-        if room is not None and self.loaded is not None:
-            room += self.loaded.weight_bytes // max(1, self.loaded.tp)
+        if room is not None and self.model_facts is not None:
+            room += self.model_facts.weight_bytes // max(1, self.model_facts.tp)
         return admission_problem(need, room, "GPU memory" if cuda else "host memory")
 
     def _measured_free_memory(self) -> int | None:
@@ -143,7 +143,7 @@ class Runner:
         return free_gpu_bytes((self.monitor.gpus if self.monitor is not None else []) or [nvml_index(0)])
 
     def device_label(self) -> str:
-        info = self.loaded
+        info = self.model_facts
         if info is None:
             return "no model loaded"
         label = info.device + (f" ({info.gpu})" if info.gpu else "")
@@ -160,17 +160,17 @@ class Runner:
         return self.queue.add(Job(id=self.queue.next_id(), work=LOAD, owner=owner, model=spec,
                                   progress=f"Loading model {spec} ({loading_note(spec)})"))
 
-    def load(self, spec: str, timeout: float | None = None) -> Loaded:
+    def load(self, spec: str, timeout: float | None = None) -> ModelFacts:
         """Load (queued behind running work): what was loaded, or ValueError if it failed."""
         job = self.submit_load(spec)
         job.wait(timeout)
         if job.state != DONE:
             raise ValueError(job.error or f"loading {spec!r} did not finish")
-        assert self.loaded is not None
-        return self.loaded
+        assert self.model_facts is not None
+        return self.model_facts
 
     def submit(self, form: Mapping[str, Any], owner: str | None = None) -> Job:
-        """Check and queue a comparison; ValueError with a readable message for a bad form. `form` holds the run
+        """Check and queue a run; ValueError with a readable message for a bad form. `form` holds the run
         options by name (core.options.RUN_OPTIONS; missing ones take their defaults) and `model` (None or missing:
         whatever is loaded)."""
         request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
@@ -185,7 +185,7 @@ class Runner:
     def _check_context(self, request: BenchRequest, model: str | None) -> None:
         """Refuse, before it is queued, a run that cannot fit the loaded model's context (the engine checks again,
         exactly, with the chat template)."""
-        loaded, decoder = self.loaded, self.decoder
+        loaded, decoder = self.model_facts, self.decoder
         if loaded is None or (model is not None and model != loaded.spec):
             return
         prompt = request.value("prompt")
@@ -233,7 +233,7 @@ class Runner:
         return job.view.snapshot()
 
     def latest_run(self, owner: str) -> Job | None:
-        """`owner`'s newest comparison that the runner still remembers (queued, running or finished)."""
+        """`owner`'s newest run that the runner still remembers (queued, running or finished)."""
         runs = [j for j in self.queue.remembered() if j.owner == owner and j.work == COMPARE]
         return max(runs, key=lambda j: j.id, default=None)
 
@@ -262,15 +262,15 @@ class Runner:
         return GpuMonitor(device_indices=indices, host_pids=lambda: self.engine_client.pids).start()
 
     def _record_page(self, job: Job) -> None:
-        """What the page saw of a comparison whose report just arrived, kept next to that report (PageRecord)."""
+        """What the page saw of a run whose report just arrived, kept next to that report (PageRecord)."""
         job.t_end = time.perf_counter()
         if self.monitor is not None:
             self.monitor.sample_now()  # the utilization line reaches the run's end, not the last periodic poll
         job.page = PageRecord.of_run(job.view.live_series(final=True) if job.view else {}, job.notices)
 
     def _finished(self, job: Job) -> None:
-        """A job ended: a comparison that ran gets its history row (one cancelled while queued never ran)."""
+        """A job ended: a run that started gets its history row (one cancelled while queued never ran)."""
         if job.work == COMPARE and job.t0 is not None and not job.internal:
-            device_type = self.loaded.device_type if self.loaded else None
+            device_type = self.model_facts.device_type if self.model_facts else None
             self.run_history.add(job.owner, history_row(job.id, job.state, job.request, job.model or self.model_spec,
                                                         job.report, job.error, device_type))

@@ -13,8 +13,8 @@ from dashboard.page_record import PageRecord, SavedReport, split_report
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
 SUMMARY_HEADERS = ("contestant", "decode tok/s", "decode spread %", "same tokens", "host wait µs/step",
-                   "device idle µs/step", "device reads/step (audit)", "kernel ms/step (kernel trial)",
-                   "kernel-busy % (kernel trial)", "NVML util %", "end-to-end tok/s", "TTFT ms", "ms/tok p50",
+                   "device idle µs/step", "device reads/step (audit)", "kernel ms/step (kernel measurement)",
+                   "kernel-busy % (kernel measurement)", "NVML util %", "end-to-end tok/s", "TTFT ms", "ms/tok p50",
                    "ms/tok p95", "compile ms")
 
 

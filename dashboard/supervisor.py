@@ -33,7 +33,7 @@ from engine.protocol import (
     FailureCategory,
     JobCancelled,
     Load,
-    Loaded,
+    ModelFacts,
     Progress,
     Ready,
     Reply,
@@ -94,7 +94,7 @@ def start_later(delay_s: float, work: Callable[[], None]) -> None:
 
 class EngineSupervisor:
     """The engine processes as the queue sees them: what they have loaded, why they are down, and every job's end
-    that the engine decides. `on_report(job)` is told of a comparison's report before the job is marked done.
+    that the engine decides. `on_report(job)` is told of a run's report before the job is marked done.
 
     After a loss: a restart the server chose (a cancel that had to kill the engine) starts a new engine at once; a
     real loss starts one after the policy's backoff (`schedule(delay, start)`), and a model other than
@@ -109,7 +109,7 @@ class EngineSupervisor:
         self.policy = policy or RestartPolicy()
         self.default_model = default_model
         self.schedule = schedule
-        self.loaded: Loaded | None = None  # without its tokenizer_json: `decoder` holds that
+        self.model_facts: ModelFacts | None = None  # without its tokenizer_json: `decoder` holds that
         self.decoder: TextDecoder | None = None
         self.trouble: str | None = None  # why the engine is down, or was restarted
         self.last_load_error: str | None = None  # the startup load's (or a reload's) failure: the banner says it
@@ -125,7 +125,7 @@ class EngineSupervisor:
 
     @property
     def model_spec(self) -> str | None:
-        return self.loaded.spec if self.loaded else None
+        return self.model_facts.spec if self.model_facts else None
 
     def start(self) -> None:
         self.client.start()
@@ -202,9 +202,9 @@ class EngineSupervisor:
             return
         job_id = job_of(message)
         job = self.queue.get(job_id) if job_id is not None else None
-        if isinstance(message, Loaded):
+        if isinstance(message, ModelFacts):
             logger.info("loaded %s on %s in %.1f s", _spec_for_log(message.spec), message.device, message.load_s)
-            self._loaded(message)
+            self._on_model_facts(message)
             if job is not None and job.work == COMPARE:
                 job.state = RUNNING
         if job is None:
@@ -234,17 +234,17 @@ class EngineSupervisor:
         elif isinstance(message, Failed):
             self._failed(job, message)
 
-    def _loaded(self, message: Loaded) -> None:
+    def _on_model_facts(self, message: ModelFacts) -> None:
         self.decoder = TextDecoder(message.tokenizer_json, message.tokenizer_cleanup)
-        self.loaded = replace(message, tokenizer_json=None)
+        self.model_facts = replace(message, tokenizer_json=None)
         self._wanted_model, self.last_load_error = message.spec, None
         self.trouble = self.retired_note  # a model unloaded for killing its engine stays named on the banner
 
     def _failed(self, job: Job, message: Failed) -> None:
         error = message.error or "failed"
-        if message.loaded is None and self.loaded is not None:
+        if message.loaded is None and self.model_facts is not None:
             error += f"; the previous model ({self.model_spec}) was unloaded to make room, so none is loaded now"
-            self.loaded, self.decoder = None, None
+            self.model_facts, self.decoder = None, None
         elif message.category == FailureCategory.INPUT and job.model and job.model != self.model_spec:
             error += f"; still using {self.model_spec}" if self.model_spec else "; no model is loaded"
         self._stop_causes.pop(job.id, None)
@@ -255,7 +255,7 @@ class EngineSupervisor:
     def _on_lost(self, job_id: int | None, loss: EngineLoss) -> None:
         job = self.queue.get(job_id) if job_id is not None else None
         job = job if job is not None and not job.done else None
-        self.loaded, self.decoder = None, None
+        self.model_facts, self.decoder = None, None
         if self.queue.closed:
             if job is not None:
                 self._fail(job, f"the engine process {loss.reason}")
@@ -331,5 +331,5 @@ def _request(job: Job) -> Load | Compare:
     if job.work == LOAD:
         assert job.model is not None, "a load names its model"
         return Load(job=job.id, spec=job.model)
-    assert job.request is not None, "a comparison carries its request"
+    assert job.request is not None, "a run carries its request"
     return Compare(job=job.id, spec=job.model, request=job.request)

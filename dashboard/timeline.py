@@ -5,7 +5,7 @@ tick when each step's tokens became known) and a device lane per GPU (each step'
 device spent waiting for its launch pale, the idle gaps between spans hatched). Naive sits above pipelined on one
 time axis: ms since each loop's trial started. On the CPU the host is the device: one lane per loop. The first view
 is a window of 10-20 decode steps from the middle of the trial; the range slider under it reaches the whole trial.
-`compare_timelines` draws two reports' loops on one such axis.
+`diff_timelines` draws two reports' loops on one such axis.
 
 The chart reads in words: solid = working, hatched = waiting, pale = the device waiting for its launch; each bar's
 hover says which step it is and what its number means, and the table's hover defines each column. The two loops
@@ -59,8 +59,7 @@ TOP_LINE_PX = 13               # one line of the statistics block
 TITLE_PX = 34
 BOTTOM_PX = 75                 # x ticks, the range slider and the x title
 HOVER_DISTANCE_PX = 40         # a bar's hover point is on its edge: reach it from the bar's middle
-MAX_LINE = 50                  # characters: a line of the statistics block that fits a phone's chart
-COMPARE_LABEL = 12             # characters of a compared run's label on its lanes
+DIFF_LABEL = 12                # characters of a diffed run's label on its lanes
 
 # The two loops: Okabe-Ito vermillion and blue (dashboard.charts.COLORS, as on the page's other charts), told apart
 # under protanopia, deuteranopia and tritanopia; their names on every lane are the second cue.
@@ -74,7 +73,7 @@ SPAN_KEY = "solid = working · hatched = waiting"
 LAUNCH_KEY = "pale = the device waiting for its launch"
 KNOWN_KEY = "black tick = a step's tokens known on the host"
 SYNC_KEY = "red triangle = the host reading a device value"
-KERNEL_KEY = "kernels drawn in steps {first}-{last} (kernel trial)"
+KERNEL_KEY = "kernels drawn in steps {first}-{last} (kernel measurement)"
 QUEUED_KEY = "coloured tick = a step queued by the host"
 SYNC_COLOR = "#d62728"
 KNOWN_COLOR = "#212121"
@@ -91,8 +90,8 @@ COLUMN_HELP = {
 MEANS_HELP = ("each the median over the loop's trials of the trial's mean per decode step (step 0 is prefill), in "
               "µs: the figure the summary states; the bars are the loop's median trial")
 CLOCK_HELP = "GPU times are placed on the host's clock to within ±{error} µs (two reference events per trial)"
-KERNEL_HELP = ("kernel trial: one more run under CUPTI that records every kernel; each of its steps is scaled onto "
-               "the same step's span here")
+KERNEL_HELP = ("kernel measurement: one more run under CUPTI that records every kernel; each of its steps is scaled "
+               "onto the same step's span here")
 
 
 # ------------------------------------------------------------------------------------------------ the figure
@@ -118,16 +117,16 @@ def timeline_figure(report: dict[str, Any]) -> go.Figure:
     return _figure([_Group(None, loop_trials(report), report)])
 
 
-def compare_timelines(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
+def diff_timelines(report_a: dict[str, Any], report_b: dict[str, Any], label_a: str, label_b: str) -> go.Figure:
     """Two reports' timelines on one time axis (ms since each loop's trial started): report_a's loops above
-    report_b's, each lane and each row of the table named by its report's label (cut to COMPARE_LABEL characters)."""
+    report_b's, each lane and each row of the table named by its report's label (cut to DIFF_LABEL characters)."""
     return _figure([_Group(_short(label_a), loop_trials(report_a), report_a),
                     _Group(_short(label_b), loop_trials(report_b), report_b)])
 
 
 def _short(label: str) -> str:
     label = " ".join(str(label).split()) or "?"
-    return label if len(label) <= COMPARE_LABEL else label[:COMPARE_LABEL - 1] + "…"
+    return label if len(label) <= DIFF_LABEL else label[:DIFF_LABEL - 1] + "…"
 
 
 def loop_color(name: str) -> str:
@@ -231,7 +230,7 @@ def _loop_traces(trial: LoopTrial, y: float, who: str) -> tuple[list[Spec], list
 
 def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float, who: str) -> list[Spec]:
     """A device lane: each step's span solid, the part of it the device waited for its launch pale; where the
-    kernel trial gave the step's kernels, those solid and the rest of the span pale; the gaps between spans
+    kernel measurement gave the step's kernels, those solid and the rest of the span pale; the gaps between spans
     hatched."""
     hue, faint, label = loop_color(trial.name), {"fillcolor": pale(loop_color(trial.name))}, lane.label
     steps = np.arange(len(lane.starts))
@@ -248,16 +247,16 @@ def _device_traces(trial: LoopTrial, lane: DeviceLane, y: float, who: str) -> li
     inside_text = "idle inside %{customdata[1]:,.1f} µs: the device waiting for its launch"
     if traced.any():
         traces.append(bars(lane.starts[traced], lane.ends[traced], y,
-                            f"{who} · {label} waiting inside the step (kernel trial)", faint,
+                            f"{who} · {label} waiting inside the step (kernel measurement)", faint,
                             hover=(steps[traced], _hover(who, f"{label} span %{{customdata[1]:,.1f}} µs: pale "
-                                                              "where no kernel ran (kernel trial)"))))
+                                                              "where no kernel ran (kernel measurement)"))))
         order = sorted(trial.kernels)
         starts = np.concatenate([trial.kernels[s][0] for s in order])
         ends = np.concatenate([trial.kernels[s][1] for s in order])
         owners = np.concatenate([np.full(len(trial.kernels[s][0]), s) for s in order])
-        traces.append(bars(starts, ends, y, f"{who} · {label} kernels (kernel trial)", {"fillcolor": hue},
+        traces.append(bars(starts, ends, y, f"{who} · {label} kernels (kernel measurement)", {"fillcolor": hue},
                             hover=(owners, _hover(who, "a kernel %{customdata[1]:,.1f} µs: the device working "
-                                                   "(kernel trial)"))))
+                                                   "(kernel measurement)"))))
     inside = trial.idle_inside_ms() if lane is trial.gap_source else None
     if inside is not None:
         waiting = np.zeros(len(lane.starts), dtype=bool)

@@ -53,8 +53,8 @@ class LoopTrial:
     gap_source: DeviceLane | None = None        # rank 0's spans: the summary's idle gap is measured on them
     recorded_gaps: np.ndarray = field(default_factory=_empty)  # gpu_gap_ms, for reports without device spans
     sync_error_ms: float | None = None
-    # The kernel trial's merged kernel intervals of some steps (core.measure.kernel_trial), by step: (starts, ends) in
-    # ms since that step's start, scaled onto this trial's span of the step.
+    # The kernel measurement's merged kernel intervals of some steps (core.measure.kernel_measurement), by step:
+    # (starts, ends) in ms since that step's start, scaled onto this trial's span of the step.
     kernels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # The sync audit's reads (core.measure.sync_audit), placed where they fell in their step: times, hover texts.
     syncs: tuple[np.ndarray, list[str]] = (np.zeros(0), [])
@@ -79,7 +79,7 @@ class LoopTrial:
 
     def idle_inside_ms(self) -> np.ndarray | None:
         """Per kept step, how long its device span held no work: the span less the step's work (core.measure.waits,
-        the kernel trial's kernel time per step or the quickest loop's span), the device waiting for the host to
+        the kernel measurement's kernel time per step or the quickest loop's span), the device waiting for the host to
         launch inside the step, which the gap between steps does not show."""
         lane = self.gap_source
         if lane is None or self.cpu or not self.complete or self.work_ms is None:
@@ -147,20 +147,20 @@ def _array(values: Any) -> np.ndarray:
 
 
 def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
-    """The representative trial of each loop that has one, naive first, with its kernel trial's kernels and its
+    """The representative trial of each loop that has one, naive first, with its kernel measurement's kernels and its
     audit's reads where the report has them."""
     trials = []
     cpu = report_on_cpu(report)
     loops = [[r for r in report.get("runs", []) if r.get("contestant") == name] for name in (*LOOPS, NO_CHECK)]
-    kernel_trials = report.get("kernel_trial") or {}
+    kernel_measurements = report.get("kernel_measurement") or {}
     for name in LOOPS:
         run = charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
             trial = loop_trial(run, cpu)
-            busy = (kernel_trials.get(name) or {}).get("kernel_busy_ms_per_step")
+            busy = (kernel_measurements.get(name) or {}).get("kernel_busy_ms_per_step")
             trial.work_ms = _work_ms([group for group in loops if group], busy)
             if trial.complete and not trial.cpu:
-                trial.kernels = _kernels_onto(trial, (report.get("kernel_trial") or {}).get(name))
+                trial.kernels = _kernels_onto(trial, (report.get("kernel_measurement") or {}).get(name))
             if trial.complete:
                 trial.syncs = _syncs_onto(trial, (report.get("sync_audit") or {}).get(name))
             trials.append(trial)
@@ -174,10 +174,10 @@ def _work_ms(loops: list[list[dict[str, Any]]], busy: Any) -> float | None:
         return None
 
 
-def _kernels_onto(trial: LoopTrial, kernel_trial: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """The kernel trial's kernel intervals of each step it kept, scaled from its span onto this trial's span."""
+def _kernels_onto(trial: LoopTrial, measured: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The kernel measurement's kernel intervals of each step it kept, scaled from its span onto this trial's span."""
     lane = trial.gap_source
-    steps = ((kernel_trial or {}).get("intervals") or {}).get("steps") if isinstance(kernel_trial, dict) else None
+    steps = (measured.get("intervals") or {}).get("steps") if isinstance(measured, dict) else None
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for entry in steps or []:
         try:
@@ -228,9 +228,6 @@ class Means:
     inside_us: float | None = None
 
 
-NO_MEANS = Means(None, None, None, None)
-
-
 def first_view(trials: Sequence[LoopTrial]) -> tuple[float, float] | None:
     """The first view's x range: about WINDOW_STEPS decode steps around the middle of the shorter trial, between
     MIN_WINDOW_STEPS of the slower loop and MAX_WINDOW_STEPS of the faster one where both can hold."""
@@ -262,10 +259,3 @@ def window_means(trial: LoopTrial, view: tuple[float, float] | None) -> Means:
 def _mean_us(values: np.ndarray) -> float | None:
     return float(np.mean(values)) * 1000 if len(values) else None
 
-
-def timeline_means(report: dict[str, Any]) -> dict[str, dict[str, Means]]:
-    """Per loop, the means the chart states: over the first view ("window") and the whole trial ("trial")."""
-    trials = loop_trials(report)
-    view = first_view(trials)
-    return {t.name: {"window": window_means(t, view) if view else NO_MEANS, "trial": window_means(t, None)}
-            for t in trials}

@@ -131,7 +131,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
         with gr.Accordion("Explain: the sync, the numbers, the toggles, and why NVML utilization is coarse",
                           open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
-        gr.api(compare.history.report_of_run, api_name="report", concurrency_limit=4, concurrency_id="compare")
+        gr.api(compare.history.report_of_run, api_name="report", concurrency_limit=4, concurrency_id="reports")
     demo.dashboard = Dashboard(page, compare, replay, your_loop)  # type: ignore[attr-defined]
     return demo
 

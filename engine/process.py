@@ -2,10 +2,10 @@
 
 The dashboard's server starts one of these per GPU rank (`multiprocessing` spawn, so the server never initialises
 CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around its EngineCore. What travels is
-engine.protocol's messages: Load, Compare and Shutdown in; Hello, then per job Started, Progress, Loaded, Events
+engine.protocol's messages: Load, Compare and Shutdown in; Hello, then per job Started, Progress, ModelFacts, Events
 (batches of core.bench events) and one of Done (the report), JobCancelled or Failed out.
 
-A comparison is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
+A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
 else while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
 every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
 with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
@@ -38,7 +38,7 @@ from engine.protocol import (
     JobCancelled,
     JobEnd,
     Load,
-    Loaded,
+    ModelFacts,
     Progress,
     Reply,
     Request,
@@ -98,7 +98,7 @@ class EventBatcher:
 
 
 class EngineCore:
-    """Loads models and runs comparisons for one rank; reports through `send`. Usable in-process (tests)."""
+    """Loads models and does the runs of one rank; reports through `send`. Usable in-process (tests)."""
 
     def __init__(self, send: Send, config: EngineConfig, cancel_flag: Any = None):
         self.send = send
@@ -133,7 +133,7 @@ class EngineCore:
         self.send(self._load(spec, job))
         self.send(Done(job=job))
 
-    def _load(self, spec: str, job: int) -> Loaded:
+    def _load(self, spec: str, job: int) -> ModelFacts:
         """Load `spec` in place of the loaded model. A bad spec, or one that cannot fit, fails before the loaded
         model is let go; one that fits beside it is loaded first, so that a load failing later keeps it too."""
         from core.model_sources import check_spec
@@ -151,7 +151,7 @@ class EngineCore:
         self.loaded = None
         _free_memory()
         self.loaded = new
-        return describe_loaded(self.loaded, job, load_s=time.perf_counter() - started)
+        return model_facts_of(self.loaded, job, load_s=time.perf_counter() - started)
 
     def _check_room(self, spec: str) -> tuple[str, bool]:
         """ValueError (one line) when `spec` cannot fit where this rank would load it, with the memory the loaded
@@ -247,14 +247,14 @@ class EngineCore:
                       traceback=traceback.format_exc(limit=8))
 
 
-def describe_loaded(loaded: Any, job: int, load_s: float) -> Loaded:
+def model_facts_of(loaded: Any, job: int, load_s: float) -> ModelFacts:
     """What the server needs to know of a loaded model: names, sizes, and a tokenizer it can decode with."""
     import torch
 
     device = loaded.device
     tokenizer = loaded.tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    return Loaded(
+    return ModelFacts(
         job=job, spec=loaded.spec, device=str(device), device_type=device.type,
         gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         dtype=str(loaded.dtype).replace("torch.", ""), parameters=loaded.num_parameters,

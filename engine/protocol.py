@@ -1,7 +1,7 @@
 """What travels over the pipe between the server and an engine process: one frozen dataclass per message.
 
     server -> engine   Load(job, spec)   Compare(job, spec, request)   Shutdown()
-    engine -> server   Hello (once, at start)   Started   Progress   Loaded   Events (a batch of core.bench events)
+    engine -> server   Hello (once, at start)   Started   Progress   ModelFacts   Events (a batch of core.bench events)
                        and one of Done (the report), JobCancelled, Failed (with a FailureCategory) to end each job
     client -> runner   Ready (every rank has said hello; made by the client, never sent by an engine)
 
@@ -28,7 +28,7 @@ class MessageType(StrEnum):
     READY = "ready"
     STARTED = "started"
     PROGRESS = "progress"
-    LOADED = "loaded"
+    MODEL_FACTS = "model_facts"
     EVENTS = "events"
     DONE = "done"
     CANCELLED = "cancelled"
@@ -114,10 +114,11 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Loaded:
-    """What the server needs to know of a loaded model: names, sizes, what ran, and a tokenizer it can decode with."""
+class ModelFacts:
+    """The server's description of the model an engine loaded (the model itself, in the engine, is
+    core.models.LoadedModel): names, sizes, what ran, and a tokenizer it can decode with."""
 
-    type: ClassVar[MessageType] = MessageType.LOADED
+    type: ClassVar[MessageType] = MessageType.MODEL_FACTS
     job: int
     spec: str
     device: str               # "cuda:0", "cpu"
@@ -146,7 +147,7 @@ class Events:
 
 @dataclass(frozen=True)
 class Done:
-    """The job ended; `report` is core.bench's report of a comparison (None for a load, and on ranks other than 0)."""
+    """The job ended; `report` is core.bench's report of a run (None for a load, and on ranks other than 0)."""
 
     type: ClassVar[MessageType] = MessageType.DONE
     job: int
@@ -160,7 +161,7 @@ class JobCancelled:
     type: ClassVar[MessageType] = MessageType.CANCELLED
     job: int
     loaded: str | None = None  # the spec the engine holds after the job
-    report: dict[str, Any] | None = None  # a comparison cancelled after a full round: the finished rounds' report
+    report: dict[str, Any] | None = None  # a run cancelled after a full round: the finished rounds' report
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,8 @@ class Failed:
     traceback: str | None = None
 
 
-Reply = Hello | Ready | Started | Progress | Loaded | Events | Done | JobCancelled | Failed
+Reply = Hello | Ready | Started | Progress | ModelFacts | Events | Done | JobCancelled | Failed
 JobEnd = Done | JobCancelled | Failed
-TERMINAL = frozenset({MessageType.DONE, MessageType.CANCELLED, MessageType.FAILED})
 
 
 def job_of(message: Request | Reply) -> int | None:

@@ -213,7 +213,7 @@ def test_ctrl_c_while_torch_is_imported_is_one_line_and_no_traceback(tmp_path):
     assert stdout == ""
 
 
-# ------------------------------------------------------------------------------------- the table and --compare
+# ---------------------------------------------------------------------------------------- the table and --diff
 
 def test_the_table_names_whose_spread_each_column_is_and_ends_with_what_the_run_shows(tmp_path, capsys):
     out = tmp_path / "r.json"
@@ -233,9 +233,10 @@ def test_the_table_names_whose_spread_each_column_is_and_ends_with_what_the_run_
     assert f"replaced {out} (it held a report from {first['created']})" in capsys.readouterr().out
 
 
-def test_compare_prints_two_reports_side_by_side(capsys):
+@pytest.mark.parametrize("flag", ["--diff", "--compare"])  # --compare: its old name, still accepted
+def test_diff_prints_two_reports_side_by_side(capsys, flag):
     results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01"
-    assert main(["--compare", str(results / "audit-ro-1b.json.gz"), str(results / "audit-eager-1b.json.gz")]) == 0
+    assert main([flag, str(results / "audit-ro-1b.json.gz"), str(results / "audit-eager-1b.json.gz")]) == 0
     printed = capsys.readouterr().out
     assert "settings that differ (A -> B):" in printed and "compile  reduce-overhead -> off" in printed
     assert "naive" in printed and "0.099x" in printed
@@ -243,12 +244,12 @@ def test_compare_prints_two_reports_side_by_side(capsys):
 
 @pytest.mark.parametrize(("content", "problem"), [(None, "cannot read it"), (b"{", "not valid JSON"),
                                                   (b'{"a": 1}', "not a syncscope benchmark report")])
-def test_compare_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, content, problem):
+def test_diff_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, content, problem):
     bad = tmp_path / "bad.json"
     if content is not None:
         bad.write_bytes(content)
     good = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01" / "audit-ro-1b.json.gz"
-    assert main(["--compare", str(good), str(bad)]) == 2
+    assert main(["--diff", str(good), str(bad)]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and problem in err and str(bad) in err and captured.out == ""

@@ -1,4 +1,4 @@
-"""The sync audit and the kernel trial on CUDA: skipped without a GPU; on the H200
+"""The sync audit and the kernel measurement on CUDA: skipped without a GPU; on the H200
 `python -m pytest -q -m cuda tests/test_cuda_audit.py`."""
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def sync_debug_sites(run) -> set[tuple[str, int]]:
             frame = frame.f_back
         code = sync_sites.linecache.getline(frame.f_code.co_filename, frame.f_lineno)
         if "synchronize(" not in code:  # explicit waits: the audit records them as what they are
-            sites.add((sync_sites.short_path(frame.f_code.co_filename), frame.f_lineno))
+            sites.add((sync_sites.path_from_root(frame.f_code.co_filename), frame.f_lineno))
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -205,18 +205,18 @@ def test_the_audit_lists_the_sites_pytorchs_sync_debug_mode_warns_at(tiny_gpu, c
     assert audited == warned, (sorted(audited - warned), sorted(warned - audited))
 
 
-def test_the_kernel_trial_reads_kernel_busy_per_step_on_the_devices_clock(tiny_gpu):
+def test_the_kernel_measurement_reads_kernel_busy_per_step_on_the_devices_clock(tiny_gpu):
     request = BenchRequest(prompt="Hello there", options=GenerationOptions(max_new_tokens=32, ignore_eos=True),
                            trials=1, contestants=("naive", "pipelined", "hf"), audit=True)
     report = compare(tiny_gpu, request)
     for name in ("naive", "pipelined"):
-        trial = report["kernel_trial"][name]
+        trial = report["kernel_measurement"][name]
         assert trial["alignment"] > 0.9 and 0 < trial["kernel_busy_fraction"] <= 1
         assert trial["decode_steps"] == 31 and trial["idle_inside_ms_per_step"] > 0  # eager: launches one by one
         assert report["summary"][name]["kernel_busy_fraction"] == trial["kernel_busy_fraction"]
-        assert report["summary"][name]["step_work_source"] == "kernel trial"
+        assert report["summary"][name]["step_work_source"] == "kernel measurement"
         assert trial["intervals"]["steps"] and trial["slowdown"] > 0
-    assert 0 < report["kernel_trial"]["hf"]["kernel_busy_fraction"] <= 1
+    assert 0 < report["kernel_measurement"]["hf"]["kernel_busy_fraction"] <= 1
     audits = report["sync_audit"]
     assert audits["pipelined"]["reads_per_decode_step"] == 0 and audits["naive"]["reads_per_decode_step"] == 1
     naive = next(s for s in audits["naive"]["sites"] if s["in_decode_steps"])

@@ -46,7 +46,7 @@ def _innermost_outside_torch() -> Line:
     frame = sys._getframe(2)
     while frame.f_code.co_filename.startswith(sync_sites._TORCH_DIR) or frame.f_code.co_filename == warnings.__file__:
         frame = frame.f_back
-    return sync_sites.short_path(frame.f_code.co_filename), frame.f_lineno
+    return sync_sites.path_from_root(frame.f_code.co_filename), frame.f_lineno
 
 
 def sync_debug_per_step(script: str, args: list[str]) -> tuple[dict[Line, float], str | None]:

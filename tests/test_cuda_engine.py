@@ -104,7 +104,7 @@ def test_the_dashboard_runs_one_engine_per_gpu(fast_tiny_compiles):
     runner = Runner(TINY, device="cuda", dtype="fp32", tp=2, monitor=False)
     try:
         runner.load(TINY, timeout=300)
-        assert len(runner.engine_client.pids) == 2 and runner.loaded.tp == 2
+        assert len(runner.engine_client.pids) == 2 and runner.model_facts.tp == 2
         report = runner.run(fast_settings(cache="static", compile="step-graph"))
         assert report["all_identical"]
         os.kill(runner.engine_client.pids[1], signal.SIGKILL)  # one rank dies: the whole group is replaced

@@ -69,7 +69,7 @@ def test_a_compare_with_ranges_closes_every_one_and_its_audit_still_finds_no_pip
                            audit=True)
     report = compare(tiny_gpu, request)
     runs = tree(counted)
-    kinds = ("warm-up", "trial 0", "audited run", "kernel trial")
+    kinds = ("warm-up", "trial 0", "audited run", "kernel measurement")
     assert [name for name, _ in runs] == [f"{c} {kind}" for kind in kinds for c in request.contestants]
     for name, inside in runs:
         contestant = name.split(" ")[0]

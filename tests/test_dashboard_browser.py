@@ -405,7 +405,7 @@ def test_a_second_click_is_answered_and_two_runs_differing_in_one_toggle_compare
         page.wait_for_function("document.querySelector('#history')?.innerText.split(/\\s+/)"
                                ".filter(w => w === 'done').length === 2")
         assert finished_runs(page) == 2, "the second click started no run of its own"
-        page.get_by_text("Compare two runs of this history").click()
+        page.get_by_text("Diff two runs of this history").click()
         page.wait_for_function("document.querySelector('#run-a input')?.value.startsWith('run 1')")
         page.click("#compare-btn")
         page.wait_for_function("document.querySelector('#history-compare-status')?.innerText.includes('differ')")

@@ -547,7 +547,7 @@ def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_
 # report (the download and /report). On the CPU in-process on tiny-random (slow); on a GPU (the CUDA suite) app.py
 # started as a user starts it, with its defaults (the offline default model where its package is installed, else its
 # shape with random weights: SYNCSCOPE_PAGE_MODEL overrides), a default run and an audited one: on CUDA a default run
-# also runs the kernel trial. With SYNCSCOPE_PAGE_OUT set, what the page showed is written there
+# also runs the kernel measurement. With SYNCSCOPE_PAGE_OUT set, what the page showed is written there
 # (benchmarks/calls/served_page_gpu.sh commits it).
 
 OUTPUT_NAMES = (*OUTPUTS, "lanes_plot")
@@ -580,14 +580,14 @@ def check_page_run(client: Client, out: dict[str, Any], *, audit: bool, cuda: bo
     assert document["schema"] == "syncscope.page-report/1"
     report = document["report"]
     assert report["verdict"]["contender"] == "pipelined" and report["summary"]["naive"]["decode_tokens_per_s"] > 0
-    assert ("sync_audit" in report) == audit and ("kernel_trial" in report) == cuda
+    assert ("sync_audit" in report) == audit and ("kernel_measurement" in report) == cuda
     if audit:
         assert set(report["sync_audit"]) >= {"naive", "pipelined"}
         assert report["sync_audit"]["naive"]["reads_per_decode_step"] >= 1, "naive's .item() every step"
         assert report["sync_audit"]["pipelined"]["reads_per_decode_step"] == 0, "the pipelined loop reads nothing"
         assert "read" in text_of(out["shows"])
     if cuda:
-        assert report["kernel_trial"]["pipelined"]["kernel_busy_fraction"] > 0
+        assert report["kernel_measurement"]["pipelined"]["kernel_busy_fraction"] > 0
     fetched = client.predict(api_name="/report")
     assert fetched["report"]["created"] == report["created"] and fetched["report"]["verdict"] == report["verdict"]
     return report

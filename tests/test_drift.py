@@ -1,4 +1,4 @@
-"""Two runs judged with an interval on B / A (core.report_comparison.compare_reports): the Welch interval, the drift
+"""Two runs judged with an interval on B / A (core.report_diff.diff_reports): the Welch interval, the drift
 allowance per device kind (core.measure.drift), the control contestant, the calls and their words; and the A/A case of
 issue 39 on the CPU."""
 
@@ -15,12 +15,12 @@ from core.explain import plus_minus
 from core.measure.drift import PROCESS_DRIFT, device_kind, drift_between
 from core.measure.stats import welch_ratio_interval, widened
 from core.options import RUN_OPTION
-from core.report_comparison import CALLS, compare_reports, compare_text
+from core.report_diff import CALLS, diff_reports, diff_text
 
 
 def report(rates: dict[str, list[float]], device: str = "cuda", keys: int | None = None, command: str | None = None,
            **options) -> dict:
-    """A report as core.bench writes it, with what compare_reports reads: per-trial rates of each contestant (trials
+    """A report as core.bench writes it, with what diff_reports reads: per-trial rates of each contestant (trials
     of one round share an index), the summary's medians, the options, the device and the static cache's keys."""
     clock = "host" if device == "cpu" else "cuda-events"
     opts = {"loop": "naive", "max_new_tokens": 64, "cache": "static" if keys else "dynamic", "compile": "off",
@@ -120,7 +120,7 @@ def test_only_the_pipelined_loops_options_leave_the_naive_loop_alone():
 def test_when_only_lag_differs_naive_is_the_control_and_its_drift_is_not_called():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = report({"naive": scaled(STEADY, 0.7), "pipelined": scaled(STEADY, 0.7)}, lag=2)
-    result = compare_reports(a, b)
+    result = diff_reports(a, b)
     assert result["differs"] == ["lag"] and result["control"] == "naive" and result["no_control"] is None
     naive, pipelined = rows(result)["naive"], rows(result)["pipelined"]
     assert naive["control"] and naive["call"] == "control" and naive["ratio"] == pytest.approx(0.7)
@@ -134,18 +134,18 @@ def test_when_only_lag_differs_naive_is_the_control_and_its_drift_is_not_called(
 def test_against_the_control_a_real_change_of_the_pipelined_loop_is_called():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = report({"naive": scaled(STEADY, 0.8), "pipelined": scaled(STEADY, 0.8 * 1.25)}, streams=2)
-    pipelined = rows(compare_reports(a, b))["pipelined"]
+    pipelined = rows(diff_reports(a, b))["pipelined"]
     assert pipelined["call"] == "faster" and pipelined["estimate"] == pytest.approx(1.25)
     low, high = pipelined["interval_used"]
     assert low > 1 and (low, high) == pytest.approx(widened(*pipelined["interval"], pipelined["allowance"]))
-    slower = rows(compare_reports(b, a))["pipelined"]
+    slower = rows(diff_reports(b, a))["pipelined"]
     assert slower["call"] == "slower" and slower["estimate"] == pytest.approx(0.8)
 
 
 def test_a_setting_that_changes_every_loop_leaves_no_control_and_widens_by_the_device_drift():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = report({"naive": scaled(STEADY, 1.1), "pipelined": scaled(STEADY, 1.5)}, compile="default")
-    result = compare_reports(a, b)
+    result = diff_reports(a, b)
     assert result["control"] is None and result["no_control"] == "compile differs, which can change every contestant"
     naive, pipelined = rows(result)["naive"], rows(result)["pipelined"]
     assert naive["basis"] == pipelined["basis"] == "drift allowance"
@@ -157,17 +157,17 @@ def test_a_setting_that_changes_every_loop_leaves_no_control_and_widens_by_the_d
 
 def test_lag_that_changes_the_static_cache_leaves_no_control():
     a = report({"naive": STEADY, "pipelined": STEADY}, keys=256)
-    same = compare_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=256, lag=2))
+    same = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=256, lag=2))
     assert same["control"] == "naive"
-    longer = compare_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=512, lag=64))
+    longer = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=512, lag=64))
     assert longer["control"] is None and "(256 keys in A, 512 in B)" in longer["no_control"]
-    unknown = compare_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=None, lag=2, cache="static"))
+    unknown = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, keys=None, lag=2, cache="static"))
     assert unknown["control"] is None and "do not say" in unknown["no_control"]
 
 
 def test_with_the_same_settings_naive_is_the_control():
     a = report({"naive": STEADY, "pipelined": STEADY})
-    result = compare_reports(a, copy.deepcopy(a))
+    result = diff_reports(a, copy.deepcopy(a))
     assert result["differs"] == [] and result["control"] == "naive"
     assert [row["call"] for row in result["contestants"]] == ["control", "within noise"]
     assert "(the settings are the same)" in result["note"]
@@ -175,13 +175,13 @@ def test_with_the_same_settings_naive_is_the_control():
 
 def test_no_check_is_the_control_where_naive_did_not_run():
     a = report({"pipelined": STEADY, "no-check": STEADY})
-    assert compare_reports(a, report({"pipelined": STEADY, "no-check": STEADY}, lag=3))["control"] == "no-check"
+    assert diff_reports(a, report({"pipelined": STEADY, "no-check": STEADY}, lag=3))["control"] == "no-check"
 
 
 def test_generate_has_its_own_decode_path_and_keeps_the_drift_allowance_beside_a_control():
     a = report({"naive": STEADY, "pipelined": STEADY, "hf": STEADY})
     b = report({"naive": STEADY, "pipelined": STEADY, "hf": scaled(STEADY, 1.05)}, lag=2)
-    result = compare_reports(a, b)
+    result = diff_reports(a, b)
     hf = rows(result)["hf"]
     assert result["control"] == "naive" and hf["basis"] == "drift allowance" and hf["call"] == "within noise"
     assert hf["metric"] == "decode_tokens_per_s" and "hf, with a decode path of its own" in result["note"]
@@ -191,17 +191,17 @@ def test_a_tuning_variable_of_the_command_is_a_setting():
     off = "SYNCSCOPE_APPEND_IN_ATTENTION=off python -m core.bench --model tiny-random"
     on = "SYNCSCOPE_APPEND_IN_ATTENTION=on python -m core.bench --model tiny-random"
     a = report({"naive": STEADY, "pipelined": STEADY}, command=off)
-    result = compare_reports(a, report({"naive": STEADY, "pipelined": STEADY}, command=on))
+    result = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, command=on))
     assert result["differs"] == ["SYNCSCOPE_APPEND_IN_ATTENTION"] and result["control"] is None
     unset = report({"naive": STEADY, "pipelined": STEADY}, command="python -m core.bench --model tiny-random")
-    assert compare_reports(a, unset)["differs"] == [], "unset is the first choice, off"
+    assert diff_reports(a, unset)["differs"] == [], "unset is the first choice, off"
 
 
 def test_an_option_added_after_a_report_was_written_ran_as_its_default_there():
     new = report({"naive": STEADY, "pipelined": STEADY}, nvtx=False)
     old = copy.deepcopy(new)
     del old["request"]["options"]["nvtx"]
-    assert compare_reports(old, new)["differs"] == []
+    assert diff_reports(old, new)["differs"] == []
 
 
 # ------------------------------------------------------------------------------------------- too little to judge
@@ -209,7 +209,7 @@ def test_an_option_added_after_a_report_was_written_ran_as_its_default_there():
 def test_too_few_trials_says_how_many_each_run_had():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = report({"naive": STEADY[:1], "pipelined": STEADY[:1]}, lag=2)
-    result = compare_reports(a, b)
+    result = diff_reports(a, b)
     assert result["control"] is None and "3 trials in both runs" in result["no_control"]
     naive = rows(result)["naive"]
     assert naive["call"] == "too few trials" and naive["interval_used"] is None
@@ -220,24 +220,24 @@ def test_an_old_report_without_per_trial_runs_compares_with_noise_unknown():
     a = report({"naive": STEADY, "pipelined": STEADY})
     old = copy.deepcopy(a)
     del old["runs"], old["identity"], old["command"]
-    result = compare_reports(old, a)
+    result = diff_reports(old, a)
     assert {row["call"] for row in result["contestants"]} == {"noise unknown"}
     assert "A kept no per-trial rates" in rows(result)["naive"]["sentence"]
-    assert "noise unknown" in compare_text(result)
+    assert "noise unknown" in diff_text(result)
 
 
 def test_a_contestant_without_a_rate_is_no_data():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = copy.deepcopy(a)
     b["summary"]["pipelined"] = {"decode_tokens_per_s": None, "tokens_per_s": None}
-    assert rows(compare_reports(a, b))["pipelined"]["call"] == "no data"
+    assert rows(diff_reports(a, b))["pipelined"]["call"] == "no data"
 
 
 def test_every_call_is_one_of_the_words():
     a = report({"naive": STEADY, "pipelined": STEADY})
     for b in (report({"naive": STEADY, "pipelined": scaled(STEADY, 2)}, compile="default"),
               report({"naive": STEADY[:2], "pipelined": STEADY[:2]}), copy.deepcopy(a)):
-        assert all(row["call"] in CALLS for row in compare_reports(a, b)["contestants"])
+        assert all(row["call"] in CALLS for row in diff_reports(a, b)["contestants"])
 
 
 # ------------------------------------------------------------------------------------------- the words
@@ -245,8 +245,8 @@ def test_every_call_is_one_of_the_words():
 def test_the_cli_prints_each_contestants_sentence_and_how_they_were_judged():
     a = report({"naive": STEADY, "pipelined": STEADY}, device="cpu")
     b = report({"naive": scaled(STEADY, 0.5), "pipelined": scaled(STEADY, 0.5)}, device="cpu", lag=4)
-    result = compare_reports(a, b)
-    text = compare_text(result)
+    result = diff_reports(a, b)
+    text = diff_text(result)
     assert result["note"] in text and all(row["sentence"] in text for row in result["contestants"])
     naive, pipelined = rows(result)["naive"], rows(result)["pipelined"]
     assert naive["confidence"] == 0.99, "timed on the host clock"
@@ -260,7 +260,7 @@ def test_the_cli_prints_each_contestants_sentence_and_how_they_were_judged():
 def test_a_drift_allowance_sentence_names_the_device_kinds_drift():
     a = report({"naive": STEADY, "pipelined": STEADY})
     b = report({"naive": scaled(STEADY, 2.0), "pipelined": STEADY}, compile="default")
-    naive = rows(compare_reports(a, b))["naive"]
+    naive = rows(diff_reports(a, b))["naive"]
     drift = PROCESS_DRIFT["cuda"].rates
     assert naive["call"] == "faster" and naive["sentence"].startswith("naive: B/A 2.000x (95% interval ")
     assert naive["sentence"].endswith(f"widened by the {plus_minus(drift)} that two processes of the same settings "
@@ -278,7 +278,7 @@ def test_runs_differing_only_in_lag_never_call_the_naive_loop(tiny):
     for index in range(10):
         a = bench_report(tiny, lag=1, trials=3, max_new_tokens=16)
         b = bench_report(tiny, lag=2 + index % 3, trials=3, max_new_tokens=16)
-        result = compare_reports(a, b)
+        result = diff_reports(a, b)
         assert result["differs"] == ["lag"] and result["control"] == "naive", result["no_control"]
         naive = rows(result)["naive"]
         assert naive["call"] == "control" and naive["interval"] is not None

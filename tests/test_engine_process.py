@@ -459,7 +459,7 @@ def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_
         one.close()
     runner = make_runner(monitor=False, tp=2)
     try:
-        assert len(runner.engine_client.pids) == 2 and runner.loaded.tp == 2
+        assert len(runner.engine_client.pids) == 2 and runner.model_facts.tp == 2
         assert "tensor parallel over 2 GPUs (all-reduce: gloo); fused qkv, fused gate_up" in runner.device_label()
         report = runner.run(fast_settings(trials=2))
         assert [r["token_ids"] for r in report["runs"]] == expected and report["environment"]["tp"] == 2

@@ -21,8 +21,8 @@ from engine.protocol import (
     Hello,
     JobCancelled,
     Load,
-    Loaded,
     MessageType,
+    ModelFacts,
     Progress,
     Ready,
     Shutdown,
@@ -31,14 +31,14 @@ from engine.protocol import (
 )
 
 REQUEST = BenchRequest(prompt="Hi", options=GenerationOptions(max_new_tokens=4), trials=1)
-LOADED = Loaded(job=3, spec="tiny-random", device="cpu", device_type="cpu", gpu=None, dtype="float32",
+MODEL_FACTS = ModelFacts(job=3, spec="tiny-random", device="cpu", device_type="cpu", gpu=None, dtype="float32",
                 parameters=1234, weight_bytes=4936, context_length=2048, tp=1, all_reduce="",
                 transforms=("fused qkv",),
                 tokenizer_json="{}", tokenizer_cleanup=False, load_s=0.5)
 ONE_OF_EACH = (
     Load(job=1, spec="tiny-random"), Compare(job=2, spec=None, request=REQUEST), Shutdown(),
     Hello(pid=10, rank=0, world_size=1, cuda=False, gpus=0, torch="2.13"), Ready(start_s=0.9), Started(job=2),
-    Progress(job=1, text="Loading model tiny-random"), LOADED,
+    Progress(job=1, text="Loading model tiny-random"), MODEL_FACTS,
     Events(job=2, events=[{"type": "tokens", "contestant": "naive", "tokens": [5], "host_time_s": 1.0}]),
     Done(job=2, report={"schema": "syncscope.bench/1"}), JobCancelled(job=2, loaded="tiny-random"),
     Failed(job=None, error="ImportError: no torch", category=FailureCategory.START),
@@ -62,11 +62,11 @@ def test_messages_cross_a_pipe_unchanged(message):
 
 def test_messages_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        LOADED.spec = "something else"  # type: ignore[misc]
+        MODEL_FACTS.spec = "something else"  # type: ignore[misc]
 
 
 def test_a_loaded_model_is_described_by_typed_fields():
-    fields = {f.name for f in dataclasses.fields(Loaded)}
+    fields = {f.name for f in dataclasses.fields(ModelFacts)}
     assert fields == {"job", "spec", "device", "device_type", "gpu", "dtype", "parameters", "weight_bytes",
                       "context_length", "tp",
                       "all_reduce", "transforms", "tokenizer_json", "tokenizer_cleanup", "load_s"}
@@ -84,7 +84,7 @@ def test_the_job_of_a_message():
 
 def test_a_job_ends_with_done_cancelled_or_failed():
     ends = [m for m in ONE_OF_EACH if isinstance(m, protocol.JobEnd)]
-    assert {m.type for m in ends} == protocol.TERMINAL
+    assert {m.type for m in ends} == {MessageType.DONE, MessageType.CANCELLED, MessageType.FAILED}
 
 
 def test_the_engine_package_imports_neither_torch_nor_gradio_nor_plotly():

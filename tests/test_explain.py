@@ -1,4 +1,4 @@
-"""core.explain: a report in plain sentences, and two reports compared, against committed H200 reports and a CPU run."""
+"""core.explain: a report in plain sentences, and two reports diffed, against committed H200 reports and a CPU run."""
 
 import copy
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.explain import duration, plus_minus, what_this_run_shows
-from core.report_comparison import compare_reports, compare_text
+from core.report_diff import diff_reports, diff_text
 from core.report_files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
@@ -93,9 +93,10 @@ def test_an_interrupted_report_says_it_was_cut_short(cpu_report):
     report = {**cpu_report, "interrupted": True, "interruption": {"phase": "trials", "trials_done": 2,
                                                                   "trials_planned": 9}}
     assert what_this_run_shows(report)[-1].endswith("; the run was cut short after 2 of 9 rounds of trials.")
-    report["interruption"].update(phase="kernel trial", trials_done=9)
-    assert what_this_run_shows(report)[-1].endswith("; the run was cut short in its kernel trial, after every round "
-                                                    "of trials.")
+    for phase in ("kernel measurement", "kernel trial"):  # today's phase id, and its old one in older reports
+        report["interruption"].update(phase=phase, trials_done=9)
+        assert what_this_run_shows(report)[-1].endswith("; the run was cut short in its kernel measurement, after "
+                                                        "every round of trials.")
 
 
 def test_a_report_without_both_loops_names_its_rates_and_ratios(cpu_report):
@@ -125,7 +126,7 @@ def test_noise_keeps_two_significant_digits():
 
 def test_compare_names_the_settings_that_differ_and_each_rate_in_both():
     a, b = load(RO_1B), load(EAGER_1B)
-    result = compare_reports(a, b)
+    result = diff_reports(a, b)
     assert result["differs"] == ["cache", "compile"]
     assert {row["name"] for row in result["settings"]} >= {"model", "gpu", "dtype", "max_new_tokens", "trials"}
     naive = next(row for row in result["contestants"] if row["name"] == "naive")
@@ -139,7 +140,7 @@ def test_compare_names_the_settings_that_differ_and_each_rate_in_both():
     hf = next(row for row in result["contestants"] if row["name"] == "hf")
     assert hf["metric"] == "tokens_per_s"  # generate() has no decode rate
     assert result["verdicts"]["a"]["call"] == "faster" and result["verdicts"]["b"]["call"] == "within-noise"
-    text = compare_text(result)
+    text = diff_text(result)
     assert "compile  reduce-overhead -> off" in text and "cache    static -> dynamic" in text
     assert re.search(r"naive\s+decode tok/s\s+604\.8\s+60\.0\s+0\.099x\s+slower\s+95% interval", text)
     assert "946 µs -> 58 µs" in text
@@ -149,12 +150,12 @@ def test_compare_names_the_settings_that_differ_and_each_rate_in_both():
 
 def test_a_run_against_itself_has_naive_as_the_control_and_nothing_else_called():
     a = load(RO_1B)
-    result = compare_reports(a, copy.deepcopy(a))
+    result = diff_reports(a, copy.deepcopy(a))
     assert result["differs"] == [] and result["control"] == "naive"
     calls = {row["name"]: row["call"] for row in result["contestants"]}
     assert calls == {"naive": "control", "pipelined": "within noise", "hf": "within noise",
                      "hf-deferred": "within noise"}
-    assert "settings: the same in both runs" in compare_text(result)
+    assert "settings: the same in both runs" in diff_text(result)
 
 
 def test_a_faster_b_beyond_the_drift_between_processes_is_faster_and_one_trial_is_too_few():
@@ -167,25 +168,25 @@ def test_a_faster_b_beyond_the_drift_between_processes_is_faster_and_one_trial_i
     for s in b["summary"].values():
         if s.get("decode_tokens_per_s"):
             s["decode_tokens_per_s"] *= 1.5
-    calls = {row["name"]: row["call"] for row in compare_reports(a, b)["contestants"]}
+    calls = {row["name"]: row["call"] for row in diff_reports(a, b)["contestants"]}
     assert calls["naive"] == calls["pipelined"] == "faster" and calls["hf"] == "within noise"
     b["runs"] = [r for r in b["runs"] if r["trial"] == 0]
-    naive = compare_reports(a, b)["contestants"][0]
+    naive = diff_reports(a, b)["contestants"][0]
     assert naive["call"] == "too few trials" and "from 3 trials in A and 1 in B" in naive["sentence"]
 
 
 def test_a_report_from_before_per_trial_runs_compares_with_noise_unknown():
     old, new = load(OLD_STEP_GRAPH), load(RO_1B)
     old.pop("runs", None)
-    result = compare_reports(old, new)
+    result = diff_reports(old, new)
     assert {row["call"] for row in result["contestants"]} == {"noise unknown"}
-    assert "noise unknown" in compare_text(result)
+    assert "noise unknown" in diff_text(result)
 
 
 def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):
-    result = compare_reports(load(RO_1B), cpu_report)
+    result = diff_reports(load(RO_1B), cpu_report)
     assert result["only_in_a"] == ["hf", "hf-deferred"] and result["only_in_b"] == []
-    assert {"device", "prompt"} <= set(result["differs"]) and "only in A: hf, hf-deferred" in compare_text(result)
+    assert {"device", "prompt"} <= set(result["differs"]) and "only in A: hf, hf-deferred" in diff_text(result)
     prompt = next(row for row in result["settings"] if row["name"] == "prompt")
     assert (prompt["a"], prompt["b"]) == ("32 token ids", "8 token ids")
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
-from transformers.models.llama.modeling_llama import LlamaAttention
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 
-from core.kernels.fusion import FusedLinear, FusedLlamaAttention, FusedLlamaMLP, fuse_projections
+from core.kernels.fusion import FusedLinear, fuse_projections, fused_attention_class, fused_mlp_class
 from core.loops.generation import generate
 from core.models import load_model
 from core.parallel.launch import free_port
@@ -27,6 +27,7 @@ PROMPT = "Tell me about pipelines."
 IDS = [[1, 504, 3301, 281, 9921, 30, 17]]
 DECODE_STEPS = 3
 TOLERANCE = 1e-5
+FUSED_ATTENTION, FUSED_MLP = fused_attention_class(LlamaAttention), fused_mlp_class(LlamaMLP)  # cached: one class each
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=128, max_position_embeddings=64, attention_bias=True, mlp_bias=True)
 
@@ -102,7 +103,7 @@ def test_projections_are_replaced_and_the_parameter_count_is_kept(plain, fused):
     assert not modules & {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
     assert {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"} <= modules
     layer = fused.model.model.layers[0]
-    assert type(layer.self_attn) is FusedLlamaAttention and type(layer.mlp) is FusedLlamaMLP
+    assert type(layer.self_attn) is FUSED_ATTENTION and type(layer.mlp) is FUSED_MLP
     config = fused.model.config
     head_dim = config.hidden_size // config.num_attention_heads
     kv = config.num_key_value_heads * head_dim
@@ -162,7 +163,7 @@ def test_subclasses_and_hooked_projections_are_left_alone():
     second.self_attn.k_proj.register_forward_hook(lambda module, args, output: None)
     assert fuse_projections(model) == ["gate_up"]
     assert hasattr(first.self_attn, "q_proj") and hasattr(second.self_attn, "k_proj")
-    assert type(first.mlp) is FusedLlamaMLP and type(second.mlp) is FusedLlamaMLP
+    assert type(first.mlp) is FUSED_MLP and type(second.mlp) is FUSED_MLP
 
 
 # ------------------------------------------------------------------------------------------------ tp = 2

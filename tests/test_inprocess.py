@@ -27,7 +27,7 @@ def test_a_load_is_answered_in_the_order_the_engine_sends_and_hello_becomes_read
         client.submit(Load(job=1, spec=TINY))
         wait_until(lambda: any(isinstance(m, Done) for m in told), 180)
         kinds = [type(m).__name__ for m in told]
-        assert kinds[:2] == ["Ready", "Started"] and kinds[-2:] == ["Loaded", "Done"], kinds
+        assert kinds[:2] == ["Ready", "Started"] and kinds[-2:] == ["ModelFacts", "Done"], kinds
         assert lost == []
     finally:
         client.close()

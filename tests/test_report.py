@@ -11,7 +11,7 @@ from core.compare import compare
 from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.options import BenchRequest, GenerationOptions, effective_options
 from core.report import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
-from core.report_schema import BENCH_SCHEMA, OPTIONAL_KEYS, REQUIRED_KEYS
+from core.report_schema import BENCH_SCHEMA, BenchReport
 from core.run_schema import cli_command
 
 
@@ -127,4 +127,5 @@ def test_the_report_is_written_through_the_schema(tiny):
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4), trials=1)
     report = compare(tiny, request)
     assert report["schema"] == BENCH_SCHEMA
-    assert REQUIRED_KEYS <= set(report) <= REQUIRED_KEYS | OPTIONAL_KEYS
+    required, optional = BenchReport.__required_keys__, BenchReport.__optional_keys__
+    assert required <= set(report) <= required | optional

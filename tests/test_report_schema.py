@@ -51,6 +51,14 @@ def test_an_old_report_gets_todays_sections_and_names():
     assert old["warmup"]["naive"]["engine_warmup_ms"] == 2.0, "the document given is left as it was"
 
 
+def test_an_old_reports_kernel_trial_is_read_as_the_kernel_measurement():
+    old = {"schema": "syncscope.bench/1", "request": {"no_kernel_trial": True},
+           "kernel_trial": {"naive": {"kernel_busy_ms_per_step": 0.1}}}
+    report = upgrade(old)
+    assert report["kernel_measurement"] == {"naive": {"kernel_busy_ms_per_step": 0.1}} and "kernel_trial" not in report
+    assert report["request"] == {"no_kernel_measurement": True}
+
+
 def test_a_gzip_past_the_limit_is_refused_without_inflating_it_whole():
     bomb = gzip.compress(b" " * (8 * 2**20))
     with pytest.raises(ReportError, match="decompresses to more than 1 MiB"):

@@ -68,6 +68,13 @@ def test_both_parsers_have_a_flag_for_every_option():
         assert option.name in page or option.group == "cli"
 
 
+def test_the_kernel_measurements_old_flag_and_name_still_work():
+    request, _ = request_from_args(build_parser().parse_args(["--no-kernel-trial"]))
+    assert request.no_kernel_measurement
+    assert request_from_values({"no_kernel_trial": True})[0].no_kernel_measurement
+    assert "--no-kernel-trial" in build_parser().format_help()
+
+
 def test_the_forms_defaults_follow_the_device():
     cpu, gpu = option_defaults(gpu=False), option_defaults(gpu=True)
     assert (cpu["compile"], cpu["cache"], cpu["trials"]) == ("off", "dynamic", 3)

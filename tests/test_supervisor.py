@@ -12,7 +12,7 @@ from dashboard.limits import LOCAL_LIMITS
 from dashboard.model_policy import ModelPolicy
 from dashboard.supervisor import CULPRIT_LOSSES, EngineSupervisor, RestartPolicy
 from engine.client import EngineLoss
-from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, Loaded, Started
+from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, ModelFacts, Started
 
 TINY = "tiny-random"
 OTHER = "synthetic:smollm2-135m"
@@ -21,8 +21,8 @@ CANCEL_KILLED = EngineLoss("did not stop within 10 s of the cancel (...), so it 
                            chosen=True)
 
 
-def loaded(spec: str = TINY, job: int = 1) -> Loaded:
-    return Loaded(job=job, spec=spec, device="cpu", device_type="cpu", gpu=None, dtype="float32", parameters=1,
+def model_facts(spec: str = TINY, job: int = 1) -> ModelFacts:
+    return ModelFacts(job=job, spec=spec, device="cpu", device_type="cpu", gpu=None, dtype="float32", parameters=1,
                   weight_bytes=4, context_length=2048, tp=1, all_reduce="", transforms=(), tokenizer_json=None,
                   tokenizer_cleanup=False, load_s=0.1)
 
@@ -85,9 +85,9 @@ def test_real_losses_in_a_row_wait_longer_each_time_and_a_healthy_engine_starts_
 def test_a_loaded_model_is_what_the_supervisor_knows_and_the_report_is_told_before_the_job_is_done(supervisor):
     job = add(supervisor)
     supervisor._on_message(Started(job=job.id))
-    supervisor._on_message(loaded(job=job.id))
+    supervisor._on_message(model_facts(job=job.id))
     assert job.started and job.state == RUNNING and supervisor.model_spec == TINY
-    assert supervisor.loaded.tokenizer_json is None and supervisor.decoder is not None
+    assert supervisor.model_facts.tokenizer_json is None and supervisor.decoder is not None
     supervisor._on_message(Events(job=job.id, events=[{"type": "phase", "t": 1.0}]))
     assert [event for _, event in job.events] == [{"type": "phase", "t": 1.0}]
     supervisor._on_message(Done(job=job.id, report={"runs": []}))
@@ -96,13 +96,13 @@ def test_a_loaded_model_is_what_the_supervisor_knows_and_the_report_is_told_befo
 
 
 def test_a_failed_load_says_what_is_loaded_now(supervisor):
-    supervisor._on_message(loaded())
+    supervisor._on_message(model_facts())
     other = add(supervisor, model="no/such")
     supervisor._on_message(Failed(job=other.id, error="no such model", category=FailureCategory.INPUT, loaded=TINY))
     assert other.state == FAILED and other.error == "no such model; still using tiny-random"
     unloaded = add(supervisor, model="huge")
     supervisor._on_message(Failed(job=unloaded.id, error="out of memory", category=FailureCategory.OOM, loaded=None))
-    assert "was unloaded to make room" in unloaded.error and supervisor.loaded is None
+    assert "was unloaded to make room" in unloaded.error and supervisor.model_facts is None
 
 
 def test_a_startup_model_that_fails_to_load_is_kept_for_the_banner_until_a_model_loads(supervisor):
@@ -112,7 +112,7 @@ def test_a_startup_model_that_fails_to_load_is_kept_for_the_banner_until_a_model
     visitor = add(supervisor, work=LOAD, model="someone/else", owner="v")
     supervisor._on_message(Failed(job=visitor.id, error="gone", category=FailureCategory.INPUT))
     assert supervisor.last_load_error.startswith("Could not load tiny-random"), "a visitor's failure is not shown"
-    supervisor._on_message(loaded())
+    supervisor._on_message(model_facts())
     assert supervisor.last_load_error is None
 
 
@@ -122,13 +122,13 @@ def test_an_engine_that_cannot_start_says_why(supervisor):
 
 
 def test_a_loss_fails_the_running_job_restarts_and_reloads_first(supervisor):
-    supervisor._on_message(loaded())
+    supervisor._on_message(model_facts())
     running, waiting = add(supervisor), add(supervisor)
     supervisor._on_message(Started(job=running.id))
     supervisor._on_lost(running.id, KILLED)
     assert running.state == FAILED and "was killed by signal 9, SIGKILL (...) during this job" in running.error
     assert "engine lost (signal 9), restarting in 1 s; it loads tiny-random again" in running.error
-    assert supervisor.restarts == 1 and supervisor.delays == [1] and supervisor.loaded is None
+    assert supervisor.restarts == 1 and supervisor.delays == [1] and supervisor.model_facts is None
     reload, *rest = supervisor.queue.pending()
     assert reload.work == LOAD and reload.model == TINY and reload.internal and rest == [waiting]
     assert supervisor.trouble.startswith("Engine lost (signal 9), restarting in 1 s: the engine process was killed")
@@ -145,7 +145,7 @@ def test_a_cancelled_job_whose_engine_had_to_be_killed_is_cancelled_and_the_rest
         supervisor, monkeypatch, caplog):
     caplog.set_level("INFO", logger="syncscope")
     monkeypatch.setattr(supervisor.client, "cancel", lambda job_id: None)
-    supervisor._on_message(loaded())
+    supervisor._on_message(model_facts())
     for _ in range(10):  # "compile, Run, Cancel during warm-up", ten times
         job = add(supervisor)
         supervisor._on_message(Started(job=job.id))
@@ -153,7 +153,7 @@ def test_a_cancelled_job_whose_engine_had_to_be_killed_is_cancelled_and_the_rest
         supervisor._on_lost(job.id, CANCEL_KILLED)
         assert job.state == CANCELLED and "did not stop" in job.error
         assert supervisor.queue.take_waiting()[0].model == TINY, "the model is loaded again first"
-        supervisor._on_message(loaded())
+        supervisor._on_message(model_facts())
     assert supervisor.delays == [0] * 10 and supervisor.restarts == 10 and supervisor.policy.streak == 0
     assert TINY not in supervisor.models.retired
     supervisor._on_lost(None, KILLED)
@@ -188,7 +188,7 @@ def test_an_engine_that_keeps_dying_is_started_again_later_each_time_and_waiting
 
 def test_a_model_that_keeps_killing_its_engine_is_unloaded_named_and_the_default_served(supervisor, caplog):
     caplog.set_level("INFO", logger="syncscope")
-    supervisor._on_message(loaded(OTHER))
+    supervisor._on_message(model_facts(OTHER))
     queued_for_it = add(supervisor, model=OTHER)
     for loss in range(1, CULPRIT_LOSSES + 1):
         supervisor._on_lost(None, KILLED)
@@ -197,7 +197,7 @@ def test_a_model_that_keeps_killing_its_engine_is_unloaded_named_and_the_default
         if loss < CULPRIT_LOSSES:
             assert reload.model == OTHER, "it is loaded again until it has killed the engine three times"
             supervisor.queue.take_waiting(lambda job, reload=reload: job is reload)
-            supervisor._on_message(loaded(OTHER))
+            supervisor._on_message(model_facts(OTHER))
     assert reload.work == LOAD and reload.model == TINY, "the default is loaded instead"
     assert supervisor.trouble.startswith(f"Model {OTHER} unloaded after 3 losses of the engine in a row; serving "
                                          f"the default ({TINY}). Engine lost (signal 9), restarting in 4 s")
@@ -205,7 +205,7 @@ def test_a_model_that_keeps_killing_its_engine_is_unloaded_named_and_the_default
     with pytest.raises(ValueError, match="not offered any more"):
         supervisor.models.check(OTHER)
     assert OTHER not in supervisor.models.choices()
-    supervisor._on_message(loaded(TINY))
+    supervisor._on_message(model_facts(TINY))
     assert supervisor.trouble == f"Model {OTHER} unloaded after 3 losses of the engine in a row; serving the " \
                                  f"default ({TINY}).", "the banner keeps naming it once the default is back"
     logged = [r.getMessage() for r in caplog.records]
@@ -213,14 +213,14 @@ def test_a_model_that_keeps_killing_its_engine_is_unloaded_named_and_the_default
 
 
 def test_the_load_that_kills_the_engine_is_the_culprit_and_a_visitors_model_is_not_named(supervisor):
-    supervisor._on_message(loaded(TINY))
+    supervisor._on_message(model_facts(TINY))
     for _ in range(CULPRIT_LOSSES):
         load = add(supervisor, work=LOAD, model="/home/someone/private-model", owner="v")
         supervisor._on_message(Started(job=load.id))
         supervisor._on_lost(load.id, KILLED)
         assert load.state == FAILED
         supervisor.queue.take_waiting()
-        supervisor._on_message(loaded(TINY))
+        supervisor._on_message(model_facts(TINY))
     assert "/home/someone" not in supervisor.trouble
     assert supervisor.trouble.startswith("A visitor's model unloaded after 3 losses of the engine in a row; serving "
                                          "the default (tiny-random).")
@@ -228,13 +228,13 @@ def test_the_load_that_kills_the_engine_is_the_culprit_and_a_visitors_model_is_n
 
 
 def test_the_default_model_is_never_unloaded_and_losses_with_other_models_do_not_add_up(supervisor):
-    supervisor._on_message(loaded(TINY))
+    supervisor._on_message(model_facts(TINY))
     for _ in range(CULPRIT_LOSSES + 2):
         supervisor._on_lost(None, KILLED)
     assert not supervisor.models.retired and supervisor.queue.pending()[0].model == TINY
     fresh = Supervised()
     for model in (OTHER, TINY, OTHER, TINY):
-        fresh._on_message(loaded(model))
+        fresh._on_message(model_facts(model))
         fresh._on_lost(None, KILLED)
     assert not fresh.models.retired, "losses in a row count per model"
 

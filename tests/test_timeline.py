@@ -21,6 +21,17 @@ from core.report_files import read_report_bytes
 from dashboard import charts, timeline, timeline_trials
 from tests import timeline_reports
 
+MAX_LINE = 50  # characters: a line of the statistics block that fits a phone's chart
+NO_MEANS = timeline_trials.Means(None, None, None, None)
+
+
+def timeline_means(report: dict) -> dict[str, dict[str, timeline_trials.Means]]:
+    """Per loop, the means the chart states: over the first view ("window") and the whole trial ("trial")."""
+    trials = timeline_trials.loop_trials(report)
+    view = timeline_trials.first_view(trials)
+    return {t.name: {"window": timeline_trials.window_means(t, view) if view else NO_MEANS,
+                     "trial": timeline_trials.window_means(t, None)} for t in trials}
+
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
 
@@ -195,7 +206,7 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
     fig = timeline.timeline_figure(cuda_report)
     table = stated(fig)
     view = list(fig.layout.xaxis.range)
-    means = timeline_trials.timeline_means(cuda_report)
+    means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         summary = cuda_report["summary"][name]  # the table states the summary's figures: one per loop on the page
@@ -212,13 +223,13 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
 
 
 def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
-    means = timeline_trials.timeline_means(cuda_report)
+    means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
         run = charts.representative_run(cuda_report, name)
         assert means[name]["trial"].gap_us == pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
     single = timeline_reports.report(128, trials=1)
     for name in ("naive", "pipelined"):
-        assert timeline_trials.timeline_means(single)[name]["trial"].gap_us == \
+        assert timeline_means(single)[name]["trial"].gap_us == \
             pytest.approx(single["summary"][name]["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
@@ -239,7 +250,7 @@ def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
     assert not any("gap" in line or "idle" in line for line in block_lines(fig))
     assert not any("idle" in bars.name or "GPU" in bars.name for bars in fig.data)
     assert "device gap:" not in fig.layout.annotations[0].hovertext, "no column of it to define"
-    assert all(means["trial"].gap_us is None for means in timeline_trials.timeline_means(report).values())
+    assert all(means["trial"].gap_us is None for means in timeline_means(report).values())
 
 
 def test_cpu_is_decided_by_the_reports_device_and_by_the_clock_where_it_names_none(cuda_report):
@@ -267,7 +278,7 @@ def test_tensor_parallel_gets_one_device_lane_per_rank():
     assert len(rectangles(trace(fig, "naive · GPU 1 idle"))) == 63
     # The stated gap is rank 0's, the one the summary's idle gap measures.
     run = charts.representative_run(report, "naive")
-    assert timeline_trials.timeline_means(report)["naive"]["trial"].gap_us == \
+    assert timeline_means(report)["naive"]["trial"].gap_us == \
         pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
 
@@ -311,7 +322,7 @@ def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_
     the mean as 'idle inside' and draws that part of each span pale."""
     path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json.gz"
     report = json.loads(read_report_bytes(path))
-    means = timeline_trials.timeline_means(report)
+    means = timeline_means(report)
     assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50
     fig = timeline.timeline_figure(report)
     assert float(stated(fig)["naive"]["idle inside"].replace(",", "")) == pytest.approx(
@@ -332,18 +343,18 @@ def test_the_audits_reads_are_marked_on_the_host_lane_at_their_place_in_the_step
     assert "item at loop.py:7" in marks.text[0] and "flag.item()" in marks.text[0]
 
 
-def test_the_kernel_trials_kernels_are_drawn_inside_the_steps_they_cover():
+def test_the_kernel_measurements_kernels_are_drawn_inside_the_steps_they_cover():
     report = timeline_reports.report(32, trials=1)
     naive = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]
-    report["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
+    report["kernel_measurement"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"first_step": 5, "steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5], [1.5, 2.0]]} for step in (5, 6)]}}}
     fig = timeline.timeline_figure(report)
-    kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel trial)")
+    kernels = next(t for t in fig.data if t.name == "naive · GPU kernels (kernel measurement)")
     start, end = naive["device_start_ms"][5], naive["device_end_ms"][5]
     scale = (end - start) / 2.0
     assert rectangles(kernels)[0] == pytest.approx((start, start + 0.5 * scale), abs=1e-3)
-    assert "kernels drawn in steps 5-6 (kernel trial)" in block_lines(fig)
-    assert "kernel trial:" in fig.layout.annotations[0].hovertext
+    assert "kernels drawn in steps 5-6 (kernel measurement)" in block_lines(fig)
+    assert "kernel measurement:" in fig.layout.annotations[0].hovertext
     assert hover_numbers(kernels)[0] == [5, 5, 6, 6]
 
 
@@ -444,7 +455,7 @@ def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
 def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     """The browser test at phone width caught longer lines; each variant of the block is checked here."""
     kernels = timeline_reports.report(32, trials=1)
-    kernels["kernel_trial"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
+    kernels["kernel_measurement"] = {"naive": {"kernel_busy_ms_per_step": 0.1, "intervals": {"steps": [
         {"step": step, "span_ms": 2.0, "busy": [[0.0, 0.5]]} for step in range(1000, 1002)]}}}
     kernels["sync_audit"] = {"naive": {"step_starts_ms": [0.0, 1.0], "events": [{"step": 1, "t_ms": 1.2, "site": 0}],
                                        "sites": [{"index": 0, "kind": "item", "file": "x.py", "line": 1}]}}
@@ -452,14 +463,14 @@ def test_every_line_of_the_block_fits_a_phones_chart(cuda_report):
     cpu = timeline_reports.report(64, cpu=True)
     two_ranks = timeline_reports.report(64, ranks=2)
     figures = [timeline.timeline_figure(r) for r in (cuda_report, old, cpu, kernels, two_ranks)]
-    figures.append(timeline.compare_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
+    figures.append(timeline.diff_timelines(cuda_report, cpu, "a very long label for run A", "run 7"))
     for fig in figures:
-        assert max(map(len, block_lines(fig))) <= timeline.MAX_LINE, block_lines(fig)
+        assert max(map(len, block_lines(fig))) <= MAX_LINE, block_lines(fig)
 
 
 def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(cuda_report):
     other = timeline_reports.report(128, trials=1)
-    fig = timeline.compare_timelines(cuda_report, other, "static", "dyn <b>x</b>")
+    fig = timeline.diff_timelines(cuda_report, other, "static", "dyn <b>x</b>")
     assert [html.unescape(label) for label in lane_labels(fig)] == [
         f"{label} · {lane}" for label in ("static", "dyn <b>x</b>")
                                 for lane in ("naive · host", "naive · GPU", "pipelined · host", "pipelined · GPU")]
@@ -474,8 +485,8 @@ def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(
     ys = sorted(fig.layout.yaxis.tickvals)
     assert list(fig.layout.yaxis.tickvals) == ys and len(set(ys)) == 8, "one y axis, lanes apart"
     assert "xaxis2" not in fig.layout.to_plotly_json(), "one shared time axis"
-    cut = lane_labels(timeline.compare_timelines(cuda_report, other, "x" * 30, "b"))[0]
-    assert cut == "x" * (timeline.COMPARE_LABEL - 1) + "… · naive · host", "a long label is cut"
+    cut = lane_labels(timeline.diff_timelines(cuda_report, other, "x" * 30, "b"))[0]
+    assert cut == "x" * (timeline.DIFF_LABEL - 1) + "… · naive · host", "a long label is cut"
     names = [bars.name for bars in fig.data]
     assert len(names) == len(set(names)), "every trace named by its run"
-    assert timeline.compare_timelines({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")
+    assert timeline.diff_timelines({}, {}, "a", "b").layout.annotations[0].text.startswith("The timeline appears")

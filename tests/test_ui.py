@@ -63,7 +63,7 @@ H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
 
 
 def h200_saved_report():
-    """The committed 1B reduce-overhead H200 report, with its sync audit and kernel trial."""
+    """The committed 1B reduce-overhead H200 report, with its sync audit and kernel measurement."""
     from core.report_files import read_report_bytes
     from dashboard.page_record import open_report
     from tests.test_dashboard_browser import REPO
@@ -118,9 +118,9 @@ class QuietPage:
 
     def __init__(self, runner=None, **config):
         from dashboard.banner import ServerBanner
+        from dashboard.diff_panel import COMPONENTS, DiffPanel
         from dashboard.form import OptionsNote
         from dashboard.page import PageConfig, PageContext
-        from dashboard.side_by_side import COMPONENTS, SideBySide
         from dashboard.tabs import your_loop
         from dashboard.tabs.compare import CompareTab
         from dashboard.tabs.history import HistoryTab
@@ -131,10 +131,10 @@ class QuietPage:
                                    ServerBanner(runner), banner_md="banner", browser_state="browser_state")
         self.banner = self.context.banner
         self.options = OptionsNote(runner)
-        self.history = HistoryTab(self.context, named(*HISTORY_KEYS), SideBySide(named(*COMPONENTS)))
+        self.history = HistoryTab(self.context, named(*HISTORY_KEYS), DiffPanel(named(*COMPONENTS)))
         self.compare = CompareTab(self.context, named(*COMPARE_KEYS), self.history)
         self.replay = ReplayTab(self.context, named(*REPLAY_OUTPUTS, "timeline_note", "timeline_plot"),
-                                SideBySide(named(*COMPONENTS)))
+                                DiffPanel(named(*COMPONENTS)))
         self.your_loop = your_loop.YourLoopTab(self.context, named(*your_loop.OUTPUTS))
 
 

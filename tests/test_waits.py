@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.explain import contestant_waits
-from core.measure.waits import KERNEL_TRIAL, STEP_EVENTS, step_waits, step_work_ms, trial_waits
+from core.measure.waits import KERNEL_MEASUREMENT, STEP_EVENTS, step_waits, step_work_ms, trial_waits
 from core.report_files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
@@ -36,11 +36,11 @@ def test_on_the_cpu_only_the_host_wait_exists():
                                                      "idle_inside_ms": None, "device_idle_ms": None}
 
 
-def test_a_steps_work_is_the_kernel_trials_else_the_quickest_loops_span():
+def test_a_steps_work_is_the_kernel_measurements_else_the_quickest_loops_span():
     slow = [{"timings": timings([(0, 1), (1, 3), (3, 5)], [(0, 1)] * 3)}]
     quick = [{"timings": timings([(0, 1), (1, 2.2), (2.2, 3.4)], [(0, 1)] * 3)}]
     assert step_work_ms([slow, quick]) == (pytest.approx(1.2), STEP_EVENTS)
-    assert step_work_ms([slow, quick], kernel_busy_ms=0.9) == (0.9, KERNEL_TRIAL)
+    assert step_work_ms([slow, quick], kernel_busy_ms=0.9) == (0.9, KERNEL_MEASUREMENT)
     assert step_work_ms([[{"timings": {}}]]) == (None, None)
 
 

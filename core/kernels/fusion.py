@@ -52,7 +52,6 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.kernels.attention import attend_with_append
@@ -239,10 +238,6 @@ def _llama_rotary(family: Any) -> bool:
 @functools.cache
 def fused_mlp_class(cls: type) -> type:
     return type(f"Fused{cls.__name__}", (FusedMLP, cls), {"__module__": __name__})
-
-
-FusedLlamaAttention = fused_attention_class(LlamaAttention)
-FusedLlamaMLP = fused_mlp_class(LlamaMLP)
 
 
 def fuse_projections(model: nn.Module) -> list[str]:

@@ -1,6 +1,6 @@
 """How far two processes that run the same settings drift apart, per device kind. Torch-free.
 
-A comparison of two runs (core.report_comparison.compare_reports; docs/MEASUREMENT.md, "Comparing two runs") widens its
+A diff of two runs (core.report_diff.diff_reports; docs/MEASUREMENT.md, "Diffing two runs") widens its
 interval by these figures: two processes of one command differ by more than either run's trials show (another
 compile's kernels, another machine of the same kind, the clocks, other work on the machine).
 
@@ -10,7 +10,7 @@ benchmarks/process_drift.py (its "largest" and "largest_against_control"):
 - `against_control`: of a contestant's rate over the control's (the naive loop's, trial by trial in one process).
   A control takes out what moves both loops alike; this is what it leaves, and it widens the judgement against it.
 To update a figure, run the script on that device kind, put the figure here and its numbers and file in
-docs/MEASUREMENT.md ("Comparing two runs").
+docs/MEASUREMENT.md ("Diffing two runs").
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ PROCESS_DRIFT: dict[str, ProcessDrift] = {
     # --max-new-tokens 256 --trials 5 --ignore-eos`). Each figure is rounded up from the largest seen: the largest of
     # a few pairs understates the next pair (the pair that set the rates' figure was itself still called).
     # against_control is set by the default model's shape, where the host's share of a step moves the two loops
-    # differently. The figures, the runs and their files: docs/MEASUREMENT.md, "Comparing two runs".
+    # differently. The figures, the runs and their files: docs/MEASUREMENT.md, "Diffing two runs".
     "cuda": ProcessDrift(
         rates=0.25, against_control=0.12,
         measured="one H200: committed reports of identical settings from separate processes (process_drift.py "
                  "--reports benchmarks/results/h200-*), 2026-11-29 to 2026-12-01, and 5 + 4 processes of the "
                  "page's GPU defaults (benchmarks/results/h200-2026-12-01-c/drift*.json)"),
     # This project's shared 2-core CPU (other agents' tests beside it), 6 processes at a time, at several loads
-    # (docs/MEASUREMENT.md, "Comparing two runs", has the figures); rounded up as above.
+    # (docs/MEASUREMENT.md, "Diffing two runs", has the figures); rounded up as above.
     # Load comes and goes between processes, and no interval from one run's trials sees it: compare CPU runs inside
     # one run (the verdict's pairs), or against a control.
     "cpu": ProcessDrift(

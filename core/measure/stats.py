@@ -72,7 +72,7 @@ def spread(values: list[float]) -> float | None:
 MIN_TRIALS_FOR_A_CALL = 3
 VERDICT_CONFIDENCE = 0.95
 # Runs timed on the host clock (the CPU, where the device is the host and the sync costs nothing) ask for 99%: their
-# noise comes in bursts that pairing does not cancel (see docs/MEASUREMENT.md, "Comparing two runs").
+# noise comes in bursts that pairing does not cancel (see docs/MEASUREMENT.md, "Diffing two runs").
 HOST_CLOCK_CONFIDENCE = 0.99
 MIN_EFFECT = 0.005  # a consistent difference under 0.5% is not worth a headline, however clear
 # Student t quantiles at 0.975 (two-sided 95%) for 1..30 degrees of freedom; beyond, a Cornish-Fisher expansion.

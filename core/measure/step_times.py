@@ -48,7 +48,8 @@ class Timings:
     gpu_gap_ms: list[float] = field(default_factory=list)    # device idle gap before each kept step after the first
     # Share of the device's time from the first step's start to the last one's end spent inside a step's span. A span
     # includes any wait for the host *within* the step (eager mode launches kernels one by one), so this measures the
-    # waits between steps, not how busy the device was: the kernel trial (core.measure.kernel_trial) measures that.
+    # waits between steps, not how busy the device was: the kernel measurement (core.measure.kernel_measurement)
+    # measures that.
     device_span_fraction: float | None = None
     # The decode phase: tokens after each sequence's first, over the host time after the first token was known.
     # Prefill is shared code, so this is where the loops differ; None where the first token is not observed apart.

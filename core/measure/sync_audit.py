@@ -39,7 +39,8 @@ What is not counted as a read:
 Cost, on CUDA: `host_ms` is the time the host spent in the call (where a wrapper brackets it); the device idle after a
 read between steps runs from the moment the device drained its queue (an event recorded as the read began) to the
 next launch the audit sees: a CUDA-graph replay in the next step's queuing, else the next step's start. A read
-inside a step leaves idle that only the kernel trial (core.measure.kernel_trial) can see, and gets none here.
+inside a step leaves idle that only the kernel measurement (core.measure.kernel_measurement) can see, and gets none
+here.
 
 On the CPU nothing blocks: the audit reports what would block on a GPU, and its costs are absent. What is for the
 program's device there is told from what is host memory (above), and `.to(...)` / `torch.tensor(..., device=...)`

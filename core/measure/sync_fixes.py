@@ -52,7 +52,7 @@ H2D_FIXES = {
 POSITION_FIX = ("the same step needs this position, so it cannot be read a step late: keep it as a host integer "
                 "beside the device counter and advance both (the host knows how far each step moves)")
 IN_THE_PROJECT = " (as the pipelined loop does: core/loops/generation.py, HostMirror)"
-MAX_CODE_LINES = 6
+MAX_CODE_LINES = 6  # the most lines of a fix's pattern (fix_code); the page shows no more (dashboard.audit_view)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.measure.sync_fixes import suggest
-from core.measure.sync_sites import CORE_DIR, Caller, Read, Site, short_path
+from core.measure.sync_sites import CORE_DIR, Caller, Read, Site, path_from_root
 
 MAX_EVENTS = 20_000  # reads kept one by one (for timeline markers and the trace); the counts cover all of them
 
@@ -111,7 +111,7 @@ def _thread_of(reads: list[Read]) -> str | None:
 
 
 def _callers_text(callers: tuple[Caller, ...]) -> list[str]:
-    return [f"{short_path(code.co_filename)}:{line} {code.co_name}" for code, line in callers]
+    return [f"{path_from_root(code.co_filename)}:{line} {code.co_name}" for code, line in callers]
 
 
 def _round(value: float | None) -> float | None:

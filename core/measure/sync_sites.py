@@ -81,15 +81,16 @@ def user_frames(frame: Any, limit: int) -> list[Caller]:
 
 def site_at(code: Any, line: int) -> Site:
     filename = code.co_filename
-    return Site(short_path(filename), line, linecache.getline(filename, line).strip(), code.co_name,
+    return Site(path_from_root(filename), line, linecache.getline(filename, line).strip(), code.co_name,
                 os.path.abspath(filename))
 
 
 
-def short_path(filename: str) -> str:
-    """A path as a reader finds it: an installed package's file from the package on (transformers/masking_utils.py),
-    wherever it is installed; the program's own files relative to the working folder; else relative to the import
-    root that holds it, or whole."""
+def path_from_root(filename: str) -> str:
+    """A path of this machine as a reader finds it, by this process's import roots and working folder (as the audit
+    records a site): an installed package's file from the package on (transformers/masking_utils.py), wherever it is
+    installed; the program's own files relative to the working folder; else relative to the import root that holds
+    it, or whole. (A path already in a report, from any machine, is shortened by its text: core.text.shown_path.)"""
     roots = [root for root in sys.path if root and os.path.isabs(root)]
     holding = [root for root in roots if filename.startswith(root.rstrip(os.sep) + os.sep)]
     installed = [root for root in holding if os.path.basename(root.rstrip(os.sep)) in ("site-packages",

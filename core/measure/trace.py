@@ -3,7 +3,7 @@
 One process per contestant; in each, a "runs" track (every warm-up and trial, placed at its `started_ms`), a
 "host" track (each step's queuing, each wait for the device, an instant when each step's tokens became known) and
 one track per device rank (each computed step's busy span, overshoot included, with the idle gap before it).
-Times are microseconds since the comparison began, on the host clock (device spans are put on it by
+Times are microseconds since the run began, on the host clock (device spans are put on it by
 core.measure.step_times's reference event). Reports written before these fields existed give what they hold (host spans
 where present, runs laid end to end) and a note in the metadata saying so; a reader never gets an exception.
 
@@ -70,7 +70,7 @@ def _contestants(report: dict[str, Any]) -> list[str]:
 
 
 def _run_starts(report: dict[str, Any]) -> dict[str, Any]:
-    """ms since the comparison began for each warm-up and run: as recorded, or laid end to end when not."""
+    """ms since the run began for each warm-up and trial: as recorded, or laid end to end when not."""
     warmups, runs = report["warmup"], report["runs"]
     recorded = all("started_ms" in run for run in runs) and all("started_ms" in w for w in warmups.values())
     if recorded:
@@ -216,7 +216,7 @@ def _us(ms: float) -> float:
 
 def _metadata(report: dict[str, Any], starts: dict[str, Any]) -> dict[str, Any]:
     data = {key: report.get(key) for key in ("schema", "created", "request", "environment", "model")}
-    data["time_base"] = ("microseconds since the comparison began, host clock (perf_counter); device spans "
+    data["time_base"] = ("microseconds since the run began, host clock (perf_counter); device spans "
                          "placed on it through a reference CUDA event, see each trial's clock_sync_error_ms")
     if not starts["recorded"] or not any(run["timings"].get("host_step_start_ms") for run in report["runs"]):
         data["note"] = OLD_REPORT_NOTE

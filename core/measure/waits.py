@@ -8,8 +8,8 @@ same for a replayed report.
 - device gap: from one step's device end to the next one's start, both CUDA events on the device's clock;
 - idle inside the step: the step's device span less the device work the step holds. A span opens at the step's first
   marker, so where the host is still queuing the step (a CUDA-graph step's launch comes after about a millisecond of
-  host work), the device waits inside the span. The work is the kernel trial's kernel time per step where it ran
-  (core.measure.kernel_trial), else the shortest median span of the report's loops: they run the same decode step,
+  host work), the device waits inside the span. The work is the kernel measurement's kernel time per step where it ran
+  (core.measure.kernel_measurement), else the shortest median span of the report's loops: they run the same decode step,
   and the one a step ahead has the device busy through its span;
 - device idle = gap + idle inside: what waiting for the host costs the device per step, so that the difference of two
   loops' device idle accounts for the difference of their steps.
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-KERNEL_TRIAL = "kernel trial"
+KERNEL_MEASUREMENT = "kernel measurement"
 STEP_EVENTS = "step events"
 
 
@@ -90,10 +90,10 @@ def trial_waits(runs: Sequence[dict[str, Any]], work_ms: float | None) -> dict[s
 
 def step_work_ms(loop_runs: Iterable[Sequence[dict[str, Any]]], kernel_busy_ms: float | None = None
                  ) -> tuple[float | None, str | None]:
-    """The device work of one decode step and where it comes from: the kernel trial's kernel time per step where
+    """The device work of one decode step and where it comes from: the kernel measurement's kernel time per step where
     given, else the shortest of the loops' median spans (each loop's runs in `loop_runs`)."""
     if kernel_busy_ms is not None:
-        return kernel_busy_ms, KERNEL_TRIAL
+        return kernel_busy_ms, KERNEL_MEASUREMENT
     medians = []
     for runs in loop_runs:
         per_trial = [statistics.median(s[1:]) for r in runs if (s := spans_ms(r["timings"])) and len(s) > 1]

@@ -1,4 +1,4 @@
-"""The Compare tab: the live A/B run. Its form (dashboard.form) queues a comparison on the runner; the two panes,
+"""The Compare tab: the live A/B run. Its form (dashboard.form) queues a run on the runner; the two panes,
 the verdict, the summary and the charts stream until it ends; the History section below it (dashboard.tabs.history)
 holds the visitor's runs. A reload finds the visitor's run again and streams it (`on_load`)."""
 
@@ -101,7 +101,7 @@ class CompareTab:
     # ---- run
 
     def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
-        """Queue a comparison and stream its progress until it finishes. `controls` are the model and the run options
+        """Queue a run and stream its progress until it finishes. `controls` are the model and the run options
         by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them."""
         c = self.components
         owner = self.page.owner(request)

@@ -14,6 +14,7 @@ from typing import Any, Self
 import gradio as gr
 
 from core.measure.trace import chrome_trace
+from dashboard.diff_panel import DiffPanel
 from dashboard.form import run_picker
 from dashboard.history import HISTORY_SCHEMA, OPTION_COLUMNS, history_csv
 from dashboard.job_queue import KEEP_FINISHED_JOBS
@@ -21,7 +22,6 @@ from dashboard.jobs import DONE, Job
 from dashboard.page import PageContext
 from dashboard.page_record import PageRecord, page_report, public_report
 from dashboard.report_text import cell, plain
-from dashboard.side_by_side import SideBySide
 
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
                    "speedup", "verdict", "identical", "clock", "notes")
@@ -29,13 +29,13 @@ DOWNLOADS = ("csv", "json", "report_file", "trace_file")
 
 
 class HistoryTab:
-    """`components` by name: "history" (the table), DOWNLOADS' buttons, "run_a", "run_b" and "compare_btn"; two
-    runs are shown in `side_by_side`."""
+    """`components` by name: "history" (the table), DOWNLOADS' buttons, "run_a", "run_b" and "diff_btn"; two
+    runs are shown in `diff_panel`."""
 
-    def __init__(self, page: PageContext, components: dict[str, Any], side_by_side: SideBySide):
+    def __init__(self, page: PageContext, components: dict[str, Any], diff_panel: DiffPanel):
         self.page = page
         self.components = components
-        self.side_by_side = side_by_side
+        self.diff_panel = diff_panel
 
     @classmethod
     def build(cls, page: PageContext) -> Self:
@@ -52,7 +52,7 @@ class HistoryTab:
                                                      elem_id="download-report", size="sm", interactive=False)
                 c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                     elem_id="download-trace", size="sm", visible=False)
-        with gr.Accordion("Compare two runs of this history", open=False, elem_id="compare-runs"):
+        with gr.Accordion("Diff two runs of this history", open=False, elem_id="compare-runs"):
             gr.Markdown("Pick two of your runs, for instance before and after changing one toggle: the settings that "
                         "differ come first, highlighted; then each loop's rate in both with B / A and whether that is "
                         "beyond the drift between two runs (or, where only an option of the pipelined loop differs, "
@@ -61,16 +61,16 @@ class HistoryTab:
             with gr.Row():
                 c["run_a"] = run_picker("Run A", "run-a")
                 c["run_b"] = run_picker("Run B", "run-b")
-                c["compare_btn"] = gr.Button("Compare A and B", elem_id="compare-btn", min_width=120)
-            side_by_side = SideBySide.build("history-compare")
-        tab = cls(page, c, side_by_side)
+                c["diff_btn"] = gr.Button("Diff A and B", elem_id="compare-btn", min_width=120)
+            diff_panel = DiffPanel.build("history-compare")
+        tab = cls(page, c, diff_panel)
         tab._wire()
         return tab
 
     def _wire(self) -> None:
         c = self.components
-        c["compare_btn"].click(self.compare_runs, inputs=[c["run_a"], c["run_b"]], outputs=self.side_by_side.outputs,
-                               api_name="compare_runs", concurrency_limit=4, concurrency_id="compare")
+        c["diff_btn"].click(self.diff_runs, inputs=[c["run_a"], c["run_b"]], outputs=self.diff_panel.outputs,
+                               api_name="compare_runs", concurrency_limit=4, concurrency_id="reports")
 
     @property
     def download_buttons(self) -> list[Any]:
@@ -89,7 +89,7 @@ class HistoryTab:
 
     def run_choices(self, owner: str) -> dict:
         """The two run pickers: this visitor's runs by number, the last two with a report chosen (a run that failed,
-        or was cancelled before its first round of trials, has none, so it cannot be compared)."""
+        or was cancelled before its first round of trials, has none, so it cannot be diffed)."""
         rows = self.visitor_history(owner)
         choices = [(run_label(row), row["run"]) for row in rows]
         reported = [row["run"] for row in rows if row.get("status") == DONE or row.get("verdict") is not None]
@@ -115,16 +115,16 @@ class HistoryTab:
 
     # ---- two runs side by side
 
-    def compare_runs(self, first: Any, second: Any, request: gr.Request) -> dict:
+    def diff_runs(self, first: Any, second: Any, request: gr.Request) -> dict:
         """Two of this visitor's runs (their numbers on the page) side by side."""
         owner = self.page.owner(request)
         if first is None or second is None:
-            return self.side_by_side.status("Choose two runs of your history (A and B).")
+            return self.diff_panel.status("Choose two runs of your history (A and B).")
         try:
             a, b = (self._history_report(owner, number) for number in (first, second))
         except ValueError as exc:
-            return self.side_by_side.status(f"**Cannot compare:** {plain(exc)}")
-        return self.side_by_side.show(a, b, f"run {first}", f"run {second}")
+            return self.diff_panel.status(f"**Cannot diff:** {plain(exc)}")
+        return self.diff_panel.show(a, b, f"run {first}", f"run {second}")
 
     def _history_report(self, owner: str, number: Any) -> dict[str, Any]:
         """The report of `owner`'s run `number`; ValueError saying why there is none."""
@@ -141,7 +141,7 @@ class HistoryTab:
         job = self.page.runner.queue.get(row["job"])
         if job is None or job.owner != owner:
             raise ValueError(f"run {number}'s report is no longer kept on this server (it keeps the newest "
-                             f"{KEEP_FINISHED_JOBS} runs); download reports and compare the files in Replay")
+                             f"{KEEP_FINISHED_JOBS} runs); download reports and diff the files in Replay")
         if job.report is None:
             raise ValueError(f"run {number} has no report: it {row.get('status') or 'did not finish'}")
         return job

@@ -15,12 +15,12 @@ from core.options import MAX_PROMPT_CHARS
 from core.report_schema import too_large
 from dashboard import charts, timeline
 from dashboard.banner import report_device
+from dashboard.diff_panel import DiffPanel
 from dashboard.page import PageContext
 from dashboard.page_record import SavedReport
 from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import headline_md, plain
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
-from dashboard.side_by_side import SideBySide
 from dashboard.uploads import open_bench_report
 
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
@@ -55,12 +55,12 @@ UPLOAD_GUARD_JS = """
 class ReplayTab:
     """`components` by name: REPLAY_OUTPUTS, "timeline_note" and "timeline_plot", and the inputs ("upload",
     "refused", "file_a", "file_b", "files_btn"; "bundled" and "open_btn" where reports are bundled); two files are
-    shown in `side_by_side`."""
+    shown in `diff_panel`."""
 
-    def __init__(self, page: PageContext, components: dict[str, Any], side_by_side: SideBySide):
+    def __init__(self, page: PageContext, components: dict[str, Any], diff_panel: DiffPanel):
         self.page = page
         self.components = components
-        self.side_by_side = side_by_side
+        self.diff_panel = diff_panel
 
     @classmethod
     def build(cls, page: PageContext, demo: gr.Blocks) -> Self:
@@ -91,15 +91,15 @@ class ReplayTab:
             r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
             r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
         r["refused"] = gr.Textbox(visible="hidden", elem_id="replay-refused")
-        with gr.Accordion("Compare two report files", open=False, elem_id="files-compare"):
+        with gr.Accordion("Diff two report files", open=False, elem_id="files-compare"):
             with gr.Row():
                 r["file_a"] = gr.File(label="Report A (.json or .json.gz)", file_types=[".json", ".gz"],
                                       type="binary", elem_id="compare-file-a")
                 r["file_b"] = gr.File(label="Report B (.json or .json.gz)", file_types=[".json", ".gz"],
                                       type="binary", elem_id="compare-file-b")
-            r["files_btn"] = gr.Button("Compare A and B", elem_id="compare-files-btn")
-            side_by_side = SideBySide.build("files-compare")
-        tab = cls(page, r, side_by_side)
+            r["files_btn"] = gr.Button("Diff A and B", elem_id="compare-files-btn")
+            diff_panel = DiffPanel.build("files-compare")
+        tab = cls(page, r, diff_panel)
         tab._wire(demo)
         return tab
 
@@ -113,8 +113,8 @@ class ReplayTab:
         demo.load(None, js=UPLOAD_GUARD_JS % page.config.max_report_bytes)
         if "open_btn" in r:
             r["open_btn"].click(self.replay_bundled, inputs=[r["bundled"]], outputs=outputs, api_name="replay_bundled")
-        r["files_btn"].click(self.compare_files, inputs=[r["file_a"], r["file_b"]], outputs=self.side_by_side.outputs,
-                             api_name="compare_files", concurrency_limit=4, concurrency_id="compare")
+        r["files_btn"].click(self.diff_files, inputs=[r["file_a"], r["file_b"]], outputs=self.diff_panel.outputs,
+                             api_name="compare_files", concurrency_limit=4, concurrency_id="reports")
 
     # ---- one report
 
@@ -181,17 +181,17 @@ class ReplayTab:
 
     # ---- two report files side by side
 
-    def compare_files(self, first: bytes | None, second: bytes | None) -> dict:
+    def diff_files(self, first: bytes | None, second: bytes | None) -> dict:
         """Two report files (as Replay opens them) side by side."""
         if first is None or second is None:
-            return self.side_by_side.status("Choose two report files, A and B.")
+            return self.diff_panel.status("Choose two report files, A and B.")
         limit, reports = self.page.config.max_report_bytes, []
         for side, data in (("A", first), ("B", second)):
             try:
                 reports.append(open_bench_report(data, limit).report)
             except ValueError as exc:
-                return self.side_by_side.status(f"**Cannot open report {side}:** {plain(exc)}")
-        return self.side_by_side.show(*reports, "A", "B")
+                return self.diff_panel.status(f"**Cannot open report {side}:** {plain(exc)}")
+        return self.diff_panel.show(*reports, "A", "B")
 
 
 def trials_shown(report: dict[str, Any]) -> str:
@@ -203,7 +203,7 @@ def trials_shown(report: dict[str, Any]) -> str:
     facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
     planned = facts.get("trials_planned", planned)
     done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
-    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel trial, say)
+    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel measurement, say)
         return f"{done} trial(s)"
     return f"{done} of {planned} trial(s) (cut short)"
 

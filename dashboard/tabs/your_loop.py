@@ -8,8 +8,8 @@ from typing import Any, Self
 
 import gradio as gr
 
+from core.text import clip
 from dashboard import audit_view
-from dashboard.limits import clip
 from dashboard.page import PageContext
 from dashboard.report_text import plain
 

@@ -1,7 +1,7 @@
 """Two reports side by side: the settings that differ, each contestant's rate in both runs with its ratio b/a, an
 interval on it (against a control contestant where the settings allow one, else widened by the drift between two
-processes: docs/MEASUREMENT.md, "Comparing two runs") and the call, and the per-step waits side by side
-(`python -m core.bench --compare A.json B.json`, the page's Compare). Torch-free.
+processes: docs/MEASUREMENT.md, "Diffing two runs") and the call, and the per-step waits side by side
+(`python -m core.bench --diff A.json B.json`, the page's "Diff two runs" and "Diff two files"). Torch-free.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import re
 from typing import Any
 
 from core.explain import (
-    FIELD_CHARS,
-    clipped,
     contestant_waits,
     duration,
     number_or_none,
@@ -40,9 +38,10 @@ from core.options import (
     TP_BARRIER_ENV,
 )
 from core.report_schema import upgrade_report
+from core.text import SENTENCE_FIELD_CHARS, clip
 
-COMPARED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_trial", "stream")
-COMPARED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
+DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
+DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
                         "pdl", "inductor_options", "torch", "transformers", "python")
 # Tuning variables whose effect the environment does not record: read from the reproduce command, where an unset one
 # is its first choice (options.env_choice).
@@ -55,9 +54,9 @@ MIN_TRIALS_A_SIDE = MIN_TRIALS_FOR_A_CALL
 CALLS = ("faster", "slower", "within noise", "control", "too few trials", "noise unknown", "no data")
 
 
-def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two reports side by side: what differs between their settings, and each contestant's rate in both, judged
-    with an interval on B / A (docs/MEASUREMENT.md, "Comparing two runs").
+    with an interval on B / A (docs/MEASUREMENT.md, "Diffing two runs").
 
     Returns a dict with:
       - "a", "b": each run's facts: model, device (the GPU's name, else the device), created, command, interrupted;
@@ -107,25 +106,25 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _run_facts(report: dict[str, Any]) -> dict[str, Any]:
     env = report["environment"]
-    return {"model": clipped(report["model"].get("spec"), FIELD_CHARS),
-            "device": clipped(env.get("gpu") or env.get("device"), FIELD_CHARS),
-            "created": clipped(report.get("created"), 40), "command": clipped(report.get("command"), 2000),
+    return {"model": clip(report["model"].get("spec"), SENTENCE_FIELD_CHARS),
+            "device": clip(env.get("gpu") or env.get("device"), SENTENCE_FIELD_CHARS),
+            "created": clip(report.get("created"), 40), "command": clip(report.get("command"), 2000),
             "interrupted": bool(report.get("interrupted"))}
 
 
-def compared_settings(report: dict[str, Any]) -> dict[str, Any]:
-    """Every setting compare_reports compares, by name: two reports with equal values ran the same settings. Any
+def diff_settings(report: dict[str, Any]) -> dict[str, Any]:
+    """Every setting diff_reports sets side by side, by name: two reports with equal values ran the same settings. Any
     report, old ones too."""
     report = upgrade_report(report)
     request, env = report["request"], report["environment"]
     options = request.get("options", {})
     values: dict[str, Any] = {"model": report.get("model", {}).get("spec"), "prompt": request.get("prompt")}
-    values.update({key: env.get(key) for key in COMPARED_ENVIRONMENT})
+    values.update({key: env.get(key) for key in DIFFED_ENVIRONMENT})
     values.update(_command_environment(report.get("command")))
     values.update({key: value for key, value in options.items() if key != "loop"})
     if options:  # an option added after the report was written: the run had what its default does
         values.update({o.name: o.default for o in RUN_OPTIONS if o.part == OPTIONS and o.name not in options})
-    values.update({key: request.get(key) for key in COMPARED_REQUEST})
+    values.update({key: request.get(key) for key in DIFFED_REQUEST})
     ran = _loop_ran(report)
     values.update({f"ran {key}": ran.get(key) for key in ("cache", "compile", "streams") if key in ran})
     return values
@@ -150,7 +149,7 @@ def _loop_ran(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    left, right = compared_settings(a), compared_settings(b)
+    left, right = diff_settings(a), diff_settings(b)
     rows = []
     for name in dict.fromkeys([*left, *right]):
         x, y = left.get(name), right.get(name)
@@ -169,16 +168,16 @@ def _prompt_text(prompt: Any) -> str | None:
         return None
     rows = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], list | str) else [prompt]
     first = rows[0]
-    text = f"{len(first)} token ids" if isinstance(first, list) else repr(clipped(first, 60))
+    text = f"{len(first)} token ids" if isinstance(first, list) else repr(clip(first, 60))
     return f"{len(rows)} rows, each {text}" if len(rows) > 1 else text
 
 
 def _setting_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
-        return clipped(", ".join(str(v) for v in value), FIELD_CHARS)
+        return clip(", ".join(str(v) for v in value), SENTENCE_FIELD_CHARS)
     if isinstance(value, str):
-        return clipped(value, FIELD_CHARS)
-    return value if isinstance(value, int | float | bool) or value is None else clipped(value, FIELD_CHARS)
+        return clip(value, SENTENCE_FIELD_CHARS)
+    return value if isinstance(value, int | float | bool) or value is None else clip(value, SENTENCE_FIELD_CHARS)
 
 
 def _control(a: dict[str, Any], b: dict[str, Any], differs: list[str],
@@ -188,7 +187,7 @@ def _control(a: dict[str, Any], b: dict[str, Any], differs: list[str],
     for name in differs:
         option = RUN_OPTION.get(name.removeprefix("ran "))
         if option is None or not option.affects:
-            return None, f"{clipped(name, 40)} differs, which can change every contestant"
+            return None, f"{clip(name, 40)} differs, which can change every contestant"
         affected.update(option.affects)
     if "lag" in differs and (why := _cache_length_differs(a, b)):
         return None, why
@@ -263,7 +262,7 @@ class _Judge:
             "interval": None, "interval_used": None, "confidence": None, "allowance": None,
             "a_waits": contestant_waits(a, name), "b_waits": contestant_waits(b, name)}
         row["call"] = self._judged(row, name, trials_a, trials_b)
-        row["sentence"] = compare_sentence(row, self.control, self.kind)
+        row["sentence"] = diff_sentence(row, self.control, self.kind)
         return row
 
     def _judged(self, row: dict[str, Any], name: str, trials_a: dict[int, float], trials_b: dict[int, float]) -> str:
@@ -304,12 +303,12 @@ def _interval_call(estimate: float, low: float, high: float) -> str:
     return "within noise"
 
 
-def compare_sentence(row: dict[str, Any], control: str | None, kind: str | None) -> str:
+def diff_sentence(row: dict[str, Any], control: str | None, kind: str | None) -> str:
     """One sentence on a contestant of two runs: its B / A, the interval it was judged by, and the call."""
     name, call = row["name"], row["call"]
     ratio = f"B/A {row['ratio']:.3f}x" if row["ratio"] is not None else ""
     if call == "no data":
-        return f"{name}: no rate in {'A' if row['a'] is None else 'B'} to compare."
+        return f"{name}: no rate in {'A' if row['a'] is None else 'B'} to diff."
     if call == "noise unknown":
         missing = " and ".join(side for side in ("A", "B") if not row[f"{side.lower()}_trials"])
         return (f"{name}: {ratio}; {missing} kept no per-trial rates (a report written before they were), so the "
@@ -317,7 +316,7 @@ def compare_sentence(row: dict[str, Any], control: str | None, kind: str | None)
     if call == "too few trials":
         return (f"{name}: {ratio} from {_trials_text(row)}: too few trials to tell a change from noise "
                 f"({MIN_TRIALS_A_SIDE} a side are needed).")
-    interval = compare_interval_text(row)
+    interval = diff_interval_text(row)
     if call == "control":
         return (f"{name} is the control: its {ratio} ({interval}) is the drift between the two runs, and the others "
                 "are judged against it.")
@@ -332,7 +331,7 @@ def compare_sentence(row: dict[str, Any], control: str | None, kind: str | None)
     return f"{judged}: within noise, no change shown."
 
 
-def compare_interval_text(row: dict[str, Any]) -> str:
+def diff_interval_text(row: dict[str, Any]) -> str:
     """The interval a row was judged by, as the CLI and the page show it ("-" where there is none)."""
     if row["interval_used"] is None:
         return "-"
@@ -353,7 +352,7 @@ def _judged_note(control: str | None, no_control: str | None, differs: list[str]
     """How the contestants were judged, in one sentence."""
     if control is not None:
         what = "the settings are the same" if not differs else \
-            f"{', '.join(clipped(d, 40) for d in differs)} cannot change it"
+            f"{', '.join(clip(d, 40) for d in differs)} cannot change it"
         apart = [name for name in shared if name not in SHARE_THE_CONTROLS_SETUP]
         rest = f"; {', '.join(apart)}, with a decode path of its own, by the {drift_words(drift.rates)} that two " \
             f"processes of the same settings differ by {device_words(kind)}" if apart else ""
@@ -367,12 +366,12 @@ def _verdict_facts(report: dict[str, Any]) -> dict[str, Any] | None:
     verdict = report.get("verdict")
     if not isinstance(verdict, dict) or not number_or_none(verdict.get("ratio")):
         return None
-    return {"ratio": verdict["ratio"], "call": clipped(verdict.get("call"), 20),
+    return {"ratio": verdict["ratio"], "call": clip(verdict.get("call"), 20),
             "noise": number_or_none(verdict.get("noise"))}
 
 
-def compare_text(result: dict[str, Any]) -> str:
-    """compare_reports' result as plain text: the two runs, the settings that differ, the rates, the waits."""
+def diff_text(result: dict[str, Any]) -> str:
+    """diff_reports' result as plain text: the two runs, the settings that differ, the rates, the waits."""
     lines = [f"{key.upper()}: {_run_line(result[key])}" for key in ("a", "b")]
     differing = [row for row in result["settings"] if row["differs"]]
     if differing:
@@ -387,7 +386,7 @@ def compare_text(result: dict[str, Any]) -> str:
         for row in rows:
             label = "decode tok/s" if row["metric"] == "decode_tokens_per_s" else "end-to-end tok/s"
             lines.append(f"{row['name']:<16} {label:>16} {_fixed(row['a'], 1):>9} {_fixed(row['b'], 1):>9} "
-                         f"{_times(row['ratio']):>7}  {row['call']:<14} {compare_interval_text(row)}")
+                         f"{_times(row['ratio']):>7}  {row['call']:<14} {diff_interval_text(row)}")
         lines += _waits_lines(rows)
     for key, side in (("only_in_a", "A"), ("only_in_b", "B")):
         if result[key]:

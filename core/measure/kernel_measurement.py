@@ -1,14 +1,14 @@
-"""The kernel trial: one more run of a contestant under CUPTI (torch.profiler with CUDA activity only), read per
+"""The kernel measurement: one more run of a contestant under CUPTI (torch.profiler with CUDA activity only), read per
 decode step on the GPU's own terms: how long kernels ran (kernel-busy), how long the device sat inside a step's span
 with nothing running (waiting for the host to launch), and how long it idled between steps.
 
-Why a trial of its own: a step's two CUDA events (core.measure.step_times) bracket it, so a span counts as busy the
+Why a run of its own: a step's two CUDA events (core.measure.step_times) bracket it, so a span counts as busy the
 time the device spends waiting for each launch inside the step; in eager mode that is most of it (docs/NUMBERS.md,
 "Where the step waits"). Kernel tracing costs the host time, and its post-processing seconds (docs/MEASUREMENT.md,
-"The kernel trial"), so it is never a timed trial; the trial's own slowdown is reported with it.
+"The kernel measurement"), so it is never a timed trial; the measurement's own slowdown is reported with it.
 
 The kernels' times come on the profiler's clock; the steps' spans on the host's (perf_counter). The offset between
-the two is read at the end of the trial, for the profiler's realtime clock and for the monotonic one, and the one
+the two is read at the end of the measured run, for the profiler's realtime clock and for the monotonic one, and the one
 under which the kernels fall inside the steps' spans is taken (its coverage is reported).
 """
 
@@ -24,10 +24,10 @@ import torch
 INTERVAL_STEPS = 40  # decode steps whose kernel intervals the report keeps: those the timeline shows first
 
 
-def kernel_trial(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None,
-                 center_step: int | None = None) -> dict[str, Any]:
+def kernel_measurement(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None,
+                       center_step: int | None = None) -> dict[str, Any]:
     """Run `run_once` (one run of a contestant, returning its outcome: `timings` and `started_s`) under CUPTI and
-    read its kernels per decode step; `timed_step_ms` is the timed trials' median step, for the trial's slowdown;
+    read its kernels per decode step; `timed_step_ms` is the timed trials' median step, for the measurement's slowdown;
     `center_step` the step the kept kernel intervals centre on (default: the middle one)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -80,8 +80,8 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
     device_time = sum(ends[s] - starts[s] for s in steps) + sum(gaps)
     return {
         "clock": clock, "alignment": round(coverage[clock], 4), "decode_steps": len(busy),
-        # of the kernel trial's own device time (its host is slowed by the tracing: the summary relates the kernel time
-        # per step to the timed trials' steps instead)
+        # of the kernel measurement's own device time (its host is slowed by the tracing: the summary relates the
+        # kernel time per step to the timed trials' steps instead)
         "kernel_busy_fraction": sum(busy) / device_time if device_time > 0 else None,
         # every kernel's own time summed (kernels side by side on two streams count twice): the profiler's kernel share
         "kernel_time_fraction": sum(summed) / device_time if device_time > 0 else None,

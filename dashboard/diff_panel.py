@@ -1,6 +1,6 @@
-"""Two reports side by side (core.explain.compare_reports, drawn by dashboard.compare_view and dashboard.timeline):
+"""Two reports side by side (core.explain.diff_reports, drawn by dashboard.diff_tables and dashboard.timeline):
 a summary line, the settings, the rates and the per-step waits as tables, and both timelines on one time axis. The
-History section compares two of a visitor's runs with it, Replay two report files."""
+History section diffs two of a visitor's runs with it, Replay two report files."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.report_comparison import compare_reports
-from dashboard import compare_view, timeline
+from core.report_diff import diff_reports
+from dashboard import diff_tables, timeline
 from dashboard.report_text import plain
 
 COMPONENTS = ("status", "settings", "rates", "waits", "timeline")
 
 
-class SideBySide:
+class DiffPanel:
     """Where two reports side by side are shown; `components` by name (COMPONENTS)."""
 
     def __init__(self, components: dict[str, Any]):
@@ -26,12 +26,12 @@ class SideBySide:
         """The components, their elem_ids starting with `prefix`."""
         table = {"interactive": False, "wrap": True, "datatype": "str"}
         k = {"status": gr.Markdown(elem_id=f"{prefix}-status"),
-             "settings": gr.Dataframe(value=compare_view.empty_table(compare_view.SETTINGS_HEADERS),
+             "settings": gr.Dataframe(value=diff_tables.empty_table(diff_tables.SETTINGS_HEADERS),
                                       label="Settings (those that differ first, highlighted)",
                                       elem_id=f"{prefix}-settings", **table),
-             "rates": gr.Dataframe(value=compare_view.empty_table(compare_view.RATES_HEADERS),
+             "rates": gr.Dataframe(value=diff_tables.empty_table(diff_tables.RATES_HEADERS),
                                    label="Rates: medians over each run's trials", elem_id=f"{prefix}-rates", **table),
-             "waits": gr.Dataframe(value=compare_view.empty_table(compare_view.WAITS_HEADERS),
+             "waits": gr.Dataframe(value=diff_tables.empty_table(diff_tables.WAITS_HEADERS),
                                    label="Per decode step", elem_id=f"{prefix}-waits", **table)}
         k["timeline"] = gr.Plot(elem_id=f"{prefix}-lanes", show_label=False)
         return cls(k)
@@ -47,10 +47,10 @@ class SideBySide:
     def show(self, a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> dict:
         k = self.components
         try:
-            result = compare_reports(a, b)
-            return {k["status"]: compare_view.summary_md(result, plain),
-                    k["settings"]: compare_view.settings_table(result), k["rates"]: compare_view.rates_table(result),
-                    k["waits"]: compare_view.waits_table(result),
-                    k["timeline"]: timeline.compare_timelines(a, b, label_a, label_b)}
+            result = diff_reports(a, b)
+            return {k["status"]: diff_tables.summary_md(result, plain),
+                    k["settings"]: diff_tables.settings_table(result), k["rates"]: diff_tables.rates_table(result),
+                    k["waits"]: diff_tables.waits_table(result),
+                    k["timeline"]: timeline.diff_timelines(a, b, label_a, label_b)}
         except Exception as exc:  # two reports that passed the checks but cannot be set side by side: say so
-            return {k["status"]: f"**Cannot compare these two:** {plain(type(exc).__name__)}: {plain(exc)}"}
+            return {k["status"]: f"**Cannot diff these two:** {plain(type(exc).__name__)}: {plain(exc)}"}

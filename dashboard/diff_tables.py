@@ -1,4 +1,4 @@
-"""Two runs side by side on the page: core.report_comparison.compare_reports' result as tables, the settings that
+"""Two runs side by side on the page: core.report_diff.diff_reports' result as tables, the settings that
 differ first and highlighted, and lines that say what changed, in the CLI's words (each contestant's sentence, the
 interval it was judged by, its call). Plain data only (no gradio): the page wraps these.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.explain import duration
-from core.report_comparison import compare_interval_text
+from core.report_diff import diff_interval_text
 
 SETTINGS_HEADERS = ("setting", "A", "B", "")
 RATES_HEADERS = ("contestant", "rate", "A", "B", "B / A", "call", "interval judged by")
@@ -19,8 +19,8 @@ WAITS_HEADERS = ("contestant", "host wait A", "host wait B", "device idle A", "d
 DIFFERS = "differs"
 DIFFERS_STYLE = "background-color: #fff3b0; font-weight: 600;"  # a pale yellow, readable in every colour vision
 CALL_STYLES = {"faster": "font-weight: 600;", "slower": "font-weight: 600;", "control": "font-style: italic;"}
-SENTENCE_CHARS = 600  # a contestant's sentence is compare_reports' own text, longer than a field from a file
-CELL_CHARS = 80  # a setting's value as a cell (compare_reports clips report text to 120 already)
+SENTENCE_CHARS = 600  # a contestant's sentence is diff_reports' own text, longer than a field from a file
+CELL_CHARS = 80  # a setting's value as a cell (diff_reports clips report text to 120 already)
 
 
 def summary_md(result: dict[str, Any], plain: Any) -> str:
@@ -43,7 +43,7 @@ def summary_md(result: dict[str, Any], plain: Any) -> str:
 
 
 def settings_table(result: dict[str, Any]) -> dict[str, Any]:
-    """Every compared setting, those that differ first and highlighted (compare_reports' order within each)."""
+    """Every setting of the diff, those that differ first and highlighted (diff_reports' order within each)."""
     rows = sorted(result["settings"], key=lambda row: not row["differs"])
     data = [[row["name"], _cell(row["a"]), _cell(row["b"]), DIFFERS if row["differs"] else ""] for row in rows]
     styling = [[DIFFERS_STYLE if row["differs"] else ""] * len(SETTINGS_HEADERS) for row in rows]
@@ -55,7 +55,7 @@ def rates_table(result: dict[str, Any]) -> dict[str, Any]:
     data, styling = [], []
     for row in result["contestants"]:
         label = "decode tok/s" if row["metric"] == "decode_tokens_per_s" else "end-to-end tok/s"
-        interval = compare_interval_text(row)
+        interval = diff_interval_text(row)
         data.append([row["name"], label, _rate(row["a"]), _rate(row["b"]), _ratio(row["ratio"]), row["call"],
                      "–" if interval == "-" else interval])
         style = CALL_STYLES.get(row["call"], "")

@@ -1,4 +1,4 @@
-"""Two runs side by side (dashboard.compare_view): the settings that differ first and highlighted, the rates with
+"""Two runs side by side (dashboard.diff_tables): the settings that differ first and highlighted, the rates with
 B / A and the call, the waits; and the page's handlers that find the two runs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from core.report_comparison import compare_reports, compare_text
-from dashboard import compare_view
+from core.report_diff import diff_reports, diff_text
+from dashboard import diff_tables
 from dashboard.report_text import plain
 from tests.test_dashboard_client import text_of
 from tests.test_ui import QuietRunner, h200_saved_report, quiet_page
@@ -31,32 +31,32 @@ def two_h200_runs():
 
 
 def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_runs):
-    result = compare_reports(*two_h200_runs)
-    table = compare_view.settings_table(result)
-    assert table["headers"] == list(compare_view.SETTINGS_HEADERS)
+    result = diff_reports(*two_h200_runs)
+    table = diff_tables.settings_table(result)
+    assert table["headers"] == list(diff_tables.SETTINGS_HEADERS)
     assert table["data"][0] == ["cache", "static", "dynamic", "differs"]
-    assert table["metadata"]["styling"][0] == [compare_view.DIFFERS_STYLE] * 4
+    assert table["metadata"]["styling"][0] == [diff_tables.DIFFERS_STYLE] * 4
     assert all(row[3] == "" for row in table["data"][1:]) and all(not any(style) for style in
                                                                    table["metadata"]["styling"][1:])
-    assert text_of(compare_view.summary_md(result, plain)).startswith("1 setting differs: cache.")
+    assert text_of(diff_tables.summary_md(result, plain)).startswith("1 setting differs: cache.")
 
 
 def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
-    result = compare_reports(*two_h200_runs)
-    rows = {row[0]: dict(zip(compare_view.RATES_HEADERS, row)) for row in compare_view.rates_table(result)["data"]}
+    result = diff_reports(*two_h200_runs)
+    rows = {row[0]: dict(zip(diff_tables.RATES_HEADERS, row)) for row in diff_tables.rates_table(result)["data"]}
     assert rows["pipelined"]["B / A"] == "0.600×" and rows["pipelined"]["call"] == "slower"
     assert rows["naive"]["B / A"] == "1.000×" and rows["naive"]["call"] == "within noise"
     assert rows["naive"]["A"] == "604.8" and rows["naive"]["interval judged by"].startswith("95% interval 0.")
-    waits = {row[0]: row for row in compare_view.waits_table(result)["data"]}
+    waits = {row[0]: row for row in diff_tables.waits_table(result)["data"]}
     assert waits["naive"] == ["naive", "946 µs", "946 µs", "564 µs", "564 µs"]
 
 
 def test_the_page_says_what_the_cli_says(two_h200_runs):
-    result = compare_reports(*two_h200_runs)
-    shown = text_of(compare_view.summary_md(result, plain))
+    result = diff_reports(*two_h200_runs)
+    shown = text_of(diff_tables.summary_md(result, plain))
     assert result["note"] in shown and all(f"- {row['sentence']}" in shown for row in result["contestants"])
-    text = compare_text(result)
-    table = compare_view.rates_table(result)["data"]
+    text = diff_text(result)
+    table = diff_tables.rates_table(result)["data"]
     for row, cells in zip(result["contestants"], table):
         assert row["call"] == cells[5] and cells[6] in text
 
@@ -68,13 +68,13 @@ def test_with_only_lag_differing_the_page_shows_naive_as_the_control(two_h200_ru
     for run in b["runs"]:  # the machine 10% slower for every contestant
         if run["timings"].get("decode_tokens_per_s"):
             run["timings"]["decode_tokens_per_s"] *= 0.9
-    result = compare_reports(a, b)
-    table = compare_view.rates_table(result)
-    rows = {row[0]: dict(zip(compare_view.RATES_HEADERS, row)) for row in table["data"]}
+    result = diff_reports(a, b)
+    table = diff_tables.rates_table(result)
+    rows = {row[0]: dict(zip(diff_tables.RATES_HEADERS, row)) for row in table["data"]}
     assert rows["naive"]["call"] == "control" and rows["pipelined"]["call"] == "within noise"
     assert "of the ratio to the control" in rows["pipelined"]["interval judged by"]
-    assert table["metadata"]["styling"][0][5] == compare_view.CALL_STYLES["control"]
-    assert "Control: naive (lag cannot change it)" in text_of(compare_view.summary_md(result, plain))
+    assert table["metadata"]["styling"][0][5] == diff_tables.CALL_STYLES["control"]
+    assert "Control: naive (lag cannot change it)" in text_of(diff_tables.summary_md(result, plain))
 
 
 def test_a_contestant_in_one_run_only_and_an_old_report_fill_the_table():
@@ -83,23 +83,23 @@ def test_a_contestant_in_one_run_only_and_an_old_report_fill_the_table():
     a = report({"naive": STEADY, "pipelined": STEADY, "hf": STEADY})
     b = report({"naive": STEADY, "pipelined": STEADY})
     del b["runs"]
-    table = compare_view.rates_table(compare_reports(a, b))
+    table = diff_tables.rates_table(diff_reports(a, b))
     assert [row[5] for row in table["data"]] == ["noise unknown", "noise unknown", "only in A"]
-    assert all(len(row) == len(compare_view.RATES_HEADERS) for row in table["data"])
+    assert all(len(row) == len(diff_tables.RATES_HEADERS) for row in table["data"])
     assert [row[6] for row in table["data"]] == ["–", "–", ""]
 
 
-def test_two_report_files_compare_and_a_bad_one_says_which(two_h200_runs):
+def test_two_report_files_diff_and_a_bad_one_says_which(two_h200_runs):
     page = quiet_page().replay
     a, b = (gzip.compress(json.dumps(r).encode()) for r in two_h200_runs)
-    shown = page.compare_files(a, b)
+    shown = page.diff_files(a, b)
     assert text_of(shown["status"]).startswith("1 setting differs: cache.")
     assert shown["settings"]["data"][0][3] == "differs" and shown["timeline"].data
-    assert text_of(page.compare_files(a, b"")["status"]) == "Cannot open report B: the file is empty (0 bytes)"
-    assert text_of(page.compare_files(None, b)["status"]) == "Choose two report files, A and B."
+    assert text_of(page.diff_files(a, b"")["status"]) == "Cannot open report B: the file is empty (0 bytes)"
+    assert text_of(page.diff_files(None, b)["status"]) == "Choose two report files, A and B."
 
 
-def test_two_history_runs_compare_by_their_numbers_on_the_page(two_h200_runs, monkeypatch):
+def test_two_history_runs_diff_by_their_numbers_on_the_page(two_h200_runs, monkeypatch):
     from dashboard.jobs import COMPARE
 
     jobs = {7: type("Job", (), {"owner": "me", "work": COMPARE, "report": two_h200_runs[0]})(),
@@ -114,8 +114,8 @@ def test_two_history_runs_compare_by_their_numbers_on_the_page(two_h200_runs, mo
     choices = page.run_choices("me")
     assert [value for _, value in choices["run_a"]["choices"]] == [1, 2, 3, 4]
     assert choices["run_a"]["value"] == 2 and choices["run_b"]["value"] == 4, "run 3 failed: it has no report"
-    shown = page.compare_runs(1, 2, None)
+    shown = page.diff_runs(1, 2, None)
     assert shown["settings"]["data"][0] == ["cache", "static", "dynamic", "differs"]
-    assert text_of(page.compare_runs(1, 3, None)["status"]) == "Cannot compare: run 3 has no report: it failed"
-    assert "no longer kept on this server" in text_of(page.compare_runs(4, 1, None)["status"])
-    assert text_of(page.compare_runs(1, 9, None)["status"]) == "Cannot compare: there is no run 9 in your history"
+    assert text_of(page.diff_runs(1, 3, None)["status"]) == "Cannot diff: run 3 has no report: it failed"
+    assert "no longer kept on this server" in text_of(page.diff_runs(4, 1, None)["status"])
+    assert text_of(page.diff_runs(1, 9, None)["status"]) == "Cannot diff: there is no run 9 in your history"

@@ -1,11 +1,11 @@
-"""core.measure.kernel_trial: kernels read per decode step, on the host's clock (synthetic kernels here; the trial
-itself runs under CUPTI in tests/test_cuda.py)."""
+"""core.measure.kernel_measurement: kernels read per decode step, on the host's clock (synthetic kernels here;
+the measured run itself goes under CUPTI in tests/test_cuda_audit.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.measure.kernel_trial import read_kernels
+from core.measure.kernel_measurement import read_kernels
 
 STARTED_S = 100.0
 OFFSET_NS = 1_000_000_000_000  # the profiler's clock minus perf_counter

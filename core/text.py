@@ -1,0 +1,36 @@
+"""Text from a file or a visitor, made short enough to show (a report can hold a field of any size). Torch-free: the
+page, the CLI, the report's checks and the sentences about a run all clip with `clip`, by one of the two limits here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+SENTENCE_FIELD_CHARS = 120  # the most of a report's field that a sentence about the run quotes (core.explain)
+# The most of any one field (a replayed report's model spec, a visitor's text, an error that quotes either) that the
+# page shows, a status line holds or an error message quotes.
+SHOWN_FIELD_CHARS = 300
+
+
+def clip(text: Any, limit: int = SHOWN_FIELD_CHARS) -> str:
+    """`text` as a string ("" for None) of at most `limit` characters and a short suffix: past the limit, its start,
+    an ellipsis and its whole length ("… (12,345 characters in all)")."""
+    text = "" if text is None else str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
+def shown_path(path: Any) -> str:
+    """A file named in a report, as a reader finds it on any machine: from its package on where it lies in an
+    installed one (transformers/...), else its last three parts if absolute; clipped for a sentence. (The audit
+    shortens paths on the machine it runs on, by its import roots: core.measure.sync_sites.path_from_root.)"""
+    text = str(path or "?")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+    if os.path.isabs(text):
+        text = "/".join(text.split("/")[-3:]) if "transformers/" not in text else \
+            "transformers/" + text.rsplit("transformers/", 1)[1]
+    return clip(text, SENTENCE_FIELD_CHARS)

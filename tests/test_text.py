@@ -1,0 +1,29 @@
+"""core.text: one clip for text from a file or a visitor, and a report's file paths as a reader finds them."""
+
+import subprocess
+import sys
+
+from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip, shown_path
+
+
+def test_clip_keeps_short_text_and_says_how_long_a_cut_one_was():
+    assert clip("short") == "short" and clip(None) == "" and clip(12) == "12"
+    cut = clip("x" * 5000)
+    assert cut == "x" * SHOWN_FIELD_CHARS + "… (5,000 characters in all)"
+    assert clip("abcdef", 3) == "abc… (6 characters in all)"
+
+
+def test_a_reports_path_is_shown_from_its_package_or_by_its_last_parts():
+    assert shown_path("/usr/lib/python3/site-packages/transformers/generation/utils.py") == \
+        "transformers/generation/utils.py"
+    assert shown_path("/home/me/work/project/src/loop.py") == "project/src/loop.py"
+    assert shown_path("core/loops/generation.py") == "core/loops/generation.py"
+    assert shown_path(None) == "?"
+    assert shown_path("x" * 1000).endswith("(1,000 characters in all)")
+    assert len(shown_path("x" * 1000)) < SENTENCE_FIELD_CHARS + 40
+
+
+def test_the_text_module_imports_no_torch():
+    code = "import sys, core.text; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
