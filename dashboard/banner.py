@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from core.report_schema import upgrade_report
 from dashboard import charts
 from dashboard.jobs import LOAD, LOADING
 from dashboard.report_text import plain
@@ -90,7 +91,7 @@ def model_line(label: str) -> str:
 
 def report_device(report: dict[str, Any]) -> dict[str, str]:
     """Where a report was measured: {"type": "cuda" or "cpu", "where": the GPU's name or the device}."""
-    env = report.get("environment") or {}
+    env = upgrade_report(report)["environment"]
     where = env.get("gpu") or env.get("device") or "unknown device"
     return {"type": charts.report_device_type(report) or "unknown", "where": str(where)[:80]}
 

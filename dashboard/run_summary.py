@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from core.explain import what_this_run_shows
+from core.report_schema import upgrade_report
 from dashboard.page_record import PageRecord
 from dashboard.report_text import plain, table_rows
 from dashboard.summary_table import SUMMARY_HEADERS
@@ -65,9 +66,10 @@ def summary_tables(report: dict[str, Any], page: PageRecord | None = None) -> tu
     """The summary's cells as two tables: the verdict's evidence (EVIDENCE_HEADERS), then the rest
     (DETAIL_HEADERS), a dash where a number does not exist."""
     rows = [dict(zip(SUMMARY_HEADERS, row)) for row in table_rows(report, page)]
-    verdict = report.get("verdict") or {}
+    report = upgrade_report(report)
+    verdict = report["verdict"] or {}  # None where no contender was judged
     baseline = verdict.get("baseline") or "naive"
-    summary = report.get("summary") or {}
+    summary = report["summary"]
     base_rate = _decode_rate(summary, baseline)
     evidence, details = [], []
     for row in rows:

@@ -60,7 +60,7 @@ class Runner:
             try:
                 self.submit_load(model)
             except ValueError as exc:  # the startup model cannot be loaded here: the banner says why
-                self.supervisor.last_load_error = f"Could not load {model}: {exc}"
+                self.supervisor.load_refused(model, str(exc))
 
     # ---- the parts, as the page reads them
 

@@ -130,6 +130,10 @@ class EngineSupervisor:
     def start(self) -> None:
         self.client.start()
 
+    def load_refused(self, model: str, reason: str) -> None:
+        """The startup model was refused before it was queued: the banner says why, as for a load that failed."""
+        self.last_load_error = f"Could not load {model}: {reason}"
+
     def close(self) -> None:
         self.client.close()
 

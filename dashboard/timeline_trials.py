@@ -18,6 +18,7 @@ import numpy as np
 from core.explain import report_device_type
 from core.measure.waits import step_work_ms
 from core.options import LOOPS, NO_CHECK
+from core.report_schema import upgrade_report
 from dashboard import charts
 
 WINDOW_STEPS = 15              # decode steps in the first view, for a loop of the middle speed ...
@@ -149,10 +150,12 @@ def _array(values: Any) -> np.ndarray:
 def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
     """The representative trial of each loop that has one, naive first, with its kernel measurement's kernels and its
     audit's reads where the report has them."""
+    report = upgrade_report(report)
     trials = []
     cpu = report_on_cpu(report)
-    loops = [[r for r in report.get("runs", []) if r.get("contestant") == name] for name in (*LOOPS, NO_CHECK)]
-    kernel_measurements = report.get("kernel_measurement") or {}
+    loops = [[r for r in report["runs"] if r.get("contestant") == name] for name in (*LOOPS, NO_CHECK)]
+    kernel_measurements = report.get("kernel_measurement", {})  # NotRequired: only where the measurement ran
+    audits = report.get("sync_audit", {})
     for name in LOOPS:
         run = charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
@@ -160,9 +163,9 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
             busy = (kernel_measurements.get(name) or {}).get("kernel_busy_ms_per_step")
             trial.work_ms = _work_ms([group for group in loops if group], busy)
             if trial.complete and not trial.cpu:
-                trial.kernels = _kernels_onto(trial, (report.get("kernel_measurement") or {}).get(name))
+                trial.kernels = _kernels_onto(trial, kernel_measurements.get(name))
             if trial.complete:
-                trial.syncs = _syncs_onto(trial, (report.get("sync_audit") or {}).get(name))
+                trial.syncs = _syncs_onto(trial, audits.get(name))
             trials.append(trial)
     return trials
 
@@ -177,7 +180,8 @@ def _work_ms(loops: list[list[dict[str, Any]]], busy: Any) -> float | None:
 def _kernels_onto(trial: LoopTrial, measured: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The kernel measurement's kernel intervals of each step it kept, scaled from its span onto this trial's span."""
     lane = trial.gap_source
-    steps = (measured.get("intervals") or {}).get("steps") if isinstance(measured, dict) else None
+    intervals = measured.get("intervals") if isinstance(measured, dict) else None
+    steps = intervals.get("steps") if isinstance(intervals, dict) else None
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for entry in steps or []:
         try:

@@ -12,7 +12,7 @@ from typing import Any, Self
 import gradio as gr
 
 from core.options import MAX_PROMPT_CHARS
-from core.report_schema import too_large
+from core.report_schema import too_large, upgrade_report
 from dashboard import charts, timeline
 from dashboard.banner import report_device
 from dashboard.diff_panel import DiffPanel
@@ -197,7 +197,7 @@ class ReplayTab:
 def trials_shown(report: dict[str, Any]) -> str:
     """The trials a replayed report holds: those it asked for, or for a run cut short, the rounds its runs hold of
     those planned."""
-    planned = (report.get("request") or {}).get("trials", "?")
+    planned = upgrade_report(report)["request"].get("trials", "?")
     if report.get("interrupted") is not True:
         return f"{planned} trial(s)"
     facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
