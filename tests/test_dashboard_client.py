@@ -308,7 +308,7 @@ def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure(
     from dashboard.banner import ServerBanner
     from dashboard.runner import Runner
 
-    runner = Runner(TINY, device="cpu", monitor=False)
+    runner = Runner(TINY, device="cpu", monitor=False, in_process_engine=True)
     try:
         page = ServerBanner(runner)
         first = text_of(page.text())
@@ -374,7 +374,7 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     local = tmp_path / "my-secret-model"
     LlamaForCausalLM(LlamaConfig(**TINY_SHAPE)).save_pretrained(local)
     tiny.tokenizer.save_pretrained(local)
-    runner = Runner(TINY, device="cpu", monitor=False, named_models=["synthetic:llama-1b"])
+    runner = Runner(TINY, device="cpu", monitor=False, named_models=["synthetic:llama-1b"], in_process_engine=True)
     try:
         page = ServerBanner(runner)
         runner.load(str(local), timeout=180)
@@ -392,7 +392,7 @@ def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_fiel
     from dashboard.runner import Runner
     from dashboard.ui import build_demo
 
-    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False)
+    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False, in_process_engine=True)
     try:
         page = build_demo(runner).dashboard
         assert wait_until(lambda: "Could not load no-such-org/no-such-model" in text_of(page.banner()), 120)
@@ -440,7 +440,7 @@ def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_ap
 
 @pytest.mark.slow
 def test_the_banner_names_the_model_being_timed_while_the_run_goes():
-    runner = make_runner(monitor=False)
+    runner = make_runner(monitor=False, in_process_engine=True)
     app_ = next(serving(runner))
     try:
         job = Client(app_.url, verbose=False).submit(**form(model="synthetic:smollm2-135m", max_new_tokens=8),

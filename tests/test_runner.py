@@ -222,7 +222,7 @@ def test_a_run_longer_than_the_context_is_refused_before_it_is_queued(tiny_runne
 
 @pytest.mark.slow
 def test_unknown_and_disallowed_models_are_refused():
-    runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False)
+    runner = make_runner(allowed_models={TINY, "smollm2-135m-instruct"}, monitor=False, in_process_engine=True)
     try:
         with pytest.raises(ValueError, match="not allowed on this dashboard"):
             runner.submit(dict(prompt="hi", model="evil/remote-code-model"))
@@ -291,7 +291,7 @@ def test_a_startup_model_that_fails_to_load_is_said_at_once(caplog):
     from dashboard.runner import Runner
 
     caplog.set_level("ERROR", logger="syncscope")
-    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False)
+    runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False, in_process_engine=True)
     try:
         assert wait_until(lambda: runner.last_load_error is not None, 120), "the failure is kept for the banner"
         assert runner.last_load_error.startswith("Could not load no-such-org/no-such-model: ")
@@ -354,7 +354,7 @@ def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
 
 @pytest.mark.slow
 def test_a_run_past_the_time_limit_is_stopped_and_says_why():
-    runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5))
+    runner = make_runner(monitor=False, limits=Limits(max_run_s=1.5), in_process_engine=True)
     try:
         job = runner.submit(dict(prompt="Count", model=TINY, max_new_tokens=1500, ignore_eos=True, trials=5))
         assert job.wait(30)
