@@ -4,15 +4,23 @@ reads that have no Python entry point there: masked indexing, and reads that PyT
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-if TYPE_CHECKING:
-    from core.measure.sync_audit import SyncAudit
+
+class DispatchedReads(Protocol):
+    """What the dispatch mode asks of the audit it reports to (core.measure.sync_audit.SyncAudit)."""
+
+    active: bool
+
+    def counts_reads_here(self) -> bool: ...
+
+    def record_dispatched(self, kind: str | None, args: tuple[Any, ...], what: str | None = None) -> None: ...
+
 
 HOST_MEMORY: set[int] = set()  # data_ptr of each storage marked as host memory, while the storage lives
 
@@ -52,7 +60,7 @@ class CpuReads(TorchDispatchMode):
     carries host memory: what an op computes from host memory alone is host memory (a clone of a pinned copy, say).
     One per watched thread (PyTorch's dispatch modes are per thread)."""
 
-    def __init__(self, audit: SyncAudit):
+    def __init__(self, audit: DispatchedReads):
         super().__init__()
         self.audit = audit
 
