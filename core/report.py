@@ -32,7 +32,7 @@ from core.options import (
 from core.report_schema import BENCH_SCHEMA, BenchReport
 from core.run_schema import cli_command
 
-COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy measured on the H200 (read + write bytes)
+COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy rate, read + write bytes (docs/NUMBERS.md)
 
 
 def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]],
@@ -108,7 +108,7 @@ def _identity(loaded: LoadedModel, request: BenchRequest, width: int, runs: list
 def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
     """Whether the decode steps ran a fused attention kernel whose sums may fall differently from run to run:
     everywhere but core.kernels.attention's compiled kernels with a fixed order of sums ("reduce", "split" and "triton",
-    whose bf16 trials all repeated bitwise on the H200)."""
+    whose bf16 trials repeat bitwise: docs/MEASUREMENT.md)."""
     return compile_mode == "off" or loaded.decode_attention not in ("reduce", "split", "triton")
 
 

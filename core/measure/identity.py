@@ -1,24 +1,11 @@
-"""Why outputs differ, said precisely: the report's `identity` entry, from what was measured on the H200.
+"""Why outputs differ, said precisely: the report's `identity` entry.
 
-Measured (benchmarks/results/h200-2026-11-29-d, RESULTS.md "Are the loops token-identical on the GPU?"):
-- every kernel of a decode step is bitwise reproducible while it attends over at most 256 keys: the same forward,
-  fed the same tokens, gives bitwise-equal logits run after run (600 steps in eager, reduce-overhead and
-  step-graph modes, bf16);
-- in bf16, once a step attends over more than 256 keys, repeated runs start to differ by a rounding step at a
-  different step each run (first at 270 to 311 keys), with PyTorch's deterministic algorithms,
-  CUBLAS_WORKSPACE_CONFIG and TORCHINDUCTOR_DETERMINISTIC set as well. The attention is the one part of a decode
-  step whose work grows with the number of keys;
-- in fp32, all contestants (both loops, no-check, HF generate()) were identical and self-consistent over 300
-  tokens (512 keys) in step-graph and reduce-overhead modes, greedy and sampled.
-With bf16 logits, two candidates are often tied or one rounding step apart, so one rounding difference anywhere
-in a step can pick another token from then on. The fifth run (h200-2026-11-29-e) placed the drift in the fused
-attention kernel: with compiled decode attention written as reductions (core.kernels.attention, "reduce"), every bf16
-trial repeated token for token at 512 keys (Llama-8B and -70B shapes, TP=2, step-graph), and every run with the
-fused kernel drifted. So the explanation below applies where a fused attention kernel ran. The sixth run
-(h200-2026-11-29-f) added one more: with inductor's own placement of programmatic-dependent-launch waits
-(core.kernels.pdl, SYNCSCOPE_PDL=inductor), Llama-70B bf16 trials drifted where the same run without it repeated
-bitwise. The hand-written Triton decode attention (core.kernels.triton_attention, fixed order of sums) repeated bitwise
-too (h200-2026-11-30: Llama-8B and -70B, TP=2, step-graph, with PDL off and safe).
+What it rests on is measured, and docs/MEASUREMENT.md ("Are the outputs identical on a GPU?") says where: every
+kernel of a decode step is bitwise reproducible while it attends over a short context; past it, a fused attention
+kernel's sums can fall differently from run to run, and bf16 logits are so often tied that one rounding step picks
+another token from then on. Compiled decode attention that sums in a fixed order (core.kernels.attention's
+reductions, core.kernels.triton_attention) repeats itself; so does fp32. Inductor's own placement of
+programmatic-dependent-launch waits (core.kernels.pdl) is a second cause, docs/TUNING.md says when.
 """
 
 from __future__ import annotations
