@@ -1,10 +1,13 @@
-"""A report a visitor uploads or picks from the bundled ones, opened through core.report_schema.load (gzipped or
-not, bounded in size), saying where an audit report opens instead. Replay and its two files side by side read
-their reports here."""
+"""A report a visitor uploads or picks from the bundled ones: the row of controls for it (Replay, Your loop), and the
+opening through core.report_schema.load (gzipped or not, bounded in size), saying where an audit report opens
+instead. Replay and its two files side by side read their reports here."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import gradio as gr
 
 from core import report_schema
 from core.report_schema import AUDIT, BENCH, MAX_REPORT_BYTES
@@ -22,3 +25,17 @@ def open_bench_report(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES)
         if exc.found == AUDIT:
             raise report_schema.ReportError(f"{exc}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT) from None
         raise
+
+
+def upload_row(components: dict[str, Any], prefix: str, label: str, bundled: dict[str, Path],
+               bundled_label: str) -> None:
+    """A file upload (`{prefix}-upload`) and, where the server bundles files, a picker of them and its Open button
+    (`{prefix}-bundled`, `{prefix}-open`), put into `components` as "upload", "bundled" and "open_btn"."""
+    with gr.Row():
+        components["upload"] = gr.File(label=label, file_types=[".json", ".gz"], type="binary",
+                                       elem_id=f"{prefix}-upload")
+        if bundled:
+            with gr.Column():
+                components["bundled"] = gr.Dropdown(sorted(bundled), label=bundled_label,
+                                                    elem_id=f"{prefix}-bundled")
+                components["open_btn"] = gr.Button("Open", elem_id=f"{prefix}-open")

@@ -21,7 +21,7 @@ from dashboard.page_record import SavedReport
 from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import headline_md, plain
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
-from dashboard.uploads import open_bench_report
+from dashboard.uploads import open_bench_report, upload_row
 
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
                   "summary_more", "shows")
@@ -67,14 +67,7 @@ class ReplayTab:
         r: dict[str, Any] = {}
         gr.Markdown("Open a report written by `python -m core.bench ... --json results.json` (for instance on a "
                     "headless GPU server), or one downloaded from this page. The file is only parsed as JSON.")
-        with gr.Row():
-            r["upload"] = gr.File(label="Report JSON (or .json.gz)", file_types=[".json", ".gz"], type="binary",
-                                  elem_id="replay-upload")
-            if page.config.replay_files:
-                with gr.Column():
-                    r["bundled"] = gr.Dropdown(sorted(page.config.replay_files), label="Bundled results",
-                                               elem_id="replay-bundled")
-                    r["open_btn"] = gr.Button("Open", elem_id="replay-open")
+        upload_row(r, "replay", "Report JSON (or .json.gz)", page.config.replay_files, "Bundled results")
         r["status"] = gr.Markdown(elem_id="replay-status")
         r["headline"] = gr.Markdown(elem_id="replay-headline")
         r["shows"] = gr.Markdown(elem_id="replay-run-shows")

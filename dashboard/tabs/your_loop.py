@@ -12,6 +12,7 @@ from core.text import clip
 from dashboard import audit_view
 from dashboard.page import PageContext
 from dashboard.report_text import plain
+from dashboard.uploads import upload_row
 
 OUTPUTS = ("status", "summary", "sites", "plot")
 
@@ -31,14 +32,7 @@ class YourLoopTab:
                     "`audit.json` here. It lists each line of your program that reads a device value, how often per "
                     "decode step, what it costs on a GPU and what to do about it. The file is only parsed; nothing in "
                     "it runs here.")
-        with gr.Row():
-            a["upload"] = gr.File(label="Audit JSON", file_types=[".json", ".gz"], type="binary",
-                                  elem_id="audit-upload")
-            if page.config.audit_files:
-                with gr.Column():
-                    a["bundled"] = gr.Dropdown(sorted(page.config.audit_files), label="Bundled audits (examples/)",
-                                               elem_id="audit-bundled")
-                    a["open_btn"] = gr.Button("Open", elem_id="audit-open")
+        upload_row(a, "audit", "Audit JSON", page.config.audit_files, "Bundled audits (examples/)")
         a["status"] = gr.Markdown(elem_id="audit-status")
         a["summary"] = gr.Markdown(elem_id="audit-summary")
         a["sites"] = gr.Dataframe(headers=list(audit_view.SITE_HEADERS), value=[], interactive=False, wrap=True,
