@@ -276,7 +276,24 @@ def format_table(report: dict[str, Any]) -> str:
     note = identity.difference_note(report)
     if note:
         rows.append(note)
+    rows.extend(step_time_lines(report))
     return "\n".join(rows)
+
+
+def step_time_lines(report: dict[str, Any]) -> list[str]:
+    """Where each contestant's decode step went on the device (the kernel measurement): kernel time by kind and the
+    gaps between kernels, in µs a step; empty where the measurement did not run or has no kinds (older reports)."""
+    lines = []
+    for name, measured in report.get("kernel_measurement", {}).items():  # NotRequired
+        kinds = measured.get("kinds") or []
+        if not kinds:
+            continue
+        parts = [f"{kind['kind']} {kind['ms_per_step'] * 1000:.0f} ({kind['kernels_per_step']:.0f})" for kind in kinds]
+        gaps = measured.get("idle_inside_ms_per_step")
+        if gaps is not None:
+            parts.append(f"gaps between kernels {gaps * 1000:.0f}")
+        lines.append(f"{name} step on the device, us (kernels): " + ", ".join(parts))
+    return lines
 
 
 def _num(value: float | None, digits: int = 1) -> str:

@@ -34,10 +34,13 @@ def kernel_measurement(run_once: Callable[[], dict[str, Any]], timed_step_ms: fl
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         outcome = run_once()
     began = time.perf_counter()
-    kernels = device_intervals_ns(profiler)
+    named = device_kernels_ns(profiler)
+    kernels = sorted((start, end) for start, end, _ in named)
     clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
               - time.perf_counter_ns()}
     result = read_kernels(kernels, outcome["timings"], outcome["started_s"], clocks, center_step)
+    if result.get("decode_steps"):
+        result["kinds"] = kinds_per_step(named, outcome["timings"], outcome["started_s"], clocks[result["clock"]])
     profiled_step = outcome["timings"].get("ms_per_token_p50")
     result.update(profiled_step_ms=profiled_step, timed_step_ms=timed_step_ms,
                   slowdown=profiled_step / timed_step_ms if profiled_step and timed_step_ms else None,
@@ -47,9 +50,47 @@ def kernel_measurement(run_once: Callable[[], dict[str, Any]], timed_step_ms: fl
 
 def device_intervals_ns(profiler: Any) -> list[tuple[int, int]]:
     """(start, end) in ns on the profiler's clock of every kernel, memcpy and memset the profiler saw."""
+    return sorted((start, end) for start, end, _ in device_kernels_ns(profiler))
+
+
+def device_kernels_ns(profiler: Any) -> list[tuple[int, int, str]]:
+    """(start, end, name), ns on the profiler's clock, of every kernel, memcpy and memset the profiler saw."""
     cuda = torch.autograd.DeviceType.CUDA
-    return sorted((event.start_ns(), event.end_ns()) for event in profiler.profiler.kineto_results.events()
-                  if event.device_type() == cuda and event.end_ns() > event.start_ns())
+    return [(event.start_ns(), event.end_ns(), event.name()) for event in profiler.profiler.kineto_results.events()
+            if event.device_type() == cuda and event.end_ns() > event.start_ns()]
+
+
+def kinds_per_step(named_ns: Sequence[tuple[int, int, str]], timings: dict[str, Any], started_s: float,
+                   offset_ns: int) -> list[dict[str, Any]]:
+    """Kernel time by kind (core.measure.profiling.kernel_kind) per decode step: each kernel that starts inside a
+    decode step's span (steps 1 on, as read_kernels counts them), its own time summed by kind and divided by the
+    steps, costliest kind first; the steps' gaps between kernels are read_kernels' `idle_inside_ms_per_step`."""
+    from core.measure.profiling import kernel_kind
+
+    starts, ends = timings.get("device_start_ms") or [], timings.get("device_end_ms") or []
+    kept = min(int(timings.get("kept_steps") or 0), len(starts))
+    spans = list(zip(starts[1:kept], ends[1:kept]))
+    if not spans:
+        return []
+    base_ns = started_s * 1e9 + offset_ns
+    by_kind: dict[str, list[float]] = {}
+    for start_ns, end_ns, name in named_ns:
+        start = (start_ns - base_ns) / 1e6
+        if _inside(start, spans):
+            entry = by_kind.setdefault(kernel_kind(name), [0, 0.0])
+            entry[0] += 1
+            entry[1] += (end_ns - start_ns) / 1e6
+    steps = len(spans)
+    return [{"kind": kind, "ms_per_step": round(ms / steps, 5), "kernels_per_step": round(calls / steps, 2)}
+            for kind, (calls, ms) in sorted(by_kind.items(), key=lambda item: -item[1][1])]
+
+
+def _inside(moment: float, spans: Sequence[tuple[float, float]]) -> bool:
+    """Whether `moment` lies in one of the sorted, disjoint `spans`."""
+    import bisect
+
+    at = bisect.bisect_right(spans, (moment, float("inf"))) - 1
+    return at >= 0 and spans[at][0] <= moment <= spans[at][1]
 
 
 def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any], started_s: float,

@@ -20,23 +20,33 @@ from typing import Any
 
 import torch
 
-# First match wins; names are CUDA kernel names as the profiler reports them. Inductor names a kernel after the ops
-# it fused, so a "matmul (inductor)" kernel includes the norm or activation fused into it and, under tensor
-# parallelism, the write of the all-reduce's input; "all-reduce" is the collective kernel alone, including the time
-# it waits for the other GPUs. "all-reduce + add + norm" is core.kernels.tp_fusion's kernel: the all-reduce with the
-# residual add and RMSNorm after it.
+# First match wins; names are CUDA kernel names as the profiler reports them. The kinds are the decode step's parts
+# (docs/NUMBERS.md, "Where the step's time goes"). Inductor names a kernel after the ops it fused, so a matrix
+# product of inductor's (a batch-1 product compiled as a reduction) includes the RMSNorm or activation fused into it
+# and, under tensor parallelism, the write of the all-reduce's input; "all-reduce" is the collective kernel alone,
+# including the time it waits for the other GPUs; "all-reduce + add + norm" is core.kernels.tp_fusion's kernel.
+# "attention" holds core.kernels' decode attention (`attend`, and `combine` for its key splits) and library kernels;
+# "normalisation and rotary" the RMSNorms and rotary embeddings inductor did not fuse into a product; "sampling" the
+# token choice (argmax, top-k, softmax and the random draw); "copies" memcpy, memset, fills, concatenations and
+# the KV cache's writes.
+MATRIX_PRODUCTS = "matrix products"
 KERNEL_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("all-reduce + add + norm", re.compile(r"fused_all_reduce_add_rms_norm", re.I)),
     ("all-reduce", re.compile(r"one_shot_all_reduce|two_shot_all_reduce|multimem|nccl.*allreduce|nccl:all_reduce",
                               re.I)),
     ("all-gather", re.compile(r"nccl.*allgather|nccl:all_gather", re.I)),
-    ("matmul (inductor)", re.compile(r"^triton_tem|^triton_(red|per)_.*(_mm_|_mm$|_bmm_|_addmm_)", re.I)),
-    ("reduction (inductor)", re.compile(r"^triton_(red|per)_", re.I)),
-    ("elementwise (inductor)", re.compile(r"^triton_poi_", re.I)),
-    ("matmul (library)", re.compile(r"gemm|gemv|cutlass|cublas|sm90_xmma|nvjet|splitk|^aten::(mm|addmm|bmm)$", re.I)),
-    ("attention", re.compile(r"fmha|flash|attention|sdpa", re.I)),
-    ("copy / fill", re.compile(r"copy|memcpy|memset|fill|cat|index", re.I)),
+    (MATRIX_PRODUCTS, re.compile(r"^triton_tem|^triton_(red|per)_.*(_mm_|_mm$|_bmm_|_addmm_)|gemm|gemv|cutlass|cublas"
+                                 r"|sm90_xmma|nvjet|splitk|^aten::(mm|addmm|bmm|linear|matmul)$", re.I)),
+    ("attention", re.compile(r"fmha|flash|attention|sdpa|^attend|^combine", re.I)),
+    ("sampling", re.compile(r"argmax|argmin|topk|sort|multinomial|exponential|softmax|cumsum|^aten::(max|gather)$",
+                            re.I)),
+    ("normalisation and rotary", re.compile(r"rsqrt|mean_pow|rms_?norm|layer_?norm|rotary|rope|_cos_|_sin_|"
+                                            r"cos_|sin_", re.I)),
+    ("copies", re.compile(r"memcpy|memset|copy_kernel|fill|index_put|index_copy|scatter|catarray|_cat_|^aten::(copy_|"
+                          r"cat|index_put_|index_copy_)", re.I)),
+    ("elementwise", re.compile(r"^triton_poi_|elementwise_kernel|^aten::(add|mul|sub|div|neg|silu|where)", re.I)),
 )
+OTHER = "other"
 
 
 def kernel_kind(name: str) -> str:
@@ -44,7 +54,7 @@ def kernel_kind(name: str) -> str:
     for kind, pattern in KERNEL_KINDS:
         if pattern.search(name):
             return kind
-    return "other"
+    return OTHER
 
 
 def summarize_kernels(kernels: list[tuple[str, int, float]], steps: int) -> dict[str, Any]:
