@@ -50,8 +50,13 @@ TP_BARRIER_CHOICES = ("push", "asm", "atomic")
 # transformers' steps. Off by default: it decoded slower (docs/TUNING.md, "The appending decode attention, measured").
 APPEND_IN_ATTENTION_ENV = "SYNCSCOPE_APPEND_IN_ATTENTION"
 APPEND_IN_ATTENTION_CHOICES = ("off", "on")
+# core.kernels.fusion: in compiled steps the attention's output projection is the BLAS library's product ("library",
+# the default: opaque to inductor) or inductor's own ("inductor": in step-graph mode a Triton reduction fused with
+# the residual add, whose tuned configuration varied from compile to compile; docs/TUNING.md).
+O_PROJ_ENV = "SYNCSCOPE_O_PROJ"
+O_PROJ_CHOICES = ("library", "inductor")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -396,4 +401,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
     env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)
+    env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -24,9 +24,12 @@ from core.options import (
     HF,
     HF_DEFERRED,
     NO_CHECK,
+    O_PROJ_CHOICES,
+    O_PROJ_ENV,
     PIPELINED_AGAIN,
     BenchRequest,
     GenerationOptions,
+    env_choice,
     inductor_options_from_env,
 )
 from core.report_schema import BENCH_SCHEMA, BenchReport
@@ -214,6 +217,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_options_from_env()),
             "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
             "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
+            # in compiled steps (core.kernels.fusion.output_projection); None where nothing is compiled
+            "o_proj": env_choice(O_PROJ_ENV, O_PROJ_CHOICES) if compile_mode != "off" else None,
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}

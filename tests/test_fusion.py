@@ -147,6 +147,27 @@ def test_biases_are_stacked_too():
         assert max_difference(expected, step_logits(fused, new_cache(cache, fused), ids)) <= TOLERANCE
 
 
+@pytest.mark.parametrize(("choice", "library"), [("library", True), ("inductor", False), ("", True)])
+def test_a_compiled_step_s_output_projection_is_the_library_s_product(fused, monkeypatch, choice, library):
+    # SYNCSCOPE_O_PROJ (read while the step is traced): the library's op, opaque to inductor, or inductor's own mm.
+    monkeypatch.setenv("SYNCSCOPE_O_PROJ", choice)
+    seen: list[str] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: Any) -> Any:
+        seen.extend(str(node.target) for node in graph.graph.nodes)
+        return graph.forward
+
+    torch._dynamo.reset()
+    cache = new_cache("static", fused.model)
+    eager = step_logits(fused.model, new_cache("static", fused.model), steps=0)[0]
+    with torch.inference_mode():
+        compiled = torch.compile(fused.model, backend=backend, fullgraph=True)
+        logits = compiled(input_ids=torch.tensor(IDS), cache=cache, use_cache=True).logits[:, -1]
+    torch._dynamo.reset()
+    assert any("library_linear" in target for target in seen) == library
+    torch.testing.assert_close(logits, eager, rtol=TOLERANCE, atol=TOLERANCE)
+
+
 def test_models_without_llama_modules_are_left_alone():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     assert fuse_projections(model) == []

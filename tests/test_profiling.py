@@ -66,12 +66,15 @@ def test_each_decode_step_s_kernel_time_is_split_by_kind():
              kernel(1.0, 0.6, "triton_red_fused_mm_t_view_1"), kernel(1.7, 0.1, "attend"),
              kernel(2.0, 0.6, "triton_red_fused_mm_t_view_1"), kernel(2.7, 0.1, "attend"),
              kernel(2.8, 0.05, "triton_poi_fused_add_4"), kernel(3.5, 1.0, "attend")]  # after the last step
-    kinds = kinds_per_step(named, timings, started_s, offset_ns)
+    split = kinds_per_step(named, timings, started_s, offset_ns, top=2)
+    kinds = split["kinds"]
     assert [k["kind"] for k in kinds] == ["matrix products", "attention", "elementwise"]
     assert kinds[0]["ms_per_step"] == pytest.approx(0.6) and kinds[0]["kernels_per_step"] == 1
     assert kinds[1]["ms_per_step"] == pytest.approx(0.1) and kinds[2]["ms_per_step"] == pytest.approx(0.025)
+    assert [(k["name"], k["calls_per_step"]) for k in split["top_kernels"]] == [
+        ("triton_red_fused_mm_t_view_1", 1), ("attend", 1)]
     assert kinds_per_step(named, {"device_start_ms": [0.0], "device_end_ms": [0.9], "kept_steps": 1}, started_s,
-                          offset_ns) == []
+                          offset_ns) == {"kinds": [], "top_kernels": []}
 
 
 def test_the_cli_table_says_where_the_step_went():

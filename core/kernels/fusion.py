@@ -55,6 +55,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.kernels.attention import attend_with_append
+from core.options import O_PROJ_CHOICES, O_PROJ_ENV, env_choice
 from core.parallel.tensor_parallel import local
 
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -167,8 +168,7 @@ class FusedAttention(nn.Module):
                                                      attention_mask, cache, kwargs)
 
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, attn_weights
+        return output_projection(self.o_proj, attn_output), attn_weights
 
     def _attend(self, query_states: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor,
                 cos: torch.Tensor, sin: torch.Tensor, attention_mask: torch.Tensor | None, cache: Cache | None,
@@ -203,6 +203,34 @@ class FusedAttention(nn.Module):
         if layout.softcap:
             extra["softcap"] = self.attn_logit_softcapping
         return extra
+
+
+@torch.library.custom_op("syncscope::library_linear", mutates_args=())
+def library_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T by the BLAS library (cuBLAS on CUDA): an op inductor calls as it is, never decomposes or fuses."""
+    return torch.nn.functional.linear(x, weight)
+
+
+@library_linear.register_fake
+def _library_linear_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def output_projection(o_proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The attention's output projection. Inside a compile, a plain Linear's product goes to the BLAS library
+    (SYNCSCOPE_O_PROJ=library, the default): with coordinate-descent tuning (step-graph mode) inductor turns a batch-1
+    product into a Triton reduction fused with the residual add after it, and on the H200 that kernel's tuned
+    configuration took 6x as long in two of three fresh Llama-8B compiles (docs/TUNING.md). A Linear whose forward
+    tensor parallelism replaced, or with hooks, runs as it is."""
+    if torch.compiler.is_compiling() and _plain_linear(o_proj) and env_choice(O_PROJ_ENV, O_PROJ_CHOICES) == "library":
+        out = library_linear(x, o_proj.weight)
+        return out if o_proj.bias is None else out + o_proj.bias
+    return o_proj(x)
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    return (type(module) is nn.Linear and "forward" not in module.__dict__ and not module._forward_hooks
+            and not module._forward_pre_hooks and type(module.weight) is nn.Parameter)
 
 
 class FusedMLP(nn.Module):

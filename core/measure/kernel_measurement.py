@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 INTERVAL_STEPS = 40  # decode steps whose kernel intervals the report keeps: those the timeline shows first
+TOP_KERNELS = 12  # the costliest kernels of a decode step the report names
+NAME_CHARS = 160  # of a kernel's name (inductor's names list every op it fused)
 
 
 def kernel_measurement(run_once: Callable[[], dict[str, Any]], timed_step_ms: float | None = None,
@@ -40,7 +42,7 @@ def kernel_measurement(run_once: Callable[[], dict[str, Any]], timed_step_ms: fl
               - time.perf_counter_ns()}
     result = read_kernels(kernels, outcome["timings"], outcome["started_s"], clocks, center_step)
     if result.get("decode_steps"):
-        result["kinds"] = kinds_per_step(named, outcome["timings"], outcome["started_s"], clocks[result["clock"]])
+        result.update(kinds_per_step(named, outcome["timings"], outcome["started_s"], clocks[result["clock"]]))
     profiled_step = outcome["timings"].get("ms_per_token_p50")
     result.update(profiled_step_ms=profiled_step, timed_step_ms=timed_step_ms,
                   slowdown=profiled_step / timed_step_ms if profiled_step and timed_step_ms else None,
@@ -61,28 +63,37 @@ def device_kernels_ns(profiler: Any) -> list[tuple[int, int, str]]:
 
 
 def kinds_per_step(named_ns: Sequence[tuple[int, int, str]], timings: dict[str, Any], started_s: float,
-                   offset_ns: int) -> list[dict[str, Any]]:
-    """Kernel time by kind (core.measure.profiling.kernel_kind) per decode step: each kernel that starts inside a
-    decode step's span (steps 1 on, as read_kernels counts them), its own time summed by kind and divided by the
-    steps, costliest kind first; the steps' gaps between kernels are read_kernels' `idle_inside_ms_per_step`."""
+                   offset_ns: int, top: int = TOP_KERNELS) -> dict[str, list[dict[str, Any]]]:
+    """Kernel time per decode step by kind (core.measure.profiling.kernel_kind) and of the `top` costliest kernels by
+    name: each kernel that starts inside a decode step's span (steps 1 on, as read_kernels counts them), its own time
+    summed and divided by the steps, costliest first. The steps' gaps between kernels are read_kernels'
+    `idle_inside_ms_per_step`."""
     from core.measure.profiling import kernel_kind
 
     starts, ends = timings.get("device_start_ms") or [], timings.get("device_end_ms") or []
     kept = min(int(timings.get("kept_steps") or 0), len(starts))
     spans = list(zip(starts[1:kept], ends[1:kept]))
     if not spans:
-        return []
+        return {"kinds": [], "top_kernels": []}
     base_ns = started_s * 1e9 + offset_ns
-    by_kind: dict[str, list[float]] = {}
+    by_name: dict[str, list[float]] = {}
     for start_ns, end_ns, name in named_ns:
-        start = (start_ns - base_ns) / 1e6
-        if _inside(start, spans):
-            entry = by_kind.setdefault(kernel_kind(name), [0, 0.0])
+        if _inside((start_ns - base_ns) / 1e6, spans):
+            entry = by_name.setdefault(name, [0, 0.0])
             entry[0] += 1
             entry[1] += (end_ns - start_ns) / 1e6
+    by_kind: dict[str, list[float]] = {}
+    for name, (calls, ms) in by_name.items():
+        entry = by_kind.setdefault(kernel_kind(name), [0, 0.0])
+        entry[0] += calls
+        entry[1] += ms
     steps = len(spans)
-    return [{"kind": kind, "ms_per_step": round(ms / steps, 5), "kernels_per_step": round(calls / steps, 2)}
-            for kind, (calls, ms) in sorted(by_kind.items(), key=lambda item: -item[1][1])]
+    names = sorted(by_name.items(), key=lambda item: -item[1][1])[:top]
+    return {"kinds": [{"kind": kind, "ms_per_step": round(ms / steps, 5), "kernels_per_step": round(calls / steps, 2)}
+                      for kind, (calls, ms) in sorted(by_kind.items(), key=lambda item: -item[1][1])],
+            "top_kernels": [{"name": name[:NAME_CHARS], "kind": kernel_kind(name),
+                             "ms_per_step": round(ms / steps, 5), "calls_per_step": round(calls / steps, 2)}
+                            for name, (calls, ms) in names]}
 
 
 def _inside(moment: float, spans: Sequence[tuple[float, float]]) -> bool:
