@@ -444,6 +444,16 @@ def test_replay_of_the_h200_report_explains_it_and_the_banner_describes_its_devi
     assert "Cannot open this file: the file is empty (0 bytes)" in page.inner_text("#replay-status")
 
 
+def test_replay_of_an_h200_report_shows_where_its_decode_step_went(page):
+    from tests.test_ui import STEP_TIME_REPORT
+
+    open_replay(page, STEP_TIME_REPORT)
+    page.wait_for_function("document.querySelector('#replay-step-time')?.innerText.includes('gaps between kernels')")
+    table = page.inner_text("#replay-step-time")
+    assert "Where a decode step's device time went" in table
+    assert "matrix products" in table and "attention" in table and "pipelined" in table
+
+
 # ---- issue 39: the page's smaller defects
 
 def test_choosing_step_graph_on_the_cpu_page_says_at_once_what_runs_instead(page):

@@ -3,6 +3,7 @@ what its text and its updates say."""
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import re
@@ -430,3 +431,26 @@ def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_roundi
     evidence, _ = summary_tables(report)
     pipelined = dict(zip(EVIDENCE_HEADERS, next(row for row in evidence if row[0] == "pipelined")))
     assert pipelined["× naive (decode)"] == f"{1.02 / 1.04:.3f}×" == "0.981×"
+
+
+STEP_TIME_REPORT = (Path(__file__).parent.parent
+                    / "benchmarks/results/h200-2026-12-02/call4/sg-llama-8b-o-proj-library-1.json.gz")
+
+
+def test_replay_shows_where_a_decode_step_s_device_time_went():
+    # A report measured on one H200 (its kernel measurement splits each decode step by kind) and one without the split.
+    from dashboard.step_time import GAPS, STEP_TIME_HEADERS
+
+    page = quiet_page().replay
+    shown = page.replay_upload(STEP_TIME_REPORT.read_bytes())
+    rows = shown["step_time"]
+    assert rows and all(len(row) == len(STEP_TIME_HEADERS) for row in rows)
+    pipelined = {row[1]: row for row in rows if row[0] == "pipelined"}
+    assert next(iter(pipelined)) == "matrix products" and GAPS in pipelined
+    assert 3000 < pipelined["matrix products"][2] < 6000 and pipelined["attention"][3] == 64
+    shares = sum(float(row[4].rstrip("%")) for row in pipelined.values())
+    assert abs(shares - 100) < 0.5
+    report = json.loads(gzip.decompress(STEP_TIME_REPORT.read_bytes()))
+    for measured in report["kernel_measurement"].values():
+        del measured["kinds"]
+    assert page.replay_upload(gzip.compress(json.dumps(report).encode()))["step_time"] == []

@@ -21,10 +21,11 @@ from dashboard.page_record import SavedReport
 from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import headline_md, plain
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
+from dashboard.step_time import STEP_TIME_HEADERS, step_time_rows
 from dashboard.uploads import open_bench_report, upload_row
 
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
-                  "summary_more", "shows")
+                  "summary_more", "shows", "step_time")
 # The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
 MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
 # Runs once in each visitor's browser: a report file over the limit is stopped before Gradio sees it (Gradio would
@@ -72,6 +73,9 @@ class ReplayTab:
         r["headline"] = gr.Markdown(elem_id="replay-headline")
         r["shows"] = gr.Markdown(elem_id="replay-run-shows")
         r["summary"], r["summary_more"] = summary_components("replay-summary")
+        r["step_time"] = gr.Dataframe(headers=list(STEP_TIME_HEADERS), value=[], interactive=False, wrap=True,
+                                      elem_id="replay-step-time", datatype="str",
+                                      label="Where a decode step's device time went (the kernel measurement)")
         r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                   elem_id="replay-command", buttons=["copy"])
         r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
@@ -161,6 +165,7 @@ class ReplayTab:
         update = {r["status"]: status, r["headline"]: headline_md(report, saved.page)}
         update[r["summary"]], update[r["summary_more"]] = summary_tables(report, saved.page)
         update[r["shows"]] = run_shows_md(report)
+        update[r["step_time"]] = step_time_rows(report)
         update.update(zip((r["tokens_plot"], r["device_plot"], r["steps_plot"], r["gap_plot"]), figures))
         note = timeline.timeline_note(report)
         update[r["timeline_note"]] = f"*{plain(note)}*" if note else ""
