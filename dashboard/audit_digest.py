@@ -20,7 +20,7 @@ from typing import Any
 from core import report_schema
 from core.measure.sync_fixes import MAX_CODE_LINES
 from core.report_schema import AUDIT, BENCH, PAGE, ReportError
-from core.text import SHOWN_FIELD_CHARS, clip
+from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip
 
 # The chart's window: a few thousand steps hold many screens of the 12-step first view, and the figure stays well
 # under a megabyte for the browser.
@@ -30,8 +30,15 @@ MAX_SITES = 200  # the table's rows: sites come most read first
 MAX_LIST_ITEMS = 50  # any other top-level list (argv, not_seen)
 MAX_CALLERS = 4
 STEP_LISTS = ("step_starts_ms", "step_ends_ms", "reads_per_step", "kernel_busy_ms_per_step")
-TEXT_FIELDS = ("created", "script", "step_module", "step_thread", "note", "device")
-SITE_TEXTS = ("kind", "file", "code", "function", "thread", "fix", "where")
+# Each text's limit, clipped here once: the view shows what the digest holds whole (up to HELD_CHARS: a field at
+# SHOWN_FIELD_CHARS with clip's "… (N characters in all)"), so that the whole length it names is the file's.
+TEXT_FIELDS = {"created": 40, "script": SENTENCE_FIELD_CHARS, "step_module": 80, "step_thread": 80,
+               "note": SHOWN_FIELD_CHARS, "device": 80}
+SITE_TEXTS = {"kind": 40, "file": SENTENCE_FIELD_CHARS, "code": SENTENCE_FIELD_CHARS, "function": 80, "thread": 80,
+              "fix": SHOWN_FIELD_CHARS, "where": 40}
+ENVIRONMENT_TEXTS = {"gpu": 80, "device": 80}
+CODE_LINE_CHARS = 160
+HELD_CHARS = SHOWN_FIELD_CHARS + 40
 SITE_NUMBERS = ("per_step", "host_blocked_ms_per_step", "device_idle_after_ms_per_step")
 IN_REPLAY = ("this JSON is a benchmark report (python -m core.bench), not an audit report of a program: open it in "
              "the Replay tab")
@@ -234,10 +241,10 @@ def _site(site: Any, index: int) -> dict[str, Any]:
         out[key] = _number(site.get(key), f"{where}.{key}")
     callers = site.get("callers")
     if isinstance(callers, list):
-        out["callers"] = [clip(_text(c, f"{where}.callers"), SHOWN_FIELD_CHARS) for c in callers[:MAX_CALLERS]]
+        out["callers"] = [clip(_text(c, f"{where}.callers"), SENTENCE_FIELD_CHARS) for c in callers[:MAX_CALLERS]]
     code = _text(site.get("fix_code"), f"{where}.fix_code")
     if code:
-        out["fix_code"] = "\n".join(clip(line, 160) for line in code.splitlines()[:4 * MAX_CODE_LINES])
+        out["fix_code"] = "\n".join(clip(line, CODE_LINE_CHARS) for line in code.splitlines()[:4 * MAX_CODE_LINES])
     return out
 
 
@@ -254,11 +261,12 @@ def _environment(env: Any) -> dict[str, Any]:
         return {}
     if not isinstance(env, dict):
         raise _damaged("environment", env, "an object")
-    return _texts(env, ("gpu", "device"), "environment.")
+    return _texts(env, ENVIRONMENT_TEXTS, "environment.")
 
 
-def _texts(section: dict[str, Any], keys: tuple[str, ...], where: str) -> dict[str, str | None]:
-    return {key: clip(text) if (text := _text(section.get(key), where + key)) is not None else None for key in keys}
+def _texts(section: dict[str, Any], limits: dict[str, int], where: str) -> dict[str, str | None]:
+    return {key: clip(text, limit) if (text := _text(section.get(key), where + key)) is not None else None
+            for key, limit in limits.items()}
 
 
 def _text(value: Any, where: str) -> str | None:

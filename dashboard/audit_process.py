@@ -3,8 +3,8 @@ process under a memory and a CPU limit, which hands back only the digest (dashbo
 holds a visitor's JSON as Python objects: however the file is built, what it costs the server is the digest, and
 what it costs the machine is at most CHILD_MEMORY_BYTES for a few seconds (the Your loop tab reads one at a time).
 
-`python -m dashboard.audit_process LIMIT PATH` (PATH `-`: the bytes on stdin) is the child: it prints one JSON line,
-{"digest": ...} or {"refused": "<why, in one line>"}.
+`python -m dashboard.audit_process LIMIT PATH MEMORY` (PATH `-`: the bytes on stdin) is the child: under MEMORY
+bytes of address space it prints one JSON line, {"digest": ...} or {"refused": "<why, in one line>"}.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ MEMORY_EXIT = 3
 # Run as `-m` from above the top-level package: `dashboard` here, `syncscope.dashboard` when installed.
 _MODULE = __spec__.name if __spec__ is not None else "dashboard.audit_process"
 _ROOT = Path(__file__).resolve().parents[_MODULE.count(".")]
-OUT_OF_MEMORY = (f"reading it needed more than the {CHILD_MEMORY_BYTES / 2**30:,.0f} GiB of memory one upload may "
-                 "use here, which no audit written by python -m core.audit needs")
+OUT_OF_MEMORY = ("reading it needed more than the {:,.1f} GiB of memory one upload may use here, which no audit "
+                 "written by python -m core.audit needs")
 OUT_OF_TIME = f"reading it took more than the {CHILD_WALL_S} s one upload may use here"
 BROKEN = "it could not be read here (the reader stopped without saying why; the server's log has the details)"
 
@@ -61,8 +61,8 @@ def read_audit(source: bytes | str | Path, limit: int) -> dict[str, Any]:
 
 def _in_child(path: str, limit: int, data: bytes | None) -> dict[str, Any]:
     try:
-        done = subprocess.run([sys.executable, "-m", _MODULE, str(limit), path], input=data, capture_output=True,
-                              cwd=_ROOT, timeout=CHILD_WALL_S, check=False)
+        done = subprocess.run([sys.executable, "-m", _MODULE, str(limit), path, str(CHILD_MEMORY_BYTES)], input=data,
+                              capture_output=True, cwd=_ROOT, timeout=CHILD_WALL_S, check=False)
     except subprocess.TimeoutExpired:
         raise ReportError(OUT_OF_TIME) from None
     answer = _answer(done.stdout)
@@ -71,7 +71,7 @@ def _in_child(path: str, limit: int, data: bytes | None) -> dict[str, Any]:
     if "refused" in answer:
         raise ReportError(str(answer["refused"]))
     if done.returncode == MEMORY_EXIT:
-        raise ReportError(OUT_OF_MEMORY)
+        raise ReportError(OUT_OF_MEMORY.format(CHILD_MEMORY_BYTES / 2**30))
     if done.returncode in (-9, -24):  # SIGKILL, SIGXCPU: the CPU limit
         raise ReportError(OUT_OF_TIME)
     log.warning("the audit reader exited %s: %s", done.returncode, done.stderr.decode(errors="replace")[-2000:])
@@ -87,14 +87,15 @@ def _answer(stdout: bytes) -> dict[str, Any]:
 
 
 
-def _limit_self() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+def _limit_self(memory: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU_S, CHILD_CPU_S + 5))
 
 
 def main(argv: list[str]) -> int:
-    """The child: the digest of the file at argv[1] (or stdin) under the limit argv[0], as one JSON line."""
-    _limit_self()
+    """The child: the digest of the file at argv[1] (or stdin) of at most argv[0] bytes, under argv[2] bytes of
+    address space, as one JSON line."""
+    _limit_self(int(argv[2]))
     try:
         sys.stdout.write(json.dumps(_digest_or_refusal(int(argv[0]), argv[1])))
     except MemoryError:

@@ -17,6 +17,7 @@ from core.measure.sync_fixes import MAX_CODE_LINES
 from core.report_schema import AUDIT, BENCH, PAGE
 from core.text import clip
 from dashboard import audit_process, charts
+from dashboard.audit_digest import HELD_CHARS
 from dashboard.report_text import plain
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
@@ -46,6 +47,15 @@ def open_audit(source: bytes | str | Path, max_bytes: int) -> dict[str, Any]:
     return audit_process.read_audit(source, max_bytes)
 
 
+def _held(text: Any) -> str:
+    """A digest's text as it is (it was clipped there); any other text clipped."""
+    return clip(text, HELD_CHARS)
+
+
+def _md(text: Any) -> str:
+    return plain(text, HELD_CHARS)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -60,8 +70,8 @@ def summary_md(report: dict[str, Any]) -> str:
     per_step = report.get("reads_per_decode_step")
     env = report.get("environment") or {}
     where = env.get("gpu") or env.get("device") or "?"
-    lines = [f"**{plain(report.get('script') or '?', 120)}** on {plain(where)}: {_count(report.get('steps'))} steps "
-             f"of {plain(report.get('step_module') or 'none found', 80)}."]
+    lines = [f"**{_md(report.get('script') or '?')}** on {_md(where)}: {_count(report.get('steps'))} steps "
+             f"of {_md(report.get('step_module') or 'none found')}."]
     if not _number(per_step):
         lines.append("No decode steps were found: audit again with `--steps-of` naming what each step calls, or mark "
                      "the steps with `core.audit.watch()`.")
@@ -74,7 +84,7 @@ def summary_md(report: dict[str, Any]) -> str:
     if _number(report.get("kernel_busy_fraction")):
         lines.append(f"Kernels ran {report['kernel_busy_fraction']:.0%} of the device's time in decode steps (CUPTI).")
     if report.get("note"):
-        lines.append(f"*{plain(report['note'])}.*")
+        lines.append(f"*{_md(report['note'])}.*")
     shown = shown_note(report)
     if shown:
         lines.append(f"*{plain(shown, len(shown))}*")
@@ -90,11 +100,11 @@ def _top_site_lines(report: dict[str, Any]) -> list[str]:
         blocked = top.get("host_blocked_ms_per_step")
         cost = (f": the host waits {(blocked if _number(blocked) else 0) * 1000:,.0f} µs in it, and the device then "
                 f"idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what removing it gives back)")
-    thread = f" (on thread {plain(top['thread'], 80)})" if top.get("thread") else ""
-    lines = [f"The most frequent is {plain(top.get('kind'), 40)} at {plain(top.get('file'), 120)}:"
+    thread = f" (on thread {_md(top['thread'])})" if top.get("thread") else ""
+    lines = [f"The most frequent is {_md(top.get('kind'))} at {_md(top.get('file'))}:"
              f"{_count(top.get('line'))}{thread}{cost}."]
     if top.get("fix"):
-        lines.append(f"What to do: {plain(top['fix'])}.")
+        lines.append(f"What to do: {_md(top['fix'])}.")
     return lines
 
 
@@ -118,8 +128,8 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for site in report.get("sites", []):
         blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
-        rows.append([_r(site.get("per_step"), 2), clip(site.get("kind"), 40), clip(site.get("file"), 120),
-                     f"{site.get('line')}: {clip(site.get('code'), 120)}", called_from(site), _us(blocked), _us(idle),
+        rows.append([_r(site.get("per_step"), 2), _held(site.get("kind")), _held(site.get("file")),
+                     f"{site.get('line')}: {_held(site.get('code'))}", called_from(site), _us(blocked), _us(idle),
                      what_to_do(site)])
     return rows
 
@@ -127,20 +137,20 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
 def called_from(site: dict[str, Any]) -> str:
     """A site's thread (where it is not the program's own) and the calls that led to it, innermost first."""
     callers = site.get("callers")
-    callers = [clip(c, 120) for c in callers[:4]] if isinstance(callers, list) else []
+    callers = [_held(c) for c in callers[:4]] if isinstance(callers, list) else []
     text = "; from ".join(callers)
     if site.get("thread"):
-        text = f"thread {clip(site['thread'], 80)}" + (f": {text}" if text else "")
+        text = f"thread {_held(site['thread'])}" + (f": {text}" if text else "")
     return text or "–"
 
 
 def what_to_do(site: dict[str, Any]) -> str:
     """A site's fix, then its pattern's lines (at most MAX_CODE_LINES, each clipped) on one line."""
-    fix = clip(site.get("fix") or "")
+    fix = _held(site.get("fix") or "")
     code = site.get("fix_code")
     if not isinstance(code, str) or not code.strip():
         return fix
-    lines = [clip(line.strip(), 160) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
+    lines = [_held(line.strip()) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
     return f"{fix}. Pattern: {CODE_BREAK.join(lines)}" if fix else CODE_BREAK.join(lines)
 
 
@@ -206,7 +216,6 @@ def site_hover(site: dict[str, Any]) -> str:
     `%` is doubled-up out of plotly's template syntax."""
     if not site:
         return "a site the table does not list"
-    kind, file, code = (clip(site.get(key) or "", limit) for key, limit in (("kind", 40), ("file", 100),
-                                                                            ("code", 100)))
+    kind, file, code = (_held(site.get(key) or "") for key in ("kind", "file", "code"))
     text = f"{kind} at {file}:{_count(site.get('line'))}\n{code}"
     return html.escape(text).replace("\n", "<br>").replace("%", "&#37;")

@@ -11,6 +11,7 @@ from typing import Any, Self
 import gradio as gr
 
 from dashboard import audit_view
+from dashboard.audit_digest import HELD_CHARS
 from dashboard.page import PageContext
 from dashboard.report_text import plain
 from dashboard.uploads import upload_row
@@ -87,6 +88,7 @@ class YourLoopTab:
 
     def _shown(self, report: dict[str, Any], source: str) -> dict:
         a = self.components
-        return {a["status"]: f"Showing {plain(source)}, an audit written {plain(report.get('created') or '?', 40)}.",
+        created = plain(report.get("created") or "?", HELD_CHARS)  # clipped where it was read
+        return {a["status"]: f"Showing {plain(source)}, an audit written {created}.",
                 a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
                 a["plot"]: audit_view.audit_figure(report)}
