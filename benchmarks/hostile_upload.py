@@ -4,8 +4,8 @@ every 20 ms (and the peak of its audit reader, a child process), and each answer
 
     python benchmarks/hostile_upload.py --out /tmp/hostile_upload.json [--reads 2000000]
 
-Prints one line per upload and writes them all as JSON. The files are written under a temporary folder, never
-committed.
+Prints one line per upload and writes them all as JSON. The files are written under a temporary folder, removed at
+the end, never committed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import html
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -124,6 +125,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-fields", action="store_true", help="only the long audit")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="post the long audit N times")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="hostile-audits-"))
     files = {"long audit": long_audit_bytes(args.reads), "nested 200,000 deep": nested_audit()}
@@ -137,14 +139,16 @@ def main() -> None:
     port, log = free_port(), folder / "app.log"
     proc = start_app(port, log)
     results = []
+    uploads = [("long audit", paths["long audit"])] * (args.repeat - 1) + list(paths.items())
     try:
-        for name, path in paths.items():
+        for name, path in uploads:
             result = upload(f"http://127.0.0.1:{port}/", proc.pid, name, path)
             results.append(result)
             print(json.dumps(result), flush=True)
     finally:
         proc.terminate()
         proc.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 

@@ -307,10 +307,11 @@ def _whole(value: Any, where: str, *, required: bool = False) -> Any:
 
 def _damaged(where: str, value: Any, expected: str) -> ReportError:
     """What is wrong with one field, in words: where it is, what it holds (a short quote) and what was expected."""
-    return ReportError(f"{DAMAGED}: {clip(where, 80)} is {_described(value)}, not {expected}")
+    return ReportError(f"{DAMAGED}: {clip(where, 80)} is {described(value)}, not {expected}")
 
 
-def _described(value: Any) -> str:
+def described(value: Any) -> str:
+    """A value from a file or a visitor, in a few words for an error line: its kind, and a short quote of text."""
     if value is None:
         return "missing"
     if isinstance(value, bool):
