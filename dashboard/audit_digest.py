@@ -30,6 +30,7 @@ MAX_SITES = 200  # the table's rows: sites come most read first
 MAX_LIST_ITEMS = 50  # any other top-level list (argv, not_seen)
 MAX_CALLERS = 4
 STEP_LISTS = ("step_starts_ms", "step_ends_ms", "reads_per_step", "kernel_busy_ms_per_step")
+NUMBERS_NEVER_NULL = ("step_starts_ms", "reads_per_step")
 # Each text's limit, clipped here once: the view shows what the digest holds whole (up to HELD_CHARS: a field at
 # SHOWN_FIELD_CHARS with clip's "… (N characters in all)"), so that the whole length it names is the file's.
 TEXT_FIELDS = {"created": 40, "script": SENTENCE_FIELD_CHARS, "step_module": 80, "step_thread": 80,
@@ -284,9 +285,10 @@ def _list_of(document: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _numbers(document: dict[str, Any], key: str) -> list[float]:
-    values = _list_of(document, key)
-    return [_number(v, f"{key}[{i}]", required=True) for i, v in enumerate(values)]
+def _numbers(document: dict[str, Any], key: str) -> list[float | None]:
+    """A list of numbers; a step's end or kernel time may be null (not measured), its start and reads may not."""
+    values, required = _list_of(document, key), key in NUMBERS_NEVER_NULL
+    return [_number(v, f"{key}[{i}]", required=required) for i, v in enumerate(values)]
 
 
 def _is_number(value: Any) -> bool:

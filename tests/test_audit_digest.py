@@ -44,10 +44,13 @@ def test_a_long_audit_is_drawn_from_its_first_whole_steps_and_the_page_says_so()
 
 
 def test_a_short_audit_is_shown_whole_and_without_a_note():
-    report = digest_bytes(json.dumps(small_audit(40, 3)).encode(), LIMIT)
+    audit = small_audit(40, 3)
+    audit["step_ends_ms"][-1] = None  # a step whose end was not seen
+    report = digest_bytes(json.dumps(audit).encode(), LIMIT)
     assert report["shown"] == {"steps": 40, "shown_steps": 40, "reads": 120, "shown_reads": 120, "sites": 1,
                                "shown_sites": 1}
     assert audit_view.shown_note(report) == "" and "the chart draws" not in audit_view.summary_md(report)
+    assert audit_view.audit_figure(report).data, "a step without its end is drawn too"
 
 
 def test_the_table_lists_at_most_max_sites_and_says_how_many_there_are():
