@@ -110,9 +110,10 @@ def _first(count: int) -> Callable[[int, Any, list[Any]], bool]:
 
 
 def _in_window(index: int, event: Any, kept: list[Any]) -> bool:
-    """A read the chart draws: one in the first MAX_SHOWN_STEPS steps (or before any step), while there is room."""
+    """A read the chart draws: one in the first MAX_SHOWN_STEPS steps (or before any step), while there is room.
+    The kept reads are the file's first ones (none after the first left out), so each keeps its index there."""
     step = event.get("step") if isinstance(event, dict) else None
-    return len(kept) <= MAX_SHOWN_READS and not (isinstance(step, int) and step >= MAX_SHOWN_STEPS)
+    return len(kept) == index <= MAX_SHOWN_READS and not (isinstance(step, int) and step >= MAX_SHOWN_STEPS)
 
 
 def _keeper(key: str) -> _Kept:

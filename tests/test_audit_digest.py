@@ -62,6 +62,17 @@ def test_the_table_lists_at_most_max_sites_and_says_how_many_there_are():
         text_of(audit_view.summary_md(report))
 
 
+def test_a_wrong_read_is_named_by_its_index_in_the_file():
+    audit = small_audit(10)
+    audit["events"] = [{"step": 1, "t_ms": 1.0, "site": 0}, {"step": MAX_SHOWN_STEPS, "t_ms": 2.0, "site": 0},
+                       {"step": None, "t_ms": 3.0, "site": 0}, "late"]
+    report = digest_bytes(json.dumps(audit).encode(), LIMIT)
+    assert [e["t_ms"] for e in report["events"]] == [1.0], "none kept after the first one left out"
+    audit["events"].insert(1, "early")
+    with pytest.raises(ValueError, match=r"events\[1\] is the text \"early\", not an object"):
+        digest_bytes(json.dumps(audit).encode(), LIMIT)
+
+
 def test_a_step_with_more_reads_than_the_chart_draws_is_drawn_alone_and_capped():
     report = digest_bytes(long_audit_bytes(reads=MAX_SHOWN_READS * 3, reads_per_step=MAX_SHOWN_READS * 3), LIMIT)
     assert report["shown"]["shown_steps"] == 1 and len(report["events"]) == MAX_SHOWN_READS
