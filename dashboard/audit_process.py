@@ -26,7 +26,7 @@ CHILD_CPU_S = 60
 CHILD_WALL_S = 90
 MEMORY_EXIT = 3
 # Run as `-m` from above the top-level package: `dashboard` here, `syncscope.dashboard` when installed.
-_MODULE = __spec__.name if __spec__ is not None else "dashboard.audit_process"
+_MODULE = __spec__.name if __spec__ is not None else __name__
 _ROOT = Path(__file__).resolve().parents[_MODULE.count(".")]
 OUT_OF_MEMORY = ("reading it needed more than the {:,.1f} GiB of memory one upload may use here, which no audit "
                  "written by python -m core.audit needs")
