@@ -14,6 +14,7 @@ import codecs
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,9 @@ class _Reader:
             raise self.error(exc.msg, exc.pos) from None
         except RecursionError:
             raise ReportError("the file nests too deeply to be an audit report") from None
+        except ValueError:  # Python's own limit on an integer's digits (sys.get_int_max_str_digits)
+            raise ReportError(f"the file holds a number of more than {sys.get_int_max_str_digits():,} digits, which "
+                              "no audit report does") from None
         return value
 
     def key(self) -> str:
@@ -188,12 +192,13 @@ def digest(document: dict[str, Any], lengths: dict[str, int]) -> dict[str, Any]:
     """An audit report as the page draws it: parse_bounded's document checked field by field, texts clipped, the
     chart's window cut to whole steps, and `shown`: how many steps, reads and sites the file holds and the chart
     and table show."""
-    kind = report_schema.kind_of(document)
+    schema = document.get("schema")
+    kind = report_schema.kind_of(document) if isinstance(schema, str) else None  # kind_of str()s any other value
     if kind in (BENCH, PAGE):
         raise ReportError(IN_REPLAY, kind)
     if kind != AUDIT:
         raise ReportError(report_schema.NOT_AN_AUDIT_REPORT, kind)
-    out: dict[str, Any] = {"schema": clip(document["schema"], 40)}
+    out: dict[str, Any] = {"schema": _clipped(schema, 40)}
     out.update(_texts(document, TEXT_FIELDS, ""))
     out["environment"] = _environment(document.get("environment"))
     for key in ("steps", "decode_steps", "reads"):
@@ -204,7 +209,8 @@ def digest(document: dict[str, Any], lengths: dict[str, int]) -> dict[str, Any]:
     for key in ("reads_per_decode_step", "kernel_busy_fraction"):
         out[key] = _number(document.get(key), key)
     out["sites"] = [_site(site, i) for i, site in enumerate(_list_of(document, "sites"))]
-    out["not_seen"] = [clip(_text(n, f"not_seen[{i}]")) for i, n in enumerate(_list_of(document, "not_seen"))]
+    out["not_seen"] = [_clipped(_text(n, f"not_seen[{i}]") or "", SHOWN_FIELD_CHARS)
+                       for i, n in enumerate(_list_of(document, "not_seen"))]
     steps = {key: _numbers(document, key) for key in STEP_LISTS}
     events = [_event(event, i) for i, event in enumerate(_list_of(document, "events"))]
     out.update(_window(steps, events, lengths))
@@ -243,10 +249,11 @@ def _site(site: Any, index: int) -> dict[str, Any]:
         out[key] = _number(site.get(key), f"{where}.{key}")
     callers = site.get("callers")
     if isinstance(callers, list):
-        out["callers"] = [clip(_text(c, f"{where}.callers"), SENTENCE_FIELD_CHARS) for c in callers[:MAX_CALLERS]]
+        out["callers"] = [_clipped(_text(c, f"{where}.callers") or "", SENTENCE_FIELD_CHARS)
+                          for c in callers[:MAX_CALLERS]]
     code = _text(site.get("fix_code"), f"{where}.fix_code")
     if code:
-        out["fix_code"] = "\n".join(clip(line, CODE_LINE_CHARS) for line in code.splitlines()[:4 * MAX_CODE_LINES])
+        out["fix_code"] = "\n".join(_clipped(line, CODE_LINE_CHARS) for line in code.splitlines()[:4 * MAX_CODE_LINES])
     return out
 
 
@@ -267,8 +274,14 @@ def _environment(env: Any) -> dict[str, Any]:
 
 
 def _texts(section: dict[str, Any], limits: dict[str, int], where: str) -> dict[str, str | None]:
-    return {key: clip(text, limit) if (text := _text(section.get(key), where + key)) is not None else None
+    return {key: _clipped(text, limit) if (text := _text(section.get(key), where + key)) is not None else None
             for key, limit in limits.items()}
+
+
+def _clipped(text: str, limit: int) -> str:
+    """clip(), and a lone surrogate (JSON's "\\ud800", which is no character) made a replacement character: the
+    page's answer is UTF-8."""
+    return clip(text, limit).encode("utf-8", "replace").decode("utf-8", "replace")
 
 
 def _text(value: Any, where: str) -> str | None:

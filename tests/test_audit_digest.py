@@ -136,6 +136,15 @@ def test_a_file_that_nests_deeply_or_is_not_json_is_one_line_in_words():
         assert said in shown and not PYTHON_WORDS.search(shown), shown
 
 
+def test_a_number_of_more_digits_than_python_reads_and_a_lone_surrogate_are_handled_in_words():
+    many = json.dumps(small_audit())[:-1] + ', "steps": ' + "9" * 5_000 + "}"
+    with pytest.raises(ValueError, match="the file holds a number of more than 4,300 digits, which no audit report"):
+        digest_bytes(many.encode(), LIMIT)
+    report = digest_bytes(json.dumps({**small_audit(), "script": "loop\ud800.py"}).encode(), LIMIT)
+    assert report["script"] == "loop?.py"
+    json.dumps(audit_view.summary_md(report), ensure_ascii=False).encode("utf-8")  # the answer can be sent
+
+
 def test_an_audit_that_cannot_be_drawn_says_so_in_words_without_python_names(monkeypatch):
     def broken(report):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
