@@ -45,6 +45,7 @@ SITE_NUMBERS = ("per_step", "host_blocked_ms_per_step", "device_idle_after_ms_pe
 IN_REPLAY = ("this JSON is a benchmark report (python -m core.bench), not an audit report of a program: open it in "
              "the Replay tab")
 DAMAGED = "the audit report is incomplete or damaged"
+NOT_GZIP = "it is not a readable gzip file"
 
 _SCAN = json.JSONDecoder().scan_once  # json's C scanner: one whole JSON value at an offset
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -174,7 +175,12 @@ def _list(reader: _Reader, kept: _Kept) -> _Kept:
 
 def text_of_bytes(data: bytes, limit: int) -> str:
     """The JSON text of an uploaded file's bytes: gunzipped where it is gzip, at most `limit` bytes either way."""
-    raw = report_schema._json_bytes(data, limit)  # the size limit, gzip and the empty file, as every upload has them
+    try:
+        raw = report_schema._json_bytes(data, limit)  # the size limit, gzip and the empty file, as uploads have them
+    except ReportError as exc:
+        if str(exc).startswith(NOT_GZIP) and "cut short" not in str(exc):  # zlib's own words: "Error -3 while ..."
+            raise ReportError(f"{NOT_GZIP} (its compressed data is damaged)") from None
+        raise
     try:
         return raw.removeprefix(codecs.BOM_UTF8).decode("utf-8")
     except UnicodeDecodeError:

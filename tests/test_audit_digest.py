@@ -131,7 +131,9 @@ def test_a_file_that_nests_deeply_or_is_not_json_is_one_line_in_words():
                        (b'{"schema": "syncscope.audit/1", "steps": }', "the file is not valid JSON (Expecting value "
                                                                         "at line 1)"),
                        (b'{"schema": "syncscope.audit/1"} {}', "not valid JSON (Extra data at line 1)"),
-                       (b"[1, 2, 3]", "this JSON is not an audit report")):
+                       (b"[1, 2, 3]", "this JSON is not an audit report"),
+                       (b"\x1f\x8b" + b"not gzip at all", "it is not a readable gzip file (its compressed data is "
+                                                        "damaged)")):
         shown = text_of(page.audit_upload(data)[page.components["status"]])
         assert said in shown and not PYTHON_WORDS.search(shown), shown
 
