@@ -31,7 +31,7 @@ def upload_row(components: dict[str, Any], prefix: str, label: str, bundled: dic
                bundled_label: str, *, as_path: bool = False) -> None:
     """A file upload (`{prefix}-upload`) and, where the server bundles files, a picker of them and its Open button
     (`{prefix}-bundled`, `{prefix}-open`), put into `components` as "upload", "bundled" and "open_btn". The upload
-    hands its handler the file's bytes, or with `as_path` the path Gradio saved it to (the server never reads it)."""
+    hands its handler the file's bytes, or with `as_path` the path Gradio streamed it to."""
     with gr.Row():
         components["upload"] = gr.File(label=label, file_types=[".json", ".gz"],
                                        type="filepath" if as_path else "binary", elem_id=f"{prefix}-upload")
