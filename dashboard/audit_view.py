@@ -14,9 +14,10 @@ import plotly.graph_objects as go
 
 from core import report_schema
 from core.measure.sync_fixes import MAX_CODE_LINES
-from core.report_schema import AUDIT, BENCH, PAGE, AuditReport
+from core.report_schema import AUDIT, BENCH, PAGE
 from core.text import clip
-from dashboard import charts
+from dashboard import audit_process, charts
+from dashboard.audit_digest import HELD_CHARS
 from dashboard.report_text import plain
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
@@ -26,8 +27,6 @@ SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "called from",
 # rather than squeeze it): 1210 px, the tab's width at 1400.
 SITE_WIDTHS = ["90px", "110px", "190px", "220px", "180px", "100px", "100px", "220px"]
 CODE_BREAK = " ⏎ "  # between a fix's code lines: a table cell shows text on one line
-IN_REPLAY = ("this JSON is a benchmark report (python -m core.bench), not an audit report of a program: open it in "
-             "the Replay tab")
 TITLE = "The audited program, step by step"
 HOST_COLOR = "#1f77b4"
 
@@ -41,54 +40,87 @@ def is_bench_report(document: Any) -> bool:
     return report_schema.kind_of(document) in (BENCH, PAGE)
 
 
-def open_audit(data: bytes | str | Path, max_bytes: int) -> AuditReport:
-    """An audit report from JSON text (core.report_schema.load); ValueError naming the first thing missing or wrong
-    (it is only parsed)."""
-    try:
-        return report_schema.load(data, max_bytes, expect=AUDIT)  # type: ignore[return-value]
-    except report_schema.ReportError as exc:
-        if exc.found in (BENCH, PAGE):
-            raise report_schema.ReportError(IN_REPLAY, exc.found) from None
-        raise
+def open_audit(source: bytes | str | Path, max_bytes: int) -> dict[str, Any]:
+    """An audit report from its file (a path) or its bytes, as dashboard.audit_digest cuts it to what the tab draws;
+    ValueError in one line naming the first thing missing or wrong (it is only parsed, by
+    dashboard.audit_process, bounded in memory and time)."""
+    return audit_process.read_audit(source, max_bytes)
+
+
+def _held(text: Any) -> str:
+    """A digest's text as it is (it was clipped there); any other text clipped."""
+    return clip(text, HELD_CHARS)
+
+
+def _md(text: Any) -> str:
+    return plain(text, HELD_CHARS)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
 def summary_md(report: dict[str, Any]) -> str:
-    """Two to four sentences: what was audited, how many reads per decode step, the top site and what it costs."""
-    report = report_schema.upgrade(report)
+    """Two to five sentences: what was audited, how many reads per decode step, the top site and what it costs, and
+    what the chart leaves out of a long audit. `report` is a digest (open_audit): its fields have their types."""
     per_step = report.get("reads_per_decode_step")
-    env = report["environment"]
+    env = report.get("environment") or {}
     where = env.get("gpu") or env.get("device") or "?"
-    lines = [f"**{plain(clip(report.get('script', '?'), 120))}** on {plain(where)}: {report.get('steps', 0)} steps "
-             f"of {plain(clip(report.get('step_module') or 'none found', 80))}."]
-    if per_step is None:
+    lines = [f"**{_md(report.get('script') or '?')}** on {_md(where)}: {_count(report.get('steps'))} steps "
+             f"of {_md(report.get('step_module') or 'none found')}."]
+    if not _number(per_step):
         lines.append("No decode steps were found: audit again with `--steps-of` naming what each step calls, or mark "
                      "the steps with `core.audit.watch()`.")
     else:
         lines.append(f"**{per_step:.2f} host reads of device values per decode step** (at most "
-                     f"{report.get('most_reads_in_a_decode_step')} in one), over {report.get('decode_steps')} decode "
-                     f"steps; {report.get('lagged_waits', 0)} waits on events with work queued behind them, which "
-                     "cost nothing, are not counted.")
-        top = next((s for s in report.get("sites", []) if (s.get("per_step") or 0) >= 0.5), None)
-        if top is not None:
-            cost = ""
-            if top.get("device_idle_after_ms_per_step") is not None:
-                cost = (f": the host waits {top.get('host_blocked_ms_per_step', 0) * 1000:,.0f} µs in it, and the "
-                        f"device then idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what "
-                        "removing it gives back)")
-            thread = f" (on thread {plain(clip(top['thread'], 80))})" if top.get("thread") else ""
-            lines.append(f"The most frequent is {plain(top.get('kind'))} at {plain(clip(top.get('file'), 120))}:"
-                         f"{top.get('line')}{thread}{cost}.")
-            if top.get("fix"):
-                lines.append(f"What to do: {plain(clip(top['fix'], 400))}.")
-    if report.get("kernel_busy_fraction") is not None:
+                     f"{_count(report.get('most_reads_in_a_decode_step'))} in one), over "
+                     f"{_count(report.get('decode_steps'))} decode steps; {_count(report.get('lagged_waits', 0))} "
+                     "waits on events with work queued behind them, which cost nothing, are not counted.")
+        lines += _top_site_lines(report)
+    if _number(report.get("kernel_busy_fraction")):
         lines.append(f"Kernels ran {report['kernel_busy_fraction']:.0%} of the device's time in decode steps (CUPTI).")
     if report.get("note"):
-        lines.append(f"*{plain(report['note'])}.*")
+        lines.append(f"*{_md(report['note'])}.*")
+    shown = shown_note(report)
+    if shown:
+        lines.append(f"*{plain(shown, len(shown))}*")
     return "  \n".join(lines)
+
+
+def _top_site_lines(report: dict[str, Any]) -> list[str]:
+    top = next((s for s in report.get("sites", []) if _number(s.get("per_step")) and s["per_step"] >= 0.5), None)
+    if top is None:
+        return []
+    cost = ""
+    if _number(top.get("device_idle_after_ms_per_step")):
+        blocked = top.get("host_blocked_ms_per_step")
+        cost = (f": the host waits {(blocked if _number(blocked) else 0) * 1000:,.0f} µs in it, and the device then "
+                f"idles {top['device_idle_after_ms_per_step'] * 1000:,.0f} µs (at most what removing it gives back)")
+    thread = f" (on thread {_md(top['thread'])})" if top.get("thread") else ""
+    lines = [f"The most frequent is {_md(top.get('kind'))} at {_md(top.get('file'))}:"
+             f"{_count(top.get('line'))}{thread}{cost}."]
+    if top.get("fix"):
+        lines.append(f"What to do: {_md(top['fix'])}.")
+    return lines
+
+
+def shown_note(report: dict[str, Any]) -> str:
+    """What the page leaves out of a long audit (its digest's `shown`), in one sentence; "" when it shows it all."""
+    shown = report.get("shown") or {}
+    parts = []
+    if shown.get("steps", 0) > shown.get("shown_steps", 0) or shown.get("reads", 0) > shown.get("shown_reads", 0):
+        parts.append(f"the chart draws the first {shown['shown_steps']:,} of its {shown['steps']:,} steps and the "
+                     f"{shown['shown_reads']:,} reads in them (of {shown['reads']:,})")
+    if shown.get("sites", 0) > shown.get("shown_sites", 0):
+        parts.append(f"the table lists the {shown['shown_sites']:,} most read of its {shown['sites']:,} sites")
+    if not parts:
+        return ""
+    return (f"This audit is long, so {' and '.join(parts)}; the numbers above are the whole audit's, as "
+            "python -m core.audit counted them.")
 
 
 def site_rows(report: dict[str, Any]) -> list[list[Any]]:
@@ -96,8 +128,8 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for site in report.get("sites", []):
         blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
-        rows.append([_r(site.get("per_step"), 2), clip(site.get("kind"), 40), clip(site.get("file"), 120),
-                     f"{site.get('line')}: {clip(site.get('code'), 120)}", called_from(site), _us(blocked), _us(idle),
+        rows.append([_r(site.get("per_step"), 2), _held(site.get("kind")), _held(site.get("file")),
+                     f"{site.get('line')}: {_held(site.get('code'))}", called_from(site), _us(blocked), _us(idle),
                      what_to_do(site)])
     return rows
 
@@ -105,20 +137,20 @@ def site_rows(report: dict[str, Any]) -> list[list[Any]]:
 def called_from(site: dict[str, Any]) -> str:
     """A site's thread (where it is not the program's own) and the calls that led to it, innermost first."""
     callers = site.get("callers")
-    callers = [clip(c, 120) for c in callers[:4]] if isinstance(callers, list) else []
+    callers = [_held(c) for c in callers[:4]] if isinstance(callers, list) else []
     text = "; from ".join(callers)
     if site.get("thread"):
-        text = f"thread {clip(site['thread'], 80)}" + (f": {text}" if text else "")
+        text = f"thread {_held(site['thread'])}" + (f": {text}" if text else "")
     return text or "–"
 
 
 def what_to_do(site: dict[str, Any]) -> str:
     """A site's fix, then its pattern's lines (at most MAX_CODE_LINES, each clipped) on one line."""
-    fix = clip(site.get("fix") or "")
+    fix = _held(site.get("fix") or "")
     code = site.get("fix_code")
     if not isinstance(code, str) or not code.strip():
         return fix
-    lines = [clip(line.strip(), 160) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
+    lines = [_held(line.strip()) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
     return f"{fix}. Pattern: {CODE_BREAK.join(lines)}" if fix else CODE_BREAK.join(lines)
 
 
@@ -143,12 +175,7 @@ def audit_figure(report: dict[str, Any]) -> go.Figure:
     data: list[dict[str, Any]] = [
         bars(np.asarray(starts), np.asarray(ends), 0.0, "a step's call (host)", {"fillcolor": HOST_COLOR}),
         bars(np.asarray(ends), np.asarray(follows), 0.0, "between steps (host)", IDLE_STYLE)]
-    if events:
-        texts = [_event_text(e, sites.get(e.get("site"), {})) for e in events]
-        data.append({"type": "scatter", "mode": "markers", "name": "a read of a device value",
-                     "x": np.asarray([e["t_ms"] for e in events], dtype=COORDINATE),
-                     "y": np.full(len(events), -BAR_HALF, dtype=COORDINATE), "text": texts, "hoverinfo": "text",
-                     "marker": {"symbol": "triangle-down", "size": 9, "color": SYNC_COLOR}})
+    data += read_marks(events, sites)
     busy = report.get("kernel_busy_ms_per_step")
     layout: dict[str, Any] = {
         "showlegend": True, "legend": {"orientation": "h", "y": -0.35},
@@ -165,7 +192,30 @@ def audit_figure(report: dict[str, Any]) -> go.Figure:
     return charts.figure(data, layout, TITLE, height=420 if busy else 300)
 
 
-def _event_text(event: dict[str, Any], site: dict[str, Any]) -> str:
-    """A read's hover: plotly renders it as HTML, so what came from the file is escaped."""
-    kind, file, code = (html.escape(clip(site.get(key, ""), 100)) for key in ("kind", "file", "code"))
-    return f"step {event.get('step')}: {kind} at {file}:{site.get('line', '?')}<br>{code}"
+def read_marks(events: list[dict[str, Any]], sites: dict[Any, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reads' marks: one trace per site, its hover said once (site_hover) with each mark's step (customdata), so
+    the figure grows by a few numbers a read, whatever the file's texts hold."""
+    by_site: dict[tuple[Any, bool], list[dict[str, Any]]] = {}
+    for event in events:
+        by_site.setdefault((event.get("site"), isinstance(event.get("step"), int)), []).append(event)
+    marks = []
+    for (site, in_step), reads in by_site.items():
+        when = "step %{customdata}" if in_step else "before the steps"
+        marks.append({"type": "scatter", "mode": "markers", "name": "a read of a device value",
+                      "legendgroup": "reads", "showlegend": not marks,
+                      "x": np.asarray([e["t_ms"] for e in reads], dtype=COORDINATE),
+                      "y": np.full(len(reads), -BAR_HALF, dtype=COORDINATE),
+                      "customdata": np.asarray([e["step"] if in_step else 0 for e in reads], dtype=np.int32),
+                      "hovertemplate": f"{when}: {site_hover(sites.get(site, {}))}<extra></extra>",
+                      "marker": {"symbol": "triangle-down", "size": 9, "color": SYNC_COLOR}})
+    return marks
+
+
+def site_hover(site: dict[str, Any]) -> str:
+    """A site as a read's hover says it: plotly renders it as HTML, so what came from the file is escaped, and
+    `%` is doubled-up out of plotly's template syntax."""
+    if not site:
+        return "a site the table does not list"
+    kind, file, code = (_held(site.get(key) or "") for key in ("kind", "file", "code"))
+    text = f"{kind} at {file}:{_count(site.get('line'))}\n{code}"
+    return html.escape(text).replace("\n", "<br>").replace("%", "&#37;")

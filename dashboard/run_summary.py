@@ -3,15 +3,19 @@ the rest) and what the run shows in words (core.explain), with its code quotes a
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gradio as gr
 
 from core.explain import what_this_run_shows
 from core.report_schema import upgrade_report
+from core.text import clip
 from dashboard.page_record import PageRecord
 from dashboard.report_text import plain, table_rows
 from dashboard.summary_table import SUMMARY_HEADERS
+
+log = logging.getLogger(__name__)
 
 # The summary in two tables, so that the verdict's evidence is in view at 1400 px without scrolling sideways: each
 # contestant's decode rate, its spread and sameness, its ratio to the baseline, and (for the verdict's contender) the
@@ -41,8 +45,9 @@ def run_shows_md(report: dict[str, Any]) -> str:
     as text (a report's file can say anything)."""
     try:
         sentences = what_this_run_shows(report)
-    except Exception as exc:  # a report that passed the checks but that the sentences cannot read: say so
-        return f"*What this run shows cannot be said for this report ({plain(type(exc).__name__)}).*"
+    except Exception:  # a report that passed the checks but that the sentences cannot read: say so in words
+        log.exception("core.explain could not read a report that passed the checks")
+        return "*What this run shows cannot be said for this report: a field it reads is not what core.bench writes.*"
     return "**What this run shows:** " + " ".join(code_quoted(sentence) for sentence in sentences)
 
 
@@ -51,7 +56,7 @@ def code_quoted(text: str) -> str:
     parts = str(text).split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: nothing is code
         return plain(text)
-    return "".join(_plain_between(part) if i % 2 == 0 else f"`{' '.join(part.split())}`" if part.strip() else ""
+    return "".join(_plain_between(part) if i % 2 == 0 else f"`{clip(' '.join(part.split()))}`" if part.strip() else ""
                    for i, part in enumerate(parts))
 
 

@@ -19,8 +19,11 @@ from core.explain import report_device_type
 from core.measure.waits import step_work_ms
 from core.options import LOOPS, NO_CHECK
 from core.report_schema import upgrade_report
+from core.text import SENTENCE_FIELD_CHARS, clip
 from dashboard import charts
 
+# The most reads of a replayed report's audited run drawn on a trial (each with its hover): the histograms' bound.
+MAX_SYNC_MARKS = charts.MAX_POINTS
 WINDOW_STEPS = 15              # decode steps in the first view, for a loop of the middle speed ...
 MIN_WINDOW_STEPS, MAX_WINDOW_STEPS = 10, 20   # ... and the bounds for the slower and the faster loop
 
@@ -213,10 +216,20 @@ def _syncs_onto(trial: LoopTrial, audit: Any) -> tuple[np.ndarray, list[str]]:
             continue
         site = by_index.get(event.get("site"), {})
         times.append(trial.host_start[step] + at - float(starts[step]))
-        code = html.escape(str(site.get("code", ""))[:120])
-        texts.append(f"{trial.name} · sync in step {step}: {site.get('kind', '?')} at "
-                     f"{site.get('file', '?')}:{site.get('line', '?')}<br>{code}")
+        texts.append(f"{trial.name} · sync in step {step}: {_sync_site(site)}")
+        if len(texts) == MAX_SYNC_MARKS:
+            break
     return np.asarray(times, dtype=np.float64), texts
+
+
+def _sync_site(site: dict[str, Any]) -> str:
+    """A read's site as its hover says it: plotly renders hovers as HTML, so what came from the report is escaped,
+    and clipped (a replayed report's fields can be of any size)."""
+    limits = {"kind": 40, "file": SENTENCE_FIELD_CHARS, "code": SENTENCE_FIELD_CHARS}
+    kind, file, code = (html.escape(clip(site.get(key, "?" if key != "code" else ""), limit))
+                        for key, limit in limits.items())
+    line = site.get("line") if isinstance(site.get("line"), int) else "?"
+    return f"{kind} at {file}:{line}<br>{code}"
 
 
 # ------------------------------------------------------------------------------------------------ window and means

@@ -28,12 +28,13 @@ def open_bench_report(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES)
 
 
 def upload_row(components: dict[str, Any], prefix: str, label: str, bundled: dict[str, Path],
-               bundled_label: str) -> None:
+               bundled_label: str, *, as_path: bool = False) -> None:
     """A file upload (`{prefix}-upload`) and, where the server bundles files, a picker of them and its Open button
-    (`{prefix}-bundled`, `{prefix}-open`), put into `components` as "upload", "bundled" and "open_btn"."""
+    (`{prefix}-bundled`, `{prefix}-open`), put into `components` as "upload", "bundled" and "open_btn". The upload
+    hands its handler the file's bytes, or with `as_path` the path Gradio streamed it to."""
     with gr.Row():
-        components["upload"] = gr.File(label=label, file_types=[".json", ".gz"], type="binary",
-                                       elem_id=f"{prefix}-upload")
+        components["upload"] = gr.File(label=label, file_types=[".json", ".gz"],
+                                       type="filepath" if as_path else "binary", elem_id=f"{prefix}-upload")
         if bundled:
             with gr.Column():
                 components["bundled"] = gr.Dropdown(sorted(bundled), label=bundled_label,

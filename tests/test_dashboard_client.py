@@ -543,6 +543,19 @@ def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_
     status = Client(served_app.url, verbose=False).predict(handle_file(str(path)), api_name="/audit")[0]
     assert "not an audit report" in text_of(status) and "\n" not in status.strip()
 
+def test_your_loop_draws_a_long_audit_from_its_first_steps_read_in_a_child_and_says_so(served_app, tmp_path):
+    from tests.hostile_audits import long_audit_bytes
+
+    path = tmp_path / "long.json"
+    path.write_bytes(long_audit_bytes(reads=200_000, reads_per_step=10))  # 8.5 MB: over the in-process size
+    status, summary, _, plot = Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+                                                                             api_name="/audit")
+    assert text_of(status).startswith("Showing the file, an audit written"), status
+    assert ("the chart draws the first 500 of its 20,000 steps and the 5,000 reads in them (of 200,000)"
+            in text_of(summary)), summary
+    assert len(plot["plot"]) < 200_000
+
+
 # ---- the page served as a visitor or a script meets it, each run checked for its verdict, summary, timeline and
 # report (the download and /report). On the CPU in-process on tiny-random (slow); on a GPU (the CUDA suite) app.py
 # started as a user starts it, with its defaults (the offline default model where its package is installed, else its

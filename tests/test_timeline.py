@@ -343,6 +343,21 @@ def test_the_audits_reads_are_marked_on_the_host_lane_at_their_place_in_the_step
     assert "item at loop.py:7" in marks.text[0] and "flag.item()" in marks.text[0]
 
 
+def test_a_replayed_reports_audit_sites_are_escaped_and_clipped_in_their_hovers_and_their_marks_bounded(monkeypatch):
+    evil = '<a href="http://evil.example">link</a><img src=x onerror=alert(1)>' * 20_000
+    report = timeline_reports.report(32, trials=1)
+    starts = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]["host_step_start_ms"]
+    report["sync_audit"] = {"naive": {"step_starts_ms": starts, "events": [
+        {"step": step % 31 + 1, "t_ms": starts[step % 31 + 1] + 0.25, "site": 0} for step in range(100)],
+        "sites": [{"index": 0, "kind": evil, "file": evil, "line": evil, "code": evil}]}}
+    monkeypatch.setattr(timeline_trials, "MAX_SYNC_MARKS", 40)
+    marks = next(t for t in timeline.timeline_figure(report).data if t.name == "naive · sync (audit)")
+    assert len(marks.text) == len(marks.x) == 40, "at most MAX_SYNC_MARKS reads drawn"
+    for text in marks.text:
+        assert "<a " not in text and "<img" not in text and "&lt;a href" in text and len(text) < 1_500, text[:200]
+        assert "characters in all" in text and ":?<br>" in text, "a line that is not a number is a question mark"
+
+
 def test_the_kernel_measurements_kernels_are_drawn_inside_the_steps_they_cover():
     report = timeline_reports.report(32, trials=1)
     naive = next(r for r in report["runs"] if r["contestant"] == "naive")["timings"]

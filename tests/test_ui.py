@@ -250,8 +250,8 @@ def test_what_this_run_shows_is_said_under_the_headline_with_code_as_code(h200_s
     assert code_quoted("in `<b>x</b>` and *not* code") == "in `<b>x</b>` and \\*not\\* code"
     assert code_quoted("an `unpaired quote") == "an \\`unpaired quote"
     monkeypatch.setattr(run_summary, "what_this_run_shows", lambda report: 1 / 0)
-    assert run_shows_md(h200_saved.report) == ("*What this run shows cannot be said for this report "
-                                               "(ZeroDivisionError).*")
+    assert run_shows_md(h200_saved.report) == ("*What this run shows cannot be said for this report: a field it "
+                                               "reads is not what core.bench writes.*"), "in words, no class names"
 
 
 def test_two_clicks_handled_at_once_submit_one_run():
@@ -454,3 +454,38 @@ def test_replay_shows_where_a_decode_step_s_device_time_went():
     for measured in report["kernel_measurement"].values():
         del measured["kinds"]
     assert page.replay_upload(gzip.compress(json.dumps(report).encode()))["step_time"] == []
+
+
+# ---- issue 42: a file that passed the checks and still breaks a view is said in words
+
+PYTHON_NAMES = ("Error", "Exception", "Traceback", "operand")
+
+
+def test_replay_and_the_file_diff_say_in_words_what_they_cannot_draw(monkeypatch):
+    from core.report_files import read_report_bytes
+    from dashboard import diff_panel
+    from dashboard.tabs import replay
+    from tests.test_dashboard_browser import REPO
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    data = read_report_bytes(REPO / H200_REPORT)
+    page = replay_page().replay
+    monkeypatch.setattr(replay.charts, "all_figures", broken)
+    status = text_of(page.replay_upload(data)["status"])
+    assert status == f"Cannot show this file: {replay.CANNOT_DRAW}.", status
+    monkeypatch.setattr(diff_panel, "diff_reports", broken)
+    diffed = text_of(page.diff_files(data, data)[page.diff_panel.components["status"]])
+    assert diffed == f"Cannot diff these two: {diff_panel.CANNOT_DIFF}.", diffed
+    assert not any(word in status + diffed for word in PYTHON_NAMES)
+
+
+def test_the_report_endpoint_refuses_a_run_that_is_not_a_number_quoting_a_little_of_it():
+    import gradio as gr
+
+    page = quiet_page().history
+    with pytest.raises(gr.Error) as caught:
+        page.report_of_run("<img src=x>" * 10**5)
+    message = str(caught.value.message)
+    assert len(message) < 300 and "<img" not in message and "1,100,000 characters in all" in message, message

@@ -14,6 +14,7 @@ from typing import Any, Self
 import gradio as gr
 
 from core.measure.trace import chrome_trace
+from dashboard.audit_digest import described
 from dashboard.diff_panel import DiffPanel
 from dashboard.form import run_picker
 from dashboard.history import HISTORY_SCHEMA, OPTION_COLUMNS, history_csv
@@ -155,7 +156,8 @@ class HistoryTab:
         latest run. A run still going, or one without a report, is refused with the reason."""
         owner = self.page.owner(request)
         if not isinstance(run, int) or isinstance(run, bool) or run < 0:
-            raise gr.Error(f"run must be a run's number in your history (1, 2, ...) or 0 for the latest; got {run!r}")
+            raise gr.Error("run must be a run's number in your history (1, 2, ...) or 0 for the latest; got "
+                           f"{plain(described(run))}")
         if run:
             try:
                 job = self.history_job(owner, run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -24,6 +25,9 @@ from dashboard.run_summary import run_shows_md, summary_components, summary_tabl
 from dashboard.step_time import STEP_TIME_HEADERS, step_time_rows
 from dashboard.uploads import open_bench_report, upload_row
 
+CANNOT_DRAW = ("it passed the format checks but could not be drawn; the server's log says where (write the report "
+               "again with python -m core.bench --json)")
+log = logging.getLogger(__name__)
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
                   "summary_more", "shows", "step_time")
 # The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
@@ -146,9 +150,9 @@ class ReplayTab:
             return self._replay(read(), source)
         except (OSError, ValueError) as exc:
             return {status: f"**Cannot open {plain(called)}:** {plain(exc)}"}
-        except Exception as exc:  # a report that passed the checks but still breaks a chart: say so, keep the page
-            return {status: f"**Cannot show {plain(called)}:** it passed the format checks but could not be drawn "
-                            f"({plain(type(exc).__name__)}: {plain(exc)})."}
+        except Exception:  # a report that passed the checks but still breaks a chart: say so in words, keep the page
+            log.exception("a report that passed the checks could not be shown")
+            return {status: f"**Cannot show {plain(called)}:** {plain(CANNOT_DRAW)}."}
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
         r, report, page = self.components, saved.report, self.page

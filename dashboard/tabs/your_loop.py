@@ -1,20 +1,29 @@
 """The Your loop tab: an audit of the visitor's own program (`python -m core.audit --json audit.json --
-your_script.py`), read from its file (dashboard.audit_view draws it); nothing of it runs here."""
+your_script.py`), read from its file (dashboard.audit_view draws it); nothing of it runs here. Uploads are read one
+at a time (AUDITS_AT_ONCE), each in a child process bounded in memory (dashboard.audit_process)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Self
 
 import gradio as gr
 
-from core.text import clip
 from dashboard import audit_view
+from dashboard.audit_digest import HELD_CHARS
 from dashboard.page import PageContext
 from dashboard.report_text import plain
 from dashboard.uploads import upload_row
 
 OUTPUTS = ("status", "summary", "sites", "plot")
+# How many audits the server reads at once (upload and bundled together): each may take a child process up to
+# dashboard.audit_process.CHILD_MEMORY_BYTES for a few seconds, so a burst of uploads queues instead of adding up.
+AUDITS_AT_ONCE = 1
+CANNOT_SHOW = ("it passed the checks of an audit report but could not be drawn; write it again with python -m "
+               "core.audit")
+
+log = logging.getLogger(__name__)
 
 
 class YourLoopTab:
@@ -32,7 +41,7 @@ class YourLoopTab:
                     "`audit.json` here. It lists each line of your program that reads a device value, how often per "
                     "decode step, what it costs on a GPU and what to do about it. The file is only parsed; nothing in "
                     "it runs here.")
-        upload_row(a, "audit", "Audit JSON", page.config.audit_files, "Bundled audits (examples/)")
+        upload_row(a, "audit", "Audit JSON", page.config.audit_files, "Bundled audits (examples/)", as_path=True)
         a["status"] = gr.Markdown(elem_id="audit-status")
         a["summary"] = gr.Markdown(elem_id="audit-summary")
         a["sites"] = gr.Dataframe(headers=list(audit_view.SITE_HEADERS), value=[], interactive=False, wrap=True,
@@ -46,11 +55,14 @@ class YourLoopTab:
     def _wire(self) -> None:
         a = self.components
         outputs = [a[name] for name in OUTPUTS]
-        a["upload"].upload(self.audit_upload, inputs=[a["upload"]], outputs=outputs, api_name="audit")
+        a["upload"].upload(self.audit_upload, inputs=[a["upload"]], outputs=outputs, api_name="audit",
+                           concurrency_limit=AUDITS_AT_ONCE, concurrency_id="audits")
         if "open_btn" in a:
-            a["open_btn"].click(self.audit_bundled, inputs=[a["bundled"]], outputs=outputs, api_name="audit_bundled")
+            a["open_btn"].click(self.audit_bundled, inputs=[a["bundled"]], outputs=outputs, api_name="audit_bundled",
+                                concurrency_limit=AUDITS_AT_ONCE, concurrency_id="audits")
 
-    def audit_upload(self, data: bytes | None) -> dict:
+    def audit_upload(self, data: bytes | str | None) -> dict:
+        """An uploaded audit: the path Gradio saved it to (the page), or its bytes."""
         if data is None:
             return {self.components["status"]: "Choose a JSON file written by `python -m core.audit --json "
                                                 "audit.json -- your_script.py`."}
@@ -68,14 +80,15 @@ class YourLoopTab:
         status = self.components["status"]
         try:
             return self._shown(read(), called)
-        except (OSError, ValueError) as exc:
-            return {status: f"**Cannot open {plain(called)}:** {plain(clip(exc))}"}
-        except Exception as exc:  # a file that passed the checks but still breaks the view: say so, keep the page
-            return {status: f"**Cannot show {plain(called)}:** {plain(type(exc).__name__)}."}
+        except ValueError as exc:
+            return {status: f"**Cannot open {plain(called)}:** {plain(exc)}"}
+        except Exception:  # a file that passed the checks but still breaks the view: say so in words, keep the page
+            log.exception("an audit that passed the checks could not be shown")
+            return {status: f"**Cannot show {plain(called)}:** {plain(CANNOT_SHOW)}."}
 
     def _shown(self, report: dict[str, Any], source: str) -> dict:
         a = self.components
-        created = clip(report.get("created"), 40)
-        return {a["status"]: f"Showing {plain(source)}, an audit written {plain(created)}.",
+        created = plain(report.get("created") or "?", HELD_CHARS)  # clipped where it was read
+        return {a["status"]: f"Showing {plain(source)}, an audit written {created}.",
                 a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
                 a["plot"]: audit_view.audit_figure(report)}
