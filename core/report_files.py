@@ -66,10 +66,10 @@ def read_bounded(path: Path, limit: int = MAX_REPORT_BYTES) -> bytes:
                 raise ValueError("it is a device, not a file")
             if stat.S_ISREG(mode.st_mode) and mode.st_size > limit:
                 raise ValueError(too_large(mode.st_size, limit))
-            data = _read_at_most(handle, limit + 1)
+            data = _read_at_most(handle, limit)
     except OSError as exc:
         raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
-    if len(data) > limit:
+    if data is None:
         raise ValueError(f"it holds more than {_mib(limit)}, the most a report here may hold")
     return data
 
@@ -80,21 +80,24 @@ def gunzip_bounded(data: bytes, limit: int = MAX_REPORT_BYTES) -> bytes:
     is not gzip, or is damaged or cut short."""
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
-            out = _read_at_most(stream, limit + 1)
+            out = _read_at_most(stream, limit)
     except EOFError:
         raise ValueError("it is not a readable gzip file (it is cut short)") from None
     except (OSError, zlib.error) as exc:
         raise ValueError(f"it is not a readable gzip file ({exc})") from None
-    if len(out) > limit:
+    if out is None:
         raise ValueError(f"it decompresses to more than {_mib(limit)}, the most a report here may hold")
     return out
 
 
-def _read_at_most(stream: Any, count: int) -> bytes:
-    """At most `count` bytes of `stream`, read a chunk at a time (a pipe or a gzip gives what it has)."""
+def _read_at_most(stream: Any, limit: int) -> bytes | None:
+    """All of `stream`, read a chunk at a time (a pipe or a gzip gives what it has); None, as soon as it is known,
+    when it holds more than `limit` bytes."""
     out = bytearray()
-    while len(out) < count and (chunk := stream.read(min(_CHUNK, count - len(out)))):
+    while chunk := stream.read(min(_CHUNK, limit + 1 - len(out))):
         out += chunk
+        if len(out) > limit:
+            return None
     return bytes(out)
 
 
