@@ -255,6 +255,25 @@ def test_diff_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, conten
     assert len(err.splitlines()) == 1 and problem in err and str(bad) in err and captured.out == ""
 
 
+@pytest.mark.parametrize("model", ["synthetic:llama-70b", "a config.json without sizes"])
+def test_a_model_that_cannot_fit_is_refused_in_one_line_before_a_weight_is_drawn(tmp_path, capsys, monkeypatch,
+                                                                                  model):
+    import core.memory
+    import core.model_sources
+    import core.models
+
+    monkeypatch.setattr(core.memory, "free_host_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(core.models, "random_model", lambda *a, **k: pytest.fail("weights were drawn"))
+    monkeypatch.setattr(core.model_sources, "_from_pretrained", lambda *a, **k: pytest.fail("it was loaded"))
+    if not model.startswith("synthetic:"):
+        (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+        model = str(tmp_path)
+    assert main(["--model", model, "--device", "cpu", "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit: it needs about" in err
+    assert "8.0 GiB of host memory is free for it" in err
+
+
 @pytest.mark.parametrize("hostile", ["/dev/zero", "bomb.json.gz", "big.json"])
 def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path, capsys, monkeypatch, hostile):
     import gzip
