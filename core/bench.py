@@ -23,6 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from core.caches import usable_compile_caches
+
+# Before torch is imported: core.kernels registers its triton kernels at import, which reads inductor's cache folder.
+CACHE_NOTICES = usable_compile_caches()
+
 try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not a traceback
     import torch
 
@@ -104,6 +109,8 @@ def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for notice in CACHE_NOTICES:
+        sys.stderr.write(f"core.bench: note: {printable(notice)}\n")
     if args.diff:
         return diff_files(*args.diff)
     try:
