@@ -147,7 +147,7 @@ class EngineCore:
             self.loaded = None
             _free_memory()
         new = load_model(spec, device=self.config.device, dtype=self.config.dtype,
-                         hf_modules=self.config.hf_modules, **self._tp())
+                         hf_modules=self.config.hf_modules, admitted=True, **self._tp())
         self.loaded = None
         _free_memory()
         self.loaded = new
