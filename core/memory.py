@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.report_files import read_bounded
 from core.specs import (
     DEFAULT_MODEL,
     SYNTHETIC_PREFIX,
@@ -35,6 +36,7 @@ MARGIN_FRACTION = 0.25
 MARGIN_BYTES = GIB
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
 _NO_LIMIT = 1 << 60  # cgroup v1 writes its "no limit" as a number near 2**63
 
 
@@ -121,7 +123,7 @@ def spec_shape(spec: str) -> dict[str, Any] | None:
     if config is None:
         return None
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(config, MAX_CONFIG_BYTES, "a config.json"))
     except (OSError, ValueError):
         return None
     return text_shape(data) if isinstance(data, dict) else None

@@ -35,8 +35,11 @@ def _filled_config(path: Path) -> Any:
     """The config class's instance for this config.json (its defaults filled in), never running the model's code."""
     from transformers import AutoConfig
 
+    from core.memory import MAX_CONFIG_BYTES
+    from core.report_files import read_bounded
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, MAX_CONFIG_BYTES, "a config.json"))
         model_type = data.pop("model_type")
         return AutoConfig.for_model(model_type, **data)
     except Exception:  # not a dict, no or an unknown model_type, values its class refuses: the size stays unknown

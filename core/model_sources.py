@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from core.memory import MAX_CONFIG_BYTES
+from core.report_files import read_bounded
 from core.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
@@ -93,10 +95,10 @@ def _check_config(spec: str, config: Path | None) -> None:
     if config is None:
         return
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(config, MAX_CONFIG_BYTES, "a config.json"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json cannot be read "
-                         f"({type(exc).__name__})") from None
+        why = str(exc) if type(exc) is ValueError else type(exc).__name__  # read_bounded's one line, else the kind
+        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json cannot be read ({why})") from None
     if not isinstance(data, dict):
         raise ValueError(f"could not load model {quote_spec(spec)}: its config.json is not a JSON object")
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES

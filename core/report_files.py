@@ -55,22 +55,25 @@ def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
     return f"the file is {size / 2**20:,.2f} MiB; reports here are limited to {_mib(limit)}"
 
 
-def read_bounded(path: Path, limit: int = MAX_REPORT_BYTES) -> bytes:
+def read_bounded(path: Path, limit: int = MAX_REPORT_BYTES, what: str = "a report") -> bytes:
     """The bytes of the file at `path`, at most `limit` of them. ValueError in one line (without the path) when it
-    cannot be read, is a directory or a device (/dev/zero never ends), or holds more: a regular file is told by its
-    size before a byte is read, anything else (a pipe, /proc) is read and stopped one byte past the limit."""
+    cannot be read, is a directory or a device (/dev/zero never ends), or holds more than `what` may: a regular file
+    is told by its size before a byte is read, anything else (a pipe, /proc) is read and stopped one byte past the
+    limit."""
     try:
         with open(path, "rb") as handle:
             mode = os.fstat(handle.fileno())
             if stat.S_ISCHR(mode.st_mode) or stat.S_ISBLK(mode.st_mode):
                 raise ValueError("it is a device, not a file")
             if stat.S_ISREG(mode.st_mode) and mode.st_size > limit:
-                raise ValueError(too_large(mode.st_size, limit))
+                raise ValueError(too_large(mode.st_size, limit) if what == "a report" else
+                                 f"the file is {mode.st_size / 2**20:,.2f} MiB, more than {what} here may hold "
+                                 f"({_mib(limit)})")
             data = _read_at_most(handle, limit)
     except OSError as exc:
         raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
     if data is None:
-        raise ValueError(f"it holds more than {_mib(limit)}, the most a report here may hold")
+        raise ValueError(f"it holds more than {_mib(limit)}, the most {what} here may hold")
     return data
 
 
