@@ -187,6 +187,7 @@ def test_the_program_gets_its_own_argv_and_exit_code(tmp_path):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--", "no/such/script.py"], "no/such/script.py: no such file"),
     (["--fail-on-sync", "-1", "--", str(CORPUS)], "--fail-on-sync must be 0 or more"),
+    (["--timeout", "0", "--", str(CORPUS)], "--timeout must be more than 0 seconds, got 0"),
     (["--json", "/no/such/folder/a.json", "--", str(CORPUS)], "does not exist")])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
