@@ -34,9 +34,9 @@ from core.specs import (
 GIB = 2**30
 MARGIN_FRACTION = 0.25
 MARGIN_BYTES = GIB
+MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
-MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
 _NO_LIMIT = 1 << 60  # cgroup v1 writes its "no limit" as a number near 2**63
 
 
