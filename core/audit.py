@@ -1,7 +1,7 @@
 """Audit your own loop: which line of your program makes the GPU wait, on each decode step, and what it costs.
 
     python -m core.audit [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] \
-        -- SCRIPT [ARGS...]
+        [--timeout SECONDS] -- SCRIPT [ARGS...]
 
 SCRIPT runs as `__main__` (as `python -m cProfile` runs it), on whatever device it uses, under the sync audit
 (core.measure.sync_audit): every host read of a device value, at its line, counted per decode step, on every thread.
@@ -12,8 +12,10 @@ calls), a method or a function, as `package.module:QualName`, or `QualName` for 
 read gets its cost (the host's time in it, the device's idle after it), and each step its kernel time (CUPTI, in the
 same run: no second run of your program). On the CPU the report says what would block on a GPU; there it costs
 nothing, and what the program compiled with fullgraph=True runs compiled, unseen (the report says so). A program that
-fails still gets its report, its traceback and its exit status; `--fail-on-sync N` exits 1 when a decode step reads
-more than N times, 2 when no decode step was seen.
+fails still gets its report, its traceback and its exit status (and its sys.exit message); `--fail-on-sync N` exits 1
+when a decode step reads more than N times, 2 when no decode step was seen. Ctrl-C, SIGTERM and `--timeout SECONDS`
+stop the program and report what it ran (core.audit_stop: one that will not stop is cut off and reported all the
+same); a program that calls os._exit gets its report before it exits; a process it forks reports nothing.
 
 For loops with no module call per step, or in your own tests:
 
@@ -36,23 +38,31 @@ import concurrent.futures.thread
 import contextlib
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import torch
+from core.caches import usable_compile_caches
 
-from core.audit_compile import audited_compiles
-from core.audit_report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text
-from core.audit_steps import StepsOf, StepWatcher
-from core.measure.kernel_measurement import device_intervals_ns
-from core.measure.sync_audit import SyncAudit
-from core.measure.sync_sites import path_from_root
-from core.report_files import check_output_path, write_json
+CACHE_NOTICES = usable_compile_caches()  # before torch is imported, which reads inductor's cache folder
+
+import torch  # noqa: E402
+
+from core.audit_compile import audited_compiles  # noqa: E402
+from core.audit_report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text  # noqa: E402
+from core.audit_steps import StepsOf, StepWatcher  # noqa: E402
+from core.audit_stop import Stops  # noqa: E402
+from core.measure.kernel_measurement import device_intervals_ns  # noqa: E402
+from core.measure.sync_audit import SyncAudit  # noqa: E402
+from core.measure.sync_sites import path_from_root  # noqa: E402
+from core.report_files import check_output_path, write_json  # noqa: E402
+from core.text import clip, escaped, printable  # noqa: E402
 
 THREADS_WAIT_S = 30.0  # how long the audit waits for threads the program left running
+_EXIT = os._exit  # the real one: the program's is replaced while it runs (_exits_kept)
 
 
 # ------------------------------------------------------------------------------------------------ the Python API
@@ -115,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                       usage=f"{PROG} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] "
-                            "-- SCRIPT [ARGS...]")
+                            "[--timeout SECONDS] -- SCRIPT [ARGS...]")
     p.add_argument("--json", dest="json_path", metavar="PATH",
                    help="write the audit report here (the page's Your loop tab opens it)")
     p.add_argument("--trace", dest="trace_path", metavar="PATH",
@@ -128,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when a decode step reads the device more than N times, 2 when no step was seen "
                         "(for CI)")
     p.add_argument("--no-kernels", action="store_true", help="on CUDA, do not trace kernels (CUPTI) for kernel-busy")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                   help="stop the program after SECONDS and report what it ran (as Ctrl-C does; exit status 124)")
     p.add_argument("script", metavar="SCRIPT", help="the program to run as __main__")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
     return p
@@ -142,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         own, program = argv, []
     args = build_parser().parse_args([*own, *program[:1]])
     program_args = program[1:] if program else args.args
+    for notice in CACHE_NOTICES:
+        sys.stderr.write(f"{PROG}: note: {printable(notice)}\n")
     try:
         check_output_path(args.json_path)
         check_output_path(args.trace_path, "--trace")
@@ -149,17 +163,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{args.script}: no such file")
         if args.fail_on_sync is not None and args.fail_on_sync < 0:
             raise ValueError(f"--fail-on-sync must be 0 or more, got {args.fail_on_sync}")
+        if args.timeout is not None and not args.timeout > 0:
+            raise ValueError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
         steps_of = StepsOf(args.steps_of, args.script) if args.steps_of else None
     except ValueError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(f"{PROG}: error: {escaped(exc)}\n")
         return 2
-    report, exit_code = audit_script(args.script, program_args, steps_of, kernels=not args.no_kernels)
-    print(summary_text(report))
+
+    def keep(report: dict[str, Any], exit_code: int) -> int:
+        return _print_and_write(args, report, exit_code)
+
+    report, exit_code = audit_script(args.script, program_args, steps_of, kernels=not args.no_kernels,
+                                     timeout_s=args.timeout, keep=keep)
+    _ignore_interrupts()  # the program is done: a Ctrl-C now would only lose its report
+    status = keep(report, exit_code)
+    if report.get("stopped_by") and _threads_left():
+        _exit_quietly(status)  # stopped from outside: Python's exit would wait on the threads it left, for ever
+    return status
+
+
+def _threads_left() -> bool:
+    return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread())
+
+
+def _ignore_interrupts() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _print_and_write(args: argparse.Namespace, report: dict[str, Any], exit_code: int) -> int:
+    """The summary, the files asked for and the last line; the exit status."""
+    print(printable(summary_text(report)))
     written = not args.json_path or write_json(args.json_path, report, "audit report", indent=1) == args.json_path
     if args.trace_path:
         written = write_json(args.trace_path, audit_trace(report), "trace") == args.trace_path and written
-    if exit_code:
-        print(f"{PROG}: {args.script} exited with {exit_code}; the audit covers what it ran")
+    if report.get("stopped_by"):
+        print(printable(f"{PROG}: {args.script} ended early ({report['stopped_by']}), exit status {exit_code}; the "
+                        "audit covers what it ran until then"))
+    elif exit_code:
+        message = f": {escaped(report['exit_message'])}" if report.get("exit_message") else ""
+        print(printable(f"{PROG}: {args.script} exited with {exit_code}{message}; the audit covers what it ran"))
+    sys.stdout.flush()
     return ci_gate(report, args.fail_on_sync) or (exit_code if written else 1)
 
 
@@ -179,39 +224,111 @@ def ci_gate(report: dict[str, Any], limit: int | None) -> int:
     return 0
 
 
-def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | None = None,
-                 kernels: bool = True) -> tuple[dict[str, Any], int]:
+def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | None = None, kernels: bool = True, *,
+                 timeout_s: float | None = None,
+                 keep: Callable[[dict[str, Any], int], int] | None = None) -> tuple[dict[str, Any], int]:
     """Run `script` as __main__ with `args` under the audit; (the report, the program's exit status). The report
-    covers what ran, also when the program failed (its traceback is printed as Python prints it)."""
+    covers what ran, also when the program failed (its traceback is printed as Python prints it) or was stopped
+    (Ctrl-C, SIGTERM, `timeout_s`: core.audit_stop). Where the run must end at once (a program that does not stop,
+    or calls os._exit), `keep(report, status)` is given the report of what was seen and returns the exit status,
+    and the process exits with it. A process the program forks exits where the program ends there, reporting
+    nothing."""
     if isinstance(steps_of, str):
         steps_of = StepsOf(steps_of, script)
-    audit = SyncAudit("cuda" if torch.cuda.is_available() else "cpu")
-    watcher = StepWatcher(audit, steps_of)
-    not_seen: list[str] = []
-    intervals: list[tuple[int, int]] = []
-    with _as_main(script, args), audit:
-        with _profiling(audit.cuda and kernels) as profiler, audited_compiles(audit, watcher, not_seen), \
-                _watching(watcher):
+    run = _AuditedRun(script, args, steps_of, keep)
+    stops = run.stops = Stops(run.keep_now, timeout_s)
+    with stops.active(), _as_main(script, args), run.audit, _exits_kept(stops):
+        with _profiling(run.audit.cuda and kernels) as run.profiler, \
+                audited_compiles(run.audit, run.watcher, run.not_seen), _watching(run.watcher):
             before = set(threading.enumerate())
-            exit_code = _run(script)
-            running = _join_threads_left(before)
-        if profiler is not None:
-            intervals = device_intervals_ns(profiler)
-        name, thread, starts, ends = watcher.steps()
-        audit.assign_steps(starts, ends)
-        audit.end()
+            exit_code, run.exit_message = _run(script)
+            if os.getpid() != stops.pid:  # the program forked, and this is the child, whose program has ended
+                _exit_quietly(exit_code)
+            stops.program_ended()
+            running = _join_threads_left(before, stops.hurry)
+        intervals = device_intervals_ns(run.profiler) if run.profiler is not None else []
+        run.profiler = None
         if running:
-            not_seen.append(f"threads still running {THREADS_WAIT_S:.0f} s after the program's end: "
-                            f"{', '.join(running)}; what they did after that is not counted")
-        if steps_of is not None and steps_of.file() is None:
-            not_seen.append(f"--steps-of {steps_of.spec}: the program never imported {steps_of.module}")
-    clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
-              - time.perf_counter_ns()}
-    step_module = f"{name} on thread {thread}" if name and thread else name
-    report = describe(audit, script=path_from_root(os.path.abspath(script)), argv=list(args), step_module=step_module,
-                      step_thread=thread, **kernel_steps(intervals, audit, clocks), exit_code=exit_code,
-                      not_seen=not_seen)
-    return report, exit_code
+            run.not_seen.append(f"threads still running {THREADS_WAIT_S:.0f} s after the program's end (or when the "
+                                f"audit was hurried): {', '.join(running)}; what they did after that is not counted")
+        run.settle()
+    return run.report(stops.code or exit_code, intervals), stops.code or exit_code
+
+
+class _AuditedRun:
+    """What one audited run has seen so far, made into its report: at the run's end, or at once (keep_now)."""
+
+    def __init__(self, script: str, args: Sequence[str], steps_of: StepsOf | None,
+                 keep: Callable[[dict[str, Any], int], int] | None):
+        self.script, self.args, self.steps_of, self.keep = script, list(args), steps_of, keep
+        self.audit = SyncAudit("cuda" if torch.cuda.is_available() else "cpu")
+        self.watcher = StepWatcher(self.audit, steps_of)
+        self.not_seen: list[str] = []
+        self.profiler: Any = None
+        self.exit_message: str | None = None
+        self.stops: Stops | None = None
+        self._step_facts: tuple[str | None, str | None] = (None, None)
+
+    def settle(self) -> None:
+        """The steps found, the reads assigned to them, the run over."""
+        name, thread, starts, ends = self.watcher.steps()
+        self.audit.assign_steps(starts, ends)
+        self.audit.end()
+        self._step_facts = (name, thread)
+        if self.steps_of is not None and self.steps_of.file() is None:
+            self.not_seen.append(f"--steps-of {self.steps_of.spec}: the program never imported {self.steps_of.module}")
+
+    def report(self, exit_code: int, intervals: list[tuple[int, int]]) -> dict[str, Any]:
+        clocks = {"realtime": time.time_ns() - time.perf_counter_ns(), "monotonic": time.monotonic_ns()
+                  - time.perf_counter_ns()}
+        name, thread = self._step_facts
+        stopped = {"stopped_by": self.stops.reason} if self.stops is not None and self.stops.reason else {}
+        said = {"exit_message": clip(self.exit_message)} if self.exit_message else {}
+        return describe(self.audit, script=path_from_root(os.path.abspath(self.script)), argv=self.args,
+                        step_module=f"{name} on thread {thread}" if name and thread else name, step_thread=thread,
+                        **kernel_steps(intervals, self.audit, clocks), exit_code=exit_code, not_seen=self.not_seen,
+                        **stopped, **said)
+
+    def keep_now(self, status: int, why: str) -> Any:
+        """The report of what was seen, now, given to `keep`; then the process exits (core.audit_stop calls it)."""
+        sys.setprofile(None)
+        threading.setprofile(None)
+        self.watcher.stop()
+        if self.stops is not None and not self.stops.reason:
+            self.stops.reason = why
+        if self.profiler is not None:
+            self.not_seen.append("the kernel time per step: the run ended before its kernel trace was collected")
+        self.not_seen.append(f"the run ended at once ({why}): threads still running then, open files and what the "
+                             "program would have done at its exit are not in the audit")
+        self.settle()
+        with contextlib.suppress(Exception):  # its patches undone; on CUDA, the reads' costs settled
+            self.audit.__exit__(None, None, None)
+        report = self.report(status, [])
+        _exit_quietly(self.keep(report, status) if self.keep is not None else status)
+
+
+def _exit_quietly(status: int) -> Any:
+    """Exit now, with what was printed flushed: no handler, no atexit, nothing of the audit's own to unwind."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _EXIT(status)
+
+
+@contextlib.contextmanager
+def _exits_kept(stops: Stops) -> Iterator[None]:
+    """The program's os._exit, while it runs: in this process, the report of what was seen first, then the exit;
+    in a process it forked (multiprocessing's children end with os._exit), the exit alone."""
+    def exit_now(status: int) -> Any:
+        if os.getpid() != stops.pid:
+            _EXIT(status)
+        stops.keep_now(status, f"the program called os._exit({status})")
+
+    os._exit = exit_now
+    try:
+        yield
+    finally:
+        os._exit = _EXIT
 
 
 @contextlib.contextmanager
@@ -226,37 +343,39 @@ def _as_main(script: str, args: Sequence[str]) -> Iterator[None]:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _run(script: str) -> int:
-    """Run the script as __main__; its exit status as Python's would be. A failure's traceback is printed as Python
-    prints it, from the script's first frame on."""
+def _run(script: str) -> tuple[int, str | None]:
+    """Run the script as __main__; its exit status as Python's would be, and its sys.exit message (None without one).
+    A failure's traceback is printed as Python prints it, from the script's first frame on."""
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         return _exit_status(exc.code)
-    except BaseException as exc:  # the program failed: what it ran is still reported
+    except BaseException as exc:  # the program failed, or was stopped: what it ran is still reported
         exc = exc.with_traceback(_from_script(exc.__traceback__, script))  # Python prints __traceback__
         sys.excepthook(type(exc), exc, exc.__traceback__)
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
-    return 0
+        return (130 if isinstance(exc, KeyboardInterrupt) else 1), None
+    return 0, None
 
 
-def _join_threads_left(before: set[threading.Thread]) -> list[str]:
+def _join_threads_left(before: set[threading.Thread], hurry: threading.Event | None = None) -> list[str]:
     """Wait, as Python does when a program ends, for the threads it started and left running (a generate() thread
-    it did not join, say), at most THREADS_WAIT_S in all; the names of those still running. Not waited for, as
-    Python does not: daemon threads, and the idle workers of thread pools (Python's exit stops those)."""
+    it did not join, say), at most THREADS_WAIT_S in all, or until `hurry` is set (a signal); the names of those
+    still running. Not waited for, as Python does not: daemon threads, and the idle workers of thread pools (Python's
+    exit stops those)."""
     deadline = time.monotonic() + THREADS_WAIT_S
     left = [t for t in threading.enumerate() if t not in before and not t.daemon
             and getattr(t, "_target", None) is not concurrent.futures.thread._worker]
     for thread in left:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        while thread.is_alive() and time.monotonic() < deadline and not (hurry and hurry.is_set()):
+            thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
     return [t.name for t in left if t.is_alive()]
 
 
-def _exit_status(code: Any) -> int:
+def _exit_status(code: Any) -> tuple[int, str | None]:
     if code is None or isinstance(code, int):
-        return code or 0
+        return code or 0, None
     print(code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits with 1
-    return 1
+    return 1, str(code)
 
 
 def _from_script(tb: Any, script: str) -> Any:

@@ -23,6 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from core.caches import usable_compile_caches
+
+# Before torch is imported: core.kernels registers its triton kernels at import, which reads inductor's cache folder.
+CACHE_NOTICES = usable_compile_caches()
+
 try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not a traceback
     import torch
 
@@ -41,6 +46,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.specs import DEFAULT_MODEL
+    from core.text import escaped, printable
 except KeyboardInterrupt:
     sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
     raise SystemExit(130) from None
@@ -103,6 +109,8 @@ def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for notice in CACHE_NOTICES:
+        sys.stderr.write(f"core.bench: note: {printable(notice)}\n")
     if args.diff:
         return diff_files(*args.diff)
     try:
@@ -116,8 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     except ValueError as exc:
-        sys.stderr.write(f"core.bench: error: {exc}\n")
-        return 2
+        return _fail(0, str(exc), 2)
     if args.tp > 1 and "WORLD_SIZE" not in os.environ:
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:], main)
     in_a_rank = args.tp > 1  # started by run_ranks or torchrun: the ranks stop together (core.parallel.ranks)
@@ -127,13 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def diff_files(path_a: str, path_b: str) -> int:
     """`--diff A B`: the two reports side by side (core.report_diff.diff_text); a file that is not a
-    report is one line on stderr and exit code 2."""
+    report, or is larger than a report may be (core.report_files.MAX_REPORT_BYTES, decompressed too), is one line on
+    stderr and exit code 2."""
     try:
         reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]
     except ValueError as exc:
-        sys.stderr.write(f"core.bench: error: {exc}\n")
-        return 2
-    print(diff_text(diff_reports(*reports)))
+        return _fail(0, str(exc), 2)
+    print(printable(diff_text(diff_reports(*reports))))
     return 0
 
 
@@ -214,8 +221,8 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
     if profiled is not None:
         from core.measure.profiling import format_summary
 
-        print(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
-        print(format_summary(profiled, profiled["step_ms_p50"], top=12))
+        _say(f"\nprofile of one more {args.profile_loop} run (rank 0), written to {args.profile}:")
+        _say(format_summary(profiled, profiled["step_ms_p50"], top=12))
     if args.trace_path:
         trace_written = write_json(args.trace_path, build_trace(report, profiled), "trace") == args.trace_path
         written = written and trace_written
@@ -253,7 +260,7 @@ def _progress_line(event: dict[str, Any]) -> None:
         line = f"{phase.noun} of {event['contestant']}"
     else:
         return
-    sys.stderr.write(f"core.bench: {line}\n")
+    sys.stderr.write(f"core.bench: {printable(line)}\n")
     sys.stderr.flush()
 
 
@@ -269,7 +276,7 @@ def _profile(loaded: LoadedModel, request: BenchRequest, args: argparse.Namespac
 
 def _fail(rank: int, message: str, code: int) -> int:
     where = f"rank {rank}: " if rank else ""
-    sys.stderr.write(f"core.bench: error: {where}{message}\n")
+    sys.stderr.write(f"core.bench: error: {where}{escaped(message)}\n")  # one line, whatever it quotes
     return code
 
 
@@ -279,25 +286,30 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     tp = f", tensor parallel over {loaded.tp}, all-reduce: {loaded.all_reduce_text}" if loaded.tp > 1 else ""
     transforms = transforms_used(loaded.transforms, report)
     tp += f", {', '.join(transforms)}" if transforms else ", transformers' modules as they are"
-    print(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
+    _say(f"{loaded.spec} on {report['environment']['gpu'] or loaded.device} ({report['environment']['dtype']}{tp}),"
           f" {len(report['runs']) // len(request.contestants)} trials, options "
           f"{request.options.cache}/{request.options.compile}")
     if report.get("interrupted"):
-        print(f"note: {interrupted_note(report)}")
+        _say(f"note: {interrupted_note(report)}")
     for notice in dict.fromkeys([*notices, *(n for ran in report["effective"].values() for n in ran["notices"])]):
-        print(f"note: {notice}")
+        _say(f"note: {notice}")
     compiled = compile_note(report)
     if compiled:
-        print(compiled)
-    print(format_table(report))
-    print(f"({TABLE_KEY})")
+        _say(compiled)
+    _say(format_table(report))
+    _say(f"({TABLE_KEY})")
     for line in audit_lines(report):
-        print(line)
-    print("What this run shows:")
+        _say(line)
+    _say("What this run shows:")
     for sentence in what_this_run_shows(report):
-        print(f"  {sentence}")
-    print(f"reproduce: {report['command']}")
+        _say(f"  {sentence}")
+    _say(f"reproduce: {report['command']}")
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+
+
+def _say(text: str) -> None:
+    """A line (or lines) of the CLI's output: a model's name or a report's field cannot act on the terminal."""
+    print(printable(text))
 
 
 COMPILED_ATTENTION = "compiled decode attention"  # the transform that runs only inside a compiled decode step

@@ -1,11 +1,14 @@
-"""Memory admission: whether a model fits where it would run, known before anything is allocated. No torch here.
+"""Memory admission: whether a model fits where it would run, known before anything is allocated. No torch here
+(what needs it is imported only where it is asked for, by the processes that load models).
 
 A model's need is its weights (parameters x bytes per element, 1/tp of them per rank under tensor parallel: the
 embedding and the head are split too) plus a margin for activations, the KV cache of a run and the decode setups:
 MARGIN_FRACTION of the weights and MARGIN_BYTES more. The parameters come from the spec's shape (core.specs) or,
-for an HF id or a path, from the sizes in its config.json; a config this module cannot size is let through with a
-note. The room is free host memory (the lower of /proc/meminfo's MemAvailable and the cgroup's limit minus its use)
-or free device memory, plus what the model that a load replaces holds.
+for an HF id or a path, from the sizes in its config.json; where it leaves them out, from the defaults its config
+class fills in (core.model_size: in the processes that load, the CLI's and the engine's; the page's server, which
+never imports torch, lets such a config through for the engine to check). The room is free host memory (the lower of
+/proc/meminfo's MemAvailable and the cgroup's limit minus its use) or free device memory, plus what the model that a
+load replaces holds. `admit` is the one check of the CLI (core.models.load_model) and the engine.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.report_files import read_bounded
 from core.specs import (
     DEFAULT_MODEL,
     SYNTHETIC_PREFIX,
@@ -30,6 +34,7 @@ from core.specs import (
 GIB = 2**30
 MARGIN_FRACTION = 0.25
 MARGIN_BYTES = GIB
+MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _NO_LIMIT = 1 << 60  # cgroup v1 writes its "no limit" as a number near 2**63
@@ -118,12 +123,16 @@ def spec_shape(spec: str) -> dict[str, Any] | None:
     if config is None:
         return None
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(config, MAX_CONFIG_BYTES, "a config.json"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    return {**data.get("text_config", {}), **data} if isinstance(data.get("text_config"), dict) else data
+    return text_shape(data) if isinstance(data, dict) else None
+
+
+def text_shape(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's sizes, a multimodal one's text model's under its own (its top level wins)."""
+    text = config.get("text_config")
+    return {**text, **config} if isinstance(text, dict) else config
 
 
 def config_file(spec: str) -> Path | None:
@@ -143,10 +152,16 @@ def config_file(spec: str) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def memory_need(spec: str, element_bytes: int, tp: int = 1) -> MemoryNeed | None:
-    """What loading `spec` takes per rank, or None when its size cannot be known without loading it."""
+def memory_need(spec: str, element_bytes: int, tp: int = 1, *, config_defaults: bool = False) -> MemoryNeed | None:
+    """What loading `spec` takes per rank, or None when its size cannot be known without loading it. With
+    `config_defaults` (it imports torch and transformers), a config.json without sizes is sized by its config class's
+    defaults, as transformers would load it (core.model_size)."""
     shape = spec_shape(spec)
     parameters = parameter_count(shape) if shape is not None else None
+    if parameters is None and config_defaults and (config := config_file(spec)) is not None:
+        from core.model_size import defaulted_parameter_count
+
+        parameters = defaulted_parameter_count(config)
     if parameters is None:
         return None
     return MemoryNeed(spec=spec, parameters=parameters, bytes_per_element=element_bytes, tp=max(1, tp))
@@ -159,6 +174,45 @@ def admission_problem(need: MemoryNeed | None, room_bytes: int | None, where: st
         return None
     return (f"model {quote_spec(need.spec)} does not fit: it needs {need.describe()}, and {gib(room_bytes)} of "
             f"{where} is free for it")
+
+
+UNSIZED_NOTE = "; its size is unknown before loading, so it was not checked against free memory"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A load that may go ahead: the note for its progress line ("" when it was checked) and whether it fits beside
+    the model it replaces, so that one may stay loaded until the new one is."""
+
+    note: str
+    beside: bool
+
+
+def admit(spec: str, device: Any, element_bytes: int, tp: int = 1, held_bytes: int = 0) -> Admission:
+    """The admission of a load of `spec` on `device` (a torch.device), 1/tp of it on this rank, in place of a model
+    that holds `held_bytes` here; ValueError in one line, before anything is allocated or unloaded, when it cannot
+    fit. The CLI's load (core.models.load_model) and the engine's both ask it."""
+    need = memory_need(spec, element_bytes, tp, config_defaults=True)
+    if need is None:
+        return Admission(UNSIZED_NOTE, beside=False)
+    room, where = room_for_a_model(device, held_bytes)
+    problem = admission_problem(need, room, where)
+    if problem:
+        raise ValueError(problem)
+    return Admission("", beside=room is not None and admission_problem(need, room - held_bytes, where) is None)
+
+
+def room_for_a_model(device: Any, held_bytes: int) -> tuple[int | None, str]:
+    """Memory a model loaded on `device` may take (None: unknown), and what memory that is. On CUDA: free device
+    memory and all that this process's allocator keeps (a loaded model's weights are in it); on the CPU: free host
+    memory and `held_bytes`, which the loaded model gives back before the load."""
+    if device.type == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device), f"{device} memory"
+    free = free_host_bytes()
+    return (None if free is None else free + held_bytes), "host memory"
 
 
 def fits(spec: str, room_bytes: int | None, element_bytes: int, tp: int = 1) -> bool:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from core.memory import MAX_CONFIG_BYTES
+from core.report_files import read_bounded
 from core.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
@@ -93,10 +95,10 @@ def _check_config(spec: str, config: Path | None) -> None:
     if config is None:
         return
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(config, MAX_CONFIG_BYTES, "a config.json"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json cannot be read "
-                         f"({type(exc).__name__})") from None
+        why = str(exc) if type(exc) is ValueError else type(exc).__name__  # read_bounded's one line, else the kind
+        raise ValueError(f"could not load model {quote_spec(spec)}: its config.json cannot be read ({why})") from None
     if not isinstance(data, dict):
         raise ValueError(f"could not load model {quote_spec(spec)}: its config.json is not a JSON object")
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -202,17 +204,21 @@ def _converted_default_dir() -> Path:
 
 
 def load_default(dtype: torch.dtype) -> tuple[Any, Any]:
+    """The default model: converted once from its shipped GGUF and kept in the cache; where the cache cannot be
+    written (a read-only HOME), converted in memory at each load instead, said once on stderr."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = _converted_default_dir()
-    if not (target / "model.safetensors").is_file():
-        _convert_default_gguf(target)
+    if not _is_file(target / "model.safetensors"):
+        model, tokenizer = _convert_default_gguf()
+        if not _kept(target, "the converted default model", lambda staging: _save(staging, model, tokenizer)):
+            return model.to(dtype), tokenizer
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
     return model, AutoTokenizer.from_pretrained(target)
 
 
-def _convert_default_gguf(target: Path) -> None:
-    """Dequantise the shipped GGUF once (~20 s) and keep it as safetensors, so later loads take about a second."""
+def _convert_default_gguf() -> tuple[Any, Any]:
+    """Dequantise the shipped GGUF (~20 s; kept as safetensors, later loads take about a second)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = _gguf_dir()
@@ -226,26 +232,51 @@ def _convert_default_gguf(target: Path) -> None:
     plain = type(quantised)(config)
     plain.load_state_dict(quantised.state_dict())
     plain.generation_config = quantised.generation_config
+    return plain, tokenizer
+
+
+def _save(folder: Path, *parts: Any) -> None:
+    for part in parts:
+        part.save_pretrained(folder)
+
+
+def _kept(target: Path, what: str, save: Any) -> bool:
+    """Save into `target` through a staging folder beside it (`save(staging)`), unless another process has meanwhile;
+    False, after one line on stderr, where the cache cannot be written: what was made is then used unkept."""
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
-    plain.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    if target.exists():  # another process converted it meanwhile
+    try:
+        save(staging)
+        if target.exists():  # another process converted it meanwhile
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            staging.replace(target)
+    except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-    else:
-        staging.replace(target)
+        _say_not_kept(what, str(target.parent), exc.strerror or str(exc))
+        return False
+    return True
+
+
+@functools.cache
+def _say_not_kept(what: str, folder: str, why: str) -> None:
+    import sys
+
+    sys.stderr.write(f"syncscope: {what} cannot be kept in {folder} ({why}), so it is made again in each process; "
+                     "set SYNCSCOPE_CACHE to a writable folder to keep it\n")
 
 
 @functools.cache
 def default_tokenizer() -> Any:
-    """The offline default model's tokenizer: from the converted cache, else a tokenizer-only GGUF read; read once per
-    process (0.3 s a read), and shared by the random models that use it."""
+    """The offline default model's tokenizer: from the converted cache, else a tokenizer-only GGUF read (kept in the
+    cache where it can be written); read once per process (0.3 s a read), and shared by the random models that use
+    it."""
     from transformers import AutoTokenizer
 
     converted = _converted_default_dir()
     tokenizer_only = cache_dir() / "smollm2-tokenizer"
     for candidate in (converted, tokenizer_only):
-        if (candidate / "tokenizer.json").is_file():
+        if _is_file(candidate / "tokenizer.json"):
             return AutoTokenizer.from_pretrained(candidate)
     tokenizer = AutoTokenizer.from_pretrained(_gguf_dir(), gguf_file=_GGUF_FILE)
-    tokenizer.save_pretrained(tokenizer_only)
+    _kept(tokenizer_only, "the default tokenizer", tokenizer.save_pretrained)
     return tokenizer

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from core.memory import admit
 from core.model_sources import check_spec, default_tokenizer, load_default, load_pretrained, sharded
 from core.options import CUDA_GRAPH_COMPILE_MODES, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
 from core.parallel.tensor_parallel import FUSED, ONE_SHOT
@@ -135,12 +136,15 @@ def load_model(
     tp: int = 1,
     trust_remote_code: bool = False,
     hf_modules: bool = False,
+    admitted: bool = False,
 ) -> LoadedModel:
     """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path.
 
     With tp > 1 this process must be one rank of a process group of that size (core.parallel.tensor_parallel): it gets
     its shard of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo. Unless `hf_modules`, the model
-    is prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels."""
+    is prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels.
+    A model that cannot fit where it would run is a ValueError in one line before anything is allocated
+    (core.memory.admit); `admitted`: the caller has asked it already (the engine, counting the model it replaces)."""
     spec = check_spec(spec)
     _quiet_transformers()
     if tp > 1:
@@ -150,6 +154,8 @@ def load_model(
     else:
         target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
+    if not admitted:
+        admit(spec, target, torch_dtype.itemsize, tp)
     with _load_lock:
         model, tokenizer = _load_weights(spec, torch_dtype, trust_remote_code, target, tp)
     model.to(target).eval()

@@ -38,7 +38,7 @@ from core.options import (
     TP_BARRIER_ENV,
 )
 from core.report_schema import upgrade_report
-from core.text import SENTENCE_FIELD_CHARS, clip
+from core.text import SENTENCE_FIELD_CHARS, clip, escaped
 
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
@@ -371,7 +371,9 @@ def _verdict_facts(report: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def diff_text(result: dict[str, Any]) -> str:
-    """diff_reports' result as plain text: the two runs, the settings that differ, the rates, the waits."""
+    """diff_reports' result as plain text: the two runs, the settings that differ, the rates, the waits. Every text
+    from the reports has its control characters written out (core.text.escaped)."""
+    result = _escaped_texts(result)
     lines = [f"{key.upper()}: {_run_line(result[key])}" for key in ("a", "b")]
     differing = [row for row in result["settings"] if row["differs"]]
     if differing:
@@ -398,6 +400,17 @@ def diff_text(result: dict[str, Any]) -> str:
     lines.append(result["note"])
     lines += [f"  {row['sentence']}" for row in rows]
     return "\n".join(lines)
+
+
+def _escaped_texts(value: Any) -> Any:
+    """`value` with every string in it, at any depth, `escaped`."""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, dict):
+        return {key: _escaped_texts(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped_texts(item) for item in value]
+    return value
 
 
 def _run_line(facts: dict[str, Any]) -> str:

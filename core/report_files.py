@@ -1,5 +1,6 @@
 """Benchmark report files on disk: plain JSON, or gzipped JSON (benchmarks/results keeps its large reports gzipped,
-so that a device call, which carries the whole working tree, stays under its 64 MiB)."""
+so that a device call, which carries the whole working tree, stays under its 64 MiB). Every read is bounded: a file,
+a pipe or a gzip that would give more than the limit is refused once the limit is passed, not read to its end."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import codecs
 import contextlib
 import datetime as dt
 import gzip
+import io
 import json
 import os
 import re
@@ -18,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 SUFFIXES = (".json", ".json.gz")
+# The largest report read (core.report_schema.load, read_report_bytes, and the page's upload limit), decompressed. A
+# 4096-token, 20-trial run of 5 contestants with every per-step list and the page's record is about 65 MiB
+# (tests/test_reports.py builds one); the rest is room for per-step fields yet to come.
+MAX_REPORT_BYTES = 100 * 2**20
+GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 2**20
 _HEAD_BYTES = 4096  # a report's "created" is its second field
 _CREATED = re.compile(rb'"created":\s*"([0-9T:+.\-Z]{10,40})"')
 
@@ -28,16 +36,76 @@ def report_paths(folder: Path, *, recursive: bool = False) -> list[Path]:
     return sorted(path for suffix in SUFFIXES for path in find(f"*{suffix}"))
 
 
-def read_report_bytes(path: Path) -> bytes:
-    """The JSON text of a report file, decompressed when its name ends in .gz, without a UTF-8 byte-order mark (an
-    editor on Windows may add one); ValueError for a damaged .gz (as for damaged JSON, which callers refuse)."""
-    data = path.read_bytes()
-    if path.name.endswith(".gz"):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{path.name} is not a readable gzip file ({exc})") from None
+def read_report_bytes(path: Path, limit: int = MAX_REPORT_BYTES) -> bytes:
+    """The JSON text of a report file, decompressed when it is gzip (or named .gz), without a UTF-8 byte-order mark
+    (an editor on Windows may add one). ValueError in one line naming the file when it cannot be read, is a device
+    or a directory, holds more than `limit` bytes, decompresses to more, or is a damaged .gz (as for damaged JSON,
+    which callers refuse)."""
+    try:
+        data = read_bounded(path, limit)
+        if data[:2] == GZIP_MAGIC or path.name.endswith(".gz"):
+            data = gunzip_bounded(data, limit)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return data.removeprefix(codecs.BOM_UTF8)
+
+
+def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
+    """Why a file of `size` bytes is refused, in one sentence."""
+    return f"the file is {size / 2**20:,.2f} MiB; reports here are limited to {_mib(limit)}"
+
+
+def read_bounded(path: Path, limit: int = MAX_REPORT_BYTES, what: str = "a report") -> bytes:
+    """The bytes of the file at `path`, at most `limit` of them. ValueError in one line (without the path) when it
+    cannot be read, is a directory or a device (/dev/zero never ends), or holds more than `what` may: a regular file
+    is told by its size before a byte is read, anything else (a pipe, /proc) is read and stopped one byte past the
+    limit."""
+    try:
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno())
+            if stat.S_ISCHR(mode.st_mode) or stat.S_ISBLK(mode.st_mode):
+                raise ValueError("it is a device, not a file")
+            if stat.S_ISREG(mode.st_mode) and mode.st_size > limit:
+                raise ValueError(too_large(mode.st_size, limit) if what == "a report" else
+                                 f"the file is {mode.st_size / 2**20:,.2f} MiB, more than {what} here may hold "
+                                 f"({_mib(limit)})")
+            data = _read_at_most(handle, limit)
+    except OSError as exc:
+        raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
+    if data is None:
+        raise ValueError(f"it holds more than {_mib(limit)}, the most {what} here may hold")
+    return data
+
+
+def gunzip_bounded(data: bytes, limit: int = MAX_REPORT_BYTES) -> bytes:
+    """Every gzip member of `data` decompressed, a chunk at a time, stopped as soon as the output passes `limit`
+    bytes: a small file that inflates to gigabytes costs at most `limit`. ValueError in one line when it passes, or
+    is not gzip, or is damaged or cut short."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            out = _read_at_most(stream, limit)
+    except EOFError:
+        raise ValueError("it is not a readable gzip file (it is cut short)") from None
+    except (OSError, zlib.error) as exc:
+        raise ValueError(f"it is not a readable gzip file ({exc})") from None
+    if out is None:
+        raise ValueError(f"it decompresses to more than {_mib(limit)}, the most a report here may hold")
+    return out
+
+
+def _read_at_most(stream: Any, limit: int) -> bytes | None:
+    """All of `stream`, read a chunk at a time (a pipe or a gzip gives what it has); None, as soon as it is known,
+    when it holds more than `limit` bytes."""
+    out = bytearray()
+    while chunk := stream.read(min(_CHUNK, limit + 1 - len(out))):
+        out += chunk
+        if len(out) > limit:
+            return None
+    return bytes(out)
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:,.0f} MiB" if count >= 2**20 else f"{count:,} bytes"
 
 
 def write_json(path: str, data: dict[str, Any], what: str, indent: int | None = None) -> str | None:

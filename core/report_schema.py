@@ -17,12 +17,12 @@ import codecs
 import json
 import math
 import re
-import zlib
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from core.options import is_int
 from core.phases import phase_named
+from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.text import clip
 
 BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
@@ -31,11 +31,6 @@ PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
 AUDIT_SCHEMA = f"{AUDIT_SCHEMA_PREFIX}1"
 BENCH, PAGE, AUDIT = "bench", "page", "audit"  # the kinds of document, as load(expect=...) names them
 OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record, inside the report
-# The largest document load() takes (and the page's upload limit). A 4096-token, 20-trial run of 5 contestants with
-# every per-step list and the page's record is about 65 MiB (tests/test_reports.py builds one); the rest is room for
-# per-step fields yet to come.
-MAX_REPORT_BYTES = 100 * 2**20
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 class Interruption(TypedDict):
@@ -181,11 +176,6 @@ def kind_of(document: Any) -> str | None:
     return AUDIT if schema.startswith(AUDIT_SCHEMA_PREFIX) else None
 
 
-def too_large(size: int, limit: int = MAX_REPORT_BYTES) -> str:
-    """Why a file of `size` bytes is refused, in one sentence."""
-    return f"the file is {size / 2**20:,.2f} MiB; reports here are limited to {limit / 2**20:,.0f} MiB"
-
-
 def _refusal(found: str | None, expect: str | None) -> str:
     if expect == AUDIT:
         return BENCH_NOT_AUDIT if found in (BENCH, PAGE) else NOT_AN_AUDIT_REPORT
@@ -194,12 +184,9 @@ def _refusal(found: str | None, expect: str | None) -> str:
 
 def _file_bytes(path: Path, limit: int) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise ReportError(too_large(size, limit))
-        return path.read_bytes()
-    except OSError as exc:
-        raise ReportError(f"cannot read it ({exc.strerror or exc})") from None
+        return read_bounded(path, limit)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _json_bytes(data: bytes | bytearray, limit: int) -> bytes:
@@ -209,28 +196,13 @@ def _json_bytes(data: bytes | bytearray, limit: int) -> bytes:
     if not bytes(data).strip():
         raise ReportError("the file is empty (0 bytes)" if not data else "the file is empty (only whitespace)")
     if bytes(data[:2]) == GZIP_MAGIC:
-        data = _gunzipped(bytes(data), limit)
+        try:
+            data = gunzip_bounded(bytes(data), limit)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
         if not data.strip():
             raise ReportError("the file is gzip of an empty file")
     return bytes(data)
-
-
-def _gunzipped(data: bytes, limit: int) -> bytes:
-    """Every gzip member of `data` decompressed, stopping as soon as the output would pass `limit` bytes."""
-    out = bytearray()
-    while data:
-        member = zlib.decompressobj(wbits=31)
-        try:
-            out += member.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise ReportError(f"it is not a readable gzip file ({exc})") from None
-        if len(out) > limit or member.unconsumed_tail:
-            raise ReportError(f"it decompresses to more than {limit / 2**20:,.0f} MiB, the most a report here may "
-                              "hold")
-        if not member.eof:
-            raise ReportError("it is not a readable gzip file (it is cut short)")
-        data = member.unused_data.lstrip(b"\0")
-    return bytes(out)
 
 
 def _parsed(text: bytes | str) -> Any:

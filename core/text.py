@@ -5,6 +5,7 @@ page, the CLI, the report's checks and the sentences about a run all clip with `
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 SENTENCE_FIELD_CHARS = 120  # the most of a report's field that a sentence about the run quotes (core.explain)
@@ -34,3 +35,25 @@ def shown_path(path: Any) -> str:
         text = "/".join(text.split("/")[-3:]) if "transformers/" not in text else \
             "transformers/" + text.rsplit("transformers/", 1)[1]
     return clip(text, SENTENCE_FIELD_CHARS)
+
+
+# C0 (tab and newline among them), DEL and C1, and the bidirectional overrides and isolates ("Trojan Source"): what a
+# terminal acts on or reorders instead of showing.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LINE_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escaped(text: Any) -> str:
+    """`text` as a string with every control character written out as Python writes it (ESC as \\x1b, a newline as
+    \\n): a field from a file can neither clear the terminal, set its title, nor start a line of its own."""
+    return _CONTROL.sub(_written_out, "" if text is None else str(text))
+
+
+def printable(text: Any) -> str:
+    """Lines for a terminal: every control character but the newline written out (`escaped`); for what a printer
+    assembles from fields, each already `escaped`."""
+    return _LINE_CONTROL.sub(_written_out, "" if text is None else str(text))
+
+
+def _written_out(found: re.Match[str]) -> str:
+    return repr(found.group())[1:-1]

@@ -147,7 +147,7 @@ class EngineCore:
             self.loaded = None
             _free_memory()
         new = load_model(spec, device=self.config.device, dtype=self.config.dtype,
-                         hf_modules=self.config.hf_modules, **self._tp())
+                         hf_modules=self.config.hf_modules, admitted=True, **self._tp())
         self.loaded = None
         _free_memory()
         self.loaded = new
@@ -157,7 +157,7 @@ class EngineCore:
         """ValueError (one line) when `spec` cannot fit where this rank would load it, with the memory the loaded
         model would give back counted as free. Else a note for the progress line (its size is unknown) and whether
         it also fits beside the loaded model (with one rank only: ranks must agree on what they hold)."""
-        from core.memory import admission_problem, memory_need
+        from core.memory import admit
         from core.models import resolve_device, resolve_dtype
 
         if self.config.world_size > 1:
@@ -166,16 +166,9 @@ class EngineCore:
             device = tp_device(self.config.device)
         else:
             device = resolve_device(self.config.device)
-        need = memory_need(spec, resolve_dtype(self.config.dtype, device).itemsize, self.config.world_size)
-        if need is None:
-            return "; its size is unknown before loading, so it was not checked against free memory", False
         held = self.loaded.weight_bytes // max(1, self.loaded.tp) if self.loaded is not None else 0
-        room, where = room_for_a_model(device, held)
-        problem = admission_problem(need, room, where)
-        if problem:
-            raise ValueError(problem)
-        beside = room is not None and admission_problem(need, room - held, where) is None
-        return "", beside and self.config.world_size == 1
+        admitted = admit(spec, device, resolve_dtype(self.config.dtype, device).itemsize, self.config.world_size, held)
+        return admitted.note, admitted.beside and self.config.world_size == 1
 
     def _tp(self) -> dict[str, Any]:
         return {"tp": self.config.world_size} if self.config.world_size > 1 else {}
@@ -284,21 +277,6 @@ def engine_facts() -> dict[str, Any]:
         facts["gpu_allocated_mib"] = torch.cuda.memory_allocated() / 2**20
         facts["gpu_reserved_mib"] = torch.cuda.memory_reserved() / 2**20
     return facts
-
-
-def room_for_a_model(device: Any, held_bytes: int) -> tuple[int | None, str]:
-    """Memory a model loaded on `device` may take (None: unknown), and what memory that is. On CUDA: free device
-    memory and all that this process's allocator keeps (the loaded model's weights are in it); on the CPU: free host
-    memory and `held_bytes`, which the loaded model gives back before the load."""
-    from core.memory import free_host_bytes
-
-    if device.type == "cuda":
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(device)
-        return free + torch.cuda.memory_reserved(device), f"{device} memory"
-    free = free_host_bytes()
-    return (None if free is None else free + held_bytes), "host memory"
 
 
 def first_line(text: str) -> str:

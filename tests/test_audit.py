@@ -187,6 +187,7 @@ def test_the_program_gets_its_own_argv_and_exit_code(tmp_path):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--", "no/such/script.py"], "no/such/script.py: no such file"),
     (["--fail-on-sync", "-1", "--", str(CORPUS)], "--fail-on-sync must be 0 or more"),
+    (["--timeout", "0", "--", str(CORPUS)], "--timeout must be more than 0 seconds, got 0"),
     (["--json", "/no/such/folder/a.json", "--", str(CORPUS)], "does not exist")])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
@@ -224,3 +225,82 @@ def test_the_trace_has_a_span_per_step_and_an_instant_per_read(tmp_path):
     events = json.loads(trace.read_text())["traceEvents"]
     assert sum(e.get("ph") == "X" for e in events) == 3
     assert sum(e.get("ph") == "i" for e in events) == 4 * 11
+
+
+# ---------------------------------------------------------------------------------------- stopped from outside
+
+LOOPS_FOR_EVER = "import torch\nm = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nwhile True:\n    m(x).sum().item()\n"
+
+
+def test_a_timeout_stops_the_program_and_reports_what_it_ran(tmp_path):
+    script = tmp_path / "for_ever.py"
+    script.write_text(LOOPS_FOR_EVER)
+    report, code = audit_script(str(script), [], timeout_s=1.5)
+    assert code == 124 and report["exit_code"] == 124 and report["stopped_by"] == "--timeout 1.5"
+    assert report["steps"] > 3 and report["reads_per_decode_step"] == 1.0
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_stops_the_program_and_the_report_of_what_it_ran_is_written(tmp_path, capsys, signum,
+                                                                                      code):
+    script = tmp_path / "interrupted.py"
+    script.write_text(f"import os, signal\nimport torch\nm = torch.nn.Linear(2, 2)\nx = torch.ones(2)\n"
+                      f"for step in range(10**9):\n    m(x).sum().item()\n"
+                      f"    if step == 5:\n        os.kill(os.getpid(), signal.{signum})\n")
+    out = tmp_path / "audit.json"
+    assert main(["--json", str(out), "--", str(script)]) == code
+    report = json.loads(out.read_text())
+    assert report["stopped_by"] == signum and report["exit_code"] == code and 6 <= report["steps"] <= 8
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == "KeyboardInterrupt", "Python's traceback, where it was"
+    assert captured.out.splitlines()[-1] == (f"python -m core.audit: {script} ended early ({signum}), exit status "
+                                             f"{code}; the audit covers what it ran until then")
+
+
+def test_a_forked_child_writes_no_report_and_prints_no_summary(tmp_path, capfd):
+    script = tmp_path / "forks.py"
+    script.write_text("import os\nimport torch\nm = torch.nn.Linear(2, 2)\nfor _ in range(5):\n"
+                      "    m(torch.ones(2)).sum().item()\npid = os.fork()\n"
+                      "if pid == 0:\n    print('child', flush=True)\nelse:\n    os.waitpid(pid, 0)\n")
+    out = tmp_path / "audit.json"
+    assert main(["--json", str(out), "--", str(script)]) == 0
+    printed = capfd.readouterr().out
+    assert printed.count("steps of Linear") == 1 and "child" in printed and printed.count(f"wrote {out}") == 1
+    assert "replaced" not in printed and json.loads(out.read_text())["steps"] == 5
+
+
+def test_the_programs_exit_message_is_printed_last_and_kept_in_the_report(tmp_path, capsys):
+    script = tmp_path / "says.py"
+    script.write_text("import sys\nimport torch\nm = torch.nn.Linear(2, 2)\nfor _ in range(3):\n"
+                      "    m(torch.ones(2)).sum().item()\nsys.exit('cannot go on: \\x1b[2Jno data')\n")
+    out = tmp_path / "audit.json"
+    assert main(["--json", str(out), "--", str(script)]) == 1
+    captured = capsys.readouterr()
+    assert "cannot go on" in captured.err, "printed as Python prints it"
+    assert captured.out.splitlines()[-1] == (f"python -m core.audit: {script} exited with 1: cannot go on: "
+                                             "\\x1b[2Jno data; the audit covers what it ran")
+    assert json.loads(out.read_text())["exit_message"] == "cannot go on: \x1b[2Jno data"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["os._exit", "a program that will not stop"])
+def test_what_was_seen_is_kept_when_the_run_must_end_at_once(tmp_path, case):
+    script = tmp_path / "ends.py"
+    if case == "os._exit":
+        script.write_text("import os\nimport torch\nm = torch.nn.Linear(2, 2)\nfor _ in range(5):\n"
+                          "    m(torch.ones(2)).sum().item()\nos._exit(7)\n")
+        argv = []
+    else:
+        script.write_text("import torch\nm = torch.nn.Linear(2, 2)\nwhile True:\n    try:\n        while True:\n"
+                          "            m(torch.ones(2)).sum().item()\n    except BaseException:\n        pass\n")
+        argv = ["--timeout", "10"]  # its first steps wait for torch._dynamo to import, seconds on a busy machine
+    out = tmp_path / "audit.json"
+    code = ("import sys, core.audit_stop as stop; stop.GRACE_S = 1.0; import core.audit as audit; "
+            "sys.exit(audit.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "--json", str(out), *argv, "--", str(script)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    report = json.loads(out.read_text())
+    assert done.returncode == (7 if case == "os._exit" else 124), done.stderr[-2000:]
+    assert report["steps"] >= 5 and report["reads_per_decode_step"] == 1.0
+    assert any(line.startswith("the run ended at once") for line in report["not_seen"])
+    assert report["stopped_by"] == ("the program called os._exit(7)" if case == "os._exit" else "--timeout 10")

@@ -255,6 +255,60 @@ def test_diff_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, conten
     assert len(err.splitlines()) == 1 and problem in err and str(bad) in err and captured.out == ""
 
 
+@pytest.mark.parametrize("model", ["synthetic:llama-70b", "a config.json without sizes"])
+def test_a_model_that_cannot_fit_is_refused_in_one_line_before_a_weight_is_drawn(tmp_path, capsys, monkeypatch,
+                                                                                  model):
+    import core.memory
+    import core.model_sources
+    import core.models
+
+    monkeypatch.setattr(core.memory, "free_host_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(core.models, "random_model", lambda *a, **k: pytest.fail("weights were drawn"))
+    monkeypatch.setattr(core.model_sources, "_from_pretrained", lambda *a, **k: pytest.fail("it was loaded"))
+    if not model.startswith("synthetic:"):
+        (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+        model = str(tmp_path)
+    assert main(["--model", model, "--device", "cpu", "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit: it needs about" in err
+    assert "8.0 GiB of host memory is free for it" in err
+
+
+@pytest.mark.parametrize("hostile", ["/dev/zero", "bomb.json.gz", "big.json"])
+def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path, capsys, monkeypatch, hostile):
+    import gzip
+
+    import core.report_schema as schema
+
+    monkeypatch.setattr(schema.load, "__defaults__", (2 * 2**20,))  # a 2 MiB limit: the test stays small and fast
+    (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b" " * 64 * 2**20, compresslevel=1))
+    (tmp_path / "big.json").write_bytes(b" " * (2 * 2**20 + 1))
+    path = hostile if hostile.startswith("/") else str(tmp_path / hostile)
+    good = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01" / "audit-ro-1b.json.gz"
+    assert main(["--diff", str(good), path]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"core.bench: error: {path}: ") and captured.out == ""
+    assert {"/dev/zero": "it is a device, not a file", "bomb.json.gz": "decompresses to more than 2 MiB",
+            "big.json": "reports here are limited to 2 MiB"}[hostile] in err
+
+
+def test_diff_writes_out_the_control_characters_of_a_reports_fields(tmp_path, capsys):
+    from core.report_files import read_report_bytes
+
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01"
+    report = json.loads(read_report_bytes(results / "audit-ro-1b.json.gz"))
+    report["model"]["spec"] = "evil\x1b[2J\x1b]0;title\x07\nB: forged line"
+    report["environment"]["gpu"] = "\x9b31mred"
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(report))
+    assert main(["--diff", str(hostile), str(results / "audit-eager-1b.json.gz")]) == 0
+    printed = capsys.readouterr().out
+    assert not any(c in printed for c in "\x1b\x07\x9b"), "no control character reaches the terminal"
+    assert "A: evil\\x1b[2J\\x1b]0;title\\x07\\nB: forged line on \\x9b31mred" in printed
+    assert not any(line.startswith("B: forged") for line in printed.splitlines())
+
+
 def test_the_header_names_the_compiled_decode_attention_only_where_a_contestant_compiled():
     from core.bench import transforms_used
 

@@ -401,15 +401,17 @@ def test_the_loaded_model_counts_as_room_for_the_next_and_an_unknown_size_is_sai
     import torch
 
     import core.memory as memory
-    from engine.process import room_for_a_model
 
     monkeypatch.setattr(memory, "free_host_bytes", lambda: 3 * memory.GIB)
-    assert room_for_a_model(torch.device("cpu"), 5 * memory.GIB) == (8 * memory.GIB, "host memory")
+    assert memory.room_for_a_model(torch.device("cpu"), 5 * memory.GIB) == (8 * memory.GIB, "host memory")
     core = EngineCore(lambda message: None, EngineConfig(device="cpu"))
     with pytest.raises(ValueError, match=r"synthetic:llama-1b' does not fit: it needs about 6\.8 GiB"):
         core._check_room("synthetic:llama-1b")
     assert core._check_room(TINY) == ("", True), "it fits beside the loaded model (none here)"
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match=r"does not fit: it needs about 32\.4 GiB \(6\.74B parameters"):
+        core._check_room(str(tmp_path))  # sized as transformers would fill it in: a 6.7B Llama
+    (tmp_path / "config.json").write_text('{"model_type": "not-a-known-type"}')
     note, beside = core._check_room(str(tmp_path))
     assert "its size is unknown before loading" in note and not beside, "an unknown size lets the old model go first"
 

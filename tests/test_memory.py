@@ -50,6 +50,40 @@ def test_a_directorys_size_is_read_from_its_config_without_loading_it(tmp_path):
     assert parameter_count(experts) > 4 * parameter_count(SYNTHETIC_SHAPES["llama-1b"]), "experts count"
 
 
+def test_a_config_without_sizes_is_sized_as_its_config_class_fills_it_in_without_weights(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert memory_need(str(tmp_path), 4) is None, "torch-free (the page's server): let through for the engine"
+    need = memory_need(str(tmp_path), 4, config_defaults=True)
+    assert need.parameters == 6_738_415_616, "LlamaConfig's defaults: the 6.7B Llama transformers would allocate"
+    problem = admission_problem(need, 8 * GIB, "host memory")
+    assert problem.startswith(f"model '{tmp_path}' does not fit: it needs about 32.4 GiB (6.74B parameters")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    assert memory_need(str(tmp_path), 4, config_defaults=True) is None
+
+
+def test_an_architecture_the_formula_cannot_read_is_counted_on_the_meta_device(tmp_path):
+    import torch
+    import transformers
+
+    shape = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 128, "state_size": 8}  # no attention heads
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba", **shape}))
+    assert parameter_count(shape) is None
+    real = transformers.AutoModelForCausalLM.from_config(transformers.MambaConfig(**shape), dtype=torch.float32)
+    counted = memory_need(str(tmp_path), 4, config_defaults=True).parameters
+    assert counted == sum(p.numel() for p in {id(p): p for p in real.parameters()}.values())
+
+
+def test_the_cli_and_the_engine_refuse_through_one_admission(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: 8 * GIB)
+    with pytest.raises(ValueError, match=r"synthetic:llama-70b' does not fit: .* 8\.0 GiB of host memory is free"):
+        memory.admit("synthetic:llama-70b", torch.device("cpu"), 4)
+    assert memory.admit("synthetic:llama-1b", torch.device("cpu"), 2) == memory.Admission("", beside=True)
+    admitted = memory.admit("synthetic:llama-8b", torch.device("cpu"), 2, held_bytes=16 * GIB)
+    assert admitted == memory.Admission("", beside=False), "it fits only in the place of the loaded model"
+
+
 def _cgroup(root, monkeypatch, v2: bool, limit: str, usage: str, oom_kills: int):
     """A fake cgroup mount under `root` for this process (its /proc/self/cgroup read as the root cgroup)."""
     monkeypatch.setattr(memory.Path, "read_text", _reading_fake_proc(memory.Path.read_text))

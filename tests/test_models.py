@@ -128,3 +128,15 @@ def test_a_remote_code_directory_is_refused_by_the_cheap_check(tmp_path):
         check_spec(str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
     assert check_spec(str(tmp_path)) == str(tmp_path), "a family transformers knows loads without the remote code"
+
+
+def test_a_config_json_of_a_gigabyte_is_refused_by_its_size_without_being_read(tmp_path):
+    from core.memory import spec_shape
+    from core.model_sources import check_spec
+
+    with open(tmp_path / "config.json", "wb") as handle:
+        handle.truncate(2**30)  # sparse: a gigabyte of zeros that costs no disk
+    with pytest.raises(ValueError, match=r"its config\.json cannot be read \(the file is 1,024\.00 MiB, more than a "
+                                         r"config\.json here may hold \(16 MiB\)\)") as refused:
+        check_spec(str(tmp_path))
+    assert "\n" not in str(refused.value) and spec_shape(str(tmp_path)) is None

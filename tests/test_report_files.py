@@ -33,8 +33,51 @@ def test_plain_and_gzipped_reports_read_alike_and_are_listed_in_order(tmp_path):
                          ids=["not gzip", "cut short"])
 def test_a_damaged_gzip_is_a_value_error_naming_the_file(tmp_path, damage):
     (tmp_path / "r.json.gz").write_bytes(damage)
-    with pytest.raises(ValueError, match=r"r\.json\.gz is not a readable gzip file"):
+    with pytest.raises(ValueError, match=r"r\.json\.gz: it is not a readable gzip file"):
         read_report_bytes(tmp_path / "r.json.gz")
+
+
+def test_a_gzip_that_inflates_past_the_limit_is_refused_having_held_no_more_than_the_limit(tmp_path):
+    import tracemalloc
+
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (256 * 2**20), compresslevel=1))  # 256 MiB in about 1 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"bomb\.json\.gz: it decompresses to more than 4 MiB") as refused:
+            read_report_bytes(bomb, limit=4 * 2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak / 2**20:.1f} MiB held to refuse it"
+    assert "\n" not in str(refused.value)
+
+
+def test_a_device_or_a_pipe_that_never_ends_is_refused_without_reading_it_whole(tmp_path):
+    import threading
+
+    with pytest.raises(ValueError, match="/dev/zero: it is a device, not a file"):
+        read_report_bytes(Path("/dev/zero"))
+    read_end, write_end = os.pipe()
+
+    def endless() -> None:
+        try:
+            while True:
+                os.write(write_end, b" " * 65536)
+        except OSError:  # the reader closed its end
+            os.close(write_end)
+
+    writer = threading.Thread(target=endless, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(ValueError, match="it holds more than 1 MiB, the most a report here may hold"):
+            read_report_bytes(Path(f"/proc/self/fd/{read_end}"), limit=2**20)
+    finally:
+        os.close(read_end)
+    writer.join(5)
+    (tmp_path / "big.json").write_bytes(b" " * 2049)
+    with pytest.raises(ValueError, match=r"big\.json: the file is 0\.00 MiB; reports here are limited to 2,048 bytes"):
+        read_report_bytes(tmp_path / "big.json", limit=2048)
 
 
 def test_a_report_with_a_byte_order_mark_opens_everywhere_reports_are_read(tmp_path):

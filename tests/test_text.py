@@ -1,9 +1,10 @@
-"""core.text: one clip for text from a file or a visitor, and a report's file paths as a reader finds them."""
+"""core.text: one clip for text from a file or a visitor, a report's file paths as a reader finds them, and control
+characters written out for a terminal."""
 
 import subprocess
 import sys
 
-from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip, shown_path
+from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip, escaped, printable, shown_path
 
 
 def test_clip_keeps_short_text_and_says_how_long_a_cut_one_was():
@@ -27,3 +28,10 @@ def test_the_text_module_imports_no_torch():
     code = "import sys, core.text; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_control_characters_are_written_out_and_a_field_keeps_to_its_line():
+    hostile = "a\x1b[2J\x1b]0;title\x07\nb\tc\x9b1m\u202edcba\x7f"
+    assert escaped(hostile) == "a\\x1b[2J\\x1b]0;title\\x07\\nb\\tc\\x9b1m\\u202edcba\\x7f"
+    assert printable(hostile) == "a\\x1b[2J\\x1b]0;title\\x07\nb\\tc\\x9b1m\\u202edcba\\x7f", "lines stay lines"
+    assert escaped("plain text, é and 日本") == "plain text, é and 日本" and escaped(None) == ""
