@@ -191,7 +191,7 @@ def test_a_file_that_needs_more_memory_than_a_reader_may_use_is_refused_in_one_l
 def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path):
     path = tmp_path / "audit.json"
     path.write_bytes(b" " * 3000)
-    with pytest.raises(ValueError, match=r"the file is 0\.00 MiB; reports here are limited to 0 MiB"):
+    with pytest.raises(ValueError, match=r"the file is 0\.00 MiB; reports here are limited to 2,000 bytes"):
         audit_process.read_audit(path, 2000)
 
 
