@@ -171,6 +171,9 @@ def check_port_free(host: str, port: int) -> None:
     """ValueError when something already listens there (Gradio would fail later with a long traceback)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: a port whose last server just stopped (its connections in TIME_WAIT) is free to serve on;
+        # one with a listener is still refused.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
