@@ -134,10 +134,19 @@ class GradioFiles:
                 self._uploads.pop(path, None)
                 self._unlink(path)
 
-    def given_to(self, page: str) -> list[Path]:
-        """The files of Gradio's cache claimed for `page` (the copies of what it was offered)."""
+    def files_of(self, page: str) -> list[Path]:
+        """The files claimed for `page`: the uploads it used, then the copies of what it was offered."""
         with self._lock:
-            return [path for path, pages in self._given.items() if page in pages]
+            return ([path for path, upload in self._uploads.items() if page in upload.pages]
+                    + [path for path, pages in self._given.items() if page in pages])
+
+    def close(self) -> None:
+        """Remove every file this has tracked (a server whose folder is not its own to remove)."""
+        with self._lock:
+            for path in [*self._uploads, *self._given]:
+                self._unlink(path)
+            self._uploads.clear()
+            self._given.clear()
 
     @property
     def upload_bytes(self) -> int:

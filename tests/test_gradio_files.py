@@ -67,7 +67,7 @@ def test_a_pages_uploads_and_copies_go_when_it_closes_unless_another_page_has_th
     files.claim("p1", files.paths_in(join.encode()))
     files.claim("p1", files.paths_in(b'data: {"output": {"data": [{"path": "' + str(copy).encode() + b'"}]}}'))
     files.claim("p2", [copy])
-    assert files.given_to("p1") == [copy]
+    assert files.files_of("p1") == [used, copy]
     files.forget("p1")
     assert not used.exists() and copy.exists() and never.exists()  # p2 has the copy; no page used `never`
     files.forget("p2")
@@ -91,7 +91,7 @@ def test_files_outside_the_folder_are_never_claimed_nor_removed(tmp_path):
     assert named == [outside]
     files.claim("p", [*named, outside])
     files.forget("p")
-    assert files.given_to("p") == [] and outside.read_text() == "keep me"
+    assert files.files_of("p") == [] and outside.read_text() == "keep me"
 
 
 def test_the_server_folder_is_its_own_and_those_of_servers_gone_are_removed(tmp_path):
