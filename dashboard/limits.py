@@ -22,10 +22,13 @@ MAX_SESSIONS = 1000
 
 # A request body must arrive within BODY_GRACE_S plus its length at MIN_BODY_RATE (a 4 MiB body: 26 s; the largest
 # upload: 410 s), and the bodies being received, all requests together, hold at most MAX_BUFFERED_BYTES in memory
-# (past it the one holding the most is cut off). dashboard.request_bodies.
+# (past it the one holding the most is cut off). A body still arriving costs BODY_OVERHEAD_BYTES more than it has
+# handed over: uvicorn reads up to 256 KiB at a time, pauses reading past 64 KiB and copies what it hands over.
+# dashboard.request_bodies.
 BODY_GRACE_S = 10.0
 MIN_BODY_RATE = 256 * 1024  # bytes a second
-MAX_BUFFERED_BYTES = 64 * 2**20
+MAX_BUFFERED_BYTES = 8 * 2**20
+BODY_OVERHEAD_BYTES = 640 * 1024
 
 # Uploads (dashboard.gradio_files): one request carries at most UPLOAD_FILES files in UPLOAD_REQUEST_BYTES (one
 # report at Replay's limit and the multipart framing); a visitor (a client address) holds at most

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from dashboard.limits import BODY_GRACE_S, MAX_BUFFERED_BYTES, MIN_BODY_RATE
+from dashboard.limits import BODY_GRACE_S, BODY_OVERHEAD_BYTES, MAX_BUFFERED_BYTES, MIN_BODY_RATE
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -38,12 +38,13 @@ class _Held:
 
 
 class BodyBudget:
-    """The bytes held by the bodies still being received, over all requests: at most `max_bytes`. Past it, the body
+    """The bytes held by the bodies still being received, over all requests (each with `overhead` for the server's
+    own buffers): at most `max_bytes`. Past it, the body
     holding the most is cut off (it may be the one whose bytes just came), so that slow bodies cannot hold the server's
     memory while a small, whole one still goes through. One event loop's: not thread-safe."""
 
-    def __init__(self, max_bytes: int = MAX_BUFFERED_BYTES):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int = MAX_BUFFERED_BYTES, overhead: int = BODY_OVERHEAD_BYTES):
+        self.max_bytes, self.overhead = max_bytes, overhead
         self._held: list[_Held] = []
 
     @property
@@ -55,8 +56,9 @@ class BodyBudget:
         self._held.append(held)
         return held
 
-    def add(self, held: _Held, size: int) -> None:
-        held.bytes += size
+    def add(self, held: _Held, size: int, arriving: bool = True) -> None:
+        """`size` more bytes of a body (`arriving`: more of it to come)."""
+        held.bytes += size + (self.overhead if arriving and not held.bytes else 0)
         while self.held_bytes > self.max_bytes:
             largest = max(self._held, key=lambda h: h.bytes)
             self.close(largest)
@@ -95,7 +97,7 @@ class BodyReader:
             if self.keep:
                 self.chunks.append(chunk)
             if self._budget is not None:
-                self._budget.add(self._held, len(chunk))
+                self._budget.add(self._held, len(chunk), arriving=message.get("more_body", False))
             if self._held.cut.is_set():
                 self._stop(503, _BUSY)
             if not message.get("more_body", False):

@@ -51,7 +51,7 @@ def test_a_whole_body_within_its_limit_is_read_and_one_over_it_is_413():
 
 def test_past_the_budget_the_body_holding_the_most_is_cut_and_a_small_one_goes_through():
     async def main():
-        budget = BodyBudget(max_bytes=1000)
+        budget = BodyBudget(max_bytes=1000, overhead=0)
         slow = [BodyReader(sender([b"s" * 450]), limit=10_000, deadline_s=60, budget=budget) for _ in range(2)]
         for reader in slow:
             await reader.receive()
@@ -74,3 +74,18 @@ def test_past_the_budget_the_body_holding_the_most_is_cut_and_a_small_one_goes_t
 def test_a_deadline_grows_with_the_body():
     assert body_deadline_s(0) == pytest.approx(10.0)
     assert body_deadline_s(4 * 2**20) == pytest.approx(26.0)
+
+
+def test_a_body_still_arriving_counts_the_servers_own_buffers_for_it():
+    async def main():
+        budget = BodyBudget(max_bytes=3000, overhead=1000)
+        readers = [BodyReader(sender([b"s" * 10]), limit=100, deadline_s=60, budget=budget) for _ in range(3)]
+        for reader in readers:
+            await reader.receive()
+        held = budget.held_bytes  # three of 1010 are over 3000: the first went
+        with pytest.raises(BodyCut) as cut:
+            await readers[0].receive()
+        whole = await read_all(BodyReader(sender([b"w" * 10], then_wait=False), 100, 60, budget))
+        return held, cut.value.status, whole
+
+    assert asyncio.run(main()) == (2020, 503, b"w" * 10)
