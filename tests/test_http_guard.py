@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -485,3 +486,47 @@ def test_a_stalled_upload_is_cut_off_at_its_deadline_and_leaves_no_file(tmp_path
     assert status == 408 and answer.startswith(b"the request body did not arrive in time: 200,000 bytes")
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
     assert files.upload_bytes == 0
+
+
+def slow_body(port: int, length: int, answers: list[str], sent: threading.Barrier) -> None:
+    """A POST of `length` bytes of which all but the last are sent; its answer's status line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=180) as sock:
+        sock.sendall(f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\n\r\n".encode())
+        with contextlib.suppress(OSError):  # the server may answer and close before all is sent
+            sock.sendall(b"{" + b" " * (length - 2))
+        sent.wait()
+        try:
+            answers.append(sock.recv(4096).decode(errors="replace").split("\r\n", 1)[0])
+        except OSError as exc:
+            answers.append(f"closed: {exc}")
+
+
+@pytest.mark.slow
+def test_200_slow_bodies_are_cut_off_and_raise_the_servers_rss_by_less_than_100_mib(app_process):
+    proc, url = app_process
+    httpx.get(url + "config")
+    time.sleep(1.0)
+    before = rss_mib(proc.pid)
+    answers: list[str] = []
+    sent = threading.Barrier(201)
+    threads = [threading.Thread(target=slow_body, args=(port_of(url), 4_000_000 - 1, answers, sent), daemon=True)
+               for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    sent.wait()
+    peak = before
+    while any(thread.is_alive() for thread in threads):
+        peak = max(peak, rss_mib(proc.pid))
+        time.sleep(0.2)
+    assert len(answers) == 200 and set(answers) <= {"HTTP/1.1 503 Service Unavailable", "HTTP/1.1 408 Request Timeout"}
+    assert peak - before < 100, f"server RSS {before:.1f} MiB before, {peak:.1f} MiB at its peak"
+
+
+@pytest.mark.slow
+def test_a_sigterm_removes_the_servers_gradio_folder_with_its_uploads(tmp_path):
+    with app_py() as (proc, url):
+        folder = next(Path(tempfile.gettempdir()).glob(f"syncscope-gradio-{proc.pid}-*"))
+        answer = httpx.post(url + "gradio_api/upload", files={"files": ("r.json", b'{"a": 1}')})
+        assert answer.status_code == 200 and Path(answer.json()[0]).is_relative_to(folder)
+    assert proc.returncode is not None and not folder.exists()
