@@ -45,20 +45,17 @@ class BodyBudget:
 
     def __init__(self, max_bytes: int = MAX_BUFFERED_BYTES, overhead: int = BODY_OVERHEAD_BYTES):
         self.max_bytes, self.overhead = max_bytes, overhead
-        self._held: list[_Held] = []
+        # The bodies that have brought bytes and are not whole yet, oldest first (of two as large, the older is cut).
+        self._held: dict[_Held, None] = {}
 
     @property
     def held_bytes(self) -> int:
         return sum(held.bytes for held in self._held)
 
-    def open(self) -> _Held:
-        held = _Held()
-        self._held.append(held)
-        return held
-
     def add(self, held: _Held, size: int, arriving: bool = True) -> None:
         """`size` more bytes of a body (`arriving`: more of it to come)."""
         held.bytes += size + (self.overhead if arriving and not held.bytes else 0)
+        self._held.setdefault(held)
         while self.held_bytes > self.max_bytes:
             largest = max(self._held, key=lambda h: h.bytes)
             self.close(largest)
@@ -66,8 +63,7 @@ class BodyBudget:
 
     def close(self, held: _Held) -> None:
         """The body has arrived (or its request ended): its bytes are no longer counted."""
-        if held in self._held:
-            self._held.remove(held)
+        self._held.pop(held, None)
 
 
 _BUSY = "the server is receiving too many request bodies at once: try again"
@@ -81,7 +77,7 @@ class BodyReader:
                  cut_type: Callable[[int, str], Exception] = BodyCut, keep: bool = False):
         self._receive, self.limit, self._budget, self._cut_type = receive, limit, budget, cut_type
         self._deadline, self._allowed_s = asyncio.get_running_loop().time() + deadline_s, deadline_s
-        self._held = budget.open() if budget is not None else _Held()
+        self._held = _Held()
         self.seen, self.whole, self.cut, self.keep = 0, False, None, keep
         self.chunks: list[bytes] = []  # the body, when kept
 
