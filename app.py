@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -171,6 +172,9 @@ def check_port_free(host: str, port: int) -> None:
     """ValueError when something already listens there (Gradio would fail later with a long traceback)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: a port whose last server just stopped (its connections in TIME_WAIT) is free to serve on;
+        # one with a listener is still refused.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
@@ -221,7 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         sys.stderr.write(warning + "\n")
 
-    from dashboard.http_guard import forget_downloads_on_unload, launch_options
+    from dashboard.gradio_files import GradioFiles, server_folder
+
+    # Gradio reads its folder when it makes its components and app: this server's own, removed at exit.
+    os.environ["GRADIO_TEMP_DIR"] = str(server_folder())
+    signal.signal(signal.SIGTERM, _interrupt)  # so that a SIGTERM, too, stops the engine and removes the folders
+
+    from dashboard.http_guard import forget_files_on_unload, launch_options
     from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
@@ -234,9 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports, audits = find_bundled(RESULTS_DIR)
     demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)
     demo.queue(default_concurrency_limit=4, max_size=64)
-    forget_downloads_on_unload(demo)
-    demo.delete_cache = GRADIO_CACHE_CLEANUP  # the copies of downloads and uploads Gradio keeps in its own cache
-    guard = launch_options(max_body_bytes=int(args.max_request_mib * 2**20), max_sessions=args.max_sessions)
+    files = GradioFiles(Path(os.environ["GRADIO_TEMP_DIR"]))
+    forget_files_on_unload(demo, files)
+    demo.delete_cache = GRADIO_CACHE_CLEANUP  # what no page claimed of Gradio's copies of downloads and uploads
+    guard = launch_options(max_body_bytes=int(args.max_request_mib * 2**20), max_sessions=args.max_sessions,
+                           files=files)
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                     max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,
@@ -262,6 +274,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner.close()
         demo.dashboard.downloads.close()
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def cli() -> None:

@@ -1,38 +1,58 @@
 """The HTTP guard: what one request, one session or one address may cost the server, settled before Gradio sees it.
 
-- A request body over `max_body_bytes` is answered 413 in one line and never read (the upload route excepted:
-  Gradio streams a file to disk there, under its own `max_file_size`).
-- Failed logins are limited per client address (`LoginLimiter`): past the limit, 429 until the window has passed,
-  without checking the password.
+- Under a login, a request with a body is answered 401 unread until its sender has logged in (Gradio itself checks
+  the login only once FastAPI has read the body).
+- A request body over `max_body_bytes` is answered 413 in one line and never read; a body must arrive within its
+  deadline (408), and the bodies being received hold at most `max_buffered_bytes` together
+  (dashboard.request_bodies).
+- Uploads (`/gradio_api/upload`) must say their length and stay under the quota of dashboard.gradio_files: the
+  size and number of files of one request, what one visitor (a client address) and the folder hold, the oldest
+  going first; a page's uploads and the copies Gradio made for it go when it closes (`forget_files_on_unload`).
+- Logins are checked one at a time and a failed one is answered after a delay (`LoginGate`): guessing is bounded
+  for everyone together, and nobody's wrong passwords refuse the right one.
 - Gradio's per-session state keeps a copy of every component's configuration and last value (the prompt, the texts,
   each figure's JSON: about 0.3 MiB a session, for up to 10,000 sessions) for its deep links only. Here the session
   state keeps what the handlers need (`LeanSessionState`), for at most `max_sessions` sessions, and the deep-link
   route, which wrote a session's values to disk, is not offered.
-- A visitor's download folder goes when their page closes (`forget_downloads_on_unload`).
 
 `launch_options(...)` gives the keyword arguments of `demo.launch` that put all of this in place. No torch here.
 """
 
 from __future__ import annotations
 
-import collections
-import threading
-import time
+import asyncio
+import json
+import re
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.route_utils import MultiPartException
 from gradio.state_holder import SessionState, StateHolder
+from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
+from starlette.requests import HTTPConnection
 
-from dashboard.limits import MAX_BODY_BYTES, MAX_SESSIONS
+from dashboard.gradio_files import GradioFiles, UploadRefused
+from dashboard.limits import (
+    FAILED_LOGIN_DELAY_S,
+    LOGIN_BODY_BYTES,
+    MAX_BODY_BYTES,
+    MAX_BUFFERED_BYTES,
+    MAX_LOGINS_WAITING,
+    MAX_SESSIONS,
+)
+from dashboard.request_bodies import BodyBudget, BodyCut, BodyReader, body_deadline_s
 
-LOGIN_FAILURES = 5  # failed logins an address may make in LOGIN_WINDOW_S before it must wait
-LOGIN_WINDOW_S = 60.0
-MAX_ADDRESSES = 10_000  # addresses whose failed logins are remembered, newest first
 UPLOAD_PATH = "/gradio_api/upload"
 DEEP_LINK_PATH = "/gradio_api/deep_link"
+LOGIN_PATH = "/login"
+JOIN_PATH = "/gradio_api/queue/join"  # an event's request: its body names the uploads it uses
+DATA_PATH = "/gradio_api/queue/data"  # an event's answers: they name the files Gradio copied for the page
+_SESSION = re.compile(rb'"session_hash"\s*:\s*"([^"\\]{1,200})"')
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,115 +61,206 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class LoginLimiter:
-    """Failed logins per client address: at most `failures` in any `window_s`, then none until the oldest of them
-    is `window_s` old."""
+class LoginGate:
+    """Logins one at a time, a failed one answered only after `delay_s` (its turn held meanwhile): at most one
+    password is tried per `delay_s`, from all addresses together, and a right one is let in on its turn whatever
+    others sent before it. At most `max_waiting` logins wait; past that, 503."""
 
-    def __init__(self, failures: int = LOGIN_FAILURES, window_s: float = LOGIN_WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic):
-        self.failures, self.window_s, self._clock = failures, window_s, clock
-        self._failed: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, delay_s: float = FAILED_LOGIN_DELAY_S, max_waiting: int = MAX_LOGINS_WAITING):
+        self.delay_s, self.max_waiting = delay_s, max_waiting
+        self.waiting = 0
+        self._turn: asyncio.Lock | None = None  # made on the server's event loop, at its first login
 
-    def wait_s(self, address: str) -> float:
-        """Seconds before `address` may try to log in again (0: now)."""
-        with self._lock:
-            recent = self._recent(address)
-            if len(recent) < self.failures:
-                return 0.0
-            return max(0.0, recent[0] + self.window_s - self._clock())
-
-    def failed(self, address: str) -> None:
-        with self._lock:
-            recent = self._recent(address)
-            recent.append(self._clock())
-            self._failed[address] = recent
-            self._failed.move_to_end(address)
-            while len(self._failed) > MAX_ADDRESSES:
-                self._failed.popitem(last=False)
-
-    def _recent(self, address: str) -> collections.deque[float]:
-        recent = self._failed.get(address, collections.deque(maxlen=self.failures))
-        while recent and recent[0] <= self._clock() - self.window_s:
-            recent.popleft()
-        return recent
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        if self.waiting >= self.max_waiting:
+            raise BodyCut(503, "too many logins are waiting: try again in a few seconds")
+        self._turn = self._turn or asyncio.Lock()
+        self.waiting += 1
+        try:
+            async with self._turn:
+                yield
+        finally:
+            self.waiting -= 1
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _UploadCut(BodyCut, MultiPartException):
+    """A cut upload, of the type Gradio's upload route catches to remove the files it had begun."""
+
+    def __init__(self, status: int, line: str):
+        BodyCut.__init__(self, status, line)
+        self.message = line
 
 
 class RequestGuard:
-    """ASGI middleware: the body cap, the login limit and the routes that are not offered (see the module)."""
+    """ASGI middleware: the login before a body, the body limits, the upload quota, the login gate and the routes
+    that are not offered (see the module)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES, logins: LoginLimiter | None = None):
-        self.app, self.max_body_bytes = app, max_body_bytes
-        self.logins = logins or LoginLimiter()
+    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES,
+                 max_buffered_bytes: int = MAX_BUFFERED_BYTES, logins: LoginGate | None = None,
+                 files: GradioFiles | None = None, body_deadline: Callable[[int], float] = body_deadline_s):
+        self.app, self.max_body_bytes, self.body_deadline = app, max_body_bytes, body_deadline
+        self.budget = BodyBudget(max_buffered_bytes)
+        self.logins = logins or LoginGate()
+        self.files = files or GradioFiles(Path(get_upload_folder()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        if path.rstrip("/") == DEEP_LINK_PATH:
-            await _answer(send, 404, "deep links are not offered by this server")
-            return
+        path = scope.get("path", "").rstrip("/")
         size = _content_length(scope)
-        if size is not None and size > self.max_body_bytes and path != UPLOAD_PATH:
-            await _answer(send, 413, f"the request body of {size:,} bytes is over this server's limit of "
-                                     f"{self.max_body_bytes:,} bytes")
-            return
-        if scope.get("method") == "POST" and path.rstrip("/") == "/login":
+        if path == DEEP_LINK_PATH:
+            await _answer(send, 404, "deep links are not offered by this server")
+        elif path != LOGIN_PATH and _has_body(scope) and not _logged_in(scope):
+            await _answer(send, 401, "log in first: this server reads no request body before its login")
+        elif path == LOGIN_PATH and scope.get("method") == "POST":
             await self._login(scope, receive, send)
         elif path == UPLOAD_PATH:
-            await self.app(scope, receive, send)
+            await self._upload(scope, receive, send)
+        elif size is not None and size > self.max_body_bytes:
+            await _answer(send, 413, f"the request body of {size:,} bytes is over this server's limit of "
+                                     f"{self.max_body_bytes:,} bytes")
         else:
-            await self._capped(scope, receive, send)
+            await self._read(scope, receive, send)
 
-    async def _capped(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app, with a body of unstated length (chunked) cut off at the limit and answered 413."""
-        seen, over, started = 0, False, False
+    async def _read(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, reading its body under the limits, and the files a page used or was given claimed for it."""
+        size = _content_length(scope)
+        reader = BodyReader(receive, self.max_body_bytes, self.body_deadline(size or self.max_body_bytes), self.budget,
+                            keep=scope.get("path", "").rstrip("/") == JOIN_PATH)
+        await self._through(scope, reader, self._claiming(scope, send))
+        if reader.keep and reader.whole and reader.cut is None:
+            self._claim_from_body(b"".join(reader.chunks))
 
-        async def counted() -> Message:
-            nonlocal seen, over
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:
-                    over = True
-                    raise _BodyTooLarge
-            return message
+    async def _through(self, scope: Scope, reader: BodyReader, send: Send) -> None:
+        """The app with `reader` as its receive; a body cut off gets the reader's answer instead of the app's."""
+        started = False
 
         async def guarded(message: Message) -> None:
             nonlocal started
-            if over:  # the app's own answer to a body cut short (a 400) gives way to the 413 below
+            if reader.cut is not None:  # the app's own answer to a body cut short gives way to the reader's
                 return
             started = True
             await send(message)
 
         try:
-            await self.app(scope, counted, guarded)
+            await self.app(scope, reader.receive, guarded)
         except Exception:
-            if not over:
+            if reader.cut is None:
                 raise
-        if over and not started:
-            await _answer(send, 413, f"the request body is over this server's limit of {self.max_body_bytes:,} "
-                                     "bytes")
+        finally:
+            reader.done()
+        if reader.cut is not None and not started:
+            await _answer(send, reader.cut.status, reader.cut.line)
+
+    # ---------------------------------------------------------------------------------------------- logins
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
-        address = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.logins.wait_s(address)
-        if wait > 0:
-            await _answer(send, 429, f"too many failed logins from this address: try again in {wait:.0f} s",
-                          {"retry-after": f"{wait:.0f}"})
+        """The login form read whole first (small, within its deadline), then checked on its turn."""
+        size = _content_length(scope)
+        if size is not None and size > LOGIN_BODY_BYTES:
+            await _answer(send, 413, f"a login of {size:,} bytes is over this server's limit of {LOGIN_BODY_BYTES:,}")
             return
+        reader = BodyReader(receive, LOGIN_BODY_BYTES, self.body_deadline(LOGIN_BODY_BYTES), self.budget, keep=True)
+        try:
+            while not reader.whole:
+                await reader.receive()
+            async with self.logins.turn():
+                await self.app(scope, _replay(b"".join(reader.chunks), receive), self._delaying_failures(send))
+        except BodyCut as cut:
+            await _answer(send, cut.status, cut.line)
 
-        async def watched(message: Message) -> None:
+    def _delaying_failures(self, send: Send) -> Send:
+        async def delayed(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] in (400, 401):  # wrong credentials
-                self.logins.failed(address)
+                await asyncio.sleep(self.logins.delay_s)
             await send(message)
 
-        await self._capped(scope, receive, watched)
+        return delayed
+
+    # ---------------------------------------------------------------------------------------------- uploads
+
+    async def _upload(self, scope: Scope, receive: Receive, send: Send) -> None:
+        files = self.files
+        size, visitor = _content_length(scope), _address(scope)
+        if size is None:
+            await _answer(send, 411, "an upload must say its length (Content-Length)")
+            return
+        try:
+            files.admit(visitor, size)
+        except UploadRefused as refused:
+            await _answer(send, refused.status, refused.line)
+            return
+        answer: list[Message] = []
+        paths: list[str] = []
+        try:
+            reader = BodyReader(receive, size, self.body_deadline(size), cut_type=_UploadCut)
+            await self._through(scope, reader, _kept(answer))
+            paths = _uploaded_paths(answer)
+        finally:
+            files.arrived(visitor, size, paths)
+        if len(paths) > files.files:
+            files.remove(paths)
+            await _answer(send, 413, f"an upload may carry at most {files.files} files; this one had {len(paths)}")
+            return
+        for message in answer:
+            await send(message)
+
+    # ---------------------------------------------------------------------------------------------- page files
+
+    def _claiming(self, scope: Scope, send: Send) -> Send:
+        """`send`, claiming for the page the files named in its event answers."""
+        if scope.get("path", "").rstrip("/") != DATA_PATH:
+            return send
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode(errors="replace"))
+        page = (query.get("session_hash") or [""])[0]
+        files = self.files
+
+        async def claiming(message: Message) -> None:
+            if page and message["type"] == "http.response.body":
+                files.claim(page, files.paths_in(message.get("body", b"")))
+            await send(message)
+
+        return claiming
+
+    def _claim_from_body(self, body: bytes) -> None:
+        paths = self.files.paths_in(body)
+        page = _SESSION.search(body)
+        if paths and page:
+            self.files.claim(page.group(1).decode(errors="replace"), paths)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives `body` whole, then the server's own (a disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _kept(messages: list[Message]) -> Send:
+    async def keep(message: Message) -> None:
+        messages.append(message)
+
+    return keep
+
+
+def _uploaded_paths(answer: list[Message]) -> list[str]:
+    """The paths an upload's answer lists (none when it failed)."""
+    if not answer or answer[0].get("status") != 200:
+        return []
+    try:
+        paths = json.loads(b"".join(m.get("body", b"") for m in answer if m["type"] == "http.response.body"))
+    except ValueError:
+        return []
+    return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -160,6 +271,25 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _has_body(scope: Scope) -> bool:
+    size = _content_length(scope)
+    return bool(size) or any(name == b"transfer-encoding" for name, _ in scope.get("headers", ()))
+
+
+def _address(scope: Scope) -> str:
+    return (scope.get("client") or ("unknown", 0))[0]
+
+
+def _logged_in(scope: Scope) -> bool:
+    """Whether the request comes from a login Gradio gave (always, when the server has none)."""
+    app = scope.get("app")
+    if getattr(app, "auth", None) is None or getattr(app, "auth_dependency", None) is not None:
+        return True
+    cookies = HTTPConnection(scope).cookies
+    token = cookies.get(f"access-token-{app.cookie_id}") or cookies.get(f"access-token-unsecure-{app.cookie_id}")
+    return token is not None and token in app.tokens
 
 
 async def _answer(send: Send, status: int, line: str, headers: dict[str, str] | None = None) -> None:
@@ -217,19 +347,27 @@ async def _lean_sessions(app: Any) -> AsyncIterator[None]:
 
 
 def launch_options(max_body_bytes: int = MAX_BODY_BYTES, max_sessions: int = MAX_SESSIONS,
-                   logins: LoginLimiter | None = None) -> dict[str, Any]:
-    """Keyword arguments for `demo.launch(...)` that guard the served app (see the module)."""
-    guard = Middleware(RequestGuard, max_body_bytes=max_body_bytes, logins=logins)
+                   logins: LoginGate | None = None, files: GradioFiles | None = None,
+                   max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+                   body_deadline: Callable[[int], float] = body_deadline_s) -> dict[str, Any]:
+    """Keyword arguments for `demo.launch(...)` that guard the served app (see the module). `files` keeps the quota
+    of uploads and the pages' files: give forget_files_on_unload the same (by default, Gradio's folder as it is
+    now)."""
+    files = files or GradioFiles(Path(get_upload_folder()))
+    guard = Middleware(RequestGuard, max_body_bytes=max_body_bytes, max_buffered_bytes=max_buffered_bytes,
+                       logins=logins, files=files, body_deadline=body_deadline)
     return {"app_kwargs": {"middleware": [guard], "lifespan": _lean_sessions},
             "state_session_capacity": max_sessions}
 
 
-def forget_downloads_on_unload(demo: gr.Blocks) -> None:
-    """When a visitor's page closes, their download folder goes (dashboard.downloads: Gradio keeps its own copies
-    of what it offered)."""
+def forget_files_on_unload(demo: gr.Blocks, files: GradioFiles | None = None) -> None:
+    """When a visitor's page closes, their download folder goes (dashboard.downloads), and so do the uploads it used
+    and the copies Gradio made of what it offered the page (`files`)."""
     dashboard = demo.dashboard  # type: ignore[attr-defined]
 
     def session_ended(request: gr.Request) -> None:
         dashboard.downloads.forget(dashboard.owner(request))
+        if files is not None and request.session_hash:
+            files.forget(request.session_hash)
 
     demo.unload(session_ended)

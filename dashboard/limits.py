@@ -7,6 +7,7 @@ core.options.RUN_OPTIONS, put to work by core.run_schema. No torch here.
 
 from __future__ import annotations
 
+from core.report_schema import MAX_REPORT_BYTES
 from core.run_schema import Limits
 
 LOCAL_LIMITS = Limits()
@@ -18,3 +19,30 @@ EXPOSED_LIMITS = Limits(max_new_tokens=1024, batch=8, trials=10, min_seconds=10.
 # upload excepted: core.report_schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
+
+# A request body must arrive within BODY_GRACE_S plus its length at MIN_BODY_RATE (a 4 MiB body: 26 s; the largest
+# upload: 410 s), and the bodies being received, all requests together, hold at most MAX_BUFFERED_BYTES in memory
+# (past it the one holding the most is cut off). A body still arriving costs BODY_OVERHEAD_BYTES more than it has
+# handed over: uvicorn reads up to 256 KiB at a time, pauses reading past 64 KiB and copies what it hands over.
+# dashboard.request_bodies.
+BODY_GRACE_S = 10.0
+MIN_BODY_RATE = 256 * 1024  # bytes a second
+MAX_BUFFERED_BYTES = 8 * 2**20
+BODY_OVERHEAD_BYTES = 640 * 1024
+
+# Uploads (dashboard.gradio_files): one request carries at most UPLOAD_FILES files in UPLOAD_REQUEST_BYTES (one
+# report at Replay's limit and the multipart framing); a visitor (a client address) holds at most
+# UPLOAD_VISITOR_BYTES on disk (two reports, for a diff of two files) and the folder at most UPLOAD_FOLDER_BYTES, the
+# oldest uploads going first; an upload goes when the pages that used it close, or UPLOAD_KEEP_S after it came.
+UPLOAD_FILES = 4
+UPLOAD_REQUEST_BYTES = MAX_REPORT_BYTES + 2**20
+UPLOAD_VISITOR_BYTES = 2 * UPLOAD_REQUEST_BYTES
+UPLOAD_FOLDER_BYTES = 4 * UPLOAD_REQUEST_BYTES
+UPLOAD_KEEP_S = 3600.0
+
+# Logins (dashboard.http_guard.LoginGate): checked one at a time, a failed one answered after FAILED_LOGIN_DELAY_S,
+# so that guessing from everyone together is at most one password a FAILED_LOGIN_DELAY_S; a login body is at most
+# LOGIN_BODY_BYTES, and at most MAX_LOGINS_WAITING wait for their turn.
+FAILED_LOGIN_DELAY_S = 1.0
+LOGIN_BODY_BYTES = 4096
+MAX_LOGINS_WAITING = 256

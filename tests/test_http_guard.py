@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -17,13 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gradio.utils import get_upload_folder
 from gradio_client import Client, handle_file
 
 from core.parallel.launch import free_port
 from dashboard import http_guard
 from dashboard.downloads import PREFIX, DownloadFolders, remove_stale_roots
 from dashboard.form import page_values
-from dashboard.http_guard import LeanStateHolder, LoginLimiter, launch_options
+from dashboard.gradio_files import GradioFiles
+from dashboard.http_guard import LeanStateHolder, LoginGate, launch_options
 from dashboard.tabs.compare import OUTPUTS
 from dashboard.tabs.replay import REPLAY_OUTPUTS
 from dashboard.ui import CSS, build_demo
@@ -33,32 +36,41 @@ from tests.helpers import wait_until
 REPO = Path(__file__).resolve().parent.parent
 BODY_LIMIT = 256 * 1024
 USER, PASSWORD = "alice", "secret"
+# The guarded page's upload quota, scaled down from the server's (dashboard.limits) as the body limit is.
+UPLOAD_REQUEST = 16 * 2**20
+UPLOAD_VISITOR = 2 * UPLOAD_REQUEST
+UPLOAD_FOLDER = 4 * UPLOAD_REQUEST
 
 
-def serve_guarded(runner, logins: LoginLimiter):
+def serve_guarded(runner, logins: LoginGate, files: GradioFiles | None = None):
     """The page as app.py serves it (the guard's launch options, a login), on `runner`; (demo, url)."""
     demo = build_demo(runner, defaults=fast_settings())
     demo.queue(default_concurrency_limit=4)
-    http_guard.forget_downloads_on_unload(demo)
+    files = files or GradioFiles(Path(get_upload_folder()))
+    http_guard.forget_files_on_unload(demo, files)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False,
                 css=CSS, auth=(USER, PASSWORD), max_file_size=100 * 2**20,
-                **launch_options(max_body_bytes=BODY_LIMIT, max_sessions=50, logins=logins))
+                **launch_options(max_body_bytes=BODY_LIMIT, max_sessions=50, logins=logins, files=files))
     return demo, f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture(scope="module")
 def guarded(tiny_runner):
-    demo, url = serve_guarded(tiny_runner, LoginLimiter(1000, 60.0))
+    files = GradioFiles(Path(get_upload_folder()), folder_bytes=UPLOAD_FOLDER, visitor_bytes=UPLOAD_VISITOR,
+                        request_bytes=UPLOAD_REQUEST)
+    demo, url = serve_guarded(tiny_runner, LoginGate(delay_s=0.2), files)
+    demo.files = files
     yield demo, url
     demo.close()
     demo.dashboard.downloads.close()
+    files.close()
 
 
 @pytest.fixture
-def strict_login(tiny_runner):
-    """A page of its own whose login allows 3 failures a minute per address (others' clients log in too)."""
-    logins = LoginLimiter(3, 60.0)
+def slow_failures(tiny_runner):
+    """A page of its own whose failed logins are answered after 0.5 s (others' clients log in too)."""
+    logins = LoginGate(delay_s=0.5)
     demo, url = serve_guarded(tiny_runner, logins)
     yield url, logins
     demo.close()
@@ -69,11 +81,21 @@ def client(url: str) -> Client:
     return Client(url, auth=(USER, PASSWORD), verbose=False)
 
 
-def raw_post(port: int, path: str, length: int, first: bytes = b"{") -> str:
+def logged_in(url: str) -> dict[str, str]:
+    """The cookies of a login to the page at `url`."""
+    answer = httpx.post(url + "login", data={"username": USER, "password": PASSWORD})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.cookies)
+
+
+def raw_post(port: int, path: str, length: int, first: bytes = b"{", cookies: dict[str, str] | None = None,
+             content_type: str = "application/json") -> str:
     """The server's answer to a POST that announces `length` bytes and sends only `first`."""
+    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Type: {content_type}", f"Content-Length: {length}"]
+    if cookies:
+        head.append("Cookie: " + "; ".join(f"{k}={v}" for k, v in cookies.items()))
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {length}\r\n\r\n".encode() + first)
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + first)
         answer = b""
         while chunk := sock.recv(4096):  # the server closes the connection after its answer
             answer += chunk
@@ -82,7 +104,7 @@ def raw_post(port: int, path: str, length: int, first: bytes = b"{") -> str:
 
 def test_a_body_over_the_limit_is_answered_413_in_one_line_before_it_is_read(guarded):
     _, url = guarded
-    answer = raw_post(int(url.rsplit(":", 1)[1].strip("/")), "/gradio_api/queue/join", 32 * 2**20)
+    answer = raw_post(port_of(url), "/gradio_api/queue/join", 32 * 2**20, cookies=logged_in(url))
     head, _, body = answer.partition("\r\n\r\n")
     assert head.startswith("HTTP/1.1 413")
     assert body == f"the request body of {32 * 2**20:,} bytes is over this server's limit of {BODY_LIMIT:,} bytes\n"
@@ -95,7 +117,8 @@ def test_a_chunked_body_over_the_limit_is_cut_off_with_413(guarded):
         for _ in range(BODY_LIMIT // 65536 + 2):
             yield b"x" * 65536
 
-    answer = httpx.post(url + "gradio_api/queue/join", content=chunks(), headers={"content-type": "application/json"})
+    answer = httpx.post(url + "gradio_api/queue/join", content=chunks(), headers={"content-type": "application/json"},
+                        cookies=logged_in(url))
     assert answer.status_code == 413 and answer.text == (f"the request body is over this server's limit of "
                                                         f"{BODY_LIMIT:,} bytes\n")
 
@@ -119,27 +142,48 @@ def test_a_report_upload_may_be_larger_than_the_body_limit(guarded, tiny, tmp_pa
     assert status.startswith("Showing the uploaded file")
 
 
-def test_failed_logins_are_limited_per_address_then_answered_429(strict_login):
-    url, logins = strict_login
-    wrong = [httpx.post(url + "login", data={"username": USER, "password": f"guess{i}"}) for i in range(3)]
-    assert [answer.status_code for answer in wrong] == [400, 400, 400]
-    limited = httpx.post(url + "login", data={"username": USER, "password": PASSWORD})  # not even checked now
-    assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 50
-    assert limited.text.startswith("too many failed logins from this address: try again in ")
-    assert limited.text.count("\n") == 1
-    assert logins.wait_s("127.0.0.1") > 50 and logins.wait_s("10.0.0.2") == 0  # counted per address
+def test_under_a_login_a_body_is_not_read_before_the_sender_has_logged_in(guarded):
+    _, url = guarded
+    answer = raw_post(port_of(url), "/gradio_api/queue/join", BODY_LIMIT // 2)  # announced, one byte sent
+    head, _, body = answer.partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 401")
+    assert body == "log in first: this server reads no request body before its login\n"
+    upload = raw_post(port_of(url), "/gradio_api/upload", UPLOAD_REQUEST // 2, content_type="multipart/form-data")
+    assert upload.startswith("HTTP/1.1 401")
+    assert raw_post(port_of(url), "/gradio_api/queue/join", 1, cookies=logged_in(url)).startswith("HTTP/1.1 422")
 
 
-def test_the_login_limit_counts_failures_in_a_sliding_window():
-    now = [0.0]
-    limiter = LoginLimiter(failures=2, window_s=10.0, clock=lambda: now[0])
-    limiter.failed("a")
-    assert limiter.wait_s("a") == 0
-    now[0] = 4.0
-    limiter.failed("a")
-    assert limiter.wait_s("a") == pytest.approx(6.0) and limiter.wait_s("b") == 0
-    now[0] = 10.5  # the first failure is out of the window
-    assert limiter.wait_s("a") == 0
+def test_five_wrong_passwords_from_one_address_do_not_keep_the_right_one_out(slow_failures):
+    url, logins = slow_failures
+    for i in range(5):
+        started = time.monotonic()
+        wrong = httpx.post(url + "login", data={"username": USER, "password": f"guess{i}"})
+        assert wrong.status_code == 400 and time.monotonic() - started >= logins.delay_s
+    assert httpx.post(url + "login", data={"username": USER, "password": PASSWORD}).status_code == 200
+
+
+def test_failed_logins_are_checked_one_at_a_time_each_answered_after_the_delay(slow_failures):
+    url, logins = slow_failures
+    answers: list[int] = []
+
+    def guess(i: int) -> None:
+        answers.append(httpx.post(url + "login", data={"username": USER, "password": f"guess{i}"}).status_code)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [400] * 4
+    assert time.monotonic() - started >= 4 * logins.delay_s  # four guesses at once take four delays, not one
+
+
+def test_a_login_body_is_small_and_read_before_its_turn(slow_failures):
+    url, _ = slow_failures
+    answer = raw_post(port_of(url), "/login", 10 * 2**20, b"username=",
+                      content_type="application/x-www-form-urlencoded")
+    assert answer.startswith("HTTP/1.1 413")
 
 
 def test_sessions_keep_no_copy_of_each_components_value_and_deep_links_are_off(guarded):
@@ -200,23 +244,32 @@ def test_a_flag_given_any_other_word_through_the_api_is_refused_in_one_line(guar
     assert status == f"**Not started:** ignore eos must be true or false, got '{given}'"
 
 
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].strip("/"))
+
+
 def download_path(value) -> Path:
     """A download button's file, from a path or an update that carries one."""
     return Path(value["value"] if isinstance(value, dict) else value)
 
 
-def test_a_visitors_download_folder_goes_when_their_page_closes(guarded):
+def test_a_visitors_download_folder_uploads_and_gradios_copies_go_when_their_page_closes(guarded, tiny, tmp_path):
     demo, url = guarded
     visitor = client(url)
-    out = dict(zip(OUTPUTS, visitor.predict(**page_values(fast_settings(max_new_tokens=2)), api_name="/run")))
-    assert download_path(out["csv"]).is_file()  # Gradio's copy, in its own cache
+    visitor.predict(**page_values(fast_settings(max_new_tokens=2)), api_name="/run")
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(bench_report(tiny, max_new_tokens=2)))
+    assert visitor.predict(handle_file(str(report)), api_name="/replay")[0].startswith("Showing the uploaded file")
     folder = demo.dashboard.downloads.folder_for(visitor.session_hash)
     assert any(folder.iterdir())
+    page_files = demo.files.files_of(visitor.session_hash)  # the upload, and Gradio's copies of the downloads
+    assert any(p.name == "report.json" for p in page_files) and any(p.suffix == ".csv" for p in page_files)
+    assert all(p.is_file() for p in page_files)
     with httpx.stream("GET", url + f"gradio_api/heartbeat/{visitor.session_hash}", cookies=visitor.cookies,
                       timeout=30) as beat:
         next(beat.iter_lines())  # the page is alive...
     wait_until(lambda: not folder.exists(), timeout=30)  # ...and then gone
-    assert download_path(out["csv"]).is_file()
+    wait_until(lambda: not any(p.exists() for p in page_files), timeout=30)
 
 
 def test_download_folders_are_bounded_per_server_and_removed_with_it(tmp_path, monkeypatch):
@@ -343,3 +396,137 @@ def test_replaying_a_report_with_a_10_mb_field_leaves_nothing_of_it_in_the_serve
     # second five add less than one field.
     assert first < 50, f"server RSS grew {first:.1f} MiB over 5 replays of a report with a 10 MB field"
     assert second < 10, f"server RSS grew {second:.1f} MiB more over 5 more replays: something keeps the field"
+
+
+# ------------------------------------------------------------------------------------------------ Item 42.3: uploads
+
+def multipart(files: dict[str, bytes], boundary: str = "b0undary") -> bytes:
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+             f"Content-Type: application/json\r\n\r\n".encode() + data + b"\r\n" for name, data in files.items()]
+    return b"".join(parts) + f"--{boundary}--\r\n".encode()
+
+
+def upload(url: str, files: dict[str, bytes], **headers: str) -> httpx.Response:
+    return httpx.post(url + "gradio_api/upload", content=multipart(files), cookies=logged_in(url),
+                      headers={"content-type": "multipart/form-data; boundary=b0undary", **headers})
+
+
+def test_an_upload_must_say_its_length_and_stay_under_the_request_limit_and_is_refused_unread(guarded):
+    demo, url = guarded
+    before = demo.files.upload_bytes
+    for _ in range(4):  # the hostile visitor's 5 x 90 MB, scaled to this page's request limit
+        answer = raw_post(port_of(url), "/gradio_api/upload", 5 * int(0.9 * UPLOAD_REQUEST), b"--b0undary\r\n",
+                          cookies=logged_in(url), content_type="multipart/form-data; boundary=b0undary")
+        assert answer.startswith("HTTP/1.1 413") and "bytes a request" in answer
+    chunked = httpx.post(url + "gradio_api/upload", content=iter([multipart({"a.json": b"{}"})]),
+                         cookies=logged_in(url), headers={"content-type": "multipart/form-data; boundary=b0undary"})
+    assert chunked.status_code == 411 and chunked.text == "an upload must say its length (Content-Length)\n"
+    assert demo.files.upload_bytes == before
+
+
+def test_an_upload_of_more_files_than_allowed_keeps_none_of_them(guarded):
+    _, url = guarded
+    answer = upload(url, {f"f{i}.json": f'{{"n": {i}}}'.encode() for i in range(5)})
+    assert answer.status_code == 413 and answer.text == "an upload may carry at most 4 files; this one had 5\n"
+    folder = Path(get_upload_folder())
+    assert not any((folder / d).is_dir() and (folder / d / "f0.json").exists() for d in os.listdir(folder))
+    one = upload(url, {"one.json": b'{"n": "one"}'})
+    assert one.status_code == 200 and Path(one.json()[0]).is_file()
+
+
+def test_a_visitors_uploads_stay_within_their_quota(guarded):
+    demo, url = guarded
+    size = int(0.3 * UPLOAD_REQUEST)  # six fit in the visitor's quota (6.7 of them)
+    paths = [upload(url, {f"q{i}.json": bytes([65 + i]) * size}).json()[0] for i in range(8)]
+    assert [Path(p).exists() for p in paths] == [False] * 2 + [True] * 6  # the oldest went
+    assert demo.files.upload_bytes <= UPLOAD_VISITOR
+
+
+def asgi_call(app, path: str, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, bytes]:
+    """One request to an ASGI app in-process: `chunks` of its body, and then nothing more (a stalled sender)."""
+    import asyncio
+
+    async def main() -> tuple[int, bytes]:
+        left, answer = list(chunks), {"status": 0, "body": b""}
+
+        async def receive():
+            if left:
+                return {"type": "http.request", "body": left.pop(0), "more_body": True}
+            await asyncio.Event().wait()
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+            else:
+                answer["body"] += message.get("body", b"")
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "path": path,
+                 "raw_path": path.encode(), "query_string": b"", "root_path": "", "scheme": "http",
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+                 "headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
+        await app(scope, receive, send)
+        return answer["status"], answer["body"]
+
+    return asyncio.run(asyncio.wait_for(main(), timeout=60))
+
+
+def test_a_stalled_upload_is_cut_off_at_its_deadline_and_leaves_no_file(tmp_path, monkeypatch):
+    import gradio as gr
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    with gr.Blocks() as demo:
+        gr.File()
+    demo.max_file_size = None  # as launch() leaves it without a limit
+    files = GradioFiles(tmp_path)
+    options = launch_options(files=files, body_deadline=lambda size: 0.5)
+    app = gr.routes.App.create_app(demo, app_kwargs=options["app_kwargs"])
+    body = multipart({"big.json": b"x" * 300_000})
+    status, answer = asgi_call(app, "/gradio_api/upload", {"content-type": "multipart/form-data; boundary=b0undary",
+                                                            "content-length": str(len(body))}, [body[:200_000]])
+    assert status == 408 and answer.startswith(b"the request body did not arrive in time: 200,000 bytes")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert files.upload_bytes == 0
+
+
+def slow_body(port: int, length: int, answers: list[str], sent: threading.Barrier) -> None:
+    """A POST of `length` bytes of which all but the last are sent; its answer's status line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=180) as sock:
+        sock.sendall(f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\n\r\n".encode())
+        with contextlib.suppress(OSError):  # the server may answer and close before all is sent
+            sock.sendall(b"{" + b" " * (length - 2))
+        sent.wait()
+        try:
+            answers.append(sock.recv(4096).decode(errors="replace").split("\r\n", 1)[0])
+        except OSError as exc:
+            answers.append(f"closed: {exc}")
+
+
+@pytest.mark.slow
+def test_200_slow_bodies_are_cut_off_and_raise_the_servers_rss_by_less_than_100_mib(app_process):
+    proc, url = app_process
+    httpx.get(url + "config")
+    time.sleep(1.0)
+    before = rss_mib(proc.pid)
+    answers: list[str] = []
+    sent = threading.Barrier(201)
+    threads = [threading.Thread(target=slow_body, args=(port_of(url), 4_000_000 - 1, answers, sent), daemon=True)
+               for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    sent.wait()
+    peak = before
+    while any(thread.is_alive() for thread in threads):
+        peak = max(peak, rss_mib(proc.pid))
+        time.sleep(0.2)
+    assert len(answers) == 200 and set(answers) <= {"HTTP/1.1 503 Service Unavailable", "HTTP/1.1 408 Request Timeout"}
+    assert peak - before < 100, f"server RSS {before:.1f} MiB before, {peak:.1f} MiB at its peak"
+
+
+@pytest.mark.slow
+def test_a_sigterm_removes_the_servers_gradio_folder_with_its_uploads(tmp_path):
+    with app_py() as (proc, url):
+        folder = next(Path(tempfile.gettempdir()).glob(f"syncscope-gradio-{proc.pid}-*"))
+        answer = httpx.post(url + "gradio_api/upload", files={"files": ("r.json", b'{"a": 1}')})
+        assert answer.status_code == 200 and Path(answer.json()[0]).is_relative_to(folder)
+    assert proc.returncode is not None and not folder.exists()
