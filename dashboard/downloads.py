@@ -18,6 +18,8 @@ import threading
 import weakref
 from pathlib import Path
 
+from dashboard.gradio_files import remove_stale_folders
+
 PREFIX = "syncscope-downloads-"
 MAX_VISITORS = 256
 
@@ -67,23 +69,5 @@ class DownloadFolders:
 
 def remove_stale_roots(temp: Path) -> list[Path]:
     """Remove the download folders of servers that are no longer running (their process id is in the name)."""
-    removed = []
-    for root in temp.glob(f"{PREFIX}*"):
-        pid = root.name[len(PREFIX):].split("-", 1)[0]
-        if root.is_dir() and not _running(int(pid) if pid.isdigit() else None):
-            shutil.rmtree(root, ignore_errors=True)
-            removed.append(root)
-    return removed
-
-
-def _running(pid: int | None) -> bool:
-    """Whether a process with this id runs (a folder without one, from before ids were in the names: no)."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
+    return remove_stale_folders(temp, PREFIX)
     return True

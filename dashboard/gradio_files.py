@@ -46,7 +46,8 @@ def server_folder(temp: Path | None = None) -> Path:
 
 
 def remove_stale_folders(temp: Path, prefix: str = PREFIX) -> list[Path]:
-    """Remove the folders `<prefix><pid>-*` under `temp` whose process no longer runs."""
+    """Remove the folders `<prefix><pid>-*` under `temp` whose process no longer runs (a folder whose name holds no
+    process id, from before ids were in the names, too)."""
     removed = []
     for folder in temp.glob(f"{prefix}*"):
         pid = folder.name[len(prefix):].split("-", 1)[0]
