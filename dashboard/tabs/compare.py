@@ -84,9 +84,11 @@ class CompareTab:
         return tab
 
     def _wire(self, inputs: dict[str, Any]) -> None:
-        c, runner = self.components, self.page.runner
+        c = self.components
+        # No limit of Gradio's own: the runner's queue is the only queue (it refuses at once, in one line, what it
+        # will not take), so every run it accepts has its handler, whose page shows the run's place in it.
         c["run_btn"].click(self.run, inputs_kwargs=inputs, outputs=self.outputs, api_name="run",
-                           concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="hidden",
+                           concurrency_limit=None, concurrency_id="run", show_progress="hidden",
                            trigger_mode="multiple").then(
             self.history.enable_downloads, outputs=self.history.download_buttons, api_visibility="private",
             queue=False)
@@ -107,7 +109,7 @@ class CompareTab:
         owner = self.page.owner(request)
         form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
                 for name, value in controls.items()}
-        going, job, refusal = self._submit_unless_going(form, owner)
+        going, job, refusal = self._submit_unless_going(form, owner, address_of(request))
         if going is not None:  # a second click while one streams: answered beside Run, the first's status goes on
             yield {c["run_note"]: self._already_going(going)}
             return
@@ -120,7 +122,8 @@ class CompareTab:
         except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
             yield {c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: {plain(exc)}"}
 
-    def _submit_unless_going(self, form: dict[str, Any], owner: str) -> tuple[Job | None, Job | None, str | None]:
+    def _submit_unless_going(self, form: dict[str, Any], owner: str,
+                             address: str | None = None) -> tuple[Job | None, Job | None, str | None]:
         """(the visitor's run already going, or None; the job submitted, or None; why it was refused). One at a
         time: two clicks handled at once must not both find nothing going and both submit."""
         with self._submitting:
@@ -128,7 +131,7 @@ class CompareTab:
             if going is not None:
                 return going, None, None
             try:
-                return None, self.page.runner.submit(form, owner=owner), None
+                return None, self.page.runner.submit(form, owner=owner, address=address), None
             except ValueError as exc:
                 return None, None, str(exc)
 
@@ -263,6 +266,13 @@ class CompareTab:
             update[c["model"]] = runner.model_spec  # a spec that failed to load does not stay selected
         update.update(self.history.after_run(owner, report, job.page))
         return update
+
+
+def address_of(request: gr.Request | None) -> str | None:
+    """The client address a request came from (None: unknown)."""
+    client = getattr(request, "client", None) if request is not None else None
+    host = getattr(client, "host", None)
+    return host if isinstance(host, str) and host else None
 
 
 def _command(job: Job) -> str:
