@@ -7,6 +7,7 @@ import pytest
 from dashboard.fair_share import EXPOSED_SHARING, LOCAL_SHARING, Client, FairShare, ShareRule, sharing_for
 from dashboard.jobs import COMPARE, DONE, Job
 from tests.conftest import TINY, make_runner
+from tests.helpers import wait_until
 
 VISITOR_ADDRESS, FLOOD_ADDRESS, TUNNEL = "198.51.100.7", "203.0.113.5", "127.0.0.1"
 
@@ -105,4 +106,38 @@ def test_a_flood_of_85_sessions_from_one_address_leaves_a_new_visitors_run_next_
             assert job.wait(120) and job.state == DONE, job.error
         assert flood[0].t_end <= visitor.t0 <= flood[1].t0, "the visitor's run came before the flood's second"
     finally:
+        runner.close()
+
+
+@pytest.mark.slow
+def test_through_the_page_a_waiting_visitor_sees_its_place_and_a_refused_one_gets_one_line():
+    """Served, with one place in the runner's queue and the exposed sharing: the second visitor (once past Gradio's
+    handler slots, which were as many as the queue's places) streams its place; the third, a third newcomer from
+    the one loopback address, is refused in one line and the page goes on serving."""
+    from gradio_client import Client
+
+    from dashboard.form import page_values
+    from tests.conftest import serve
+    from tests.test_dashboard_client import text_of
+
+    runner = make_runner(monitor=False, in_process_engine=True, sharing=EXPOSED_SHARING, max_queue=1)
+    app = serve(runner)
+    try:
+        form = page_values(dict(prompt="Count", model=TINY, max_new_tokens=400, ignore_eos=True, trials=1))
+        visitors = [Client(app.url, verbose=False) for _ in range(3)]
+        going = visitors[0].submit(**form, api_name="/run")
+        assert wait_until(lambda: len(runner.pending()) == 1, timeout=60)
+        waiting = visitors[1].submit(**form, api_name="/run")
+        assert wait_until(lambda: len(runner.pending()) == 2, timeout=60)
+        assert wait_until(lambda: any("ahead of yours" in text_of(out[0]) for out in waiting.outputs()), 60)
+        assert text_of(waiting.outputs()[-1][0]) == "Waiting for the device: 1 job ahead of yours in the queue."
+        refused = text_of(visitors[2].predict(**form, api_name="/run")[0])
+        assert refused == ("Not started: 2 runs of visitors with no finished run yet are queued or running from "
+                           "your address, this server's limit: try again when one has finished")
+        for visitor in visitors[:2]:
+            visitor.predict(api_name="/cancel")
+        assert text_of(going.result(timeout=60)[0]).startswith("Cancelled")
+        assert text_of(waiting.result(timeout=60)[0]).startswith("Cancelled")
+    finally:
+        app.demo.close()
         runner.close()
