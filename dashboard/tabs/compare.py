@@ -20,6 +20,7 @@ from dashboard.page import PageContext
 from dashboard.report_text import headline_md, plain, rate_md, status_md
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
 from dashboard.runner import Runner
+from dashboard.session_copies import SessionCopies
 from dashboard.tabs.history import HistoryTab
 
 # The /run endpoint's outputs, in order (a client zips them with these names); the timeline's plot follows them.
@@ -41,6 +42,7 @@ class CompareTab:
         self._submitting = threading.Lock()  # a visitor's "already going?" and the submit, as one step
         self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
         self._lock = threading.Lock()
+        self.session_copies: SessionCopies | None = None  # build_demo sets it once the page is built
 
     @classmethod
     def build(cls, page: PageContext) -> Self:
@@ -91,7 +93,7 @@ class CompareTab:
                            concurrency_limit=None, concurrency_id="run", show_progress="hidden",
                            trigger_mode="multiple").then(
             self.history.enable_downloads, outputs=self.history.download_buttons, api_visibility="private",
-            queue=False)
+            queue=False).then(self.forget_copies, api_visibility="private", queue=False)
         c["cancel_btn"].click(self.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
 
     @property
@@ -105,6 +107,12 @@ class CompareTab:
     def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
         """Queue a run and stream its progress until it finishes. `controls` are the model and the run options
         by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them."""
+        try:
+            yield from self._run(request, controls)
+        finally:  # Gradio resumes a stream only once it has applied its last update: its copies are all made
+            self.forget_copies(request)
+
+    def _run(self, request: gr.Request, controls: dict[str, Any]) -> Iterator[dict]:
         c = self.components
         owner = self.page.owner(request)
         form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
@@ -121,6 +129,11 @@ class CompareTab:
             yield from self._follow(job, owner)
         except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
             yield {c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: {plain(exc)}"}
+
+    def forget_copies(self, request: gr.Request) -> None:
+        """Drop the component copies the run's updates left in this session (dashboard.session_copies)."""
+        if self.session_copies is not None:
+            self.session_copies.forget(getattr(request, "session_hash", None))
 
     def _submit_unless_going(self, form: dict[str, Any], owner: str,
                              address: str | None = None) -> tuple[Job | None, Job | None, str | None]:
@@ -217,6 +230,12 @@ class CompareTab:
     def on_load(self, browser_id: Any, request: gr.Request) -> Iterator[dict]:
         """Tie this page to its browser's id (made here on a first visit), show that browser's history and last
         run, and stream its run again if one is still queued or running (a reload does not lose it)."""
+        try:
+            yield from self._on_load(browser_id, request)
+        finally:
+            self.forget_copies(request)
+
+    def _on_load(self, browser_id: Any, request: gr.Request) -> Iterator[dict]:
         page, runner, history = self.page, self.page.runner, self.history
         browser_id = page.visitors.tie(browser_id, request)
         update = {page.browser_state: browser_id, page.banner_md: page.banner.text(),
