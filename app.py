@@ -231,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["GRADIO_TEMP_DIR"] = str(server_folder())
     signal.signal(signal.SIGTERM, _interrupt)  # so that a SIGTERM, too, stops the engine and removes the folders
 
+    from dashboard.fair_share import sharing_for
     from dashboard.http_guard import forget_files_on_unload, launch_options
     from dashboard.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
@@ -239,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     runner = Runner(defaults["model"], device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
                     allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or (),
-                    in_process_engine=args.engine_in_process)
+                    in_process_engine=args.engine_in_process, sharing=sharing_for(is_exposed(args)))
     print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
     reports, audits = find_bundled(RESULTS_DIR)
     demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)

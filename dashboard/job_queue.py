@@ -1,7 +1,10 @@
-"""The job queue: one FIFO of jobs (model loads and runs) and the one worker thread that runs them in turn.
+"""The job queue: the waiting jobs (model loads and runs) and the one worker thread that runs them in turn.
 
-Only one job uses the device at a time, and a waiting job knows its place. What running a job means (the engine)
-and what stopping the running one means are given to `start`; what happens when a job ends, to the constructor.
+Only one job uses the device at a time, and a waiting job knows its place. The server's own jobs (a reload after an
+engine restart) and jobs sent back go first; then clients take turns (`Job.share_key`, else the owner: a client's
+n-th waiting job runs after every other client's (n-1)-th, and the client just served waits for the others), first
+come first within a turn. What running a job means (the engine) and what stopping the running one means are given
+to `start`; what happens when a job ends, to the constructor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ def _nothing(job: Job) -> None:
     return None
 
 
+_NOBODY = object()
+
+
+def _turn_of(job: Job) -> object:
+    return job.share_key if job.share_key is not None else job.owner
+
+
 class JobQueue:
     """Jobs waiting, the one running, and the finished ones still remembered (the newest KEEP_FINISHED_JOBS)."""
 
@@ -34,6 +44,7 @@ class JobQueue:
         self._stop: JobHook = _nothing
         self._queue: collections.deque[Job] = collections.deque()
         self._active: Job | None = None
+        self._last_turn: object = _NOBODY  # whose job the worker took last: it waits for the others' turns
         self._jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
@@ -130,19 +141,36 @@ class JobQueue:
             return list(self._jobs.values())
 
     def position(self, job: Job) -> int:
-        """How many jobs run or wait ahead of this one (0: it is running or next)."""
+        """How many visitors' jobs run or wait ahead of this one (0: it is running or next); the server's own (a
+        reload) are not counted."""
         with self._cond:
             if job is self._active or job.done:
                 return 0
-            ahead = list(self._queue).index(job) if job in self._queue else 0
-            return ahead + (1 if self._active is not None and not self._active.done else 0)
+            order = self._ordered()
+            ahead = order[:order.index(job)] if job in order else []
+            active = self._active is not None and not self._active.done and not self._active.internal
+            return sum(not j.internal for j in ahead) + active
 
     def pending(self) -> list[Job]:
-        """The running job, then the queued ones (a job that just finished is no longer pending)."""
+        """The running job, then the queued ones in the order they will run (a job that just finished is no longer
+        pending)."""
         with self._cond:
-            return [job for job in (self._active, *self._queue) if job is not None and not job.done]
+            return [job for job in (self._active, *self._ordered()) if job is not None and not job.done]
 
     # ---- the worker
+
+    def _ordered(self) -> list[Job]:
+        """The waiting jobs in the order they will run (see the module)."""
+        turns: collections.Counter[object] = collections.Counter({self._last_turn: 1})
+        ranked = []
+        for arrival, job in enumerate(self._queue):
+            if job.internal or job.attempts:
+                ranked.append((-1, arrival, job))
+                continue
+            turn = _turn_of(job)
+            ranked.append((turns[turn], arrival, job))
+            turns[turn] += 1
+        return [job for _, _, job in sorted(ranked, key=lambda rank: rank[:2])]
 
     def _forget_old_jobs(self) -> None:
         finished = [j for j in self._jobs.values() if j.done]
@@ -156,7 +184,9 @@ class JobQueue:
                     self._cond.wait()
                 if self._closed:
                     return
-                job = self._active = self._queue.popleft()
+                job = self._active = self._ordered()[0]
+                self._queue.remove(job)
+                self._last_turn = _turn_of(job)
             try:
                 self._execute(job)
             finally:

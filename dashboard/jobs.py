@@ -42,6 +42,9 @@ class Job:
     internal: bool = False  # a reload after an engine restart: not in anyone's history
     attempts: int = 0  # times it was sent to an engine that turned out to be gone
     started: bool = False  # the engine said it received the job
+    address: str | None = None  # the client address that asked for it (None: the server, or a caller in-process)
+    share_key: str | None = None  # whose turn it takes in the queue (dashboard.fair_share); None: its owner's
+    newcomer: bool = False  # asked for by a visitor with no finished run yet
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list, repr=False)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     view: Any = field(default=None, repr=False)

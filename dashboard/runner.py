@@ -9,6 +9,7 @@ may name), the run history (dashboard.history) and the NVML sampler. The engine 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ from core.memory import admission_problem, bytes_per_element, free_gpu_bytes, fr
 from core.options import BenchRequest, Cancelled
 from core.run_schema import Limits, request_from_values
 from core.specs import DEFAULT_MODEL, loading_note
+from dashboard.fair_share import LOCAL_SHARING, Client, FairShare, ShareRule
 from dashboard.history import RunHistory, history_row
 from dashboard.job_queue import MAX_QUEUE, JobQueue
 from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, Job
@@ -39,15 +41,18 @@ class Runner:
                  monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
                  named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None,
-                 in_process_engine: bool = False):
+                 in_process_engine: bool = False, sharing: ShareRule = LOCAL_SHARING):
         """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory).
-        `in_process_engine`: the engine on a thread of this process (engine.inprocess: tests and debugging)."""
+        `in_process_engine`: the engine on a thread of this process (engine.inprocess: tests and debugging).
+        `sharing`: how much of the queue one client may hold (dashboard.fair_share)."""
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.limits = limits
         self._free_memory = free_memory or self._measured_free_memory
         # Specs the operator named at startup: the banner, which every visitor sees, names these and built-ins only.
         self.models = ModelPolicy(allowed_models, [*named_models, *([model] if model else [])])
         self.run_history = RunHistory()
+        self.fair_share = FairShare(sharing)
+        self._submitting = threading.Lock()  # a client's admission and its job's place in the queue, as one step
         self.queue = JobQueue(max_queue, on_finish=self._finished)
         self.supervisor = EngineSupervisor(self.queue, self.models, limits, self._record_page, device=device,
                                            dtype=dtype, tp=tp, hf_modules=hf_modules, engine=engine,
@@ -169,18 +174,28 @@ class Runner:
         assert self.model_facts is not None
         return self.model_facts
 
-    def submit(self, form: Mapping[str, Any], owner: str | None = None) -> Job:
-        """Check and queue a run; ValueError with a readable message for a bad form. `form` holds the run
-        options by name (core.options.RUN_OPTIONS; missing ones take their defaults) and `model` (None or missing:
-        whatever is loaded)."""
+    def submit(self, form: Mapping[str, Any], owner: str | None = None, address: str | None = None) -> Job:
+        """Check and queue a run; ValueError with a readable message for a bad form, or when this client may not
+        queue one now (dashboard.fair_share). `form` holds the run options by name (core.options.RUN_OPTIONS;
+        missing ones take their defaults) and `model` (None or missing: whatever is loaded); `address` is the
+        client's (None: a caller in this process)."""
         request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
         model = self.check_model(form["model"]) if form.get("model") else None
         self._check_context(request, model)
-        if owner is not None and any(j.owner == owner and j.work == COMPARE for j in self.pending()):
-            raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")
         job = Job(id=self.queue.next_id(), work=COMPARE, owner=owner, model=model, request=request, notices=notices)
         job.view = LiveView(job, lambda: self.decoder, self.monitor, self.position)
-        return self.queue.add(job)
+        with self._submitting:
+            pending = self.pending()
+            if owner is not None and any(j.owner == owner and j.work == COMPARE for j in pending):
+                raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")
+            client = Client(owner, address) if owner is not None else None
+            if client is not None:
+                self.fair_share.admit(client, pending)
+                self.fair_share.stamp(job, client)
+            self.queue.add(job)
+            if client is not None:
+                self.fair_share.seen(client)
+            return job
 
     def _check_context(self, request: BenchRequest, model: str | None) -> None:
         """Refuse, before it is queued, a run that cannot fit the loaded model's context (the engine checks again,
@@ -270,6 +285,7 @@ class Runner:
 
     def _finished(self, job: Job) -> None:
         """A job ended: a run that started gets its history row (one cancelled while queued never ran)."""
+        self.fair_share.finished(job)
         if job.work == COMPARE and job.t0 is not None and not job.internal:
             device_type = self.model_facts.device_type if self.model_facts else None
             self.run_history.add(job.owner, history_row(job.id, job.state, job.request, job.model or self.model_spec,

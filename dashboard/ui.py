@@ -22,6 +22,7 @@ from dashboard.banner import ServerBanner
 from dashboard.downloads import DownloadFolders
 from dashboard.page import PageConfig, PageContext
 from dashboard.runner import Runner
+from dashboard.session_copies import SessionCopies
 from dashboard.tabs.compare import CompareTab
 from dashboard.tabs.replay import ReplayTab
 from dashboard.tabs.your_loop import YourLoopTab
@@ -132,6 +133,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                           open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
         gr.api(compare.history.report_of_run, api_name="report", concurrency_limit=4, concurrency_id="reports")
+    compare.session_copies = SessionCopies(demo)
     demo.dashboard = Dashboard(page, compare, replay, your_loop)  # type: ignore[attr-defined]
     return demo
 

@@ -55,8 +55,8 @@ def queue():
     queue.close()
 
 
-def job(queue: JobQueue, owner: str | None = None, internal: bool = False) -> Job:
-    return Job(id=queue.next_id(), work=COMPARE, owner=owner, model=None, internal=internal)
+def job(queue: JobQueue, owner: str | None = None, internal: bool = False, key: str | None = None) -> Job:
+    return Job(id=queue.next_id(), work=COMPARE, owner=owner, model=None, internal=internal, share_key=key)
 
 
 def test_jobs_run_one_at_a_time_in_the_order_they_came(queue):
@@ -129,3 +129,27 @@ def test_finished_jobs_are_forgotten_beyond_a_bound(queue):
         queue.add(job(queue)).wait(10)
     queue.add(job(queue)).wait(10)
     assert len(queue.remembered()) <= KEEP_FINISHED_JOBS + 1
+
+
+def test_clients_take_turns_so_a_second_run_waits_behind_a_newer_clients_first(queue):
+    queue.max_queue = 10
+    first, second = queue.add(job(queue, "a1", key="A")), queue.add(job(queue, "a2", key="A"))
+    assert wait_until(lambda: first.state == RUNNING)
+    third = queue.add(job(queue, "a3", key="A"))
+    newcomer = queue.add(job(queue, "b1", key="B"))
+    assert queue.pending() == [first, newcomer, second, third]
+    assert [queue.position(j) for j in (newcomer, second, third)] == [1, 2, 3]
+    queue.engine.release.set()
+    assert all(j.wait(10) for j in (first, second, third, newcomer))
+    assert queue.engine.ran == [first.id, newcomer.id, second.id, third.id]
+
+
+def test_a_reload_runs_first_but_is_not_counted_as_a_job_ahead(queue):
+    running, waiting = queue.add(job(queue, "a")), queue.add(job(queue, "b"))
+    assert wait_until(lambda: running.state == RUNNING)
+    reload = queue.add(Job(id=queue.next_id(), work=LOAD, owner=None, model="tiny-random", internal=True),
+                       front=True)
+    assert queue.pending() == [running, reload, waiting]
+    assert queue.position(waiting) == 1, "only the visitor's run going is ahead"
+    queue.engine.release.set()
+    assert waiting.wait(10) and queue.engine.ran == [running.id, reload.id, waiting.id]

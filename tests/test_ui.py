@@ -263,7 +263,7 @@ def test_two_clicks_handled_at_once_submit_one_run():
     from dashboard.jobs import COMPARE
 
     class SlowSubmitRunner(QuietRunner):
-        def submit(self, form, owner=None):
+        def submit(self, form, owner=None, address=None):
             clock.sleep(0.2)  # the window in which a second click used to find nothing going
             job = type("FakeJob", (), {"owner": owner, "work": COMPARE})()
             self._pending.append(job)

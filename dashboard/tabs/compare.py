@@ -20,6 +20,7 @@ from dashboard.page import PageContext
 from dashboard.report_text import headline_md, plain, rate_md, status_md
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
 from dashboard.runner import Runner
+from dashboard.session_copies import SessionCopies
 from dashboard.tabs.history import HistoryTab
 
 # The /run endpoint's outputs, in order (a client zips them with these names); the timeline's plot follows them.
@@ -41,6 +42,7 @@ class CompareTab:
         self._submitting = threading.Lock()  # a visitor's "already going?" and the submit, as one step
         self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
         self._lock = threading.Lock()
+        self.session_copies: SessionCopies | None = None  # build_demo sets it once the page is built
 
     @classmethod
     def build(cls, page: PageContext) -> Self:
@@ -84,12 +86,14 @@ class CompareTab:
         return tab
 
     def _wire(self, inputs: dict[str, Any]) -> None:
-        c, runner = self.components, self.page.runner
+        c = self.components
+        # No limit of Gradio's own: the runner's queue is the only queue (it refuses at once, in one line, what it
+        # will not take), so every run it accepts has its handler, whose page shows the run's place in it.
         c["run_btn"].click(self.run, inputs_kwargs=inputs, outputs=self.outputs, api_name="run",
-                           concurrency_limit=runner.max_queue, concurrency_id="run", show_progress="hidden",
+                           concurrency_limit=None, concurrency_id="run", show_progress="hidden",
                            trigger_mode="multiple").then(
             self.history.enable_downloads, outputs=self.history.download_buttons, api_visibility="private",
-            queue=False)
+            queue=False).then(self.forget_copies, api_visibility="private", queue=False)
         c["cancel_btn"].click(self.cancel, outputs=[c["status"]], api_name="cancel", queue=False)
 
     @property
@@ -103,11 +107,17 @@ class CompareTab:
     def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
         """Queue a run and stream its progress until it finishes. `controls` are the model and the run options
         by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them."""
+        try:
+            yield from self._run(request, controls)
+        finally:  # Gradio resumes a stream only once it has applied its last update: its copies are all made
+            self.forget_copies(request)
+
+    def _run(self, request: gr.Request, controls: dict[str, Any]) -> Iterator[dict]:
         c = self.components
         owner = self.page.owner(request)
         form = {name: from_widget(RUN_OPTION[name], value) if name in RUN_OPTION else value
                 for name, value in controls.items()}
-        going, job, refusal = self._submit_unless_going(form, owner)
+        going, job, refusal = self._submit_unless_going(form, owner, address_of(request))
         if going is not None:  # a second click while one streams: answered beside Run, the first's status goes on
             yield {c["run_note"]: self._already_going(going)}
             return
@@ -120,7 +130,13 @@ class CompareTab:
         except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
             yield {c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: {plain(exc)}"}
 
-    def _submit_unless_going(self, form: dict[str, Any], owner: str) -> tuple[Job | None, Job | None, str | None]:
+    def forget_copies(self, request: gr.Request) -> None:
+        """Drop the component copies the run's updates left in this session (dashboard.session_copies)."""
+        if self.session_copies is not None:
+            self.session_copies.forget(getattr(request, "session_hash", None))
+
+    def _submit_unless_going(self, form: dict[str, Any], owner: str,
+                             address: str | None = None) -> tuple[Job | None, Job | None, str | None]:
         """(the visitor's run already going, or None; the job submitted, or None; why it was refused). One at a
         time: two clicks handled at once must not both find nothing going and both submit."""
         with self._submitting:
@@ -128,7 +144,7 @@ class CompareTab:
             if going is not None:
                 return going, None, None
             try:
-                return None, self.page.runner.submit(form, owner=owner), None
+                return None, self.page.runner.submit(form, owner=owner, address=address), None
             except ValueError as exc:
                 return None, None, str(exc)
 
@@ -214,6 +230,12 @@ class CompareTab:
     def on_load(self, browser_id: Any, request: gr.Request) -> Iterator[dict]:
         """Tie this page to its browser's id (made here on a first visit), show that browser's history and last
         run, and stream its run again if one is still queued or running (a reload does not lose it)."""
+        try:
+            yield from self._on_load(browser_id, request)
+        finally:
+            self.forget_copies(request)
+
+    def _on_load(self, browser_id: Any, request: gr.Request) -> Iterator[dict]:
         page, runner, history = self.page, self.page.runner, self.history
         browser_id = page.visitors.tie(browser_id, request)
         update = {page.browser_state: browser_id, page.banner_md: page.banner.text(),
@@ -263,6 +285,13 @@ class CompareTab:
             update[c["model"]] = runner.model_spec  # a spec that failed to load does not stay selected
         update.update(self.history.after_run(owner, report, job.page))
         return update
+
+
+def address_of(request: gr.Request | None) -> str | None:
+    """The client address a request came from (None: unknown)."""
+    client = getattr(request, "client", None) if request is not None else None
+    host = getattr(client, "host", None)
+    return host if isinstance(host, str) and host else None
 
 
 def _command(job: Job) -> str:
