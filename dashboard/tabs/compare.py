@@ -5,6 +5,7 @@ holds the visitor's runs. A reload finds the visitor's run again and streams it 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -127,8 +128,10 @@ class CompareTab:
         try:
             yield self._cleared(job)
             yield from self._follow(job, owner)
-        except Exception as exc:  # a bug in drawing must not take the page down; the run itself is unaffected
-            yield {c["status"]: f"**The page could not show this run:** {plain(type(exc).__name__)}: {plain(exc)}"}
+        except Exception:  # a bug in drawing must not take the page down; the run itself is unaffected
+            logging.getLogger(__name__).exception("drawing run %s failed", job.id)
+            yield {c["status"]: "**The page could not show this run:** drawing its results failed (the server's log "
+                                "has the details); the run itself goes on, and History lists it once it ends."}
 
     def forget_copies(self, request: gr.Request) -> None:
         """Drop the component copies the run's updates left in this session (dashboard.session_copies)."""
