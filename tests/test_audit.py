@@ -305,6 +305,7 @@ def test_what_was_seen_is_kept_when_the_run_must_end_at_once(tmp_path, case):
                           capture_output=True, text=True, timeout=300)
     report = json.loads(out.read_text())
     assert done.returncode == (7 if case == "os._exit" else 124), done.stderr[-2000:]
-    assert report["steps"] >= 5 and report["reads_per_decode_step"] == 1.0
+    # one read a step, but for the step the stop came in (between its forward and its read)
+    assert report["steps"] >= 5 and report["reads_per_decode_step"] == pytest.approx(1.0, abs=1.5 / report["steps"])
     assert any(line.startswith("the run ended at once") for line in report["not_seen"])
     assert report["stopped_by"] == ("the program called os._exit(7)" if case == "os._exit" else "--timeout 10")
