@@ -52,13 +52,20 @@ def run_ranks(world_size: int, argv: list[str], entry: Callable[[list[str]], int
         with _launcher_interrupts(stop):
             return _wait_all(ranks, stop)
     except KeyboardInterrupt:
+        _end(ranks)  # first, so that what a rank wrote while it went stands before this last line
         sys.stderr.write("core.bench: interrupted again: every rank was ended; no report written\n")
         return 128 + (stop.value or signal.SIGINT)
     finally:
-        for process in ranks:
-            if process.is_alive():
-                process.kill()
-            process.join(10)
+        _end(ranks)
+
+
+def _end(ranks: list[Any]) -> None:
+    """Kill the ranks still running, all before waiting for any, and wait for each."""
+    for process in ranks:
+        if process.is_alive():
+            process.kill()
+    for process in ranks:
+        process.join(10)
 
 
 def agreed_stop(received: list[int], device: Any) -> Callable[[bool], bool]:
