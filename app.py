@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import ipaddress
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ from core.run_schema import (
     values_from_args,
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
-from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS, MAX_BODY_BYTES, MAX_SESSIONS
+from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS, MAX_BODY_BYTES, MAX_SESSIONS, is_loopback
 from dashboard.page_record import parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
@@ -89,14 +88,6 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
         raise ValueError("--auth must look like user:password")
     return user, password
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def is_exposed(args: argparse.Namespace) -> bool:

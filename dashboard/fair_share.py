@@ -19,13 +19,13 @@ A local server (`LOCAL_SHARING`) keeps only the first rule. No torch or gradio h
 from __future__ import annotations
 
 import collections
-import ipaddress
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dashboard.jobs import COMPARE, DONE, Job
+from dashboard.limits import is_loopback
 
 MAX_REMEMBERED = 10_000  # addresses and visitors remembered, the least recent forgotten first
 
@@ -58,7 +58,7 @@ class Client:
     @property
     def many(self) -> bool:
         """Whether the address may stand for many visitors (the share tunnel, a proxy on this host)."""
-        return self.address is not None and _is_loopback(self.address)
+        return self.address is not None and is_loopback(self.address)
 
     @property
     def share_key(self) -> str | None:
@@ -67,14 +67,6 @@ class Client:
             return None
         return f"address {self.address}"
 
-
-def _is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 class FairShare:

@@ -7,6 +7,8 @@ core.options.RUN_OPTIONS, put to work by core.run_schema. No torch here.
 
 from __future__ import annotations
 
+import ipaddress
+
 from core.report_schema import MAX_REPORT_BYTES
 from core.run_schema import Limits
 
@@ -46,3 +48,14 @@ UPLOAD_KEEP_S = 3600.0
 FAILED_LOGIN_DELAY_S = 1.0
 LOGIN_BODY_BYTES = 4096
 MAX_LOGINS_WAITING = 256
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a host name or client address is this machine's own (a local page; or, behind the share tunnel,
+    every visitor)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
