@@ -3,7 +3,9 @@
 # one shape, one process at a time, each from empty inductor and Triton caches: the default against inductor's
 # coordinate-descent tuning off (then a batch-1 matrix product stays a matrix product, chosen among cuBLAS and
 # inductor's templates by max-autotune, instead of a Triton reduction tuned by coordinate descent).
-#   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]   labels: default, cd-off (any order, repeats)
+# Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions.
+#   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
+#   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all (any order, repeats)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
@@ -11,8 +13,13 @@ SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step
 n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
-    if [ "$label" = cd-off ]; then export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}'
-    else unset SYNCSCOPE_INDUCTOR_OPTIONS; fi
+    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ
+    case $label in
+        cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
+        library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
+        library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
+            SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
+    esac
     [ "$(left)" -gt 60 ] && run sg-$SHAPE-$label-$n $(left) $SG
     grep -h "step on the device\|compile:" $R/sg-$SHAPE-$label-$n.log | cut -c1-300
 done

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Device call (nvidia-h200; carry .whlmin, .carry/tokenizer.tgz and .peers), issue 43: fresh step-graph compiles of
+# one shape, one process at a time, each from empty inductor and Triton caches: the default against inductor's
+# coordinate-descent tuning off (then a batch-1 matrix product stays a matrix product, chosen among cuBLAS and
+# inductor's templates by max-autotune, instead of a Triton reduction tuned by coordinate descent).
+# Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions.
+#   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
+#   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all (any order, repeats)
+SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
+source benchmarks/device_setup.sh
+SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
+--max-new-tokens 256 --ignore-eos --trials 5"
+n=0
+for label in $LABELS; do
+    n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
+    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ
+    case $label in
+        cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
+        library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
+        library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
+            SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
+    esac
+    [ "$(left)" -gt 60 ] && run sg-$SHAPE-$label-$n $(left) $SG
+    grep -h "step on the device\|compile:" $R/sg-$SHAPE-$label-$n.log | cut -c1-300
+done
+for f in $R/sg-*.json; do python3 -c "
+import json; r=json.load(open('$f')); k=r['kernel_measurement']['pipelined']
+print('$f'.split('/')[-1], round(r['summary']['pipelined']['decode_tokens_per_s'], 1), 'top kernels:')
+[print('   ', round(t['ms_per_step']*1000, 1), 'us', t['calls_per_step'], t['name'][:110]) for t in k.get('top_kernels', [])[:8]]
+"; done
+cat $R/*.log > $OUT/ab-$SHAPE-logs.txt; gzip -f $R/*.json; tar czf $OUT/ab-$SHAPE.tgz -C $R .; ls -la $OUT
