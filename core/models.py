@@ -191,8 +191,10 @@ def prepare_for_decode(model: Any) -> Preparation:
     why anything was left out."""
     from core.kernels.attention import decode_attention_kernel, use_decode_attention
     from core.kernels.fusion import fuse_projections, unknown_layouts
+    from core.kernels.products import route_output_layer
 
     fused = tuple(fuse_projections(model))
+    route_output_layer(model)
     reasons = []
     unknown = unknown_layouts(model)
     if unknown:

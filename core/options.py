@@ -55,8 +55,12 @@ APPEND_IN_ATTENTION_CHOICES = ("off", "on")
 # the residual add, whose tuned configuration varied from compile to compile; docs/TUNING.md).
 O_PROJ_ENV = "SYNCSCOPE_O_PROJ"
 O_PROJ_CHOICES = ("library", "inductor")
+# core.kernels.products: in compiled CUDA decode steps every batch-1 product is inductor's own ("inductor") or
+# core.kernels.triton_gemv's kernel with a configuration fixed per shape ("triton"; docs/TUNING.md).
+DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
+DECODE_PRODUCTS_CHOICES = ("inductor", "triton")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -402,4 +406,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
     env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)
     env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
+    env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
     inductor_options_from_env(environ)

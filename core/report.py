@@ -21,6 +21,8 @@ from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
 from core.models import LoadedModel
 from core.options import (
+    DECODE_PRODUCTS_CHOICES,
+    DECODE_PRODUCTS_ENV,
     HF,
     HF_DEFERRED,
     NO_CHECK,
@@ -219,6 +221,9 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
             # in compiled steps (core.kernels.fusion.output_projection); None where nothing is compiled
             "o_proj": env_choice(O_PROJ_ENV, O_PROJ_CHOICES) if compile_mode != "off" else None,
+            # the batch-1 products of compiled CUDA steps (core.kernels.products); None where nothing is compiled
+            "decode_products": (env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES)
+                                if compile_mode != "off" and loaded.device.type == "cuda" else None),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}

@@ -55,6 +55,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.kernels.attention import attend_with_append
+from core.kernels.products import decode_product, gemv_takes, silu
 from core.options import O_PROJ_CHOICES, O_PROJ_ENV, env_choice
 from core.parallel.tensor_parallel import local
 
@@ -151,7 +152,7 @@ class FusedAttention(nn.Module):
         hidden_shape = (*input_shape, -1, self.head_dim)
         layout = self.layout
 
-        query, key, value = self.qkv_proj(hidden_states).split(self.qkv_proj.split_sizes, dim=-1)
+        query, key, value = decode_product(self.qkv_proj, hidden_states).split(self.qkv_proj.split_sizes, dim=-1)
         if layout.qk_norm == "width":
             query, key = self.q_norm(query), self.k_norm(key)
         query, key, value = query.view(hidden_shape), key.view(hidden_shape), value.view(hidden_shape)
@@ -222,6 +223,8 @@ def output_projection(o_proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
     product into a Triton reduction fused with the residual add after it, and on the H200 that kernel's tuned
     configuration took 6x as long in two of three fresh Llama-8B compiles (docs/TUNING.md). A Linear whose forward
     tensor parallelism replaced, or with hooks, runs as it is."""
+    if gemv_takes(o_proj, x, act_mul=False):
+        return decode_product(o_proj, x)
     if torch.compiler.is_compiling() and _plain_linear(o_proj) and env_choice(O_PROJ_ENV, O_PROJ_CHOICES) == "library":
         out = library_linear(x, o_proj.weight)
         return out if o_proj.bias is None else out + o_proj.bias
@@ -239,8 +242,11 @@ class FusedMLP(nn.Module):
     gate_up_proj: FusedLinear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.gate_up_proj.split_sizes, dim=-1)
-        return self.down_proj(self.act_fn(gate) * up)
+        gate_up = decode_product(self.gate_up_proj, x)
+        if silu(self.act_fn) and gemv_takes(self.down_proj, gate_up, act_mul=True):
+            return torch.ops.syncscope.gemv(gate_up, self.down_proj.weight, self.down_proj.bias, True)
+        gate, up = gate_up.split(self.gate_up_proj.split_sizes, dim=-1)
+        return decode_product(self.down_proj, self.act_fn(gate) * up)
 
 
 @functools.cache

@@ -1,0 +1,64 @@
+"""Which kernel computes each batch-1 matrix product of a compiled decode step (SYNCSCOPE_DECODE_PRODUCTS).
+
+`inductor` leaves the products to inductor (in step-graph mode it rewrites each as a Triton reduction, fuses its
+neighbours into it and tunes it by timing while it compiles), except the attention's output projection, which
+SYNCSCOPE_O_PROJ picks. `triton` gives every product with one row of input (q/k/v, the output projection, gate/up,
+down with its activation, the output layer) to core.kernels.triton_gemv's kernel, whose configuration is fixed per
+shape, so that two compiles run the same kernels. Either way a product with several rows (the prefill, a batch), one
+outside a compile, on the CPU, or one whose Linear tensor parallelism or a hook changed runs as before.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from core.kernels.triton_gemv import takes
+from core.options import DECODE_PRODUCTS_CHOICES, DECODE_PRODUCTS_ENV, env_choice
+
+
+class DecodeLinear(nn.Linear):
+    """A Linear whose product goes through `decode_product` (the output layer, which transformers calls itself)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return decode_product(self, x)
+
+
+def silu(act_fn: nn.Module) -> bool:
+    """Whether an MLP's activation is SiLU (PyTorch's module or transformers' own), which the kernel can fuse."""
+    from transformers.activations import SiLUActivation
+
+    return type(act_fn) in (nn.SiLU, SiLUActivation)
+
+
+def route_output_layer(model: nn.Module) -> bool:
+    """Make the model's output layer (`lm_head`) a DecodeLinear, in place, when it is a plain Linear."""
+    head = getattr(model, "lm_head", None)
+    if head is None or type(head) is not nn.Linear or not _plain(head):
+        return False
+    head.__class__ = DecodeLinear
+    return True
+
+
+def decode_product(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """linear(x), by the gemv kernel where SYNCSCOPE_DECODE_PRODUCTS=triton takes it (see the module)."""
+    if gemv_takes(linear, x, act_mul=False):
+        return torch.ops.syncscope.gemv(x, linear.weight, linear.bias, False)
+    return nn.functional.linear(x, linear.weight, linear.bias) if type(linear) is DecodeLinear else linear(x)
+
+
+def gemv_takes(linear: nn.Module, x: torch.Tensor, act_mul: bool) -> bool:
+    """Whether the gemv kernel computes this product (of silu(gate) * up of `x` with `act_mul`)."""
+    if not (torch.compiler.is_compiling() and x.is_cuda and _plain(linear) and hasattr(torch.ops.syncscope, "gemv")):
+        return False
+    if env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES) != "triton":
+        return False
+    return takes(x, linear.weight, act_mul) and (linear.bias is None or linear.bias.is_contiguous())
+
+
+def _plain(linear: nn.Module) -> bool:
+    """A Linear computing only x @ W.T + b: its class's forward is nn.Linear's (or DecodeLinear's), nothing replaced it
+    on the instance, no hooks, and a plain weight (not a DTensor or a quantized one)."""
+    return (isinstance(linear, nn.Linear) and type(linear).forward in (nn.Linear.forward, DecodeLinear.forward)
+            and "forward" not in vars(linear) and not linear._forward_hooks and not linear._forward_pre_hooks
+            and type(linear.weight) is nn.Parameter)
