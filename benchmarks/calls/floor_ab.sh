@@ -3,20 +3,27 @@
 # one shape, one process at a time, each from empty inductor and Triton caches: the default against inductor's
 # coordinate-descent tuning off (then a batch-1 matrix product stays a matrix product, chosen among cuBLAS and
 # inductor's templates by max-autotune, instead of a Triton reduction tuned by coordinate descent).
-# Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions.
+# Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions;
+# triton / inductor-products pick SYNCSCOPE_DECODE_PRODUCTS (every batch-1 product by core.kernels.triton_gemv), and
+# triton-cd-off adds coordinate-descent tuning off (then no product is left for it, and the norms keep inductor's rule).
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
-#   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all (any order, repeats)
+#   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
+#   inductor-products (any order, repeats)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
-source benchmarks/device_setup.sh
+[ -n "$START" ] || source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
 --max-new-tokens 256 --ignore-eos --trials 5"
 n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
-    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ
+    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS
     case $label in
         cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
         library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
+        triton) export SYNCSCOPE_DECODE_PRODUCTS=triton ;;
+        triton-cd-off) export SYNCSCOPE_DECODE_PRODUCTS=triton \
+            SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
+        inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
     esac
