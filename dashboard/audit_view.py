@@ -68,7 +68,7 @@ def summary_md(report: dict[str, Any]) -> str:
     """Two to five sentences: what was audited, how many reads per decode step, the top site and what it costs, and
     what the chart leaves out of a long audit. `report` is a digest (open_audit): its fields have their types."""
     per_step = report.get("reads_per_decode_step")
-    env = report.get("environment") or {}
+    env = report["environment"]
     where = env.get("gpu") or env.get("device") or "?"
     lines = [f"**{_md(report.get('script') or '?')}** on {_md(where)}: {_count(report.get('steps'))} steps "
              f"of {_md(report.get('step_module') or 'none found')}."]
@@ -110,7 +110,7 @@ def _top_site_lines(report: dict[str, Any]) -> list[str]:
 
 def shown_note(report: dict[str, Any]) -> str:
     """What the page leaves out of a long audit (its digest's `shown`), in one sentence; "" when it shows it all."""
-    shown = report.get("shown") or {}
+    shown = report["shown"]
     parts = []
     if shown.get("steps", 0) > shown.get("shown_steps", 0) or shown.get("reads", 0) > shown.get("shown_reads", 0):
         parts.append(f"the chart draws the first {shown['shown_steps']:,} of its {shown['steps']:,} steps and the "

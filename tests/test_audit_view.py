@@ -21,7 +21,7 @@ def test_a_site_row_shows_its_thread_its_callers_and_its_fix_with_the_pattern_on
     called_from = row[SITE_HEADERS.index("called from")]
     assert called_from == "thread Thread-1 (generate): gpt.py:40 forward; from gpt.py:90 generate"
     assert row[-1] == f"keep a host integer. Pattern: pos = 0{CODE_BREAK}for _ in range(n):{CODE_BREAK}pos += 1"
-    summary = summary_md(report)
+    summary = summary_md(audit_digest.digest(report, {}))  # as the tab shows every audit: through its digest
     assert "on thread Thread\\-1 \\(generate\\)" in summary and "What to do: keep a host integer" in summary
 
 
