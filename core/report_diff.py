@@ -7,7 +7,6 @@ processes: docs/MEASUREMENT.md, "Diffing two runs") and the call, and the per-st
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from core.explain import (
@@ -37,7 +36,7 @@ from core.options import (
     TP_BARRIER_CHOICES,
     TP_BARRIER_ENV,
 )
-from core.report_schema import upgrade_report
+from core.report_schema import command_assignments, upgrade_report
 from core.text import SENTENCE_FIELD_CHARS, clip, escaped
 
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
@@ -134,12 +133,7 @@ def _command_environment(command: Any) -> dict[str, str | None]:
     """COMMAND_ENVIRONMENT's variables as the reproduce command set them (None for all without a command)."""
     if not isinstance(command, str):
         return dict.fromkeys(COMMAND_ENVIRONMENT)
-    assigned = {}
-    for word in command.split(" "):  # cli_command puts each assignment before "python", one word each
-        name, equals, value = word.partition("=")
-        if not equals or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
-            break
-        assigned[name] = value
+    assigned = command_assignments(command)
     return {name: assigned.get(name, choices[0]) for name, choices in COMMAND_ENVIRONMENT.items()}
 
 

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from core.options import is_int
+from core.options import DECODE_PRODUCTS_CHOICES, DECODE_PRODUCTS_ENV, is_int
 from core.phases import phase_named
 from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.text import clip
@@ -252,7 +252,29 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["warmup"], dict):
         out["warmup"] = {name: _renamed(entry, RENAMED_WARMUP_KEYS) for name, entry in out["warmup"].items()}
     out["request"] = _renamed(out["request"], RENAMED_REQUEST_KEYS)
+    if isinstance(out["environment"], dict) and "decode_products" not in out["environment"]:
+        out["environment"] = {**out["environment"], "decode_products": _products_before_the_field(out)}
     return out
+
+
+def command_assignments(command: Any) -> dict[str, str]:
+    """The variables a reproduce command sets before `python` (run_schema.cli_command writes each as one word)."""
+    assigned: dict[str, str] = {}
+    for word in command.split(" ") if isinstance(command, str) else []:
+        name, equals, value = word.partition("=")
+        if not equals or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+            break
+        assigned[name] = value
+    return assigned
+
+
+def _products_before_the_field(report: dict[str, Any]) -> str | None:
+    """environment.decode_products of a report written before it was recorded: as the reproduce command set it, for a
+    compiled CUDA run (whose environment records its o_proj); None otherwise, as today's reports say."""
+    env = report["environment"]
+    if env.get("o_proj") is None or not str(env.get("device", "")).startswith("cuda"):
+        return None
+    return command_assignments(report.get("command")).get(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES[0])
 
 
 def upgrade_page(page: Any) -> Any:

@@ -119,3 +119,16 @@ def test_two_history_runs_diff_by_their_numbers_on_the_page(two_h200_runs, monke
     assert text_of(page.diff_runs(1, 3, None)["status"]) == "Cannot diff: run 3 has no report: it failed"
     assert "no longer kept on this server" in text_of(page.diff_runs(4, 1, None)["status"])
     assert text_of(page.diff_runs(1, 9, None)["status"]) == "Cannot diff: there is no run 9 in your history"
+
+
+def test_two_committed_h200_runs_differing_in_the_product_kernel_say_so_first():
+    folder = "benchmarks/results/h200-2026-12-02c"
+
+    def opened(name: str) -> dict:
+        with gzip.open(f"{folder}/sg-llama-8b-{name}.json.gz", "rt") as f:
+            return json.load(f)
+
+    result = diff_reports(opened("default-2"), opened("triton-1"))
+    table = diff_tables.settings_table(result)
+    assert table["data"][0] == ["decode_products", "inductor", "triton", "differs"]
+    assert text_of(diff_tables.summary_md(result, plain)).startswith("1 setting differs: decode_products.")

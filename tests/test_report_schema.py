@@ -76,3 +76,17 @@ def test_a_document_of_the_other_kind_says_so(tmp_path):
     too_big.write_bytes(b" " * 2048)
     with pytest.raises(ReportError, match="limited to"):
         load(too_big, 1024)
+
+
+@pytest.mark.parametrize(("device", "o_proj", "command", "products"), [
+    ("cuda:0", "library", "SYNCSCOPE_DECODE_PRODUCTS=triton python -m core.bench --compile step-graph", "triton"),
+    ("cuda:0", "library", "python -m core.bench --compile step-graph", "inductor"),
+    ("cuda:0", None, "python -m core.bench", None),  # nothing compiled
+    ("cpu", "library", "SYNCSCOPE_DECODE_PRODUCTS=triton python -m core.bench --compile default", None),
+])
+def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_command(device, o_proj, command,
+                                                                                       products):
+    old = {"schema": "syncscope.bench/1", "command": command, "environment": {"device": device, "o_proj": o_proj}}
+    assert report_schema.upgrade(old)["environment"]["decode_products"] == products
+    recorded = {**old, "environment": {**old["environment"], "decode_products": "inductor"}}
+    assert report_schema.upgrade(recorded)["environment"]["decode_products"] == "inductor"  # as it was written
