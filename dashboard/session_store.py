@@ -164,8 +164,8 @@ class SessionKeeper:
             return known.address == address and not (many and known.pages)
 
         busy = self._busy()
-        while True:
-            mine = [s for s, known in self._sessions.items() if counted(known)]
+        while True:  # sessions with a state: one the guard has seen and Gradio not yet made costs nothing
+            mine = [s for s in self._held() if s in self._sessions and counted(self._sessions[s])]
             if len(mine) < most or not self._drop_one(mine, busy):
                 return
 
