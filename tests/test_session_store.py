@@ -10,6 +10,7 @@ import collections
 import contextlib
 import gc
 import json
+import os
 import socket
 import threading
 import time
@@ -297,3 +298,39 @@ def acting_after_a_while(demo, url: str, port: int) -> None:
             answer = httpx.post(url + "gradio_api/queue/join", json=body, timeout=30)
             assert answer.status_code == 410 and answer.json()["detail"] == DROPPED_LINE
             assert "page-1" not in held_states(demo), "the refused request made no state"
+
+
+@pytest.mark.browser
+def test_in_a_browser_an_idle_open_page_runs_again_and_a_page_whose_session_went_says_reload(kept_page):
+    from tests.test_dashboard_browser import CHROMIUM, click_run_and_wait, launch_browser, opened_page
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    demo, url, _ = kept_page
+    keeper = demo.server_app.state_holder.keeper
+    with sync_playwright() as playwright:
+        browser = launch_browser(playwright)
+        try:
+            page = opened_page(browser, url)
+            click_run_and_wait(page)
+            assert "Done" in page.inner_text("#status")
+            done = "document.querySelector('#history')?.innerText.split(/\\s+/).filter(w => w === 'done').length"
+            page.wait_for_function(f"{done} >= 1")
+            runs = page.evaluate(done)
+            time.sleep(IDLE_S + 0.5)
+            cancel_in(url, str(uuid.uuid4()))  # a new session: the idle ones without a page go
+            page.click("#run-btn")
+            page.wait_for_function(f"{done} === {runs + 1}")
+            assert "Done" in page.inner_text("#status"), "the open page, idle past the idle time, runs again"
+            kept_rule, keeper.rule = keeper.rule, SessionRule(max_sessions=1, idle_s=IDLE_S)
+            try:
+                cancel_in(url, str(uuid.uuid4()))  # one state in all: the page's goes
+            finally:
+                keeper.rule = kept_rule
+            page.click("#run-btn")
+            page.get_by_text("reload the page to go on").first.wait_for(timeout=30_000)
+            assert page.get_by_text("reload the page to go on").first.is_visible()
+        finally:
+            browser.close()
