@@ -301,8 +301,8 @@ def acting_after_a_while(demo, url: str, port: int) -> None:
 
 
 @pytest.mark.browser
-def test_in_a_browser_an_idle_open_page_runs_again_and_a_page_whose_session_went_says_reload(kept_page):
-    from tests.test_dashboard_browser import CHROMIUM, click_run_and_wait, launch_browser, opened_page
+def test_in_a_browser_an_idle_open_page_runs_again_and_a_page_whose_session_went_says_reload(kept_page, tmp_path):
+    from tests.test_dashboard_browser import CHROMIUM, click_run_and_wait, launch_browser, open_replay, opened_page
 
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
@@ -324,6 +324,14 @@ def test_in_a_browser_an_idle_open_page_runs_again_and_a_page_whose_session_went
             page.click("#run-btn")
             page.wait_for_function(f"{done} === {runs + 1}")
             assert "Done" in page.inner_text("#status"), "the open page, idle past the idle time, runs again"
+            page.wait_for_function("!document.querySelector('#download-report').disabled")
+            with page.expect_download() as download:
+                page.click("#download-report")
+            report = tmp_path / "report.json"
+            download.value.save_as(report)
+            open_replay(page, report)
+            assert "Showing" in page.inner_text("#replay-status"), "its download replays"
+            page.get_by_role("tab", name="Compare").click()
             kept_rule, keeper.rule = keeper.rule, SessionRule(max_sessions=1, idle_s=IDLE_S)
             try:
                 cancel_in(url, str(uuid.uuid4()))  # one state in all: the page's goes
@@ -332,5 +340,11 @@ def test_in_a_browser_an_idle_open_page_runs_again_and_a_page_whose_session_went
             page.click("#run-btn")
             page.get_by_text("reload the page to go on").first.wait_for(timeout=30_000)
             assert page.get_by_text("reload the page to go on").first.is_visible()
+            page.reload()
+            page.wait_for_selector("#run-btn")
+            page.wait_for_function(f"{done} === {runs + 1}")  # its runs are kept
+            page.click("#run-btn")
+            page.wait_for_function(f"{done} === {runs + 2}")
+            assert "Done" in page.inner_text("#status"), "after the reload the page runs again"
         finally:
             browser.close()
