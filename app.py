@@ -121,6 +121,11 @@ def allowed_models(args: argparse.Namespace) -> set[str] | None:
     return {*BUILTIN_SPECS, *(args.model or [])}
 
 
+def sessions_per_address(args: argparse.Namespace) -> int | None:
+    """How many sessions one client address keeps: bounded when others can reach the page (dashboard.session_store)."""
+    return SESSIONS_PER_ADDRESS if is_exposed(args) else None
+
+
 def limits_for(args: argparse.Namespace) -> Limits:
     base = EXPOSED_LIMITS if is_exposed(args) else LOCAL_LIMITS
     return replace(base, max_run_s=args.max_run_seconds) if args.max_run_seconds is not None else base
@@ -250,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_files_on_unload(demo, files)
     demo.delete_cache = GRADIO_CACHE_CLEANUP  # what no page claimed of Gradio's copies of downloads and uploads
     guard = launch_options(max_body_bytes=int(args.max_request_mib * 2**20), max_sessions=args.max_sessions,
-                           files=files, sessions_per_address=SESSIONS_PER_ADDRESS if is_exposed(args) else None)
+                           files=files, sessions_per_address=sessions_per_address(args))
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                     max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,
