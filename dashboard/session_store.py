@@ -213,8 +213,8 @@ class SessionKeeper:
             queue = getattr(self.holder.blocks, "_queue", None)
             if queue is not None:
                 queue.pending_messages_per_session.pop(session, None)
-                if not queue.pending_event_ids_session.get(session, True):
-                    queue.pending_event_ids_session.pop(session, None)
+                # Nothing of it is queued or running: any id left there is of an event whose answers nobody read
+                queue.pending_event_ids_session.pop(session, None)
         if known is not None and known.page:
             self._dropped_pages[session] = None
             while len(self._dropped_pages) > MAX_DROPPED_PAGES:
