@@ -129,11 +129,6 @@ class SessionKeeper:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def dropped(self, session: str) -> bool:
-        """Whether `session` was a page whose session went."""
-        with self._lock:
-            return session in self._dropped_pages
-
     # ---------------------------------------------------------------------------------- inside
 
     def _know(self, session: str, address: str | None) -> _Session:
