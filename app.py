@@ -37,7 +37,15 @@ from core.run_schema import (
     values_from_args,
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
-from dashboard.limits import EXPOSED_LIMITS, LOCAL_LIMITS, MAX_BODY_BYTES, MAX_SESSIONS, is_loopback
+from dashboard.limits import (
+    EXPOSED_LIMITS,
+    IDLE_SESSION_S,
+    LOCAL_LIMITS,
+    MAX_BODY_BYTES,
+    MAX_SESSIONS,
+    SESSIONS_PER_ADDRESS,
+    is_loopback,
+)
 from dashboard.page_record import parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
@@ -71,8 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer a request body larger than this 413, unread (report uploads have their own limit of "
                         f"{MAX_UPLOAD // 2**20} MiB, streamed to disk) (default: {MAX_BODY_BYTES / 2**20:g})")
     p.add_argument("--max-sessions", type=int, default=MAX_SESSIONS, metavar="N",
-                   help=f"browser and API sessions whose state the server keeps, the oldest dropped first "
-                        f"(default: {MAX_SESSIONS})")
+                   help=f"browser and API sessions whose state the server keeps, the idle ones without an open page "
+                        f"dropped first (default: {MAX_SESSIONS}); an idle session without a page goes after "
+                        f"{IDLE_SESSION_S:.0f} s, and when shared or exposed one address keeps at most "
+                        f"{SESSIONS_PER_ADDRESS}")
     # On a GPU the form starts where the per-step sync shows (compiled steps, long runs, enough trials and seconds
     # for a verdict and for NVML to sample each contestant); core.options.RUN_OPTIONS holds both sets of defaults.
     add_run_arguments(p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is "
@@ -109,6 +119,11 @@ def allowed_models(args: argparse.Namespace) -> set[str] | None:
     if args.allow_any_model or not is_exposed(args):
         return None
     return {*BUILTIN_SPECS, *(args.model or [])}
+
+
+def sessions_per_address(args: argparse.Namespace) -> int | None:
+    """How many sessions one client address keeps: bounded when others can reach the page (dashboard.session_store)."""
+    return SESSIONS_PER_ADDRESS if is_exposed(args) else None
 
 
 def limits_for(args: argparse.Namespace) -> Limits:
@@ -240,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_files_on_unload(demo, files)
     demo.delete_cache = GRADIO_CACHE_CLEANUP  # what no page claimed of Gradio's copies of downloads and uploads
     guard = launch_options(max_body_bytes=int(args.max_request_mib * 2**20), max_sessions=args.max_sessions,
-                           files=files)
+                           files=files, sessions_per_address=sessions_per_address(args))
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth,
                     max_file_size=MAX_UPLOAD, prevent_thread_lock=True, ssr_mode=False, css=CSS,

@@ -12,8 +12,10 @@
   for everyone together, and nobody's wrong passwords refuse the right one.
 - Gradio's per-session state keeps a copy of every component's configuration and last value (the prompt, the texts,
   each figure's JSON: about 0.3 MiB a session, for up to 10,000 sessions) for its deep links only. Here the session
-  state keeps what the handlers need (`LeanSessionState`), for at most `max_sessions` sessions, and the deep-link
-  route, which wrote a session's values to disk, is not offered.
+  state keeps what the handlers need, under the rule of dashboard.session_store (idle sessions without a page go,
+  at most so many per address and `max_sessions` in all; the guard tells it who arrives and which page and event
+  streams are open, and answers a page whose session went in one line), and the deep-link route, which wrote a
+  session's values to disk, is not offered.
 
 `launch_options(...)` gives the keyword arguments of `demo.launch` that put all of this in place. No torch here.
 """
@@ -31,7 +33,6 @@ from typing import Any
 
 import gradio as gr
 from gradio.route_utils import MultiPartException
-from gradio.state_holder import SessionState, StateHolder
 from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection
@@ -39,6 +40,7 @@ from starlette.requests import HTTPConnection
 from dashboard.gradio_files import GradioFiles, UploadRefused
 from dashboard.limits import (
     FAILED_LOGIN_DELAY_S,
+    IDLE_SESSION_S,
     LOGIN_BODY_BYTES,
     MAX_BODY_BYTES,
     MAX_BUFFERED_BYTES,
@@ -46,12 +48,15 @@ from dashboard.limits import (
     MAX_SESSIONS,
 )
 from dashboard.request_bodies import BodyBudget, BodyCut, BodyReader, body_deadline_s
+from dashboard.session_store import DROPPED_LINE, SessionKeeper, SessionRule
 
 UPLOAD_PATH = "/gradio_api/upload"
 DEEP_LINK_PATH = "/gradio_api/deep_link"
 LOGIN_PATH = "/login"
 JOIN_PATH = "/gradio_api/queue/join"  # an event's request: its body names the uploads it uses
 DATA_PATH = "/gradio_api/queue/data"  # an event's answers: they name the files Gradio copied for the page
+HEARTBEAT_PATH = "/gradio_api/heartbeat/"  # + a session: open while its page is
+EVENT_PATHS = (JOIN_PATH, "/gradio_api/run/", "/gradio_api/api/")  # an event's request: its body names its session
 _SESSION = re.compile(rb'"session_hash"\s*:\s*"([^"\\]{1,200})"')
 
 Scope = MutableMapping[str, Any]
@@ -98,8 +103,10 @@ class RequestGuard:
 
     def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES,
                  max_buffered_bytes: int = MAX_BUFFERED_BYTES, logins: LoginGate | None = None,
-                 files: GradioFiles | None = None, body_deadline: Callable[[int], float] = body_deadline_s):
+                 files: GradioFiles | None = None, body_deadline: Callable[[int], float] = body_deadline_s,
+                 sessions: SessionKeeper | None = None):
         self.app, self.max_body_bytes, self.body_deadline = app, max_body_bytes, body_deadline
+        self.sessions = sessions
         self.budget = BodyBudget(max_buffered_bytes)
         self.logins = logins or LoginGate()
         self.files = files or GradioFiles(Path(get_upload_folder()))
@@ -121,6 +128,10 @@ class RequestGuard:
         elif size is not None and size > self.max_body_bytes:
             await _answer(send, 413, f"the request body of {size:,} bytes is over this server's limit of "
                                      f"{self.max_body_bytes:,} bytes")
+        elif self.sessions is not None and scope.get("method") == "POST" and path.startswith(EVENT_PATHS):
+            await self._event(scope, receive, send, self.sessions)
+        elif self.sessions is not None and _streamed_session(scope) is not None:
+            await self._stream(scope, receive, send, self.sessions)
         else:
             await self._read(scope, receive, send)
 
@@ -153,6 +164,38 @@ class RequestGuard:
             reader.done()
         if reader.cut is not None and not started:
             await _answer(send, reader.cut.status, reader.cut.line)
+
+    # ---------------------------------------------------------------------------------------------- sessions
+
+    async def _event(self, scope: Scope, receive: Receive, send: Send, sessions: SessionKeeper) -> None:
+        """An event's request, read whole first: a page whose session went is answered in one line (410), any other
+        request counts for its session (dashboard.session_store) and goes on to the app."""
+        deadline = self.body_deadline(_content_length(scope) or self.max_body_bytes)
+        reader = BodyReader(receive, self.max_body_bytes, deadline, self.budget, keep=True)
+        try:
+            while not reader.whole:
+                if (await reader.receive())["type"] != "http.request":
+                    return  # the client went away
+        except BodyCut as cut:
+            await _answer(send, cut.status, cut.line)
+            return
+        body = b"".join(reader.chunks)
+        session = _SESSION.search(body)
+        if session and not sessions.arrived(session.group(1).decode(errors="replace"), _address(scope)):
+            await _answer_json(send, 410, {"detail": DROPPED_LINE, "error": DROPPED_LINE})
+            return
+        await self.app(scope, _replay(body, receive), send)
+        if scope.get("path", "").rstrip("/") == JOIN_PATH:
+            self._claim_from_body(body)
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, sessions: SessionKeeper) -> None:
+        """A session's heartbeat or event stream, counted open while the app serves it."""
+        session, page = _streamed_session(scope) or ("", False)
+        sessions.opened(session, _address(scope), page)
+        try:
+            await self._read(scope, receive, send)
+        finally:
+            sessions.closed(session, page)
 
     # ---------------------------------------------------------------------------------------------- logins
 
@@ -278,6 +321,20 @@ def _has_body(scope: Scope) -> bool:
     return bool(size) or any(name == b"transfer-encoding" for name, _ in scope.get("headers", ()))
 
 
+def _streamed_session(scope: Scope) -> tuple[str, bool] | None:
+    """(the session, whether it is its page's heartbeat) of a heartbeat or an event stream; None for another
+    request."""
+    path = scope.get("path", "")
+    if path.startswith(HEARTBEAT_PATH):
+        session = path[len(HEARTBEAT_PATH):].strip("/")
+        return (session, True) if session else None
+    if path.rstrip("/") == DATA_PATH:
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode(errors="replace"))
+        session = (query.get("session_hash") or [""])[0]
+        return (session, False) if session else None
+    return None
+
+
 def _address(scope: Scope) -> str:
     return (scope.get("client") or ("unknown", 0))[0]
 
@@ -300,63 +357,40 @@ async def _answer(send: Send, status: int, line: str, headers: dict[str, str] | 
     await send({"type": "http.response.body", "body": body})
 
 
+async def _answer_json(send: Send, status: int, answer: dict[str, Any]) -> None:
+    """An answer as Gradio's page reads one: it shows `detail` in a notice."""
+    body = json.dumps(answer).encode()
+    fields = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": fields})
+    await send({"type": "http.response.body", "body": body})
+
+
 # ------------------------------------------------------------------------------------------ session state
 
-class _NothingKept(dict):
-    """The configuration copy of a lean session: whatever Gradio puts in, nothing stays."""
+def _keeping(sessions: SessionKeeper) -> Callable[[Any], Any]:
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        sessions.adopt(app.state_holder)  # the server's startup: before the first request
+        yield
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        return None
-
-
-class LeanSessionState(SessionState):
-    """Gradio's per-session state without its copy of each component's configuration and last value, which only
-    Gradio's deep links read (not offered here). What a handler reads stays: the session's State values and the
-    components an update replaced."""
-
-    def __init__(self, blocks: Any):
-        super().__init__(blocks)
-        self.config_values = _NothingKept()
-
-    def _update_config(self, key: int) -> None:
-        return None
-
-    def _update_value_in_config(self, key: int, value: Any) -> None:
-        return None
-
-
-class LeanStateHolder(StateHolder):
-    """Gradio's session store, making LeanSessionState sessions (at most its `capacity`, the oldest dropped)."""
-
-    def __getitem__(self, session_id: str) -> SessionState:
-        with self.lock:
-            if session_id not in self.session_data:
-                self.session_data[session_id] = LeanSessionState(self.blocks)
-        return super().__getitem__(session_id)
-
-
-def make_sessions_lean(holder: StateHolder) -> None:
-    """Turn Gradio's session store of a served app into a LeanStateHolder (before it holds any session)."""
-    holder.__class__ = LeanStateHolder
-
-
-@asynccontextmanager
-async def _lean_sessions(app: Any) -> AsyncIterator[None]:
-    make_sessions_lean(app.state_holder)  # the server's startup: before the first request
-    yield
+    return lifespan
 
 
 def launch_options(max_body_bytes: int = MAX_BODY_BYTES, max_sessions: int = MAX_SESSIONS,
                    logins: LoginGate | None = None, files: GradioFiles | None = None,
                    max_buffered_bytes: int = MAX_BUFFERED_BYTES,
-                   body_deadline: Callable[[int], float] = body_deadline_s) -> dict[str, Any]:
+                   body_deadline: Callable[[int], float] = body_deadline_s,
+                   sessions_per_address: int | None = None, idle_session_s: float = IDLE_SESSION_S,
+                   sessions: SessionKeeper | None = None) -> dict[str, Any]:
     """Keyword arguments for `demo.launch(...)` that guard the served app (see the module). `files` keeps the quota
     of uploads and the pages' files: give forget_files_on_unload the same (by default, Gradio's folder as it is
     now)."""
     files = files or GradioFiles(Path(get_upload_folder()))
+    sessions = sessions or SessionKeeper(SessionRule(max_sessions, sessions_per_address, idle_session_s),
+                                         on_drop=files.forget)
     guard = Middleware(RequestGuard, max_body_bytes=max_body_bytes, max_buffered_bytes=max_buffered_bytes,
-                       logins=logins, files=files, body_deadline=body_deadline)
-    return {"app_kwargs": {"middleware": [guard], "lifespan": _lean_sessions},
+                       logins=logins, files=files, body_deadline=body_deadline, sessions=sessions)
+    return {"app_kwargs": {"middleware": [guard], "lifespan": _keeping(sessions)},
             "state_session_capacity": max_sessions}
 
 

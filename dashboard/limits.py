@@ -21,6 +21,11 @@ EXPOSED_LIMITS = Limits(max_new_tokens=1024, batch=8, trials=10, min_seconds=10.
 # upload excepted: core.report_schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
+# A session with no page open in a browser (an API client's, or a page that closed) and nothing queued or running
+# goes IDLE_SESSION_S after its last request; on an exposed server one address holds at most SESSIONS_PER_ADDRESS
+# sessions, the idle ones going first (dashboard.session_store).
+IDLE_SESSION_S = 60.0
+SESSIONS_PER_ADDRESS = 32
 
 # A request body must arrive within BODY_GRACE_S plus its length at MIN_BODY_RATE (a 4 MiB body: 26 s; the largest
 # upload: 410 s), and the bodies being received, all requests together, hold at most MAX_BUFFERED_BYTES in memory

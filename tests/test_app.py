@@ -38,3 +38,9 @@ def test_a_port_with_a_listener_is_still_refused():
         port = busy.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is already in use"):
             app.check_port_free("127.0.0.1", port)
+
+
+@pytest.mark.parametrize(("argv", "bound"), [([], None), (["--share"], app.SESSIONS_PER_ADDRESS),
+                                             (["--host", "0.0.0.0"], app.SESSIONS_PER_ADDRESS)])
+def test_sessions_are_bounded_per_address_only_when_others_can_reach_the_page(argv, bound):
+    assert app.sessions_per_address(app.build_parser().parse_args(argv)) == bound

@@ -26,7 +26,8 @@ from dashboard import http_guard
 from dashboard.downloads import PREFIX, DownloadFolders, remove_stale_roots
 from dashboard.form import page_values
 from dashboard.gradio_files import GradioFiles
-from dashboard.http_guard import LeanStateHolder, LoginGate, launch_options
+from dashboard.http_guard import LoginGate, launch_options
+from dashboard.session_store import LeanStateHolder
 from dashboard.tabs.compare import OUTPUTS
 from dashboard.tabs.replay import REPLAY_OUTPUTS
 from dashboard.ui import CSS, build_demo

@@ -1,7 +1,8 @@
 """dashboard.session_copies (issue 42, item 10): when /run returns, the session that streamed it holds no copies of
 the page's components but the run pickers' (their choices). Copies of a few outputs (banner, run note, history table,
-three download buttons) are back in the session about a second later, from a step not yet found (RELIABILITY.md,
-"Fair sharing (issue 42)"): these tests check the state at /run's return only."""
+three download buttons) are back in the session about a second later; they go with the session's whole state once
+it is idle without a page (dashboard.session_store, tests/test_session_store.py): these tests check the state at
+/run's return only."""
 
 from __future__ import annotations
 
