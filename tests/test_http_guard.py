@@ -91,8 +91,10 @@ def logged_in(url: str) -> dict[str, str]:
 
 def raw_post(port: int, path: str, length: int, first: bytes = b"{", cookies: dict[str, str] | None = None,
              content_type: str = "application/json") -> str:
-    """The server's answer to a POST that announces `length` bytes and sends only `first`."""
-    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Type: {content_type}", f"Content-Length: {length}"]
+    """The server's answer to a POST that announces `length` bytes and sends only `first` (the connection closed after
+    it: an app's answer would otherwise keep it open for the server's keep-alive time)."""
+    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Type: {content_type}", f"Content-Length: {length}",
+            "Connection: close"]
     if cookies:
         head.append("Cookie: " + "; ".join(f"{k}={v}" for k, v in cookies.items()))
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
