@@ -44,6 +44,16 @@ def ids_not_in(rows, count, vocab=49152):
     return [token for token in range(vocab - 1, 0, -1) if token not in seen][:count]
 
 
+class FakeClock:
+    """A clock a test moves by hand (`clock.now += seconds`), for code that takes a `clock` callable."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def wait_until(predicate, timeout=30.0):
     """True as soon as `predicate()` is, False after `timeout` seconds."""
     deadline = time.monotonic() + timeout

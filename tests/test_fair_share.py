@@ -7,17 +7,9 @@ import pytest
 from dashboard.fair_share import EXPOSED_SHARING, LOCAL_SHARING, Client, FairShare, ShareRule, sharing_for
 from dashboard.jobs import COMPARE, DONE, Job
 from tests.conftest import TINY, make_runner
-from tests.helpers import wait_until
+from tests.helpers import FakeClock, wait_until
 
 VISITOR_ADDRESS, FLOOD_ADDRESS, TUNNEL = "198.51.100.7", "203.0.113.5", "127.0.0.1"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run_of(client: Client, share: FairShare, job_id: int = 1) -> Job:
@@ -58,7 +50,7 @@ def test_one_address_holds_at_most_its_runs_whatever_its_sessions():
 
 
 def test_an_address_gives_runs_to_at_most_so_many_visitors_in_its_window():
-    clock = Clock()
+    clock = FakeClock()
     share = FairShare(ShareRule(per_address=100, visitors_per_address=3, window_s=60), clock)
     for i in range(3):
         admitted(share, Client(f"session{i}", FLOOD_ADDRESS), [])

@@ -26,21 +26,14 @@ from dashboard.form import page_values
 from dashboard.http_guard import RequestGuard, launch_options
 from dashboard.session_store import DROPPED_LINE, LeanStateHolder, SessionKeeper, SessionRule
 from tests.conftest import fast_settings
+from tests.helpers import FakeClock
 
 HOME, NEIGHBOUR, TUNNEL = "192.0.2.2", "192.0.2.3", "127.0.0.1"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def keeper(rule: SessionRule, dropped: list[str] | None = None) -> tuple[SessionKeeper, Clock, SimpleNamespace]:
+def keeper(rule: SessionRule, dropped: list[str] | None = None) -> tuple[SessionKeeper, FakeClock, SimpleNamespace]:
     """A keeper adopting a fake Gradio store, whose queue (`queue.running`: session hashes) the test sets."""
-    clock, queue = Clock(), SimpleNamespace(running=[])
+    clock, queue = FakeClock(), SimpleNamespace(running=[])
     gradio_queue = SimpleNamespace(event_queue_per_concurrency_id={}, pending_messages_per_session={},
                                    pending_event_ids_session={})
     holder = SimpleNamespace(session_data={}, time_last_used={}, lock=threading.Lock(), capacity=10_000,
