@@ -4,6 +4,6 @@
 # coordinate descent only tunes the small norm and rotary kernels, and in gemv_call1.sh it mis-tuned them in one
 # compile.) Three fresh step-graph compiles, one process at a time: triton-cd-off, the default, triton-cd-off.
 #   bash benchmarks/calls/gemv_call2.sh [SHAPE] [LABELS]
-export CALL_BUDGET_S=585
+export CALL_BUDGET_S=540
 source benchmarks/device_setup.sh
-source benchmarks/calls/floor_ab.sh "${1:-llama-8b}" "${2:-triton-cd-off default triton-cd-off}" 585
+source benchmarks/calls/floor_ab.sh "${1:-llama-8b}" "${2:-triton-cd-off default triton-cd-off}" 540
