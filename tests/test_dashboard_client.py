@@ -28,7 +28,7 @@ from dashboard.form import PAGE_OPTIONS, page_values
 from dashboard.jobs import COMPARE
 from dashboard.tabs.compare import OUTPUTS
 from dashboard.tabs.replay import REPLAY_OUTPUTS
-from tests.conftest import TINY, bench_report, fast_settings, make_runner, requires_cuda, serving
+from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_client, requires_cuda, serving
 from tests.helpers import wait_until
 from tests.test_timeline import lane_labels
 
@@ -54,7 +54,7 @@ def text_of(markdown: str) -> str:
 
 
 def run(url: str, prompt: str = "Hello there", **changes) -> dict:
-    client = Client(url, verbose=False)
+    client = page_client(url)
     return shown(dict(zip(OUTPUTS, client.predict(**form(prompt, **changes), api_name="/run"))))
 
 
@@ -67,7 +67,7 @@ def shown(out: dict) -> dict:
 
 
 def test_the_run_endpoint_takes_the_run_options_by_name_typed_and_with_the_forms_defaults(served_app):
-    info = Client(served_app.url, verbose=False).view_api(return_format="dict", print_info=False)
+    info = page_client(served_app.url).view_api(return_format="dict", print_info=False)
     parameters = info["named_endpoints"]["/run"]["parameters"]
     assert [p["parameter_name"] for p in parameters] == ["model", *(option.name for option in PAGE_OPTIONS)]
     form = page_values(fast_settings())
@@ -161,7 +161,7 @@ def test_several_users_get_their_own_results_one_at_a_time(served_app):
 def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(bench_report(tiny, trials=2)))
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     out = shown(dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(str(path)), api_name="/replay"))))
     assert out["status"].startswith("Showing the uploaded file: tiny-random on cpu")
     assert "outputs identical: yes" in out["headline"]
@@ -171,7 +171,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_a_report_downloaded_from_the_page_replays_with_its_utilization(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     report_file = dict(zip(OUTPUTS, client.predict(**form(), api_name="/run")))["report_file"]
     out = dict(zip(REPLAY_OUTPUTS, client.predict(handle_file(report_file), api_name="/replay")))
     assert out["status"].startswith("Showing the uploaded file")
@@ -186,7 +186,7 @@ def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tin
     report = bench_report(tiny, trials=2)
     report["runs"][0]["texts"] = ["word " * 5_000_000]  # 25 MB, as long runs with every per-step list make
     path.write_text(json.dumps(report))
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     status = text_of(client.predict(handle_file(str(path)), api_name="/replay")[0])
     assert status.startswith("Showing the uploaded file"), status
 
@@ -194,13 +194,13 @@ def test_replay_opens_a_long_report_past_gradios_old_20_mb_limit(served_app, tin
 def test_replay_refuses_other_files(served_app, tmp_path):
     path = tmp_path / "not-a-report.json"
     path.write_text('{"hello": "world"}')
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     status = text_of(client.predict(handle_file(str(path)), api_name="/replay")[0])
     assert "Cannot open this file" in status and "not a syncscope benchmark report" in status
 
 
 def test_bundled_results_open_by_name_only(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     assert text_of(client.predict("tiny-run.json", api_name="/replay_bundled")[0]).startswith("Showing tiny-run.json")
     with pytest.raises(Exception, match="not in the list of choices"):
         client.predict("../../../etc/passwd", api_name="/replay_bundled")
@@ -222,7 +222,7 @@ def test_find_reports_lists_reports_only(tmp_path):
 
 
 def test_cancel_without_a_run(served_app):
-    assert Client(served_app.url, verbose=False).predict(api_name="/cancel") == "Nothing to cancel."
+    assert page_client(served_app.url).predict(api_name="/cancel") == "Nothing to cancel."
 
 
 # ------------------------------------------------------------------------------------------------- app.py
@@ -272,7 +272,7 @@ def test_share_without_network_keeps_serving_locally():
         if "Running on public URL" in text:
             pytest.skip("this machine can reach Gradio's share servers")
         assert "still serving locally" in text
-        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        client = page_client(f"http://127.0.0.1:{port}/")
         assert client.predict(api_name="/cancel") == "Nothing to cancel."
     finally:
         proc.terminate()
@@ -405,7 +405,7 @@ def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_fiel
 
 
 def test_a_model_name_never_reaches_the_page_as_html(served_app):
-    raw = dict(zip(OUTPUTS, Client(served_app.url, verbose=False).predict(**form(model=EVIL), api_name="/run")))
+    raw = dict(zip(OUTPUTS, page_client(served_app.url).predict(**form(model=EVIL), api_name="/run")))
     assert "<img" not in raw["status"] and "<a " not in raw["status"] and "&lt;img" in raw["status"]
     assert EVIL not in raw["banner"] and "onerror" not in raw["banner"], "one user's failure is not in the banner"
     assert raw["model"] == TINY, "the spec that failed to load does not stay selected"
@@ -418,7 +418,7 @@ def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp
     report["created"] = '<img src="http://evil.example/x.png">'
     path = tmp_path / "evil.json"
     path.write_text(json.dumps(report))
-    out = dict(zip(REPLAY_OUTPUTS, Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+    out = dict(zip(REPLAY_OUTPUTS, page_client(served_app.url).predict(handle_file(str(path)),
                                                                                api_name="/replay")))
     assert "<b>" not in out["status"] and "<img" not in out["status"] and "<a " not in out["status"]
     assert "onerror" in text_of(out["status"])  # shown, as text
@@ -426,7 +426,7 @@ def test_a_report_with_html_in_its_fields_is_shown_as_text(served_app, tiny, tmp
 
 @pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_a_new_run_clears_the_previous_runs_verdict_and_charts_at_once(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     client.predict(**form(), api_name="/run")
     job = client.submit(**form(prompt="A second question"), api_name="/run")
     first = None
@@ -443,7 +443,7 @@ def test_the_banner_names_the_model_being_timed_while_the_run_goes():
     runner = make_runner(monitor=False, in_process_engine=True)
     app_ = next(serving(runner))
     try:
-        job = Client(app_.url, verbose=False).submit(**form(model="synthetic:smollm2-135m", max_new_tokens=8),
+        job = page_client(app_.url).submit(**form(model="synthetic:smollm2-135m", max_new_tokens=8),
                                                      api_name="/run")
         banners = [dict(zip(OUTPUTS, update))["banner"] for update in job]
         live = [text_of(b) for b in banners[:-1] if isinstance(b, str)]
@@ -510,7 +510,7 @@ def damaged_reports(tiny) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_every_damaged_report_gets_one_line_and_leaves_the_page_as_it_was(served_app, tiny, tmp_path):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     for name, text in damaged_reports(tiny).items():
         path = tmp_path / "damaged.json"
         path.write_text(text)
@@ -527,7 +527,7 @@ def test_your_loop_opens_an_audit_and_names_its_sites_and_fixes(served_app, tmp_
     report, _ = audit_script(str(REPO / "examples" / "naive_loop.py"), ["--new-tokens", "8"])
     path = tmp_path / "audit.json"
     path.write_text(json.dumps(report))
-    status, summary, sites, plot = Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+    status, summary, sites, plot = page_client(served_app.url).predict(handle_file(str(path)),
                                                                                  api_name="/audit")
     assert text_of(status).startswith("Showing the file, an audit written")
     assert "1.00 host reads of device values per decode step" in text_of(summary)
@@ -540,7 +540,7 @@ def test_your_loop_opens_an_audit_and_names_its_sites_and_fixes(served_app, tmp_
 def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_path):
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(bench_report(tiny)))
-    status = Client(served_app.url, verbose=False).predict(handle_file(str(path)), api_name="/audit")[0]
+    status = page_client(served_app.url).predict(handle_file(str(path)), api_name="/audit")[0]
     assert "not an audit report" in text_of(status) and "\n" not in status.strip()
 
 def test_your_loop_draws_a_long_audit_from_its_first_steps_read_in_a_child_and_says_so(served_app, tmp_path):
@@ -548,7 +548,7 @@ def test_your_loop_draws_a_long_audit_from_its_first_steps_read_in_a_child_and_s
 
     path = tmp_path / "long.json"
     path.write_bytes(long_audit_bytes(reads=200_000, reads_per_step=10))  # 8.5 MB: over the in-process size
-    status, summary, _, plot = Client(served_app.url, verbose=False).predict(handle_file(str(path)),
+    status, summary, _, plot = page_client(served_app.url).predict(handle_file(str(path)),
                                                                              api_name="/audit")
     assert text_of(status).startswith("Showing the file, an audit written"), status
     assert ("the chart draws the first 500 of its 20,000 steps and the 5,000 reads in them (of 200,000)"
@@ -610,7 +610,7 @@ def check_page_run(client: Client, out: dict[str, Any], *, audit: bool, cuda: bo
 
 @pytest.mark.slow
 def test_a_page_run_that_finds_the_syncs_shows_its_verdict_summary_timeline_audit_and_report(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     out = run_by_name(client, **form(audit=True, trials=3))
     check_page_run(client, out, audit=True, cuda=False)
     assert "Finding" not in out["status"]
@@ -640,7 +640,7 @@ def connected(url: str, process: subprocess.Popen, log: Path, timeout_s: float =
         if process.poll() is not None:
             raise AssertionError(f"app.py exited ({process.returncode}):\n{log.read_text()[-3000:]}")
         try:
-            return Client(url, verbose=False)
+            return page_client(url)
         except Exception:  # not serving yet
             time.sleep(1.0)
     raise AssertionError(f"app.py did not serve within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
@@ -703,7 +703,7 @@ def _save(runs: dict[str, Any], log: Path) -> None:
 # ---- what a script gets of a run: /run's outputs named, /report, typed pickers; a Cancel that keeps the trials
 
 def endpoint(url: str, name: str) -> dict:
-    return Client(url, verbose=False).view_api(return_format="dict", print_info=False)["named_endpoints"][name]
+    return page_client(url).view_api(return_format="dict", print_info=False)["named_endpoints"][name]
 
 
 def test_the_runs_outputs_are_named_and_the_pickers_and_streams_typed_as_they_are_accepted(served_app):
@@ -727,7 +727,7 @@ def test_the_run_shows_no_gradio_queue_timer_over_its_own_status_line(served_app
 
 
 def test_report_returns_the_runs_report_by_name_and_refuses_with_a_reason(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     with pytest.raises(Exception, match="no run on this server yet"):
         client.predict(api_name="/report")
     out = dict(zip(OUTPUTS, client.predict(**form(), api_name="/run")))
@@ -738,7 +738,7 @@ def test_report_returns_the_runs_report_by_name_and_refuses_with_a_reason(served
     with pytest.raises(Exception, match="there is no run 7 in your history"):
         client.predict(7, api_name="/report")
     with pytest.raises(Exception, match="no run on this server yet"):
-        Client(served_app.url, verbose=False).predict(api_name="/report"), "another visitor's runs are not yours"
+        page_client(served_app.url).predict(api_name="/report"), "another visitor's runs are not yours"
 
 
 def test_the_documented_ten_line_client_runs_waits_and_reads_the_verdict(served_app, tmp_path):
@@ -754,7 +754,7 @@ def test_the_documented_ten_line_client_runs_waits_and_reads_the_verdict(served_
 
 @pytest.mark.slow
 def test_cancel_keeps_the_finished_trials_and_the_page_shows_them_cut_short(served_app):
-    client = Client(served_app.url, verbose=False)
+    client = page_client(served_app.url)
     # Rounds go on until each loop has run a minute, so the cancel lands mid-run however fast the machine.
     pending = client.submit(**form(trials=3, min_seconds=60.0, max_new_tokens=16), api_name="/run")
     runner = served_app.runner

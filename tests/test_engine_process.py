@@ -256,14 +256,12 @@ def _cancel_during_compile(runner):
 
 @pytest.mark.slow
 def test_the_server_keeps_answering_while_its_engine_is_down(runner):
-    from tests.conftest import serve
+    from tests.conftest import page_client, serve
 
     app = serve(runner)
     try:
-        from gradio_client import Client
-
         os.kill(runner.engine_client.pids[0], signal.SIGKILL)
-        assert Client(app.url, verbose=False).predict(api_name="/cancel") == "Nothing to cancel."
+        assert page_client(app.url).predict(api_name="/cancel") == "Nothing to cancel."
         assert wait_until(lambda: runner.model_spec == TINY, 120), "the model is loaded again on the new engine"
     finally:
         app.demo.close()

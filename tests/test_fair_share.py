@@ -106,17 +106,15 @@ def test_through_the_page_a_waiting_visitor_sees_its_place_and_a_refused_one_get
     """Served, with one place in the runner's queue and the exposed sharing: the second visitor (once past Gradio's
     handler slots, which were as many as the queue's places) streams its place; the third, a third newcomer from
     the one loopback address, is refused in one line and the page goes on serving."""
-    from gradio_client import Client
-
     from dashboard.form import page_values
-    from tests.conftest import serve
+    from tests.conftest import page_client, serve
     from tests.test_dashboard_client import text_of
 
     runner = make_runner(monitor=False, in_process_engine=True, sharing=EXPOSED_SHARING, max_queue=1)
     app = serve(runner)
     try:
         form = page_values(dict(prompt="Count", model=TINY, max_new_tokens=400, ignore_eos=True, trials=1))
-        visitors = [Client(app.url, verbose=False) for _ in range(3)]
+        visitors = [page_client(app.url) for _ in range(3)]
         going = visitors[0].submit(**form, api_name="/run")
         assert wait_until(lambda: len(runner.pending()) == 1, timeout=60)
         waiting = visitors[1].submit(**form, api_name="/run")

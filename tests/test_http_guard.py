@@ -31,7 +31,7 @@ from dashboard.session_store import LeanStateHolder
 from dashboard.tabs.compare import OUTPUTS
 from dashboard.tabs.replay import REPLAY_OUTPUTS
 from dashboard.ui import CSS, build_demo
-from tests.conftest import TINY, bench_report, fast_settings
+from tests.conftest import TINY, bench_report, fast_settings, page_client
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def slow_failures(tiny_runner):
 
 
 def client(url: str) -> Client:
-    return Client(url, auth=(USER, PASSWORD), verbose=False)
+    return page_client(url, auth=(USER, PASSWORD))
 
 
 def logged_in(url: str) -> dict[str, str]:
@@ -340,7 +340,7 @@ def app_process_returning_freed_memory():
 @pytest.mark.slow
 def test_200_runs_and_20_refused_32_mb_prompts_leave_the_server_within_30_mib_of_where_it_settled(app_process):
     proc, url = app_process
-    visitors = [Client(url, verbose=False) for _ in range(4)]
+    visitors = [page_client(url) for _ in range(4)]
     form = page_values({**fast_settings(max_new_tokens=1), "ignore_eos": True})
     statuses: list[str] = []
 
@@ -378,7 +378,7 @@ def test_replaying_a_report_with_a_10_mb_field_leaves_nothing_of_it_in_the_serve
     report["model"]["spec"] = "m" * 10_000_000
     path = tmp_path / "huge-spec.json"
     path.write_text(json.dumps(report))
-    visitor = Client(url, verbose=False)
+    visitor = page_client(url)
 
     def replay() -> str:
         visitor.session_hash = str(uuid.uuid4())

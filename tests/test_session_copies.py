@@ -9,10 +9,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from gradio_client import Client
 
 from dashboard.form import page_values
-from tests.conftest import fast_settings, make_runner, serve
+from tests.conftest import fast_settings, make_runner, page_client, serve
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,7 @@ def copies_in(demo, session_hash: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_session_that_ran_keeps_copies_only_of_the_run_pickers(served):
-    visitor = Client(served.url, verbose=False)
+    visitor = page_client(served.url)
     form = page_values(fast_settings(max_new_tokens=2))
     for _ in range(3):
         visitor.session_hash = str(uuid.uuid4())
@@ -44,7 +43,7 @@ def test_a_session_that_ran_keeps_copies_only_of_the_run_pickers(served):
 
 @pytest.mark.slow
 def test_a_refused_run_leaves_no_copies_in_its_session(served):
-    visitor = Client(served.url, verbose=False)
+    visitor = page_client(served.url)
     status = visitor.predict(**page_values(fast_settings(model="no-such-org/" + "x" * 600)), api_name="/run")[0]
     assert status.startswith("**Not started")
     assert copies_in(served.demo, visitor.session_hash) == []

@@ -20,12 +20,11 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from gradio_client import Client
 
 from dashboard.form import page_values
 from dashboard.http_guard import RequestGuard, launch_options
 from dashboard.session_store import DROPPED_LINE, LeanStateHolder, SessionKeeper, SessionRule
-from tests.conftest import fast_settings
+from tests.conftest import fast_settings, page_client
 from tests.helpers import FakeClock
 
 HOME, NEIGHBOUR, TUNNEL = "192.0.2.2", "192.0.2.3", "127.0.0.1"
@@ -234,7 +233,7 @@ def open_page(port: int, session: str) -> Iterator[None]:
 
 
 def cancel_in(url: str, session: str) -> str:
-    visitor = Client(url, verbose=False)
+    visitor = page_client(url)
     visitor.session_hash = session
     return visitor.predict(api_name="/cancel")
 
@@ -244,7 +243,7 @@ def test_runs_each_in_a_new_session_leave_no_states_behind_once_idle(kept_page):
     """Item 10: each run a new session (as API clients make them): the states and the copies of components they held
     level off instead of growing a session's worth a run."""
     demo, url, _ = kept_page
-    visitor = Client(url, verbose=False)
+    visitor = page_client(url)
     form = page_values(fast_settings(max_new_tokens=1))
 
     def runs(count: int) -> collections.Counter:
