@@ -55,10 +55,11 @@ APPEND_IN_ATTENTION_CHOICES = ("off", "on")
 # the residual add, whose tuned configuration varied from compile to compile; docs/TUNING.md).
 O_PROJ_ENV = "SYNCSCOPE_O_PROJ"
 O_PROJ_CHOICES = ("library", "inductor")
-# core.kernels.products: in compiled CUDA decode steps every batch-1 product is inductor's own ("inductor") or
-# core.kernels.triton_gemv's kernel with a configuration fixed per shape ("triton"; docs/TUNING.md).
+# core.kernels.products: in compiled CUDA decode steps every batch-1 product is core.kernels.triton_gemv's kernel
+# with a configuration fixed per shape ("triton") or inductor's own ("inductor"); "auto", the default, is "triton"
+# in step-graph compiles (where it was measured faster and steadier, docs/TUNING.md) and "inductor" in the others.
 DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
-DECODE_PRODUCTS_CHOICES = ("inductor", "triton")
+DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
               APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV)
 
@@ -381,6 +382,15 @@ def env_choice(name: str, choices: Sequence[str], environ: Mapping[str, str] | N
     choice = environ.get(name, "").strip().lower() or choices[0]
     if choice not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {choice!r}")
+    return choice
+
+
+def decode_products_choice(step_graph: bool, environ: Mapping[str, str] | None = None) -> str:
+    """Which kernel SYNCSCOPE_DECODE_PRODUCTS gives the batch-1 products of a compile: "triton" or "inductor" ("auto"
+    resolved: "triton" for a step-graph compile)."""
+    choice = env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
+    if choice == "auto":
+        return "triton" if step_graph else "inductor"
     return choice
 
 

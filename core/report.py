@@ -21,16 +21,16 @@ from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
 from core.models import LoadedModel
 from core.options import (
-    DECODE_PRODUCTS_CHOICES,
-    DECODE_PRODUCTS_ENV,
     HF,
     HF_DEFERRED,
     NO_CHECK,
     O_PROJ_CHOICES,
     O_PROJ_ENV,
     PIPELINED_AGAIN,
+    STEP_GRAPH,
     BenchRequest,
     GenerationOptions,
+    decode_products_choice,
     env_choice,
     inductor_options_from_env,
 )
@@ -222,7 +222,7 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             # in compiled steps (core.kernels.fusion.output_projection); None where nothing is compiled
             "o_proj": env_choice(O_PROJ_ENV, O_PROJ_CHOICES) if compile_mode != "off" else None,
             # the batch-1 products of compiled CUDA steps (core.kernels.products); None where nothing is compiled
-            "decode_products": (env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES)
+            "decode_products": (decode_products_choice(compile_mode == STEP_GRAPH)
                                 if compile_mode != "off" and loaded.device.type == "cuda" else None),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from core.options import DECODE_PRODUCTS_CHOICES, DECODE_PRODUCTS_ENV, is_int
+from core.options import DECODE_PRODUCTS_ENV, is_int
 from core.phases import phase_named
 from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.text import clip
@@ -274,7 +274,7 @@ def _products_before_the_field(report: dict[str, Any]) -> str | None:
     env = report["environment"]
     if env.get("o_proj") is None or not str(env.get("device", "")).startswith("cuda"):
         return None
-    return command_assignments(report.get("command")).get(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES[0])
+    return command_assignments(report.get("command")).get(DECODE_PRODUCTS_ENV, "inductor")  # the default then
 
 
 def upgrade_page(page: Any) -> Any:

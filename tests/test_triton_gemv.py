@@ -16,9 +16,10 @@ import torch
 from torch import nn
 
 from core.kernels import products
-from core.kernels.products import DecodeLinear, decode_product, gemv_takes, route_output_layer
+from core.kernels.products import DecodeLinear, decode_product, gemv_takes, products_of_step_graph, route_output_layer
 from core.kernels.triton_gemv import CONFIG_FILE, GemvConfig, config_for, heuristic_config, shape_key, takes
 from core.models import load_model
+from core.options import decode_products_choice
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -123,8 +124,25 @@ def test_the_kernel_is_given_nothing_outside_a_compile_on_the_cpu_or_by_default(
     linear.register_forward_hook(lambda *args: None)
     assert not gemv_takes(linear, x, act_mul=False)  # a hook would be skipped
     monkeypatch.delenv("SYNCSCOPE_DECODE_PRODUCTS")
-    assert not gemv_takes(nn.Linear(16, 8), x, act_mul=False)  # the default leaves products to inductor
+    assert not gemv_takes(nn.Linear(16, 8), x, act_mul=False)  # by default, outside step-graph, inductor's
+    with products_of_step_graph():
+        assert gemv_takes(nn.Linear(16, 8), x, act_mul=False) == hasattr(torch.ops.syncscope, "gemv")
     assert torch.equal(decode_product(linear, x), linear(x))
+
+
+@pytest.mark.parametrize("value, step_graph, choice", [
+    ("", True, "triton"), ("", False, "inductor"), ("auto", True, "triton"), ("AUTO", False, "inductor"),
+    ("triton", False, "triton"), ("inductor", True, "inductor")])
+def test_auto_gives_the_products_to_the_kernel_in_step_graph_compiles_only(value, step_graph, choice):
+    assert decode_products_choice(step_graph, {"SYNCSCOPE_DECODE_PRODUCTS": value}) == choice
+
+
+def test_the_step_graph_context_is_undone_when_it_ends():
+    with products_of_step_graph():
+        with products_of_step_graph():
+            pass
+        assert products._in_step_graph
+    assert not products._in_step_graph
 
 
 def test_the_activation_is_fused_only_when_it_is_silu():

@@ -1,7 +1,9 @@
 """Which kernel computes each batch-1 matrix product of a compiled decode step (SYNCSCOPE_DECODE_PRODUCTS).
 
-`inductor` leaves the products to inductor (in step-graph mode it rewrites each as a Triton reduction, fuses its
-neighbours into it and tunes it by timing while it compiles), except the attention's output projection, which
+`auto` (the default) is `triton` in step-graph compiles (core.loops.step says which compile traces, with
+`products_of_step_graph`, and turns coordinate-descent tuning off there) and `inductor` in the others. `inductor`
+leaves the products to inductor (in step-graph mode it rewrites each as a Triton reduction, fuses its neighbours into
+it and tunes it by timing while it compiles), except the attention's output projection, which
 SYNCSCOPE_O_PROJ picks. `triton` gives every product with one row of input (q/k/v, the output projection, gate/up,
 down with its activation, the output layer) to core.kernels.triton_gemv's kernel, whose configuration is fixed per
 shape, so that two compiles run the same kernels. Either way a product with several rows (the prefill, a batch), one
@@ -10,11 +12,28 @@ outside a compile, on the CPU, or one whose Linear tensor parallelism or a hook 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
 from core.kernels.triton_gemv import takes
-from core.options import DECODE_PRODUCTS_CHOICES, DECODE_PRODUCTS_ENV, env_choice
+from core.options import decode_products_choice
+
+# Whether the step-graph compile is calling (so tracing) the model: dynamo reads it, and guards on it, while it traces
+_in_step_graph = False
+
+
+@contextmanager
+def products_of_step_graph() -> Iterator[None]:
+    """Inside it, a compile traces with the step-graph mode's products (SYNCSCOPE_DECODE_PRODUCTS=auto)."""
+    global _in_step_graph
+    previous, _in_step_graph = _in_step_graph, True
+    try:
+        yield
+    finally:
+        _in_step_graph = previous
 
 
 class DecodeLinear(nn.Linear):
@@ -41,7 +60,7 @@ def route_output_layer(model: nn.Module) -> bool:
 
 
 def decode_product(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """linear(x), by the gemv kernel where SYNCSCOPE_DECODE_PRODUCTS=triton takes it (see the module)."""
+    """linear(x), by the gemv kernel where SYNCSCOPE_DECODE_PRODUCTS gives it the product (see the module)."""
     if gemv_takes(linear, x, act_mul=False):
         return torch.ops.syncscope.gemv(x, linear.weight, linear.bias, False)
     return nn.functional.linear(x, linear.weight, linear.bias) if type(linear) is DecodeLinear else linear(x)
@@ -51,7 +70,7 @@ def gemv_takes(linear: nn.Module, x: torch.Tensor, act_mul: bool) -> bool:
     """Whether the gemv kernel computes this product (of silu(gate) * up of `x` with `act_mul`)."""
     if not (torch.compiler.is_compiling() and x.is_cuda and _plain(linear) and hasattr(torch.ops.syncscope, "gemv")):
         return False
-    if env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES) != "triton":
+    if decode_products_choice(_in_step_graph) != "triton":
         return False
     return takes(x, linear.weight, act_mul) and (linear.bias is None or linear.bias.is_contiguous())
 

@@ -18,12 +18,14 @@ import torch.nn.functional as F
 
 from core.kernels.attention import attach_append_counters
 from core.kernels.pdl import pdl_inductor_options
+from core.kernels.products import products_of_step_graph
 from core.loops.prompt import EncodedPrompt, resolve_eos_ids
 from core.models import LoadedModel, new_static_cache
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
     STEP_GRAPH,
     GenerationOptions,
+    decode_products_choice,
     inductor_options_from_env,
     static_cache_length,
 )
@@ -260,20 +262,38 @@ def decode_forward(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         extra = pdl_inductor_options(loaded.device) if mode == STEP_GRAPH else {}
         if mode == STEP_GRAPH and loaded.all_reduce in SYMMETRIC:
             extra["_collective.auto_select"] = True
+        if mode == STEP_GRAPH and loaded.device.type == "cuda" and decode_products_choice(step_graph=True) == "triton":
+            # the products are the gemv kernel's: coordinate descent would only tune the small norm and rotary
+            # kernels, and it mis-tuned them by up to 3x in some compiles (docs/TUNING.md)
+            extra["coordinate_descent_tuning"] = False
         extra.update(inductor_overrides())
         if extra:
             options = {**torch._inductor.list_mode_options(inductor_mode), **extra}
             compiled = torch.compile(loaded.model.forward, options=options, dynamic=False, fullgraph=False)
         else:
             compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
-        wants_marks = mode in CUDA_GRAPH_COMPILE_MODES and mode != STEP_GRAPH
-        loaded.compiled_forwards[mode] = _mark_steps(compiled) if wants_marks else compiled
+        if mode == STEP_GRAPH:
+            loaded.compiled_forwards[mode] = _with_step_graph_products(compiled)
+        elif mode in CUDA_GRAPH_COMPILE_MODES:
+            loaded.compiled_forwards[mode] = _mark_steps(compiled)
+        else:
+            loaded.compiled_forwards[mode] = compiled
     return loaded.compiled_forwards[mode]
 
 
 def inductor_overrides() -> dict[str, Any]:
     """Inductor options a user adds to every compile, as JSON in SYNCSCOPE_INDUCTOR_OPTIONS (reported with results)."""
     return inductor_options_from_env()
+
+
+def _with_step_graph_products(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """The step-graph compile, tracing with that mode's batch-1 products (core.kernels.products)."""
+
+    def forward(**kwargs: Any) -> Any:
+        with products_of_step_graph():
+            return compiled(**kwargs)
+
+    return forward
 
 
 def _mark_steps(compiled: Callable[..., Any]) -> Callable[..., Any]:
