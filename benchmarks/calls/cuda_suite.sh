@@ -12,7 +12,7 @@ FILES=$(grep -l "mark\.cuda\b" tests/test_*.py | tr '\n' ' ')
 MARKS=${MARKS:-"cuda and not cuda_long"}
 echo "pytest -m \"$MARKS\" over $FILES"
 T0=$(date +%s)
-timeout -s INT -k 30 $(left 585) python3 -m pytest -v -m "$MARKS" --durations=30 -rfEs -p no:cacheprovider $FILES \
+timeout -s INT -k 30 $(( $(left) - 15 )) python3 -m pytest -v -m "$MARKS" --durations=30 -rfEs -p no:cacheprovider $FILES \
     2>&1 | grep --line-buffered -v "^DEBUG\|^E1\|^W1" \
     | while IFS= read -r line; do printf '%(%H:%M:%S)T %s\n' -1 "$line"; done > $R/cuda-suite.log
 RC=${PIPESTATUS[0]}
