@@ -248,13 +248,15 @@ def test_pipelined_knows_the_first_token_as_soon_as_naive_does_on_cuda(tiny_gpu,
 def test_the_appending_attention_kernel_gives_the_tokens_of_transformers_steps(spec, dtype, fast_tiny_compiles):
     """Step-graph decoding with the rotary, the cache write and the attention in one kernel a layer gives the tokens
     of the same steps done by transformers' rotary and StaticLayer.update (SYNCSCOPE_APPEND_IN_ATTENTION=off), and
-    leaves each layer's counters at zero and its length at the tokens it holds."""
+    leaves each layer's counters at zero and its length at the tokens it holds. The products are inductor's: with the
+    gemv kernel's (step-graph's default) bf16 tokens of the two diverged after 8 of 40 on the H200 (2026-12-02)."""
     from core.models import load_model
 
     tokens = {}
     for choice in ("off", "on"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("SYNCSCOPE_APPEND_IN_ATTENTION", choice)  # read when the step is compiled
+            patch.setenv("SYNCSCOPE_DECODE_PRODUCTS", "inductor")
             loaded = load_model(spec, device="cuda", dtype=dtype)
             result = generate(loaded, BATCH[1], loop="pipelined", cache="static", compile="step-graph",
                               max_new_tokens=40, ignore_eos=True)

@@ -69,7 +69,7 @@ def sync_debug_per_step(script: str, args: list[str]) -> tuple[dict[Line, float]
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with _watching(watcher):
-                assert _run(script) == 0
+                assert _run(script) == (0, None)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     name, _, starts, _ = watcher.steps()
