@@ -55,6 +55,8 @@ class LoadedModel:
     fused_projections: tuple[str, ...] = ()
     decode_attention: str | None = None
     not_prepared: tuple[str, ...] = ()
+    # Whether the decoder layers are core.kernels.decode_layer's (their step-graph decode step in six kernels a layer)
+    decode_layers: bool = False
     hf_modules: bool = False  # load_model(hf_modules=True): transformers' modules as they are, not prepared
     setups: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
@@ -66,6 +68,9 @@ class LoadedModel:
         done = [f"fused {name}" for name in self.fused_projections]
         if self.decode_attention:
             done.append(f"compiled decode attention: {self.decode_attention}")
+        if self.decode_layers:
+            done.append("decoder layers: norms, rotary, cache write and residual adds inside the products in "
+                        "step-graph decode steps")
         return (*done, *self.not_prepared)
 
     @property
@@ -173,7 +178,8 @@ def load_model(
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
                        all_reduce=all_reduce, all_reduce_note=all_reduce_note,
                        fused_projections=prepared.fused_projections, decode_attention=prepared.decode_attention,
-                       not_prepared=prepared.not_prepared, hf_modules=hf_modules)
+                       not_prepared=prepared.not_prepared, decode_layers=prepared.decode_layers,
+                       hf_modules=hf_modules)
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,7 @@ class Preparation:
     fused_projections: tuple[str, ...] = ()
     decode_attention: str | None = None
     not_prepared: tuple[str, ...] = ()
+    decode_layers: bool = False
 
 
 def prepare_for_decode(model: Any) -> Preparation:
@@ -204,7 +211,22 @@ def prepare_for_decode(model: Any) -> Preparation:
     kernel, why_not = use_decode_attention(model, decode_attention_kernel())
     if why_not:
         reasons.append(why_not)
-    return Preparation(fused_projections=fused, decode_attention=kernel, not_prepared=tuple(reasons))
+    layers_fused, why_not = _fuse_decode_layers(model, kernel)
+    if why_not:
+        reasons.append(f"decoder layers not fused: {why_not}")
+    return Preparation(fused_projections=fused, decode_attention=kernel, not_prepared=tuple(reasons),
+                       decode_layers=layers_fused)
+
+
+def _fuse_decode_layers(model: Any, kernel: str | None) -> tuple[bool, str | None]:
+    """core.kernels.decode_layer's layers on a CUDA model with the triton decode attention: whether done, and why
+    not where it could have been (nothing is said for the CPU, tensor parallelism or another attention kernel)."""
+    from core.kernels.decode_layer import fuse_decode_layers
+
+    if kernel != "triton" or model.device.type != "cuda" or getattr(model, "_device_mesh", None) is not None:
+        return False, None
+    why_not = fuse_decode_layers(model)
+    return why_not is None, why_not
 
 
 _NATIVELY_FUSED = ("qkv_proj", "query_key_value", "c_attn", "gate_up_proj")

@@ -60,8 +60,13 @@ O_PROJ_CHOICES = ("library", "inductor")
 # in step-graph compiles (where it was measured faster and steadier, docs/TUNING.md) and "inductor" in the others.
 DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
 DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
+# core.kernels.decode_layer: "auto", the default, runs a Llama-layout decoder layer's batch-1 step-graph decode step in
+# six kernels (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the
+# products are the gemv kernel's; "off" leaves the layer's code to transformers and inductor.
+DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
+DECODE_LAYER_CHOICES = ("auto", "off")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -417,4 +422,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)
     env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
     env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
+    env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
     inductor_options_from_env(environ)

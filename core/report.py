@@ -224,9 +224,18 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             # the batch-1 products of compiled CUDA steps (core.kernels.products); None where nothing is compiled
             "decode_products": (decode_products_choice(compile_mode == STEP_GRAPH)
                                 if compile_mode != "off" and loaded.device.type == "cuda" else None),
+            # whether the decoder layers' step ran core.kernels.decode_layer's kernels; None where nothing is compiled
+            "decode_layer": _decode_layer(loaded, compile_mode),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
+
+
+def _decode_layer(loaded: LoadedModel, compile_mode: str) -> str | None:
+    if compile_mode == "off" or loaded.device.type != "cuda":
+        return None
+    fused = (loaded.decode_layers and compile_mode == STEP_GRAPH and decode_products_choice(True) == "triton")
+    return "fused" if fused else "off"
 
 
 def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:

@@ -254,6 +254,9 @@ def upgrade_report(report: Any) -> Any:
     out["request"] = _renamed(out["request"], RENAMED_REQUEST_KEYS)
     if isinstance(out["environment"], dict) and "decode_products" not in out["environment"]:
         out["environment"] = {**out["environment"], "decode_products": _products_before_the_field(out)}
+    if isinstance(out["environment"], dict) and "decode_layer" not in out["environment"]:
+        compiled_on_cuda = out["environment"].get("decode_products") is not None
+        out["environment"] = {**out["environment"], "decode_layer": "off" if compiled_on_cuda else None}
     return out
 
 

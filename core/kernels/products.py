@@ -53,7 +53,7 @@ def silu(act_fn: nn.Module) -> bool:
 def route_output_layer(model: nn.Module) -> bool:
     """Make the model's output layer (`lm_head`) a DecodeLinear, in place, when it is a plain Linear."""
     head = getattr(model, "lm_head", None)
-    if head is None or type(head) is not nn.Linear or not _plain(head):
+    if head is None or type(head) is not nn.Linear or not plain(head):
         return False
     head.__class__ = DecodeLinear
     return True
@@ -68,14 +68,14 @@ def decode_product(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def gemv_takes(linear: nn.Module, x: torch.Tensor, act_mul: bool) -> bool:
     """Whether the gemv kernel computes this product (of silu(gate) * up of `x` with `act_mul`)."""
-    if not (torch.compiler.is_compiling() and x.is_cuda and _plain(linear) and hasattr(torch.ops.syncscope, "gemv")):
+    if not (torch.compiler.is_compiling() and x.is_cuda and plain(linear) and hasattr(torch.ops.syncscope, "gemv")):
         return False
     if decode_products_choice(_in_step_graph) != "triton":
         return False
     return takes(x, linear.weight, act_mul) and (linear.bias is None or linear.bias.is_contiguous())
 
 
-def _plain(linear: nn.Module) -> bool:
+def plain(linear: nn.Module) -> bool:
     """A Linear computing only x @ W.T + b: its class's forward is nn.Linear's (or DecodeLinear's), nothing replaced it
     on the instance, no hooks, and a plain weight (not a DTensor or a quantized one)."""
     return (isinstance(linear, nn.Linear) and type(linear).forward in (nn.Linear.forward, DecodeLinear.forward)

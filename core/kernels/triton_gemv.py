@@ -75,28 +75,78 @@ def takes(x: torch.Tensor, weight: torch.Tensor, act_mul: bool = False) -> bool:
     """Whether the kernel computes x @ weight.T here: one row of input, a weight with unit column stride, a float
     type both share, and an input width that matches (twice the weight's with `act_mul`)."""
     width = weight.shape[1] * (2 if act_mul else 1)
-    return (x.shape[-1] == width and x.numel() == width and weight.dim() == 2 and weight.stride(1) == 1
-            and x.dtype == weight.dtype and x.dtype in (torch.float32, torch.bfloat16, torch.float16))
+    return (
+        x.shape[-1] == width
+        and x.numel() == width
+        and weight.dim() == 2
+        and weight.stride(1) == 1
+        and x.dtype == weight.dtype
+        and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    )
 
 
-def launch_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act_mul: bool, launch: Any,
-                config: GemvConfig | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias) for one row `x` (of silu(gate) * up with `act_mul`); `launch(kernel)` returns the kernel
-    ready for `[grid]` (`wrap_triton` inside a compile, the kernel itself otherwise)."""
+@dataclass(frozen=True)
+class Around:
+    """What a decoder layer does around one product that the kernel does in it: `norm` (the RMSNorm's weight) and
+    `eps` normalise the input first; `residual` is added to the output (rounded as the Linear returns it); `length`,
+    a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does)."""
+
+    norm: torch.Tensor | None = None
+    eps: float = 0.0
+    residual: torch.Tensor | None = None
+    length: torch.Tensor | None = None
+
+
+def launch_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    act_mul: bool,
+    launch: Any,
+    config: GemvConfig | None = None,
+    around: Around = Around(),
+) -> torch.Tensor:
+    """x @ weight.T (+ bias) for one row `x` (of silu(gate) * up with `act_mul`, of RMSNorm(x) with `around.norm`,
+    plus `around.residual`); `launch(kernel)` returns the kernel ready for `[grid]` (`wrap_triton` inside a compile,
+    the kernel itself otherwise)."""
     if not takes(x, weight, act_mul):
-        raise ValueError(f"the gemv kernel takes one row of input matching the weight's width (twice it with the "
-                         f"activation); got input {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
-                         f"{weight.dtype} with strides {weight.stride()}")
+        raise ValueError(
+            f"the gemv kernel takes one row of input matching the weight's width (twice it with the "
+            f"activation); got input {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
+            f"{weight.dtype} with strides {weight.stride()}"
+        )
     n, k = weight.shape
     if config is None:
         config = config_for(n, k, act_mul, _device_name(x.device))
     out = torch.empty((*x.shape[:-1], n), device=x.device, dtype=x.dtype)
     x = x.contiguous()
+    norm = around.norm.contiguous() if around.norm is not None else None
+    residual = around.residual.contiguous() if around.residual is not None else None
+    unused = weight  # a pointer the kernel is given but does not read
     launch(_kernel())[(-(-n // config.block_n),)](
-        x, weight, bias if bias is not None else weight, out, n, weight.stride(0), k,
-        HAS_BIAS=bias is not None, ACT_MUL=act_mul, EVEN_N=n % config.block_n == 0,
-        EVEN_K=k % config.block_k == 0, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        num_warps=config.num_warps, num_stages=config.num_stages)
+        x,
+        weight,
+        bias if bias is not None else unused,
+        out,
+        norm if norm is not None else unused,
+        residual if residual is not None else unused,
+        around.length if around.length is not None else unused,
+        n,
+        weight.stride(0),
+        float(around.eps),
+        k,
+        HAS_BIAS=bias is not None,
+        ACT_MUL=act_mul,
+        NORM=norm is not None,
+        RESIDUAL=residual is not None,
+        ADVANCE=around.length is not None,
+        EVEN_N=n % config.block_n == 0,
+        EVEN_K=k % config.block_k == 0,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
     return out
 
 

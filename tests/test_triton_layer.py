@@ -1,0 +1,272 @@
+"""core.kernels.decode_layer on the CPU: the fused decode step of a layer against transformers' layer in Triton's
+interpreter (where the triton package is installed), its kernels compiled for Hopper, its operators traced as a
+compile traces them, and which layers it takes. On a GPU: tests/test_cuda_layer.py."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.kernels import decode_layer
+from core.kernels.decode_layer import DecodeLayer, fuse_decode_layers, why_not_fusable
+from core.models import load_model
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+
+# (hidden, heads, KV heads, head size, bias): Llama's layout; a width the column block does not divide, four query
+# heads on one KV head and biases (Qwen2's q/k/v have them)
+LAYER_CASES = [(64, 4, 2, 16, False), (80, 4, 1, 32, True)]
+PROMPT = 5  # tokens in the cache before the step
+
+
+def _tiny_model(
+    hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, dtype: torch.dtype
+) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from core.kernels.fusion import fuse_projections
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=64,
+        attention_bias=bias,
+        rms_norm_eps=1e-5,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "variance_epsilon"):  # norms whose weights are not all ones
+                module.weight.uniform_(0.5, 1.5)
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, 0.1)
+    model.to(dtype)
+    assert fuse_projections(model) == ["qkv", "gate_up"]
+    return model
+
+
+class DirectOps:
+    """The layer's operators as plain launches of their kernels (in Triton's interpreter on the CPU)."""
+
+    @staticmethod
+    def qkv_gemv(x, norm, eps, weight, bias, cos, sin, keys, values, length, heads):
+        return decode_layer.launch_qkv(x, norm, eps, weight, bias, cos, sin, keys, values, length, heads, _direct)
+
+    @staticmethod
+    def triton_decode_attention(query, keys, values, mask, scale):
+        from core.kernels import triton_attention
+
+        return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels())
+
+    @staticmethod
+    def gemv_add_advance(x, weight, bias, residual, length):
+        from core.kernels.triton_gemv import Around, launch_gemv
+
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(residual=residual, length=length))
+
+    @staticmethod
+    def gemv_norm(x, norm, eps, weight, bias):
+        from core.kernels.triton_gemv import Around, launch_gemv
+
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps))
+
+    @staticmethod
+    def gemv_add(x, weight, bias, act_mul, residual):
+        from core.kernels.triton_gemv import Around, launch_gemv
+
+        return launch_gemv(x, weight, bias, act_mul, _direct, around=Around(residual=residual))
+
+
+def _direct(kernel):
+    return kernel
+
+
+def layer_errors() -> dict[str, list[float]]:
+    """Run in a process of its own with TRITON_INTERPRET=1: per case and dtype, the fused step's largest differences
+    from transformers' layer (output, relative to its largest entry; the cache's new key and value), whether the
+    cache's length moved on by one in both, and whether the rest of the cache was left alone."""
+    from transformers import StaticCache
+
+    errors = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for case in LAYER_CASES:
+            model = _tiny_model(*case, dtype)
+            cache = StaticCache(config=model.config, max_cache_len=16)
+            with torch.no_grad():
+                model(torch.arange(1, PROMPT + 1)[None], cache=cache, use_cache=True)
+                layer = model.model.layers[0]
+                x = model.model.embed_tokens(torch.tensor([[7]]))
+                positions = torch.tensor([[PROMPT]])
+                embeddings = model.model.rotary_emb(x, position_ids=positions)
+                mask = (torch.arange(16) <= PROMPT)[None, None, None, :]
+                reference_cache = copy.deepcopy(cache)
+                expected = layer(
+                    x,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    cache=reference_cache,
+                    use_cache=True,
+                    position_embeddings=embeddings,
+                )
+                ours, theirs = cache.layers[0], reference_cache.layers[0]
+                before = ours.keys.clone(), ours.values.clone()
+                layer.__class__ = DecodeLayer
+                got = decode_layer.fused_step(layer, x, mask, ours, embeddings, DirectOps)
+            assert got.shape == expected.shape and got.dtype == dtype
+            untouched = all(
+                torch.equal(
+                    torch.cat([a[:, :, :PROMPT], a[:, :, PROMPT + 1 :]], 2),
+                    torch.cat([b[:, :, :PROMPT], b[:, :, PROMPT + 1 :]], 2),
+                )
+                for a, b in zip(before, (ours.keys, ours.values), strict=True)
+            )
+            output = ((got.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
+            key = (ours.keys[:, :, PROMPT].double() - theirs.keys[:, :, PROMPT].double()).abs().max().item()
+            value = (ours.values[:, :, PROMPT].double() - theirs.values[:, :, PROMPT].double()).abs().max().item()
+            moved = int(ours.cumulative_length) == int(theirs.cumulative_length) == PROMPT + 1
+            errors[f"{dtype} {case}"] = [output, key, value, float(moved), float(untouched)]
+    return errors
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
+    script = "import json; from tests.test_triton_layer import layer_errors; print(json.dumps(layer_errors()))"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = json.loads(result.stdout.splitlines()[-1])
+    assert len(errors) == 2 * len(LAYER_CASES)
+    for name, (output, key, value, moved, untouched) in errors.items():
+        assert moved == 1.0 and untouched == 1.0, name
+        # fp32: sums in another order; bf16: the interpreter rounds by truncation, a few steps of bf16 through
+        # the layer's products, norms and rotary
+        assert output <= (1e-5 if "float32" in name else 2**-4), (name, output)
+        assert max(key, value) <= (1e-5 if "float32" in name else 0.1), (name, key, value)
+
+
+def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str]) -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    signature = {
+        name: pointers.get(name) or scalars.get(name) or ("constexpr" if name in constants else "i32") for name in names
+    }
+    source = ASTSource(
+        fn=kernel, signature=signature, constexprs={(names.index(name),): value for name, value in constants.items()}
+    )
+    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 1})
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", ["norm", "residual-act", "residual-advance"])
+def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(variant):
+    """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
+    gemv, _ = decode_layer._kernels()
+    pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
+    pointers["length_ptr"] = "*i64"
+    constants = {
+        "k": 4096,
+        "HAS_BIAS": False,
+        "ACT_MUL": variant == "residual-act",
+        "NORM": variant == "norm",
+        "RESIDUAL": variant != "norm",
+        "ADVANCE": variant == "residual-advance",
+        "EVEN_N": True,
+        "EVEN_K": True,
+        "BLOCK_N": 2,
+        "BLOCK_K": 1024,
+    }
+    _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64"})  # a compile passes a Python float as fp64
+
+
+@needs_triton
+def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
+    _, qkv = decode_layer._kernels()
+    pointers = {
+        name: "*bf16"
+        for name in ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr", "key_ptr", "value_ptr")
+    }
+    pointers["length_ptr"] = "*i64"
+    constants = {
+        "k": 4096,
+        "HEADS": 32,
+        "KV_HEADS": 8,
+        "HEAD_DIM": 128,
+        "HAS_BIAS": False,
+        "EVEN_K": True,
+        "BLOCK_P": 1,
+        "BLOCK_K": 1024,
+    }
+    _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
+
+
+@needs_triton
+def test_the_operators_trace_with_fake_tensors_as_inside_a_compile():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, norm, weight = torch.randn(1, 1, 64), torch.ones(64), torch.randn(128, 64)
+    keys, values, length = torch.zeros(1, 2, 16, 16), torch.zeros(1, 2, 16, 16), torch.tensor(3)
+    cos, sin = torch.ones(1, 1, 16), torch.zeros(1, 1, 16)
+
+    def step(x, norm, weight, cos, sin, keys, values, length):
+        query = torch.ops.syncscope.qkv_gemv(x, norm, 1e-5, weight, None, cos, sin, keys, values, length, 4)
+        out = torch.ops.syncscope.gemv_add_advance(query.reshape(1, 1, 64), weight[:64], None, x, length)
+        return torch.ops.syncscope.gemv_add(
+            torch.ops.syncscope.gemv_norm(out, norm, 1e-5, weight, None), weight[:64, :64], None, True, out
+        )
+
+    graph = make_fx(step, tracing_mode="fake")(x, norm, weight, cos, sin, keys, values, length)
+    for name in ("qkv_gemv", "gemv_add_advance", "gemv_norm", "gemv_add"):
+        assert f"torch.ops.syncscope.{name}.default" in graph.code
+
+
+def test_llama_layers_qualify_and_the_cpu_keeps_transformers_layers():
+    loaded = load_model("tiny-random", device="cpu")
+    assert not loaded.decode_layers and not any(isinstance(m, DecodeLayer) for m in loaded.model.modules())
+    if importlib.util.find_spec("triton") is None:
+        assert why_not_fusable(loaded.model) == "the triton package is not installed"
+        return
+    assert why_not_fusable(loaded.model) is None
+    assert fuse_decode_layers(loaded.model) is None
+    assert all(type(layer) is DecodeLayer for layer in loaded.model.model.layers)
+    assert why_not_fusable(loaded.model) == "already fused"
+    # outside a compile (and on the CPU) the layer is transformers' own
+    assert torch.equal(
+        loaded.model(torch.tensor([[1, 2, 3]])).logits,
+        load_model("tiny-random", device="cpu").model(torch.tensor([[1, 2, 3]])).logits,
+    )
+
+
+def test_layers_it_does_not_know_are_left_with_the_reason(monkeypatch):
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs the triton package")
+    unfused = load_model("tiny-random", device="cpu", hf_modules=True).model
+    assert "attention is not a fused one" in why_not_fusable(unfused)
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")
+    assert why_not_fusable(load_model("tiny-random", device="cpu").model) == "SYNCSCOPE_DECODE_LAYER=off"
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "sometimes")
+    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of auto, off"):
+        why_not_fusable(unfused)
