@@ -28,7 +28,7 @@ PROMPT = 5  # tokens in the cache before the step
 
 
 def _tiny_model(
-    hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, dtype: torch.dtype
+    hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, dtype: torch.dtype, device: str = "cpu"
 ) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -54,7 +54,7 @@ def _tiny_model(
                 module.weight.uniform_(0.5, 1.5)
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0, 0.1)
-    model.to(dtype)
+    model.to(device=device, dtype=dtype)
     assert fuse_projections(model) == ["qkv", "gate_up"]
     return model
 
@@ -95,24 +95,25 @@ def _direct(kernel):
     return kernel
 
 
-def layer_errors() -> dict[str, list[float]]:
-    """Run in a process of its own with TRITON_INTERPRET=1: per case and dtype, the fused step's largest differences
-    from transformers' layer (output, relative to its largest entry; the cache's new key and value), whether the
-    cache's length moved on by one in both, and whether the rest of the cache was left alone."""
+def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, list[float]]:
+    """Per case and dtype, the fused step's largest differences from transformers' layer (output, relative to its
+    largest entry; the cache's new key and value), whether the cache's length moved on by one in both, and whether
+    the rest of the cache was left alone. On the CPU run it in a process of its own with TRITON_INTERPRET=1; `ops`
+    are the step's operators (DirectOps by default)."""
     from transformers import StaticCache
 
     errors = {}
     for dtype in (torch.float32, torch.bfloat16):
-        for case in LAYER_CASES:
-            model = _tiny_model(*case, dtype)
+        for case in cases:
+            model = _tiny_model(*case, dtype, device)
             cache = StaticCache(config=model.config, max_cache_len=16)
             with torch.no_grad():
-                model(torch.arange(1, PROMPT + 1)[None], cache=cache, use_cache=True)
+                model(torch.arange(1, PROMPT + 1, device=device)[None], cache=cache, use_cache=True)
                 layer = model.model.layers[0]
-                x = model.model.embed_tokens(torch.tensor([[7]]))
-                positions = torch.tensor([[PROMPT]])
+                x = model.model.embed_tokens(torch.tensor([[7]], device=device))
+                positions = torch.tensor([[PROMPT]], device=device)
                 embeddings = model.model.rotary_emb(x, position_ids=positions)
-                mask = (torch.arange(16) <= PROMPT)[None, None, None, :]
+                mask = (torch.arange(16, device=device) <= PROMPT)[None, None, None, :]
                 reference_cache = copy.deepcopy(cache)
                 expected = layer(
                     x,
@@ -125,7 +126,7 @@ def layer_errors() -> dict[str, list[float]]:
                 ours, theirs = cache.layers[0], reference_cache.layers[0]
                 before = ours.keys.clone(), ours.values.clone()
                 layer.__class__ = DecodeLayer
-                got = decode_layer.fused_step(layer, x, mask, ours, embeddings, DirectOps)
+                got = decode_layer.fused_step(layer, x, mask, ours, embeddings, ops or DirectOps)
             assert got.shape == expected.shape and got.dtype == dtype
             untouched = all(
                 torch.equal(
@@ -155,8 +156,11 @@ def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
         cwd=Path(__file__).parent.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
-    assert len(errors) == 2 * len(LAYER_CASES)
+    check_layer_errors(json.loads(result.stdout.splitlines()[-1]), LAYER_CASES)
+
+
+def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
+    assert len(errors) == 2 * len(cases)
     for name, (output, key, value, moved, untouched) in errors.items():
         assert moved == 1.0 and untouched == 1.0, name
         # fp32: sums in another order; bf16: the interpreter rounds by truncation, a few steps of bf16 through
