@@ -44,6 +44,7 @@ def test_compiled_steps_with_the_kernel_give_eager_tokens_and_the_loops_agree(mo
 
     torch._dynamo.reset()
     monkeypatch.setenv("SYNCSCOPE_DECODE_PRODUCTS", "triton")
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")  # every product a Linear's (tests/test_cuda_layer.py: fused)
     traced = []
     launch = triton_gemv.launch_gemv
     monkeypatch.setattr(triton_gemv, "launch_gemv", lambda *a, **k: traced.append(a[1].shape) or launch(*a, **k))

@@ -12,10 +12,12 @@ they are done inside the products:
 - the output projection adds the residual, and moves the cache's length on;
 - the gate/up product normalises its input (the post-attention RMSNorm);
 - the down projection computes silu(gate) * up on the fly, as before, and adds the residual.
-The math is transformers': each product rounded to the model's type where the Linear returns it, the norm's fp32
-variance and its rounding before the weight's product, the rotary in fp32 rounded once (as inductor fuses it). Sums
-are ordered as in the separate kernels, but the norm's variance is summed in another order than inductor's reduction,
-so bf16 results may differ in the last bits from the unfused step; both repeat bitwise.
+The math is transformers' up to rounding: each product rounded to the model's type where the Linear returns it, the
+rotary in fp32 rounded once (as inductor fuses it). The norm is folded into the product that follows it: the row times
+the norm's weight in fp32, the sum of squares taken in the same pass, the inverse RMS applied to each output once the
+row is summed, so a program reads the row once and starts on the weight at once. transformers rounds the normalised
+row to the model's type before its product; this does not, so bf16 results may differ in the last bits from the
+unfused step (fp32 ones agree to rounding); both repeat bitwise.
 
 Which layers: those whose forward is, token for token, Llama's decoder layer (Llama, Mistral, Qwen2 share it) with
 LlamaRMSNorm norms, core.kernels.fusion's fused attention in Llama's layout (no q/k norm, no soft-capping, Llama's

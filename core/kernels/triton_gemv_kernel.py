@@ -8,23 +8,9 @@ import triton.language as tl
 
 
 @triton.jit
-def inverse_rms(x_ptr, k: tl.constexpr, eps, BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean(x^2) + eps) of the row `x`, in fp32, as LlamaRMSNorm computes it."""
-    total = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for start in range(0, k, BLOCK_K):
-        cols = start + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + cols, mask=cols < k, other=0.0).to(tl.float32)
-        total += x * x
-    return tl.rsqrt((tl.sum(total, 0) / k + eps).to(tl.float32))  # a compile passes a Python float as fp64
-
-
-@triton.jit
-def normalised(x, norm_ptr, cols, col_ok, rstd):
-    """LlamaRMSNorm of a block of the row: x * rstd rounded to the row's type, times the norm's weight, rounded."""
-    dtype = norm_ptr.dtype.element_ty
-    scaled = (x.to(tl.float32) * rstd).to(dtype)
-    weight = tl.load(norm_ptr + cols, mask=col_ok, other=0.0)
-    return (weight.to(tl.float32) * scaled.to(tl.float32)).to(dtype)
+def inverse_rms(squares, k: tl.constexpr, eps):
+    """1 / sqrt(mean(x^2) + eps) from the row's squares summed by block, in fp32, as LlamaRMSNorm computes it."""
+    return tl.rsqrt((tl.sum(squares, 0) / k + eps).to(tl.float32))  # a compile passes a Python float as fp64
 
 
 @triton.jit
@@ -52,9 +38,8 @@ def gemv(
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
-    if NORM:
-        rstd = inverse_rms(x_ptr, k, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)
         col_ok = cols < k
@@ -63,8 +48,9 @@ def gemv(
             gate = x.to(tl.float32)
             up = tl.load(x_ptr + k + cols, mask=col_ok, other=0.0).to(tl.float32)
             x = (gate * tl.sigmoid(gate) * up).to(x_ptr.dtype.element_ty)
-        if NORM:
-            x = normalised(x, norm_ptr, cols, col_ok, rstd)
+        if NORM:  # the norm's weight now, the inverse RMS once the row is summed (both scale the product linearly)
+            squares += x.to(tl.float32) * x.to(tl.float32)
+            x = x.to(tl.float32) * tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         pointers = w_ptr + rows[:, None] * w_row_stride + cols[None, :]
         if EVEN_N and EVEN_K:
             w = tl.load(pointers, eviction_policy="evict_first")
@@ -72,6 +58,8 @@ def gemv(
             w = tl.load(pointers, mask=row_ok[:, None] & col_ok[None, :], other=0.0, eviction_policy="evict_first")
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
     out = tl.sum(acc, axis=1)
+    if NORM:
+        out *= inverse_rms(squares, k, eps)
     if HAS_BIAS:
         out += tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     if RESIDUAL:  # the product rounded as the Linear returns it, then the residual add, rounded once more
@@ -117,14 +105,15 @@ def qkv_gemv(
     pairs = (tl.program_id(0) % blocks_per_head) * BLOCK_P + tl.arange(0, BLOCK_P)
     low = head * HEAD_DIM + pairs
     high = low + half
-    rstd = inverse_rms(x_ptr, k, eps, BLOCK_K)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc_low = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     acc_high = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)
         col_ok = cols < k
-        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
-        x = normalised(x, norm_ptr, cols, col_ok, rstd).to(tl.float32)[None, :]
+        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        squares += x * x
+        x = (x * tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32))[None, :]
         if EVEN_K:
             w_low = tl.load(w_ptr + low[:, None] * w_row_stride + cols[None, :], eviction_policy="evict_first")
             w_high = tl.load(w_ptr + high[:, None] * w_row_stride + cols[None, :], eviction_policy="evict_first")
@@ -144,8 +133,9 @@ def qkv_gemv(
         acc_low += w_low.to(tl.float32) * x
         acc_high += w_high.to(tl.float32) * x
     dtype = q_ptr.dtype.element_ty
-    out_low = tl.sum(acc_low, axis=1)
-    out_high = tl.sum(acc_high, axis=1)
+    rstd = inverse_rms(squares, k, eps)
+    out_low = tl.sum(acc_low, axis=1) * rstd
+    out_high = tl.sum(acc_high, axis=1) * rstd
     if HAS_BIAS:
         out_low += tl.load(bias_ptr + low).to(tl.float32)
         out_high += tl.load(bias_ptr + high).to(tl.float32)
