@@ -60,11 +60,12 @@ O_PROJ_CHOICES = ("library", "inductor")
 # in step-graph compiles (where it was measured faster and steadier, docs/TUNING.md) and "inductor" in the others.
 DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
 DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
-# core.kernels.decode_layer: "auto", the default, runs a Llama-layout decoder layer's batch-1 step-graph decode step in
-# six kernels (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the
-# products are the gemv kernel's; "off" leaves the layer's code to transformers and inductor.
+# core.kernels.decode_layer: "on" runs a Llama-layout decoder layer's batch-1 step-graph decode step in six kernels
+# (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the products are
+# the gemv kernel's; "auto", the default, does so for models no wider than where that was measured faster
+# (docs/TUNING.md); "off" leaves the layer's code to transformers and inductor.
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
-DECODE_LAYER_CHOICES = ("auto", "off")
+DECODE_LAYER_CHOICES = ("auto", "on", "off")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
               APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
 

@@ -272,5 +272,17 @@ def test_layers_it_does_not_know_are_left_with_the_reason(monkeypatch):
     monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")
     assert why_not_fusable(load_model("tiny-random", device="cpu").model) == "SYNCSCOPE_DECODE_LAYER=off"
     monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "sometimes")
-    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of auto, off"):
+    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of auto, on, off"):
         why_not_fusable(unfused)
+
+
+def test_auto_fuses_only_models_as_narrow_as_where_fusing_was_measured_faster(monkeypatch):
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs the triton package")
+    model = load_model("tiny-random", device="cpu").model  # hidden size 64
+    monkeypatch.setattr(decode_layer, "AUTO_LARGEST_HIDDEN", 32)
+    assert why_not_fusable(model) == (
+        "hidden size 64 is over 32, where fused layers were measured slower (SYNCSCOPE_DECODE_LAYER=on fuses them)"
+    )
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "on")
+    assert why_not_fusable(model) is None

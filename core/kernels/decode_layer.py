@@ -52,9 +52,13 @@ _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
 _NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
 
 
+# "auto" fuses models up to this hidden size: on the H200 fused layers made Llama-1B's step faster and Llama-8B's
+# (hidden size 4096) slower, its products reading the norm's weight beside the row (docs/TUNING.md)
+AUTO_LARGEST_HIDDEN = 2048
+
+
 def decode_layer_choice() -> str:
-    """SYNCSCOPE_DECODE_LAYER: "auto" (the default: fused where the step-graph products are the gemv kernel's) or
-    "off"."""
+    """SYNCSCOPE_DECODE_LAYER: "auto" (the default: fused up to AUTO_LARGEST_HIDDEN), "on" or "off"."""
     return env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES)
 
 
@@ -213,6 +217,10 @@ def why_not_fusable(model: nn.Module) -> str | None:
     """Why `fuse_decode_layers` would leave `model` as it is, or None."""
     if decode_layer_choice() == "off":
         return "SYNCSCOPE_DECODE_LAYER=off"
+    hidden = getattr(getattr(model, "config", None), "hidden_size", 0)
+    if decode_layer_choice() == "auto" and hidden > AUTO_LARGEST_HIDDEN:
+        return (f"hidden size {hidden} is over {AUTO_LARGEST_HIDDEN}, where fused layers were measured slower "
+                f"(SYNCSCOPE_DECODE_LAYER=on fuses them)")
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed"
     if getattr(model, "_device_mesh", None) is not None:
