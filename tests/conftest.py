@@ -4,6 +4,8 @@ dashboard (its runner and engine process, and the page served in-process on a fr
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -24,6 +26,12 @@ from core.models import load_model
 from core.parallel.launch import free_port
 
 HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    # Without a GPU every compile here is a tiny model's few C++ kernels: inductor compiles them in the process that
+    # asks, not in a pool of compile workers, which every process that compiles would start anew (a Python process
+    # that imports torch): 5 s of a 10 s compile in a `core.bench --compile default` child on the 2-core machine.
+    # The kernels are the same. On a GPU machine the pool stays: Triton's compiles are many and gain from it.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an NVIDIA GPU (CUDA)")
 TINY = "tiny-random"
 
@@ -117,6 +125,22 @@ def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False,
                 css=CSS, max_file_size=build.get("max_report_bytes", MAX_REPORT_BYTES))
     return ServedApp(url=f"http://127.0.0.1:{port}/", runner=runner, demo=demo)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the project's modules to bytecode once, before any worker starts. Where PYTHONDONTWRITEBYTECODE is set
+    (as it is on the CI machine) no process writes its bytecode, so every process a test starts (engine processes,
+    `core.bench`, app.py) compiled the project's sources anew on import, about 0.3 s of CPU each; with the bytecode
+    written here they read it (the flag stops writing, not reading), and a source newer than its bytecode is compiled
+    as before."""
+    if hasattr(config, "workerinput") or not sys.dont_write_bytecode:
+        return  # an xdist worker (its controller did it), or each process writes its own bytecode
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("core", "engine", "dashboard", "tests", "benchmarks"):
+        compileall.compile_dir(root / folder, quiet=2)
+    compileall.compile_file(root / "app.py", quiet=2)
 
 
 _early: dict[str, Any] = {}  # the shared runner, started as soon as collection shows a test needs it

@@ -14,12 +14,19 @@ import pytest
 from tests.helpers import on_two_ranks
 
 REPO = Path(__file__).resolve().parent.parent
-COMMAND = [sys.executable, "-m", "core.bench", "--model", "tiny-random", "--device", "cpu"]
-BASE = [*COMMAND, "--max-new-tokens", "12", "--trials", "2", "--no-check"]
+ARGS = ["--model", "tiny-random", "--device", "cpu", "--max-new-tokens", "12", "--trials", "2", "--no-check"]
+BASE = [sys.executable, "-m", "core.bench", *ARGS]
 
 
 def bench(tmp_path: Path, tp: int, *extra: str) -> dict:
+    """`core.bench --tp N` as typed; `--tp 1`, the reference, runs in this process (core.bench.main): nothing of it
+    is about processes, and its own process cost a Python start and imports (about 5 s) a test."""
     out = tmp_path / f"tp{tp}-{len(extra)}.json"
+    if tp == 1:
+        from core.bench import main
+
+        assert main([*ARGS, "--tp", "1", *extra, "--json", str(out)]) == 0
+        return json.loads(out.read_text())
     done = subprocess.run([*BASE, "--tp", str(tp), *extra, "--json", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
