@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from core.caches import usable_compile_caches
+from core.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
 
 # Before torch is imported: core.kernels registers its triton kernels at import, which reads inductor's cache folder.
 CACHE_NOTICES = usable_compile_caches()
@@ -317,10 +318,12 @@ COMPILED_ATTENTION = "compiled decode attention"  # the transform that runs only
 
 def transforms_used(transforms: Sequence[str], report: dict[str, Any]) -> list[str]:
     """What the decode path changed in the model, as far as this run used it: the compiled decode attention is left
-    out where no contestant compiled (it runs only inside a compiled step)."""
-    ran = [entry["options"].get("compile", "off") for entry in report["effective"].values()]
-    compiled = any(mode != "off" for mode in ran)
-    return [t for t in transforms if compiled or not t.startswith(COMPILED_ATTENTION)]
+    out where no contestant compiled (it runs only inside a compiled step), the fused decoder layers where none
+    compiled in step-graph mode."""
+    ran = {entry["options"].get("compile", "off") for entry in report["effective"].values()}
+    compiled = bool(ran - {"off"})
+    return [t for t in transforms if (compiled or not t.startswith(COMPILED_ATTENTION))
+            and (STEP_GRAPH in ran or t != DECODE_LAYERS_TRANSFORM)]
 
 
 def interrupted_note(report: dict[str, Any]) -> str:

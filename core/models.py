@@ -17,7 +17,7 @@ import torch
 
 from core.memory import admit
 from core.model_sources import check_spec, default_tokenizer, load_default, load_pretrained, sharded
-from core.options import CUDA_GRAPH_COMPILE_MODES, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
+from core.options import CUDA_GRAPH_COMPILE_MODES, DECODE_LAYERS_TRANSFORM, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
 from core.parallel.tensor_parallel import FUSED, ONE_SHOT
 from core.random_models import random_model, tiny_family_model
 from core.specs import (
@@ -69,8 +69,7 @@ class LoadedModel:
         if self.decode_attention:
             done.append(f"compiled decode attention: {self.decode_attention}")
         if self.decode_layers:
-            done.append("decoder layers: norms, rotary, cache write and residual adds inside the products in "
-                        "step-graph decode steps")
+            done.append(DECODE_LAYERS_TRANSFORM)
         return (*done, *self.not_prepared)
 
     @property

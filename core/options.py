@@ -66,6 +66,7 @@ DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
 # (docs/TUNING.md); "off" leaves the layer's code to transformers and inductor.
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
 DECODE_LAYER_CHOICES = ("auto", "on", "off")
+DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
               APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
 

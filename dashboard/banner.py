@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from core.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
 from core.report_schema import upgrade_report
 from dashboard import charts
 from dashboard.jobs import LOAD, LOADING
@@ -76,17 +77,28 @@ class ServerBanner:
 
 
 def model_line(label: str) -> str:
-    """The banner's model line from Runner.device_label: the compiled decode attention runs only inside a compiled
-    step, so it is named as what a run with Compile on uses, not among what every run runs."""
+    """The banner's model line from Runner.device_label: the compiled decode attention and the fused decoder layers
+    run only inside compiled steps, so they are named as what those runs use, not among what every run runs."""
+    notes = []
     match = _COMPILED_ATTENTION.search(label)
-    if match is None:
-        return f"{label}."
-    before, after = label[:match.start()], label[match.end():]
+    if match is not None:
+        label = _without(label, match.start(), match.end())
+        notes.append(f"With Compile on, decode attention runs as {match[1]}.")
+    at = label.find(DECODE_LAYERS_TRANSFORM)
+    if at >= 0:
+        label = _without(label, at, at + len(DECODE_LAYERS_TRANSFORM))
+        notes.append(f"With {STEP_GRAPH}, each decoder layer's decode step runs in six kernels.")
+    return " ".join([f"{label}.", *notes])
+
+
+def _without(label: str, start: int, end: int) -> str:
+    """The label's list of transforms without the one at [start, end)."""
+    before, after = label[:start], label[end:]
     if before.endswith(", "):
         before = before[:-2]
     elif before.endswith("; "):
         before, after = (before, after[2:]) if after.startswith(", ") else (before[:-2], after)
-    return f"{before}{after}. With Compile on, decode attention runs as {match[1]}."
+    return before + after
 
 
 def report_device(report: dict[str, Any]) -> dict[str, str]:

@@ -317,6 +317,10 @@ def test_the_header_names_the_compiled_decode_attention_only_where_a_contestant_
     on = {"effective": {"naive": {"options": {"compile": "default"}}, "hf": {"options": {"compile": "off"}}}}
     assert transforms_used(transforms, off) == ["fused qkv", "fused gate_up"]
     assert transforms_used(transforms, on) == list(transforms)
+    layers = (*transforms, "decoder layers in six kernels")
+    graph = {"effective": {"naive": {"options": {"compile": "step-graph"}}}}
+    assert transforms_used(layers, on) == list(transforms)
+    assert transforms_used(layers, graph) == list(layers)
 
 
 def test_the_ratio_line_labels_the_end_to_end_ratio_beside_the_decode_one(tiny):

@@ -80,7 +80,7 @@ def test_bf16_past_256_keys_repeats_with_the_default_attention(real_bf16):
     """The fifth and seventh runs' finding on the synthetic 8B and 70B shapes (every bf16 trial repeated at 512 keys
     with the compiled decode attention written as reductions, and with the Triton kernel, the default on CUDA), for
     the real model."""
-    assert real_bf16.transforms[-1] == "compiled decode attention: triton"
+    assert "compiled decode attention: triton" in real_bf16.transforms
     report = identity_report(real_bf16, CHAT, compile="step-graph", max_new_tokens=300, ignore_eos=True)
     assert report["identity"]["keys"] == 512
     assert report["self_consistent"] == dict.fromkeys(CONTESTANTS, True), report["identity"]

@@ -153,6 +153,9 @@ def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use():
     assert model_line("cpu, float32; compiled decode attention: split") == \
         "cpu, float32. With Compile on, decode attention runs as split."
     assert model_line("cpu, float32") == "cpu, float32."
+    assert model_line("cuda:0 (H200), bfloat16; fused qkv, compiled decode attention: triton, decoder layers in six "
+                      "kernels") == ("cuda:0 (H200), bfloat16; fused qkv. With Compile on, decode attention runs as "
+                                     "triton. With step-graph, each decoder layer's decode step runs in six kernels.")
     banner = text_of(quiet_page().banner.text())
     assert "fused gate_up. With Compile on, decode attention runs as reduce." in banner
     assert "fused gate_up, compiled decode attention" not in banner
