@@ -109,15 +109,15 @@ def test_every_clear_speedup_in_the_committed_gpu_reports_is_still_called():
     rows = load_script().judge_reports(RESULTS)
     kept = [r for r in rows if r["old"] == "faster" and r["separated"]]
     assert len(kept) >= 40
-    # The one way it declines a speedup whose trials all separate: three trials whose 95% interval still reaches 1
-    # (by less than 0.5%: the 70B TP=2 headline runs of 2026-11-30, 1.011x in [0.9997, 1.020] in h200-2026-11-30-c
-    # and 1.005x in [0.9983, 1.011] in h200-2026-11-30-e). Five trials decide. The other: a clear difference under
-    # MIN_EFFECT (1.0046x in [1.0029, 1.0061] in h200-2026-12-02b), which the old rule called faster.
+    # The two ways it declines a speedup whose trials all separate: a clear difference under MIN_EFFECT (1.0046x in
+    # [1.0029, 1.0061] in h200-2026-12-02b, and Llama-8B's pipelined/naive near 1.01x since), which the old rule
+    # called faster; and three trials whose 95% interval still reaches 1 (by less than 0.5%: only the 70B TP=2
+    # headline runs of 2026-11-30, 1.011x in [0.9997, 1.020] in h200-2026-11-30-c and 1.005x in [0.9983, 1.011] in
+    # h200-2026-11-30-e). Five trials decide.
     declined = [r for r in kept if r["new"] != "faster"]
-    assert all((r["trials"] == 3 and 0.995 < r["interval"][0] <= 1) or abs(r["ratio"] - 1) < MIN_EFFECT
-               for r in declined), declined
-    declined_folders = {r["file"].split("/")[0] for r in declined}
-    assert declined_folders <= {"h200-2026-11-30-c", "h200-2026-11-30-e", "h200-2026-12-02b"}, declined
+    borderline = [r for r in declined if abs(r["ratio"] - 1) >= MIN_EFFECT]
+    assert all(r["trials"] == 3 and 0.995 < r["interval"][0] <= 1 for r in borderline), borderline
+    assert {r["file"].split("/")[0] for r in borderline} <= {"h200-2026-11-30-c", "h200-2026-11-30-e"}, borderline
     reduce_overhead = [r for r in rows if r["compile"] == "reduce-overhead" and r["trials"] >= 3]
     assert reduce_overhead and all(r["new"] == "faster" for r in reduce_overhead)
 
