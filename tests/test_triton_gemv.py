@@ -96,6 +96,23 @@ def test_a_shape_or_gpu_the_table_lacks_gets_the_rule():
     assert heuristic_config(100, 96, False).block_k == 128  # never wider than the next power of 2 of the inputs
 
 
+def test_a_part_of_a_layer_not_measured_gets_its_products_configuration(monkeypatch):
+    from core.kernels import triton_gemv
+
+    plain = {"block_n": 1, "block_k": 1024, "num_warps": 8, "num_stages": 1}
+    norm = {"block_n": 4, "block_k": 512, "num_warps": 8, "num_stages": 1}
+    table = {"NVIDIA H200": {"28672x4096": plain, "28672x4096-norm": norm, "6144x4096": plain}}
+    monkeypatch.setattr(triton_gemv, "_table", lambda: table)
+    assert shape_key(6144, 4096, False, "qkv") == "6144x4096-qkv"
+    assert shape_key(64, 32, True, "norm") == "64x32-act-norm"
+    assert config_for(28672, 4096, False, "NVIDIA H200", "norm") == GemvConfig(**norm)
+    assert config_for(28672, 4096, False, "NVIDIA H200") == GemvConfig(**plain)
+    assert config_for(6144, 4096, False, "NVIDIA H200", "qkv") == GemvConfig(**plain)
+    assert config_for(6144, 4096, False, "NVIDIA A100", "qkv") == heuristic_config(6144, 4096, False)
+    with pytest.raises(ValueError, match="no product part 'rope'"):
+        config_for(6144, 4096, False, "NVIDIA H200", "rope")
+
+
 def test_the_kernel_takes_one_row_of_a_matching_width_and_type():
     weight = torch.randn(8, 16)
     assert takes(torch.randn(1, 1, 16), weight) and takes(torch.randn(16), weight)

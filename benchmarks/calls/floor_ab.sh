@@ -6,10 +6,11 @@
 # Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions;
 # triton / inductor-products pick SYNCSCOPE_DECODE_PRODUCTS (every batch-1 product by core.kernels.triton_gemv), and
 # triton-cd-off adds coordinate-descent tuning off (then no product is left for it, and the norms keep inductor's rule);
-# layer-off is SYNCSCOPE_DECODE_LAYER=off (each layer's step in twelve kernels, not core.kernels.decode_layer's six).
+# layer-off is SYNCSCOPE_DECODE_LAYER=off (each layer's step in twelve kernels, not core.kernels.decode_layer's six),
+# layer-on is SYNCSCOPE_DECODE_LAYER=on (six kernels at any width; auto fuses only models up to hidden size 2048).
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
 #   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
-#   inductor-products, layer-off (any order, repeats)
+#   inductor-products, layer-off, layer-on (any order, repeats)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
@@ -26,6 +27,7 @@ for label in $LABELS; do
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
         inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
         layer-off) export SYNCSCOPE_DECODE_LAYER=off ;;
+        layer-on) export SYNCSCOPE_DECODE_LAYER=on ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
     esac

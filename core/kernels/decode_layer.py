@@ -43,7 +43,7 @@ from core.kernels import products
 from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
 from core.kernels.triton_attention import head_size_fits
-from core.kernels.triton_gemv import Around, config_for, launch_gemv, takes
+from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
 from core.options import DECODE_LAYER_CHOICES, DECODE_LAYER_ENV, env_choice
 
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
@@ -274,11 +274,12 @@ def launch_qkv(
     length: torch.Tensor,
     heads: int,
     launch: Any,
-    block_p: int | None = None,
+    config: GemvConfig | None = None,
 ) -> torch.Tensor:
     """The layer's normalised q/k/v product of one row `x`, turned by the rotary embedding (cos, sin: the token's,
     one row of the head size), the key and value written into the caches (1, KV, L, D) at `length`. Returns the
-    query, (1, heads, 1, D)."""
+    query, (1, heads, 1, D). `config` (the table's for the "qkv" part by default): a program takes its `block_n`
+    rows as pairs, at least one pair and at most half a head of them."""
     kv_heads, head_dim = key_cache.shape[1], key_cache.shape[3]
     n, k = weight.shape
     if n != (heads + 2 * kv_heads) * head_dim or not takes(x, weight) or not head_size_fits(head_dim):
@@ -287,9 +288,9 @@ def launch_qkv(
             f"rows; got input {tuple(x.shape)}, weight {tuple(weight.shape)}, {heads} heads, cache "
             f"{tuple(key_cache.shape)}"
         )
-    config = config_for(n, k, False, torch.cuda.get_device_name(x.device) if x.is_cuda else "cpu")
-    if block_p is None:
-        block_p = min(max(1, config.block_n // 2), head_dim // 2)
+    if config is None:
+        config = config_for(n, k, False, torch.cuda.get_device_name(x.device) if x.is_cuda else "cpu", "qkv")
+    block_p = min(max(1, config.block_n // 2), head_dim // 2)
     query = torch.empty((1, heads, 1, head_dim), device=x.device, dtype=x.dtype)
     cos, sin = cos.reshape(-1), sin.reshape(-1)
     launch(_kernels()[1])[((heads + 2 * kv_heads) * (head_dim // 2 // block_p),)](

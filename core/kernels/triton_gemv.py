@@ -45,9 +45,16 @@ class GemvConfig:
         return asdict(self)
 
 
-def shape_key(n: int, k: int, act_mul: bool) -> str:
-    """The table's key of a product of `n` outputs over `k` inputs (`act_mul`: fused silu(gate) * up)."""
-    return f"{n}x{k}{'-act' if act_mul else ''}"
+# The parts of a decoder layer a product can carry (core.kernels.decode_layer), each with configurations of its own:
+# "" the product alone (or with the residual add after it, which costs a few loads a program), "norm" with the RMSNorm
+# before it (each program reads the norm's weight beside the row), "qkv" the q/k/v kernel with the norm, the rotary
+# embedding and the cache write (its programs take rows in pairs)
+PARTS = ("", "norm", "qkv")
+
+
+def shape_key(n: int, k: int, act_mul: bool, part: str = "") -> str:
+    """The table's key of a product of `n` outputs over `k` inputs (`act_mul`: fused silu(gate) * up), as `part`."""
+    return f"{n}x{k}{'-act' if act_mul else ''}{f'-{part}' if part else ''}"
 
 
 def heuristic_config(n: int, k: int, act_mul: bool) -> GemvConfig:
@@ -65,9 +72,13 @@ def _table() -> dict[str, dict[str, dict[str, int]]]:
     return json.loads(CONFIG_FILE.read_text())["devices"]
 
 
-def config_for(n: int, k: int, act_mul: bool, device_name: str) -> GemvConfig:
-    """The measured configuration of this shape on this GPU (its name, as CUDA gives it), else the heuristic."""
-    measured = _table().get(device_name, {}).get(shape_key(n, k, act_mul))
+def config_for(n: int, k: int, act_mul: bool, device_name: str, part: str = "") -> GemvConfig:
+    """The measured configuration of this shape as `part` on this GPU (its name, as CUDA gives it), else the one
+    measured for the product alone, else the heuristic."""
+    if part not in PARTS:
+        raise ValueError(f"no product part {part!r}; parts: {', '.join(repr(p) for p in PARTS)}")
+    table = _table().get(device_name, {})
+    measured = table.get(shape_key(n, k, act_mul, part)) or table.get(shape_key(n, k, act_mul))
     return GemvConfig(**measured) if measured else heuristic_config(n, k, act_mul)
 
 
@@ -117,7 +128,7 @@ def launch_gemv(
         )
     n, k = weight.shape
     if config is None:
-        config = config_for(n, k, act_mul, _device_name(x.device))
+        config = config_for(n, k, act_mul, _device_name(x.device), "norm" if around.norm is not None else "")
     out = torch.empty((*x.shape[:-1], n), device=x.device, dtype=x.dtype)
     x = x.contiguous()
     norm = around.norm.contiguous() if around.norm is not None else None
