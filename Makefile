@@ -19,7 +19,7 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal --durations=30
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not browser"
