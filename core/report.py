@@ -234,7 +234,10 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
 def _decode_layer(loaded: LoadedModel, compile_mode: str) -> str | None:
     if compile_mode == "off" or loaded.device.type != "cuda":
         return None
-    fused = (loaded.decode_layers and compile_mode == STEP_GRAPH and decode_products_choice(True) == "triton")
+    from core.kernels.decode_layer import decode_layer_choice
+
+    fused = (loaded.decode_layers and compile_mode == STEP_GRAPH and decode_products_choice(True) == "triton"
+             and decode_layer_choice() != "off")  # the layers were fused at load; the choice is read again at trace
     return "fused" if fused else "off"
 
 

@@ -91,3 +91,7 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["decode_products"] == products
     recorded = {**old, "environment": {**old["environment"], "decode_products": "inductor"}}
     assert report_schema.upgrade(recorded)["environment"]["decode_products"] == "inductor"  # as it was written
+    # the fused decoder layers came after both: a report from before ran without them where it compiled on CUDA
+    assert report_schema.upgrade(old)["environment"]["decode_layer"] == ("off" if products else None)
+    fused = {**old, "environment": {**old["environment"], "decode_layer": "fused"}}
+    assert report_schema.upgrade(fused)["environment"]["decode_layer"] == "fused"

@@ -286,3 +286,21 @@ def test_auto_fuses_only_models_as_narrow_as_where_fusing_was_measured_faster(mo
     )
     monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "on")
     assert why_not_fusable(model) is None
+
+
+def test_the_report_says_where_the_fused_layers_ran(monkeypatch):
+    from types import SimpleNamespace
+
+    from core.report import _decode_layer
+
+    fused_on_gpu = SimpleNamespace(device=torch.device("cuda"), decode_layers=True)
+    assert _decode_layer(fused_on_gpu, "step-graph") == "fused"
+    assert _decode_layer(fused_on_gpu, "reduce-overhead") == "off"  # the layers run transformers' code there
+    assert _decode_layer(fused_on_gpu, "off") is None
+    assert _decode_layer(SimpleNamespace(device=torch.device("cpu"), decode_layers=False), "step-graph") is None
+    assert _decode_layer(SimpleNamespace(device=torch.device("cuda"), decode_layers=False), "step-graph") == "off"
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")  # read again when the step is traced
+    assert _decode_layer(fused_on_gpu, "step-graph") == "off"
+    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "on")
+    monkeypatch.setenv("SYNCSCOPE_DECODE_PRODUCTS", "inductor")  # the fused path needs the kernel's products
+    assert _decode_layer(fused_on_gpu, "step-graph") == "off"

@@ -66,7 +66,8 @@ def gemv(
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
         out += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_ok)
-    if ADVANCE:  # noqa: SIM102 (a constexpr test outside a runtime one) the cache's length moved on by the token, once: what StaticLayer.update does
+    # the cache's length moved on by the token, once (what StaticLayer.update does); the constexpr test stays apart
+    if ADVANCE:  # noqa: SIM102
         if tl.program_id(0) == 0:
             tl.store(length_ptr, tl.load(length_ptr) + 1)
 
