@@ -60,15 +60,18 @@ O_PROJ_CHOICES = ("library", "inductor")
 # in step-graph compiles (where it was measured faster and steadier, docs/TUNING.md) and "inductor" in the others.
 DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
 DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
-# core.kernels.decode_layer: "on" runs a Llama-layout decoder layer's batch-1 step-graph decode step in six kernels
-# (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the products are
-# the gemv kernel's; "auto", the default, does so for models no wider than where that was measured faster
-# (docs/TUNING.md); "off" leaves the layer's code to transformers and inductor.
+# core.kernels.decode_layer: "on", the default, runs a Llama-layout decoder layer's batch-1 step-graph decode step in
+# six kernels (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the
+# products are the gemv kernel's; "off" leaves the layer's code to transformers and inductor.
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
-DECODE_LAYER_CHOICES = ("auto", "on", "off")
+DECODE_LAYER_CHOICES = ("on", "off")
+# core.kernels.decode_layer: where the keys are split, the last program of each KV head to finish combines its
+# attention's splits ("last-program", the default: one kernel for attention) or a second kernel does ("kernel").
+DECODE_COMBINE_ENV = "SYNCSCOPE_DECODE_COMBINE"
+DECODE_COMBINE_CHOICES = ("last-program", "kernel")
 DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_COMBINE_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -425,4 +428,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
     env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
     env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
+    env_choice(DECODE_COMBINE_ENV, DECODE_COMBINE_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -96,7 +96,7 @@ def test_a_shape_or_gpu_the_table_lacks_gets_the_rule():
     assert heuristic_config(100, 96, False).block_k == 128  # never wider than the next power of 2 of the inputs
 
 
-def test_a_part_of_a_layer_not_measured_gets_its_products_configuration(monkeypatch):
+def test_a_part_of_a_layer_not_measured_gets_the_parts_rule_not_its_products_configuration(monkeypatch):
     from core.kernels import triton_gemv
 
     plain = {"block_n": 1, "block_k": 1024, "num_warps": 8, "num_stages": 1}
@@ -107,10 +107,18 @@ def test_a_part_of_a_layer_not_measured_gets_its_products_configuration(monkeypa
     assert shape_key(64, 32, True, "norm") == "64x32-act-norm"
     assert config_for(28672, 4096, False, "NVIDIA H200", "norm") == GemvConfig(**norm)
     assert config_for(28672, 4096, False, "NVIDIA H200") == GemvConfig(**plain)
-    assert config_for(6144, 4096, False, "NVIDIA H200", "qkv") == GemvConfig(**plain)
-    assert config_for(6144, 4096, False, "NVIDIA A100", "qkv") == heuristic_config(6144, 4096, False)
+    assert config_for(6144, 4096, False, "NVIDIA H200", "qkv") == GemvConfig(4, 1024, 4, 3)
+    assert config_for(6144, 4096, False, "NVIDIA A100", "qkv") == heuristic_config(6144, 4096, False, "qkv")
+    assert config_for(2048, 2048, False, "NVIDIA A100", "norm") == GemvConfig(2, 2048, 8, 1)
+    assert heuristic_config(100, 96, False, "norm").block_k == 128
     with pytest.raises(ValueError, match="no product part 'rope'"):
         config_for(6144, 4096, False, "NVIDIA H200", "rope")
+
+
+def test_the_table_holds_the_fused_layers_parts_for_the_measured_shapes():
+    table = json.loads(CONFIG_FILE.read_text())["devices"]["NVIDIA H200"]
+    for n, k, part in [(28672, 4096, "norm"), (6144, 4096, "qkv"), (16384, 2048, "norm"), (3072, 2048, "qkv")]:
+        assert config_for(n, k, False, "NVIDIA H200", part) == GemvConfig(**table[shape_key(n, k, False, part)])
 
 
 def test_the_kernel_takes_one_row_of_a_matching_width_and_type():

@@ -73,6 +73,14 @@ class DirectOps:
         return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels())
 
     @staticmethod
+    def triton_counted_decode_attention(query, keys, values, mask, scale, counters):
+        from core.kernels import triton_attention
+
+        return triton_attention._launch(
+            query, keys, values, mask, scale, _direct, triton_attention._kernels(), counters=counters
+        )
+
+    @staticmethod
     def gemv_add_advance(x, weight, bias, residual, length):
         from core.kernels.triton_gemv import Around, launch_gemv
 
@@ -98,8 +106,9 @@ def _direct(kernel):
 def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, list[float]]:
     """Per case and dtype, the fused step's largest differences from transformers' layer (output, relative to its
     largest entry; the cache's new key and value), whether the cache's length moved on by one in both, and whether
-    the rest of the cache was left alone. On the CPU run it in a process of its own with TRITON_INTERPRET=1; `ops`
-    are the step's operators (DirectOps by default)."""
+    the rest of the cache was left alone, and whether attention's counters (given to the cache layer, as a decode
+    cache on CUDA has them) were left at zero. On the CPU run it in a process of its own with TRITON_INTERPRET=1;
+    `ops` are the step's operators (DirectOps by default)."""
     from transformers import StaticCache
 
     errors = {}
@@ -124,6 +133,7 @@ def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, 
                     position_embeddings=embeddings,
                 )
                 ours, theirs = cache.layers[0], reference_cache.layers[0]
+                ours.decode_semaphores = torch.zeros(64, dtype=torch.int32, device=device)
                 before = ours.keys.clone(), ours.values.clone()
                 layer.__class__ = DecodeLayer
                 got = decode_layer.fused_step(layer, x, mask, ours, embeddings, ops or DirectOps)
@@ -139,7 +149,8 @@ def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, 
             key = (ours.keys[:, :, PROMPT].double() - theirs.keys[:, :, PROMPT].double()).abs().max().item()
             value = (ours.values[:, :, PROMPT].double() - theirs.values[:, :, PROMPT].double()).abs().max().item()
             moved = int(ours.cumulative_length) == int(theirs.cumulative_length) == PROMPT + 1
-            errors[f"{dtype} {case}"] = [output, key, value, float(moved), float(untouched)]
+            zeroed = not ours.decode_semaphores.any()
+            errors[f"{dtype} {case}"] = [output, key, value, float(moved), float(untouched), float(zeroed)]
     return errors
 
 
@@ -161,8 +172,8 @@ def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
 
 def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
     assert len(errors) == 2 * len(cases)
-    for name, (output, key, value, moved, untouched) in errors.items():
-        assert moved == 1.0 and untouched == 1.0, name
+    for name, (output, key, value, moved, untouched, zeroed) in errors.items():
+        assert moved == 1.0 and untouched == 1.0 and zeroed == 1.0, name
         # fp32: sums in another order; bf16: the interpreter rounds by truncation, a few steps of bf16 through
         # the layer's products, norms and rotary
         assert output <= (1e-5 if "float32" in name else 2**-4), (name, output)
@@ -272,20 +283,8 @@ def test_layers_it_does_not_know_are_left_with_the_reason(monkeypatch):
     monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")
     assert why_not_fusable(load_model("tiny-random", device="cpu").model) == "SYNCSCOPE_DECODE_LAYER=off"
     monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "sometimes")
-    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of auto, on, off"):
+    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of on, off"):
         why_not_fusable(unfused)
-
-
-def test_auto_fuses_only_models_as_narrow_as_where_fusing_was_measured_faster(monkeypatch):
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("needs the triton package")
-    model = load_model("tiny-random", device="cpu").model  # hidden size 64
-    monkeypatch.setattr(decode_layer, "AUTO_LARGEST_HIDDEN", 32)
-    assert why_not_fusable(model) == (
-        "hidden size 64 is over 32, where fused layers were measured slower (SYNCSCOPE_DECODE_LAYER=on fuses them)"
-    )
-    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "on")
-    assert why_not_fusable(model) is None
 
 
 def test_the_report_says_where_the_fused_layers_ran(monkeypatch):

@@ -57,10 +57,15 @@ def shape_key(n: int, k: int, act_mul: bool, part: str = "") -> str:
     return f"{n}x{k}{'-act' if act_mul else ''}{f'-{part}' if part else ''}"
 
 
-def heuristic_config(n: int, k: int, act_mul: bool) -> GemvConfig:
-    """A configuration for shapes or GPUs the table lacks: on the H200 the one within 15% of the fastest for every
-    product of Llama-8B and -1B (benchmarks/results/h200-2026-12-02c): 2 rows a program, or 8 with the activation
-    (which each program computes for its columns), columns 1,024 at a time (512 with the activation), 8 warps."""
+def heuristic_config(n: int, k: int, act_mul: bool, part: str = "") -> GemvConfig:
+    """A configuration for shapes or GPUs the table lacks, on the H200 within 15% of the fastest for every product of
+    Llama-8B and -1B (docs/TUNING.md): 2 rows a program, or 8 with the activation (which each program computes for
+    its columns), columns 1,024 at a time (512 with the activation), 8 warps. With the norm, columns 2,048 at a time
+    (the norm's weight read beside the row); the q/k/v kernel, 4 rows (2 pairs), 4 warps, 3 stages."""
+    if part == "qkv":
+        return GemvConfig(block_n=4, block_k=min(_next_power_of_2(k), 1024), num_warps=4, num_stages=3)
+    if part == "norm":
+        return GemvConfig(block_n=2, block_k=min(_next_power_of_2(k), 2048), num_warps=8, num_stages=1)
     block_k = min(_next_power_of_2(k), 512 if act_mul else 1024)
     return GemvConfig(block_n=8 if act_mul else 2, block_k=block_k, num_warps=8, num_stages=1)
 
@@ -73,13 +78,13 @@ def _table() -> dict[str, dict[str, dict[str, int]]]:
 
 
 def config_for(n: int, k: int, act_mul: bool, device_name: str, part: str = "") -> GemvConfig:
-    """The measured configuration of this shape as `part` on this GPU (its name, as CUDA gives it), else the one
-    measured for the product alone, else the heuristic."""
+    """The measured configuration of this shape as `part` on this GPU (its name, as CUDA gives it), else the
+    heuristic for the part (a product alone's configuration can be several times slower with the part's work,
+    docs/TUNING.md)."""
     if part not in PARTS:
         raise ValueError(f"no product part {part!r}; parts: {', '.join(repr(p) for p in PARTS)}")
-    table = _table().get(device_name, {})
-    measured = table.get(shape_key(n, k, act_mul, part)) or table.get(shape_key(n, k, act_mul))
-    return GemvConfig(**measured) if measured else heuristic_config(n, k, act_mul)
+    measured = _table().get(device_name, {}).get(shape_key(n, k, act_mul, part))
+    return GemvConfig(**measured) if measured else heuristic_config(n, k, act_mul, part)
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, act_mul: bool = False) -> bool:
