@@ -65,13 +65,9 @@ DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
 # products are the gemv kernel's; "off" leaves the layer's code to transformers and inductor.
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
 DECODE_LAYER_CHOICES = ("on", "off")
-# core.kernels.decode_layer: where the keys are split, the last program of each KV head to finish combines its
-# attention's splits ("last-program", the default: one kernel for attention) or a second kernel does ("kernel").
-DECODE_COMBINE_ENV = "SYNCSCOPE_DECODE_COMBINE"
-DECODE_COMBINE_CHOICES = ("last-program", "kernel")
 DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_COMBINE_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -428,5 +424,4 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
     env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
     env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
-    env_choice(DECODE_COMBINE_ENV, DECODE_COMBINE_CHOICES, environ)
     inductor_options_from_env(environ)

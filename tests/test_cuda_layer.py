@@ -20,10 +20,7 @@ GPU_LAYER_CASES = [*LAYER_CASES, (4096, 32, 8, 128, False), (2048, 32, 8, 64, Fa
 PROMPT = "Tell me about the sea and the ships on it."
 
 
-@pytest.mark.parametrize("combine", ["last-program", "kernel"])
-def test_the_fused_step_computes_transformers_layer(monkeypatch, combine):
-    """Attention's splits (132 SMs split Llama's heads' keys) combined by its last program, or by a second kernel."""
-    monkeypatch.setenv("SYNCSCOPE_DECODE_COMBINE", combine)
+def test_the_fused_step_computes_transformers_layer():
     check_layer_errors(layer_errors(GPU_LAYER_CASES, device="cuda", ops=torch.ops.syncscope), GPU_LAYER_CASES)
 
 

@@ -74,11 +74,6 @@ def interpreter_errors() -> dict[str, float]:
             got = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, split_keys)
             assert got.shape == expected.shape and got.dtype == dtype
             errors[f"{dtype} {case}"] = (got.float() - expected.float()).abs().max().item()
-            counters = torch.zeros(batch * kv_heads + 3, dtype=torch.int32)
-            counted = module._launch(query, key, value, mask, dim ** -0.5, lambda kernel: kernel, module._kernels(),
-                                     split_keys, counters=counters)
-            assert not counters.any()  # each left at zero for the next step
-            errors[f"counted {dtype} {case}"] = (counted.float() - expected.float()).abs().max().item()
     return errors
 
 
@@ -96,7 +91,7 @@ def _in_tritons_interpreter(function: str) -> dict[str, float]:
 @needs_triton
 def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
     errors = _in_tritons_interpreter("interpreter_errors")
-    assert len(errors) == 4 * len(CASES)  # two types, combined by the second kernel and by the last program
+    assert len(errors) == 2 * len(CASES)
     for name, error in errors.items():  # fp32: rounding only; bf16: at most one bf16 step at these magnitudes
         assert error <= (1e-6 if "float32" in name else 4e-3), (name, error)
 
@@ -140,22 +135,20 @@ def _hopper_cases() -> list:
             for mask_kind in ("bool", "additive"):
                 for scale_type in ("fp64", "fp32"):  # inside a compile inductor passes a Python float as fp64
                     fast = dtype == "bf16" and mask_kind == "bool" and scale_type == "fp64"
-                    for combine in ("kernel", "counted", "append"):
+                    for append in (False, True):
                         cases.append(pytest.param(
-                            scale_type, mask_kind, single, dtype, head_dim, group, combine,
-                            marks=[] if fast and (combine != "kernel" or single) else [pytest.mark.slow],
-                            id=f"{dtype}-{head_dim}-{group}-{single}-{mask_kind}-{scale_type}-{combine}"))
+                            scale_type, mask_kind, single, dtype, head_dim, group, append,
+                            marks=[] if fast and (append or single) else [pytest.mark.slow],
+                            id=f"{dtype}-{head_dim}-{group}-{single}-{mask_kind}-{scale_type}-{append}"))
     return cases
 
 
 @needs_triton
-@pytest.mark.parametrize(("scale_type", "mask_kind", "single", "dtype", "head_dim", "group", "combine"),
+@pytest.mark.parametrize(("scale_type", "mask_kind", "single", "dtype", "head_dim", "group", "append"),
                          _hopper_cases())
 def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single,
-                                                                               dtype, head_dim, group, combine):
-    """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here.
-    `combine`: by the second kernel, by attend's last program counting in counters, or so while appending."""
-    append = combine == "append"
+                                                                               dtype, head_dim, group, append):
+    """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
     from core.kernels.triton_attention import _kernels
 
     attend, combine = _kernels()
@@ -165,15 +158,13 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
                  "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False, "APPEND": append,
-                 "COMBINE_HERE": combine != "kernel", "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group)}
+                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group)}
     if append:  # the new token, its rotary cos and sin, the cache's length and the counters
         elements.update({"new_k_ptr": f"*{dtype}", "new_v_ptr": f"*{dtype}", "cos_ptr": f"*{dtype}",
-                         "sin_ptr": f"*{dtype}", "slot_ptr": "*i64"})
-    if combine != "kernel":
-        elements["semaphore_ptr"] = "*i32"
+                         "sin_ptr": f"*{dtype}", "slot_ptr": "*i64", "semaphore_ptr": "*i32"})
     _compile_for_hopper(attend, {**elements, "partial_ptr": buffer, "stats_ptr": buffer}, constants,
                         {"scale": scale_type})
-    if not single and combine == "kernel":
+    if not single and not append:
         _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": f"*{dtype}"},
                             {"SPLITS_PAD": 8, "HEAD_DIM": head_dim}, {})
 
@@ -184,10 +175,6 @@ def test_shapes_it_cannot_take_are_refused_with_the_reason():
     query, key, value, _ = _case(torch.float32, 1, 6, 4, 64, 32, None)
     with pytest.raises(ValueError, match="query heads a multiple of KV heads"):
         _launch(query, key, value, None, 1.0, lambda kernel: kernel, (None, None))
-    with pytest.raises(ValueError, match=r"counters must be int32, one a row of batch x KV heads \(4\); got 4 of "
-                                         r"torch.int64"):
-        _launch(*_case(torch.float32, 1, 8, 4, 64, 32, None)[:3], None, 1.0, lambda kernel: kernel, (None, None),
-                counters=torch.zeros(4, dtype=torch.int64))
     assert not takes_shapes(*_case(torch.float32, 1, 8, 4, 64, 80, None)[:2])  # head size 80
     assert takes_shapes(*_case(torch.float32, 1, 8, 4, 64, 64, None)[:2])
 
@@ -208,12 +195,6 @@ def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
     assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
     unsplit = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, length)  # the one-kernel path
     torch.testing.assert_close(unsplit, expected, atol=1.6e-2, rtol=0)
-    counters = torch.zeros(batch * kv_heads, dtype=torch.int32, device="cuda")
-    counted = torch.compile(module.triton_counted_decode_attention, dynamic=False)
-    combined_by_attend = counted(query, key, value, mask, None, counters)
-    torch.testing.assert_close(combined_by_attend, expected, atol=1.6e-2, rtol=0)
-    assert all(torch.equal(counted(query, key, value, mask, None, counters), combined_by_attend) for _ in range(5))
-    assert not counters.any()
 
 
 APPEND_CASES = [  # batch, query heads, KV heads, cache length, head size, slot, keys per program

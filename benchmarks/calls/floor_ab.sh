@@ -7,12 +7,12 @@
 # triton / inductor-products pick SYNCSCOPE_DECODE_PRODUCTS (every batch-1 product by core.kernels.triton_gemv), and
 # triton-cd-off adds coordinate-descent tuning off (then no product is left for it, and the norms keep inductor's rule);
 # layer-off is SYNCSCOPE_DECODE_LAYER=off (each layer's step in twelve kernels, not core.kernels.decode_layer's six),
-# layer-on is SYNCSCOPE_DECODE_LAYER=on (the default since 2026-12-03's parts sweep; auto, before it, fused only models
-# up to hidden size 2048); combine-kernel is SYNCSCOPE_DECODE_COMBINE=kernel (the fused layer's attention combines its
-# splits in a second kernel, not in its last program).
+# layer-on is SYNCSCOPE_DECODE_LAYER=on (the default since the parts sweep of h200-2026-12-03b; auto, before it, fused
+# only models up to hidden size 2048). combine-kernel was SYNCSCOPE_DECODE_COMBINE=kernel (h200-2026-12-03b/call2: the
+# fused layer's attention combining its splits in a second kernel against its last program; measured and removed).
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
 #   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
-#   inductor-products, layer-off, layer-on, combine-kernel (any order, repeats)
+#   inductor-products, layer-off, layer-on (any order, repeats)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
@@ -20,8 +20,7 @@ SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step
 n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
-    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER \
-        SYNCSCOPE_DECODE_COMBINE
+    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER
     case $label in
         cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
         library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
@@ -31,7 +30,6 @@ for label in $LABELS; do
         inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
         layer-off) export SYNCSCOPE_DECODE_LAYER=off ;;
         layer-on) export SYNCSCOPE_DECODE_LAYER=on ;;
-        combine-kernel) export SYNCSCOPE_DECODE_COMBINE=kernel ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
     esac

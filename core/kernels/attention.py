@@ -137,21 +137,19 @@ def _appends_here(module: torch.nn.Module, query: torch.Tensor, attention_mask: 
             and module.config._attn_implementation == IMPLEMENTATIONS["triton"]
             and _reads_cache_in_place(module, query, kwargs) and not getattr(module.layout, "softcap", False)):
         return False
-    if env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES) != "on":
-        return False
     layers = getattr(cache, "layers", ())
     layer = layers[module.layer_idx] if module.layer_idx < len(layers) else None
     return (type(layer) is StaticLayer and layer.is_initialized and hasattr(layer, "decode_semaphores")
             and type(module).llama_rotary and takes_shapes(query, layer.keys))
 
 
-def attach_decode_counters(cache: Any, device: torch.device) -> None:
-    """Give each full-length static layer of `cache` on CUDA the zeroed counters that the attention kernels count
-    their finished programs in (the appending kernel, and the fused decode layer's), at a fixed address so CUDA
-    graphs keep pointing at them. A layer without them takes transformers' steps and a separate combine."""
+def attach_append_counters(cache: Any, device: torch.device) -> None:
+    """Give each full-length static layer of `cache` the zeroed counters the appending kernel needs (on CUDA, unless
+    SYNCSCOPE_APPEND_IN_ATTENTION=off), at a fixed address so CUDA graphs keep pointing at them. A layer without
+    them takes transformers' steps."""
     from transformers.cache_utils import StaticLayer
 
-    if device.type != "cuda":
+    if device.type != "cuda" or env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES) != "on":
         return
     for layer in getattr(cache, "layers", ()):
         if type(layer) is StaticLayer:

@@ -1,4 +1,4 @@
-"""A decoder layer's batch-1 decode step in five kernels, in step-graph compiles on one GPU (SYNCSCOPE_DECODE_LAYER).
+"""A decoder layer's batch-1 decode step in six kernels, in step-graph compiles on one GPU (SYNCSCOPE_DECODE_LAYER).
 
 Why: with every product by core.kernels.triton_gemv's kernel, a Llama layer's step still ran twelve kernels, six
 of them tiny ones around the products: two residual add + RMSNorm reductions, the rotary embedding of the query and
@@ -8,8 +8,7 @@ they are done inside the products:
 - the q/k/v product normalises its input (the layer's input RMSNorm), turns the queries and keys by the rotary
   embedding and writes the key and value straight into the static cache at its length
   (`triton_gemv_kernel.qkv_gemv`);
-- attention reads the cache as before (core.kernels.triton_attention), in one kernel: its last program of each KV
-  head combines the splits (SYNCSCOPE_DECODE_COMBINE=kernel leaves that to a second kernel);
+- attention reads the cache as before (core.kernels.triton_attention);
 - the output projection adds the residual, and moves the cache's length on;
 - the gate/up product normalises its input (the post-attention RMSNorm);
 - the down projection computes silu(gate) * up on the fly, as before, and adds the residual.
@@ -45,13 +44,7 @@ from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
-from core.options import (
-    DECODE_COMBINE_CHOICES,
-    DECODE_COMBINE_ENV,
-    DECODE_LAYER_CHOICES,
-    DECODE_LAYER_ENV,
-    env_choice,
-)
+from core.options import DECODE_LAYER_CHOICES, DECODE_LAYER_ENV, env_choice
 
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
 _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
@@ -62,12 +55,6 @@ _NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
 def decode_layer_choice() -> str:
     """SYNCSCOPE_DECODE_LAYER: "on" (the default) or "off"."""
     return env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES)
-
-
-def decode_combine_choice() -> str:
-    """SYNCSCOPE_DECODE_COMBINE: "last-program" (the default: attention's last program of a KV head combines its
-    splits) or "kernel" (a second kernel does)."""
-    return env_choice(DECODE_COMBINE_ENV, DECODE_COMBINE_CHOICES)
 
 
 class DecodeLayer(LlamaDecoderLayer):
@@ -190,13 +177,7 @@ def fused_step(
         length,
         attention.config.num_attention_heads,
     )
-    counters = _attention_counters(cache_layer, keys)
-    if counters is None:
-        attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling))
-    else:
-        attended = ops.triton_counted_decode_attention(
-            query, keys, values, attention_mask, float(attention.scaling), counters
-        )
+    attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling))
     attended = attended.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
     hidden_states = ops.gemv_add_advance(
         attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length
@@ -206,15 +187,6 @@ def fused_step(
         hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
     )
     return ops.gemv_add(gate_up, mlp.down_proj.weight, mlp.down_proj.bias, True, hidden_states)
-
-
-def _attention_counters(cache_layer: Any, keys: torch.Tensor) -> torch.Tensor | None:
-    """The cache layer's counters when attention combines its own splits with them (SYNCSCOPE_DECODE_COMBINE), else
-    None (a second kernel combines)."""
-    counters = getattr(cache_layer, "decode_semaphores", None)
-    if counters is None or decode_combine_choice() != "last-program" or counters.numel() < keys.shape[1]:
-        return None
-    return counters
 
 
 def _static_layer(cache: Cache | None, index: int) -> Any:

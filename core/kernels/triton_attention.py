@@ -9,9 +9,8 @@ fp32; the probabilities meet the values in TF32 (flash-attention rounds them to 
 products. At batch 1 that is only one program per KV head (4 per GPU for Llama-8B at TP=2), so the keys are split
 over several programs, enough to give every SM one (flash-decoding's heuristic, at least BLOCK_KEYS keys each), and a
 second small kernel combines their partial results; when one program per KV head already fills the GPU it is one
-kernel. Given zeroed counters (`triton_counted_decode_attention`), the last program of each KV head to finish
-combines its splits itself, and there is no second kernel. The split depends only on the shapes and the GPU, and the
-order of every sum is fixed, so results repeat bitwise.
+kernel. The split depends only on the shapes and the GPU, and the order of every sum is fixed, so results repeat
+bitwise.
 
 It is registered as a `torch.library.triton_op`, which inductor compiles into its graph like its own kernels (and so
 into the step's CUDA graph). The default on CUDA (SYNCSCOPE_DECODE_ATTENTION=auto or triton); the CPU takes "reduce".
@@ -52,15 +51,6 @@ def triton_append_decode_attention(query: torch.Tensor, new: NewToken, key_cache
         attention_mask, scale)
 
 
-def triton_counted_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                                    attention_mask: torch.Tensor | None, scaling: float | None,
-                                    counters: torch.Tensor) -> torch.Tensor:
-    """`triton_decode_attention` in one kernel where the keys are split: the last program of each KV head to finish
-    combines its splits, counted in `counters`, a zeroed int32 buffer of at least B x KV entries (left at zero)."""
-    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    return torch.ops.syncscope.triton_counted_decode_attention(query, key, value, attention_mask, scale, counters)
-
-
 def takes_shapes(query: torch.Tensor, key: torch.Tensor) -> bool:
     """Whether the kernels handle these shapes: one query token, query heads a multiple of KV heads, and a head size
     that is a power of 2 of at least 16 (Llama's 64 and 128 are)."""
@@ -97,11 +87,11 @@ class NewToken:
 
 def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
             launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None,
-            new: NewToken | None = None, counters: torch.Tensor | None = None) -> torch.Tensor:
+            new: NewToken | None = None) -> torch.Tensor:
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
     (`wrap_triton` inside a compile, the kernel itself otherwise). With `new`, one kernel also turns the query and
     the new key by the rotary embedding, writes the key and value into the cache (`key`, `value`) and combines its
-    own splits; with `counters` (zeroed, int32, a row's each) it combines its own splits."""
+    own splits."""
     attend, combine = kernels
     batch, heads, _, dim = query.shape
     _, kv_heads, length, _ = key.shape
@@ -110,9 +100,6 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
                          f"with query heads a multiple of KV heads; got query {tuple(query.shape)}, "
                          f"key {tuple(key.shape)}")
     group = heads // kv_heads
-    if counters is not None and (counters.dtype != torch.int32 or counters.numel() < batch * kv_heads):
-        raise ValueError(f"the attention's counters must be int32, one a row of batch x KV heads "
-                         f"({batch * kv_heads}); got {counters.numel()} of {counters.dtype}")
     if split_keys is None:
         split_len = keys_per_program(length, batch * kv_heads, _sm_count(query.device))
     else:
@@ -129,7 +116,7 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask = mask.expand(batch, mask.shape[1], 1, length)
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
-    token_args = _token_arguments(new, query, counters)
+    token_args = _token_arguments(new, query)
     launch(attend)[(batch * kv_heads, splits)](
         query, key, value, mask_arg, out, partial, stats, *token_args,
         query.stride(0), query.stride(1), query.stride(3),
@@ -141,21 +128,19 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
-        UPCAST=_interpreted(), APPEND=new is not None, COMBINE_HERE=new is not None or counters is not None,
-        SPLITS_PAD=_next_power_of_2(splits),
+        UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits),
         GROUP_POW2=_next_power_of_2(group), num_warps=4,
         num_stages=2)
-    if splits > 1 and new is None and counters is None:
+    if splits > 1 and new is None:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,
             SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, num_warps=4)
     return out
 
 
-def _token_arguments(new: NewToken | None, placeholder: torch.Tensor,
-                     counters: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    if new is None:  # the token's not read without APPEND; the counters only where attend combines
-        return (*(placeholder,) * 5, counters if counters is not None else placeholder)
+def _token_arguments(new: NewToken | None, placeholder: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if new is None:
+        return (placeholder,) * 6  # not read without APPEND
     return new.key, new.value, new.cos, new.sin, new.slot, new.semaphores
 
 
@@ -207,11 +192,6 @@ def register_triton_decode_attention() -> None:
     def op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
            scale: float) -> torch.Tensor:
         return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels())
-
-    @triton_op("syncscope::triton_counted_decode_attention", mutates_args=("counters",))
-    def counted_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-                   scale: float, counters: torch.Tensor) -> torch.Tensor:
-        return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels(), counters=counters)
 
     @triton_op("syncscope::triton_append_decode_attention",
                mutates_args=("key_cache", "value_cache", "slot", "semaphores"))

@@ -1,7 +1,6 @@
 """The Triton kernels of core.kernels.triton_attention (imported only where Triton is installed): `attend`, one
 program per (batch x KV head, split of the keys), and `combine`, the splits' partial results into one (which `attend`
-does itself, in the last program of each row to finish, when it appends the new token or is given counters).
-Module-level functions, as Triton's interpreter needs them."""
+does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them."""
 
 import triton
 import triton.language as tl
@@ -72,7 +71,7 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
            SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
-           COMBINE_HERE: tl.constexpr, SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr):
+           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr):
     row = tl.program_id(0)
     split = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -144,9 +143,9 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
         tl.store(partial_ptr + partial_slot[:, None] * HEAD_DIM + d[None, :], acc, mask=real[:, None])
         tl.store(stats_ptr + partial_slot * 2, best, mask=real)
         tl.store(stats_ptr + partial_slot * 2 + 1, total, mask=real)
-    if COMBINE_HERE:
-        # No second kernel: the last program of a row to finish (a counter per row) combines the row; appending,
-        # the last row to finish (one more counter) moves the cache's length on; each counter is left at zero.
+    if APPEND:
+        # No second kernel: the last program of a row to finish (a counter per row) combines the row, and the
+        # last row to finish (one more counter) moves the cache's length on; each counter is left at zero.
         tl.debug_barrier()  # every thread's stores are issued before the counter says so
         row_done = True
         if not SINGLE:
@@ -156,12 +155,11 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
                 combine_group(partial_ptr, stats_ptr, out_ptr, (b * KV_HEADS + kv) * GROUP, splits, GROUP,
                               GROUP_POW2, SPLITS_PAD, HEAD_DIM)
                 tl.atomic_xchg(semaphore_ptr + row, 0)
-        if APPEND:  # noqa: SIM102 (the constexpr test stays apart)
-            if row_done:
-                rows = tl.num_programs(0)
-                if tl.atomic_add(semaphore_ptr + rows, 1) == rows - 1:
-                    tl.store(slot_ptr, slot + 1)
-                    tl.atomic_xchg(semaphore_ptr + rows, 0)
+        if row_done:
+            rows = tl.num_programs(0)
+            if tl.atomic_add(semaphore_ptr + rows, 1) == rows - 1:
+                tl.store(slot_ptr, slot + 1)
+                tl.atomic_xchg(semaphore_ptr + rows, 0)
 
 
 @triton.jit

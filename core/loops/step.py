@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.kernels.attention import attach_decode_counters
+from core.kernels.attention import attach_append_counters
 from core.kernels.pdl import pdl_inductor_options
 from core.kernels.products import products_of_step_graph
 from core.loops.prompt import EncodedPrompt, resolve_eos_ids
@@ -241,10 +241,10 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
 
 
 def new_decode_cache(loaded: LoadedModel, cache_len: int) -> Any:
-    """A static cache of `cache_len` positions for `loaded`'s decode loop, with the attention kernels' counters on
-    CUDA (core.kernels.attention)."""
+    """A static cache of `cache_len` positions for `loaded`'s decode loop, with the appending attention kernel's
+    counters where it runs (core.kernels.attention)."""
     cache = new_static_cache(loaded.model, cache_len)
-    attach_decode_counters(cache, loaded.device)
+    attach_append_counters(cache, loaded.device)
     return cache
 
 
