@@ -79,8 +79,7 @@ def _table() -> dict[str, dict[str, dict[str, int]]]:
 
 def config_for(n: int, k: int, act_mul: bool, device_name: str, part: str = "") -> GemvConfig:
     """The measured configuration of this shape as `part` on this GPU (its name, as CUDA gives it), else the
-    heuristic for the part (a product alone's configuration can be several times slower with the part's work,
-    docs/TUNING.md)."""
+    heuristic for the part (a product alone's configuration can be much slower with the part's work, docs/TUNING.md)."""
     if part not in PARTS:
         raise ValueError(f"no product part {part!r}; parts: {', '.join(repr(p) for p in PARTS)}")
     measured = _table().get(device_name, {}).get(shape_key(n, k, act_mul, part))
