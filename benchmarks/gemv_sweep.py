@@ -10,6 +10,12 @@ merges the best configurations into core/kernels/gemv_configs.json under this GP
 gate/up with the RMSNorm before it, and "qkv", the q/k/v kernel with the norm, the rotary embedding and the cache
 write (checked against the same steps in fp32); their best configurations go into the table as parts of their own.
 
+`--timing graph` times each configuration as a decode step runs it: launches back to back in one CUDA graph, over
+copies of the weight that together overflow the L2 cache (so each launch reads its weight from memory), the graph's
+time over its launches. `alone` (the default) is `do_bench`'s: one launch at a time, the L2 cleared before each. On
+the H200 the two disagreed: gate/up with and without the norm were 5% apart alone and 17% apart in the step's graph
+(docs/TUNING.md).
+
     python benchmarks/gemv_sweep.py --shapes llama-8b llama-1b --out sweep.json --table core/kernels/gemv_configs.json
     python benchmarks/gemv_sweep.py --parts norm qkv --out parts.json --table core/kernels/gemv_configs.json
 """
@@ -28,6 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 BLOCK_N = (1, 2, 4, 8, 16)
+GRAPH_BYTES = 512 * 2**20  # weight copies a graph cycles through: several times any GPU's L2 cache
+GRAPH_LAUNCHES = 64  # at least, in one graph
 BLOCK_K = (512, 1024, 2048)
 NUM_WARPS = (4, 8)
 NUM_STAGES = (1, 3)
@@ -115,16 +123,28 @@ class Case:
         rotated = torch.cat([-t[:, half:], t[:, :half]], dim=-1)
         return t * self.cos.float()[0] + rotated * self.sin.float()[0]
 
-    def run(self, config: Any) -> Any:
+    def run(self, config: Any, weight: Any = None) -> Any:
+        """One launch with `config`, of this case's weight or of `weight` (a copy of it)."""
         from core.kernels.triton_gemv import Around, launch_gemv
 
+        weight = self.weight if weight is None else weight
         if self.part == "qkv":
             from core.kernels.decode_layer import launch_qkv
 
-            return launch_qkv(self.x, self.norm, EPS, self.weight, None, self.cos, self.sin, self.keys, self.values,
+            return launch_qkv(self.x, self.norm, EPS, weight, None, self.cos, self.sin, self.keys, self.values,
                               self.length, self.heads, _direct, config)
         around = Around(norm=self.norm, eps=EPS) if self.part == "norm" else Around()
-        return launch_gemv(self.x, self.weight, None, self.act_mul, _direct, config, around)
+        return launch_gemv(self.x, weight, None, self.act_mul, _direct, config, around)
+
+    def weight_copies(self, total_bytes: int = GRAPH_BYTES) -> list[Any]:
+        """The weight and copies of it, enough that together they hold at least `total_bytes` (one if it does)."""
+        size = self.weight.numel() * self.weight.element_size()
+        return [self.weight, *(self.weight.clone() for _ in range(copies_for(size, total_bytes) - 1))]
+
+    def library(self, weight: Any = None) -> Any:
+        import torch
+
+        return torch.nn.functional.linear(self.library_input, self.weight if weight is None else weight)
 
     def error(self, out: Any) -> float:
         if self.part != "qkv":
@@ -132,10 +152,16 @@ class Case:
         got = [out[0, :, 0].float(), self.keys[0, :, self.slot].float(), self.values[0, :, self.slot].float()]
         return max(_relative(a, b) for a, b in zip(got, self.expected, strict=True))
 
-    def library(self) -> Any:
-        import torch
 
-        return torch.nn.functional.linear(self.library_input, self.weight)
+
+def copies_for(weight_bytes: int, total_bytes: int = GRAPH_BYTES) -> int:
+    """How many weights of `weight_bytes` a graph cycles through so that together they hold `total_bytes`."""
+    return max(1, -(-total_bytes // weight_bytes))
+
+
+def graph_launches(copies: int, least: int = GRAPH_LAUNCHES) -> int:
+    """Launches in one graph: whole rounds over the copies, at least `least`."""
+    return copies * max(1, -(-least // copies))
 
 
 EPS = 1e-5
@@ -149,18 +175,17 @@ def _relative(got: Any, expected: Any) -> float:
     return float((got - expected).abs().max() / expected.abs().max())
 
 
-def measure(case: Case, configs: list[Any], deadline: float) -> dict[str, Any]:
-    import triton.testing
-
+def measure(case: Case, configs: list[Any], deadline: float, timing: str = "alone") -> dict[str, Any]:
     n, k = case.weight.shape
-    library_us = _bench(case.library, triton.testing) * 1e3
+    bench = _bench_alone if timing == "alone" else _graph_bench(case.weight_copies())
+    library_us = bench(case.library)
     rows = []
     for config in configs:
         if time.monotonic() > deadline:
             break
         try:
             error = case.error(case.run(config))
-            us = _bench(lambda c=config: case.run(c), triton.testing) * 1e3
+            us = bench(lambda weight=None, c=config: case.run(c, weight))
         except Exception as exc:  # a configuration Triton cannot build here (too many registers): skipped, named
             rows.append({**config.as_dict(), "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
             continue
@@ -168,16 +193,45 @@ def measure(case: Case, configs: list[Any], deadline: float) -> dict[str, Any]:
     weight_bytes = n * k * 2
     good = [r for r in rows if "us" in r and r["relative_error"] < 2e-2]
     best = min(good, key=lambda r: r["us"]) if good else None
-    return {"n": n, "k": k, "act_mul": case.act_mul, "part": case.part, "weight_mb": round(weight_bytes / 1e6, 2),
+    return {"n": n, "k": k, "act_mul": case.act_mul, "part": case.part, "timing": timing,
+            "weight_mb": round(weight_bytes / 1e6, 2),
             "library_us": round(library_us, 2), "library_tb_s": round(weight_bytes / library_us / 1e6, 3),
             "best": best, "best_tb_s": round(weight_bytes / best["us"] / 1e6, 3) if best else None,
             "configs": rows, "complete": len(rows) == len(configs)}
 
 
-def _bench(fn: Any, testing: Any) -> float:
-    """Median milliseconds of `fn` over repeated runs, the L2 cache cleared before each (Triton's do_bench)."""
-    times = testing.do_bench(fn, warmup=10, rep=40, return_mode="all")
-    return statistics.median(times)
+def _bench_alone(fn: Any) -> float:
+    """Median µs of `fn()` over repeated runs, the L2 cache cleared before each (Triton's do_bench)."""
+    import triton.testing
+
+    return statistics.median(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="all")) * 1e3
+
+
+def _graph_bench(weights: list[Any]) -> Any:
+    """A timer of `fn(weight)` as a decode step's graph runs it: `graph_launches` launches back to back in one CUDA
+    graph, cycling through `weights`; median µs a launch over five replays after one."""
+    import torch
+
+    def bench(fn: Any) -> float:
+        fn(weights[0])  # compiled and tuned before the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        launches = graph_launches(len(weights))
+        with torch.cuda.graph(graph):
+            for i in range(launches):
+                fn(weights[i % len(weights)])
+        times = []
+        for _ in range(6):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / launches)
+        del graph
+        return statistics.median(times[1:])
+
+    return bench
 
 
 def merge_table(path: Path, device: str, results: list[dict[str, Any]]) -> None:
@@ -202,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", default=["plain"], choices=["plain", "norm", "qkv"],
                         help="plain: every product alone; norm, qkv: the fused layer's products that read more")
     parser.add_argument("--budget-s", type=float, default=400.0, help="stop timing new configurations after this")
+    parser.add_argument("--timing", choices=["alone", "graph"], default="alone",
+                        help="alone: one launch at a time, L2 cleared (do_bench); graph: back to back in a CUDA graph")
     args = parser.parse_args(argv)
     import torch
 
@@ -219,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 seen.add((n, k, act_mul, part))
                 case = Case(shape, n, k, act_mul, part)
-                result = {"shape": shape, "product": name, **measure(case, configs, deadline)}
+                result = {"shape": shape, "product": name, **measure(case, configs, deadline, args.timing)}
                 results.append(result)
                 best = result["best"] or {}
                 print(f"{shape:10} {name + (f' ({part})' if part else ''):15} {n:>6}x{k:<6} cuBLAS "

@@ -66,3 +66,32 @@ def test_the_table_keeps_each_part_under_a_key_of_its_own(tmp_path):
     assert set(entries) == {"28672x4096", "28672x4096-norm"}  # an incomplete sweep is not written
     assert entries["28672x4096-norm"] == {k: best[k] for k in ("block_n", "block_k", "num_warps", "num_stages")}
     assert all(config.block_n >= 2 for config in sweep.grid("qkv")) and len(sweep.grid("qkv")) < len(sweep.grid())
+
+
+def test_a_graph_cycles_through_enough_weight_copies_to_overflow_the_cache():
+    sweep = load_sweep()
+    assert sweep.copies_for(235 * 2**20, 512 * 2**20) == 3  # Llama-8B's gate/up: three copies
+    assert sweep.copies_for(8 * 2**20, 512 * 2**20) == 64  # Llama-1B's output projection
+    assert sweep.copies_for(2**30, 512 * 2**20) == 1
+    assert sweep.graph_launches(3) == 66 and sweep.graph_launches(64) == 64 and sweep.graph_launches(100) == 100
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or not __import__("torch").cuda.is_available(),
+                    reason="needs an NVIDIA GPU (CUDA) and the triton package")
+@pytest.mark.parametrize("part", ["", "norm", "qkv"])
+def test_the_graph_timing_times_each_part_and_its_copies_compute_the_same(part):
+    from core.kernels.triton_gemv import GemvConfig
+
+    sweep = load_sweep()
+    name = {"": "o", "norm": "gate_up", "qkv": "qkv"}[part]
+    (product,) = [p for p in sweep.part_products("llama-1b", part) if p[0] == name]
+    case = sweep.Case("llama-1b", *product[1:], part)
+    weights = case.weight_copies(64 * 2**20)
+    assert len(weights) == sweep.copies_for(case.weight.numel() * 2, 64 * 2**20)
+    config = GemvConfig(4, 1024, 4, 3)
+    first = case.run(config).clone()
+    assert case.error(case.run(config, weights[-1])) < 2e-2
+    result = sweep.measure(case, [config], deadline=float("inf"), timing="graph")
+    assert result["complete"] and result["timing"] == "graph" and 0 < result["best"]["us"] < 1e4
+    assert case.error(first) < 2e-2
