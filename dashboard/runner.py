@@ -27,7 +27,7 @@ from dashboard.limits import LOCAL_LIMITS
 from dashboard.live_view import LiveView, TextDecoder
 from dashboard.model_policy import ModelPolicy
 from dashboard.page_record import PageRecord
-from dashboard.supervisor import EngineSupervisor
+from dashboard.supervisor import EngineSupervisor, RestartPolicy
 from engine.client import EngineClient
 from engine.inprocess import InProcessEngineClient
 from engine.protocol import ModelFacts
@@ -41,10 +41,12 @@ class Runner:
                  monitor: GpuMonitor | bool = True,
                  max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
                  named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None,
-                 in_process_engine: bool = False, sharing: ShareRule = LOCAL_SHARING):
+                 in_process_engine: bool = False, sharing: ShareRule = LOCAL_SHARING,
+                 restart_policy: RestartPolicy | None = None):
         """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory).
         `in_process_engine`: the engine on a thread of this process (engine.inprocess: tests and debugging).
-        `sharing`: how much of the queue one client may hold (dashboard.fair_share)."""
+        `sharing`: how much of the queue one client may hold (dashboard.fair_share).
+        `restart_policy`: the backoff after a real loss of the engine (default: dashboard.supervisor's)."""
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
         self.limits = limits
         self._free_memory = free_memory or self._measured_free_memory
@@ -56,7 +58,8 @@ class Runner:
         self.queue = JobQueue(max_queue, on_finish=self._finished)
         self.supervisor = EngineSupervisor(self.queue, self.models, limits, self._record_page, device=device,
                                            dtype=dtype, tp=tp, hf_modules=hf_modules, engine=engine,
-                                           default_model=model, in_process=in_process_engine)
+                                           default_model=model, in_process=in_process_engine,
+                                           policy=restart_policy)
         self.monitor = monitor if isinstance(monitor, GpuMonitor) else (self._new_monitor() if monitor else None)
         self.models.leave_out_unfit(self.memory_problem)  # an exposed server offers only what fits
         self.supervisor.start()

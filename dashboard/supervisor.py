@@ -270,7 +270,7 @@ class EngineSupervisor:
             what = f"restarted on purpose ({cause})"
         else:
             delay, retired = self.policy.lost(), self._count_culprit(job)
-            what = f"engine lost ({loss.short}), restarting in {delay:.0f} s"
+            what = f"engine lost ({loss.short}), restarting in {delay:g} s"
         model = self._wanted_model
         then = f"; it loads {self.models.public_name(model)} again" if model else ""
         self.trouble = (f"{retired} " if retired else "") + f"{what[0].upper()}{what[1:]}: the engine process " \
