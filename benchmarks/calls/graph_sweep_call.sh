@@ -9,8 +9,8 @@ export CALL_BUDGET_S=585
 source benchmarks/device_setup.sh
 timeout -k 10 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rfEs tests/test_gemv_sweep.py 2>&1 \
     | grep -v "^DEBUG\|^W1" | tail -15 > $R/graph-tests.log; tail -4 $R/graph-tests.log
-python3 benchmarks/gemv_sweep.py --timing graph --parts plain norm qkv --shapes llama-8b llama-1b \
-    --out $R/graph_sweep.json --table core/kernels/gemv_configs.json --budget-s 260 2>&1 | grep -v "^W1" \
+python3 benchmarks/gemv_sweep.py --timing graph --parts norm qkv plain --shapes llama-8b llama-1b \
+    --out $R/graph_sweep.json --table core/kernels/gemv_configs.json --budget-s 240 2>&1 | grep -v "^W1" \
     | tee $R/graph-sweep.log | cut -c1-160
 cp core/kernels/gemv_configs.json $R/graph_sweep.json $R/graph-tests.log $OUT/
 echo "sweep done after $(( $(date +%s) - START )) s"
