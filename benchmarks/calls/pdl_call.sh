@@ -2,8 +2,8 @@
 # Device call (nvidia-h200; carry .whlmin and .carry/tokenizer.tgz): programmatic dependent launch for the project's
 # own Triton kernels (SYNCSCOPE_KERNEL_PDL, core.kernels.pdl). First its CUDA tests, then fresh step-graph compiles,
 # one process at a time, each from empty inductor and Triton caches: Llama-1B off, wait and prefetch; then Llama-8B
-# off and whichever of wait and prefetch decoded faster at 1B, as far as the budget goes (an 8B run takes ~125 s; with
-# room for one only, the PDL choice, against the earlier 8B numbers of docs/NUMBERS.md).
+# off and whichever of wait and prefetch decoded faster at 1B, as far as the budget goes (with room for one 8B run
+# only, the PDL choice, against the earlier 8B numbers of docs/NUMBERS.md).
 # Comes back: pdl-tests.log, ab-llama-1b.tgz, ab-llama-8b.tgz and their logs.
 #   bash benchmarks/calls/pdl_call.sh
 export CALL_BUDGET_S=560
