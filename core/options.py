@@ -41,6 +41,11 @@ DECODE_ATTENTION_CHOICES = ("auto", *DECODE_ATTENTION_KERNELS)  # auto: triton o
 INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.loops.step
 PDL_ENV = "SYNCSCOPE_PDL"  # core.kernels.pdl
 PDL_CHOICES = ("off", "safe", "inductor")
+# core.kernels.pdl: programmatic dependent launch for the project's own Triton kernels (the gemv products, the fused
+# layer's, the decode attention) on Hopper and newer: "wait" waits for the kernel before at each program's start,
+# "prefetch" first asks L2 for the start of the program's weight rows (constant in a decode step).
+KERNEL_PDL_ENV = "SYNCSCOPE_KERNEL_PDL"
+KERNEL_PDL_CHOICES = ("off", "wait", "prefetch")
 TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel.tensor_parallel
 TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
 TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.kernels.tp_fusion: how its kernel learns the peers' rows are there
@@ -66,7 +71,7 @@ DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
 DECODE_LAYER_CHOICES = ("on", "off")
 DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
-TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
+TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, KERNEL_PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
               APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
 
 
@@ -418,6 +423,7 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     """Refuse a malformed tuning variable (TUNING_ENV) with a one-line reason, before any work starts."""
     env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES, environ)
     env_choice(PDL_ENV, PDL_CHOICES, environ)
+    env_choice(KERNEL_PDL_ENV, KERNEL_PDL_CHOICES, environ)
     env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
     env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
     env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.kernels.pdl import pdl_in_effect
+from core.kernels.pdl import kernel_pdl_in_effect, pdl_in_effect
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
@@ -217,6 +217,7 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
             "inductor_options": inductor_options_from_env() or None,
             "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_options_from_env()),
+            "kernel_pdl": kernel_pdl_in_effect(loaded.device, compile_mode),  # the project's own Triton kernels
             "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
             "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
             # in compiled steps (core.kernels.fusion.output_projection); None where nothing is compiled

@@ -257,6 +257,8 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["environment"], dict) and "decode_layer" not in out["environment"]:
         compiled_on_cuda = out["environment"].get("decode_products") is not None
         out["environment"] = {**out["environment"], "decode_layer": "off" if compiled_on_cuda else None}
+    if isinstance(out["environment"], dict) and "kernel_pdl" not in out["environment"]:
+        out["environment"] = {**out["environment"], "kernel_pdl": "off"}  # before SYNCSCOPE_KERNEL_PDL existed
     return out
 
 

@@ -95,3 +95,7 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["decode_layer"] == ("off" if products else None)
     fused = {**old, "environment": {**old["environment"], "decode_layer": "fused"}}
     assert report_schema.upgrade(fused)["environment"]["decode_layer"] == "fused"
+    # and SYNCSCOPE_KERNEL_PDL after them: a report from before launched its kernels without PDL
+    assert report_schema.upgrade(old)["environment"]["kernel_pdl"] == "off"
+    waited = {**old, "environment": {**old["environment"], "kernel_pdl": "wait"}}
+    assert report_schema.upgrade(waited)["environment"]["kernel_pdl"] == "wait"

@@ -158,7 +158,7 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
                  "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False, "APPEND": append,
-                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group)}
+                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group), "PDL": 0}
     if append:  # the new token, its rotary cos and sin, the cache's length and the counters
         elements.update({"new_k_ptr": f"*{dtype}", "new_v_ptr": f"*{dtype}", "cos_ptr": f"*{dtype}",
                          "sin_ptr": f"*{dtype}", "slot_ptr": "*i64", "semaphore_ptr": "*i32"})
@@ -166,7 +166,7 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
                         {"scale": scale_type})
     if not single and not append:
         _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": f"*{dtype}"},
-                            {"SPLITS_PAD": 8, "HEAD_DIM": head_dim}, {})
+                            {"SPLITS_PAD": 8, "HEAD_DIM": head_dim, "PDL": 0}, {})
 
 
 def test_shapes_it_cannot_take_are_refused_with_the_reason():

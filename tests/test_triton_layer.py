@@ -169,7 +169,7 @@ def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
         assert max(key, value) <= (1e-5 if "float32" in name else 0.1), (name, key, value)
 
 
-def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str]) -> None:
+def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str]) -> str:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -181,7 +181,8 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
     source = ASTSource(
         fn=kernel, signature=signature, constexprs={(names.index(name),): value for name, value in constants.items()}
     )
-    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 1})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 1})
+    return compiled.asm["ptx"]
 
 
 @needs_triton
@@ -202,6 +203,7 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "EVEN_K": True,
         "BLOCK_N": 2,
         "BLOCK_K": 1024,
+        "PDL": 0,
     }
     _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64"})  # a compile passes a Python float as fp64
 
@@ -223,6 +225,7 @@ def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
         "EVEN_K": True,
         "BLOCK_P": 1,
         "BLOCK_K": 1024,
+        "PDL": 0,
     }
     _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
 

@@ -20,6 +20,7 @@ def test_unset_or_blank_variables_take_their_defaults():
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("SYNCSCOPE_DECODE_ATTENTION", "flash", "must be one of auto, reduce, split, sdpa, triton, got 'flash'"),
     ("SYNCSCOPE_PDL", "on", "must be one of off, safe, inductor, got 'on'"),
+    ("SYNCSCOPE_KERNEL_PDL", "safe", "must be one of off, wait, prefetch, got 'safe'"),
     ("SYNCSCOPE_TP_ALL_REDUCE", "two-shot", "must be one of auto, one-shot, nccl, got 'two-shot'"),
     ("SYNCSCOPE_TP_BARRIER", "lamport", "must be one of push, asm, atomic, got 'lamport'"),
     ("SYNCSCOPE_O_PROJ", "cublas", "must be one of library, inductor, got 'cublas'"),

@@ -10,9 +10,11 @@
 # layer-on is SYNCSCOPE_DECODE_LAYER=on (the default since the parts sweep of h200-2026-12-03b; auto, before it, fused
 # only models up to hidden size 2048). combine-kernel was SYNCSCOPE_DECODE_COMBINE=kernel (h200-2026-12-03b/call2: the
 # fused layer's attention combining its splits in a second kernel against its last program; measured and removed).
+# kernel-pdl-wait and kernel-pdl-prefetch are SYNCSCOPE_KERNEL_PDL=wait / prefetch (the project's own Triton kernels
+# launched with programmatic dependent launch; core.kernels.pdl).
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
 #   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
-#   inductor-products, layer-off, layer-on (any order, repeats)
+#   inductor-products, layer-off, layer-on, kernel-pdl-wait, kernel-pdl-prefetch (any order, repeats)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
@@ -20,7 +22,8 @@ SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step
 n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
-    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER
+    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER \
+        SYNCSCOPE_KERNEL_PDL
     case $label in
         cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
         library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
@@ -30,6 +33,7 @@ for label in $LABELS; do
         inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
         layer-off) export SYNCSCOPE_DECODE_LAYER=off ;;
         layer-on) export SYNCSCOPE_DECODE_LAYER=on ;;
+        kernel-pdl-wait|kernel-pdl-prefetch) export SYNCSCOPE_KERNEL_PDL=${label#kernel-pdl-} ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
     esac

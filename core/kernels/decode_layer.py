@@ -42,6 +42,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from core.kernels import products
 from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
+from core.kernels.pdl import kernel_pdl_arguments
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
 from core.options import DECODE_LAYER_CHOICES, DECODE_LAYER_ENV, env_choice
@@ -284,7 +285,9 @@ def launch_qkv(
     block_p = min(max(1, config.block_n // 2), head_dim // 2)
     query = torch.empty((1, heads, 1, head_dim), device=x.device, dtype=x.dtype)
     cos, sin = cos.reshape(-1), sin.reshape(-1)
-    launch(_kernels()[1])[((heads + 2 * kv_heads) * (head_dim // 2 // block_p),)](
+    kernel = _kernels()[1]
+    launcher = launch(kernel)
+    launcher[((heads + 2 * kv_heads) * (head_dim // 2 // block_p),)](
         x.contiguous(),
         norm.contiguous(),
         weight,
@@ -308,6 +311,7 @@ def launch_qkv(
         EVEN_K=k % config.block_k == 0,
         BLOCK_P=block_p,
         BLOCK_K=config.block_k,
+        **kernel_pdl_arguments(x.device, traced=launcher is not kernel),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

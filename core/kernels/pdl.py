@@ -16,17 +16,39 @@ What it gives depends on the machine (docs/TUNING.md has the rates). On one, "in
 its Llama-70B bf16 trials stopped repeating token for token where the same run without PDL repeated bitwise: the
 hazard above, seen. On another, both placements were slower than no PDL. So PDL stays off unless asked for; the
 report's `environment.pdl` says which ran.
+
+SYNCSCOPE_KERNEL_PDL does the same for the project's own Triton kernels (core.kernels.triton_gemv's products, the
+fused layer's q/k/v kernel, the decode attention's two), which inductor launches as user-defined kernels and so
+never gives PDL. Each kernel takes a constexpr `PDL` (`kernel_pdl_level`): 0 compiles today's kernel; 1 ("wait") waits
+at the start of every program, before any load or store, and then lets the next kernel launch; 2 ("prefetch") first
+asks L2 for the start of the program's weight rows, which no kernel of a decode step writes, then waits. Since every
+program waits before touching memory that another kernel writes, a kernel finishes only after its predecessor has,
+as without PDL: what overlaps is the launch, the blocks' scheduling and, with "prefetch", the first weight reads.
+The kernels wait only where this has effect: a Hopper or newer GPU, and never in Triton's interpreter, which runs no
+inline assembly.
+
+The launch itself needs Triton's `launch_pdl` option. A kernel Triton launches (outside a compile) gets it as a
+keyword; inside a compile, inductor's code for a user-defined kernel takes its compile options from the `triton_meta`
+it writes into the generated source, which has no such entry and no way in from the launch's keywords, so
+`install_user_kernel_pdl` adds it there for every kernel launched with PDL > 0.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import torch
 
-from core.options import PDL_CHOICES, PDL_ENV, STEP_GRAPH, env_choice
+from core.options import KERNEL_PDL_CHOICES, KERNEL_PDL_ENV, PDL_CHOICES, PDL_ENV, STEP_GRAPH, env_choice
 
-__all__ = ["PDL_CHOICES", "PDL_ENV", "pdl_choice", "pdl_in_effect", "pdl_inductor_options", "supports_pdl"]
+__all__ = ["KERNEL_PDL_CHOICES", "KERNEL_PDL_ENV", "PDL_CHOICES", "PDL_ENV", "install_user_kernel_pdl",
+           "kernel_pdl_arguments", "kernel_pdl_choice", "kernel_pdl_in_effect", "kernel_pdl_launch_options",
+           "kernel_pdl_level", "pdl_choice", "pdl_in_effect", "pdl_inductor_options", "supports_pdl",
+           "with_launch_pdl"]
+
+PDL_CONSTEXPR = "PDL"  # the name of the kernels' constexpr: 0 off, 1 wait, 2 prefetch (KERNEL_PDL_CHOICES' order)
 
 
 def pdl_choice() -> str:
@@ -109,3 +131,81 @@ class SafePdlCacheKey(_custom_graph_pass_base()):  # type: ignore[misc]
 
     def uuid(self) -> str:
         return "syncscope-safe-pdl-1"
+
+
+def kernel_pdl_choice() -> str:
+    """What SYNCSCOPE_KERNEL_PDL asks of the project's Triton kernels: "off" (the default), "wait" or "prefetch"."""
+    return env_choice(KERNEL_PDL_ENV, KERNEL_PDL_CHOICES)
+
+
+def kernel_pdl_level(device: torch.device | str) -> int:
+    """The `PDL` constexpr of a kernel launched on `device`: the choice's place in KERNEL_PDL_CHOICES, 0 where PDL
+    cannot work (below Hopper, not CUDA) and under Triton's interpreter."""
+    choice = kernel_pdl_choice()
+    if choice == "off" or os.environ.get("TRITON_INTERPRET") == "1" or not supports_pdl(device):
+        return 0
+    return KERNEL_PDL_CHOICES.index(choice)
+
+
+def kernel_pdl_arguments(device: torch.device | str, traced: bool) -> dict[str, Any]:
+    """What a launch of one of the project's kernels on `device` adds to its keywords: the `PDL` constexpr and
+    Triton's launch option (`traced`: launched through a compile's `wrap_triton`, not by Triton itself)."""
+    level = kernel_pdl_level(device)
+    return {PDL_CONSTEXPR: level, **kernel_pdl_launch_options(level, traced)}
+
+
+def kernel_pdl_launch_options(level: int, traced: bool) -> dict[str, Any]:
+    """Triton's launch keywords for a kernel of `level`: `launch_pdl` where Triton launches it itself; inside a
+    compile's trace (`traced`) none, since inductor drops them, and its generated code gets the option instead."""
+    if not level:
+        return {}
+    if traced:
+        install_user_kernel_pdl()
+        return {}
+    return {"launch_pdl": True}
+
+
+def kernel_pdl_in_effect(device: torch.device | str, compile_mode: str) -> str:
+    """What the project's kernels ran with, for reports: "off", "wait", "prefetch" or "unsupported" (they run only in
+    compiled CUDA steps, so "off" where nothing is compiled)."""
+    choice = kernel_pdl_choice()
+    if choice == "off" or compile_mode == "off":
+        return "off"
+    return choice if supports_pdl(device) else "unsupported"
+
+
+_META = "triton_meta={"
+
+
+def with_launch_pdl(source: str) -> str:
+    """A user-defined kernel's generated source (inductor's `async_compile.triton(...)` call) with `launch_pdl` in
+    the `triton_meta` inductor compiles and launches it with."""
+    if _META not in source:
+        raise RuntimeError(f"{KERNEL_PDL_ENV}: inductor's code for a user-defined Triton kernel has no {_META!r} "
+                           f"(torch {torch.__version__}); use {KERNEL_PDL_ENV}=off")
+    return source.replace(_META, _META + "'launch_pdl': True, ", 1)
+
+
+def install_user_kernel_pdl() -> None:
+    """Make inductor launch with PDL each user-defined kernel whose `PDL` constexpr is set (idempotent). It wraps a
+    private method of inductor's wrapper code generator, the one that writes a user-defined kernel's source."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    original = PythonWrapperCodegen.define_user_defined_triton_kernel
+    if getattr(original, "_syncscope_pdl", False):
+        return
+
+    @functools.wraps(original)
+    def define_user_defined_triton_kernel(self: Any, kernel: Any, configs: Any, kwargs: dict[str, Any], *args: Any,
+                                          **kw: Any) -> Any:
+        if not kwargs.get(PDL_CONSTEXPR):
+            return original(self, kernel, configs, kwargs, *args, **kw)
+        define_kernel = self.define_kernel
+        self.define_kernel = lambda name, body, *a, **k: define_kernel(name, with_launch_pdl(body), *a, **k)
+        try:
+            return original(self, kernel, configs, kwargs, *args, **kw)
+        finally:
+            del self.define_kernel
+
+    define_user_defined_triton_kernel._syncscope_pdl = True  # type: ignore[attr-defined]
+    PythonWrapperCodegen.define_user_defined_triton_kernel = define_user_defined_triton_kernel

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from core.kernels.pdl import kernel_pdl_arguments
+
 BLOCK_KEYS = 64  # keys per loop iteration of one program
 MAX_SPLITS = 64  # the most programs sharing one KV head's keys
 
@@ -117,7 +119,9 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
     token_args = _token_arguments(new, query)
-    launch(attend)[(batch * kv_heads, splits)](
+    launcher = launch(attend)
+    pdl = kernel_pdl_arguments(query.device, traced=launcher is not attend)
+    launcher[(batch * kv_heads, splits)](
         query, key, value, mask_arg, out, partial, stats, *token_args,
         query.stride(0), query.stride(1), query.stride(3),
         key.stride(0), key.stride(1), key.stride(2), key.stride(3),
@@ -129,12 +133,12 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
         UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits),
-        GROUP_POW2=_next_power_of_2(group), num_warps=4,
+        GROUP_POW2=_next_power_of_2(group), **pdl, num_warps=4,
         num_stages=2)
     if splits > 1 and new is None:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,
-            SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, num_warps=4)
+            SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, **pdl, num_warps=4)
     return out
 
 

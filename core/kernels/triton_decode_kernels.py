@@ -1,9 +1,13 @@
 """The Triton kernels of core.kernels.triton_attention (imported only where Triton is installed): `attend`, one
 program per (batch x KV head, split of the keys), and `combine`, the splits' partial results into one (which `attend`
-does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them."""
+does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them. Both take
+`PDL` (core.kernels.pdl): set, each program waits for the kernel before before its first load; they read no weights,
+so there is nothing to prefetch."""
 
 import triton
 import triton.language as tl
+
+from core.kernels.triton_gemv_kernel import wait_for_predecessor
 
 
 @triton.jit
@@ -71,7 +75,8 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
            SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
-           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr):
+           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr, PDL: tl.constexpr):
+    wait_for_predecessor(PDL)
     row = tl.program_id(0)
     split = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -163,5 +168,7 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
 
 
 @triton.jit
-def combine(partial_ptr, stats_ptr, out_ptr, splits, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+def combine(partial_ptr, stats_ptr, out_ptr, splits, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+            PDL: tl.constexpr):
+    wait_for_predecessor(PDL)
     combine_head(partial_ptr, stats_ptr, out_ptr, tl.program_id(0), splits, SPLITS_PAD, HEAD_DIM)

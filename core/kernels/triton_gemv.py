@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from core.kernels.pdl import kernel_pdl_arguments
+
 CONFIG_FILE = Path(__file__).with_name("gemv_configs.json")
 
 
@@ -138,7 +140,9 @@ def launch_gemv(
     norm = around.norm.contiguous() if around.norm is not None else None
     residual = around.residual.contiguous() if around.residual is not None else None
     unused = weight  # a pointer the kernel is given but does not read
-    launch(_kernel())[(-(-n // config.block_n),)](
+    kernel = _kernel()
+    launcher = launch(kernel)
+    launcher[(-(-n // config.block_n),)](
         x,
         weight,
         bias if bias is not None else unused,
@@ -159,6 +163,7 @@ def launch_gemv(
         EVEN_K=k % config.block_k == 0,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        **kernel_pdl_arguments(x.device, traced=launcher is not kernel),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

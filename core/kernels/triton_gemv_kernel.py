@@ -1,7 +1,11 @@
 """The Triton kernels of core.kernels.triton_gemv and core.kernels.decode_layer (imported only where Triton is
 installed): `gemv`, one batch-1 product with what a decoder layer does around it (the RMSNorm before, the activation
 before, the residual add after), and `qkv_gemv`, the layer's q/k/v product with its norm before and the rotary
-embedding and the cache write after. Module-level functions, as Triton's interpreter needs them."""
+embedding and the cache write after. Module-level functions, as Triton's interpreter needs them.
+
+Each takes `PDL` (core.kernels.pdl): 0 today's kernel; 1 waits for the kernel before at the start of each program,
+before any load or store, then lets the next one launch; 2 also asks L2 for the start of the program's weight rows
+before it waits (the weights are the only thing read before the wait: no kernel of a decode step writes them)."""
 
 import triton
 import triton.language as tl
@@ -11,6 +15,31 @@ import triton.language as tl
 def inverse_rms(squares, k: tl.constexpr, eps):
     """1 / sqrt(mean(x^2) + eps) from the row's squares summed by block, in fp32, as LlamaRMSNorm computes it."""
     return tl.rsqrt((tl.sum(squares, 0) / k + eps).to(tl.float32))  # a compile passes a Python float as fp64
+
+
+@triton.jit
+def prefetch_l2(pointers):
+    """Ask L2 for the lines holding `pointers`, without waiting for them."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // dummy $0", "=r,l", [pointers], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_rows(w_ptr, rows, w_row_stride, k: tl.constexpr, BLOCK_K: tl.constexpr):
+    """L2 prefetches of the first BLOCK_K columns of weight `rows` (in range), one a 128-byte line."""
+    line: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth
+    lines: tl.constexpr = BLOCK_K // line if line < BLOCK_K else 1
+    cols = tl.minimum(tl.arange(0, lines) * line, k - 1)
+    prefetch_l2(w_ptr + rows[:, None] * w_row_stride + cols[None, :])
+
+
+@triton.jit
+def wait_for_predecessor(PDL: tl.constexpr):
+    """PDL's wait for the kernel before (all its writes visible after it), then the next kernel may launch: it waits
+    for this one in turn, so no program of it touches memory before every program of this one is done."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -35,9 +64,13 @@ def gemv(
     EVEN_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
+    if PDL == 2:
+        prefetch_rows(w_ptr, tl.where(row_ok, rows, 0), w_row_stride, k, BLOCK_K)
+    wait_for_predecessor(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -97,6 +130,7 @@ def qkv_gemv(
     EVEN_K: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Each program owns BLOCK_P pairs of rows (d, d + HEAD_DIM / 2) of one head of the stacked q/k/v weight, the
     pairs the rotary embedding mixes; heads are q's, then k's, then v's."""
@@ -106,6 +140,10 @@ def qkv_gemv(
     pairs = (tl.program_id(0) % blocks_per_head) * BLOCK_P + tl.arange(0, BLOCK_P)
     low = head * HEAD_DIM + pairs
     high = low + half
+    if PDL == 2:
+        prefetch_rows(w_ptr, low, w_row_stride, k, BLOCK_K)
+        prefetch_rows(w_ptr, high, w_row_stride, k, BLOCK_K)
+    wait_for_predecessor(PDL)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc_low = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     acc_high = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)

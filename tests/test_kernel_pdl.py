@@ -1,0 +1,219 @@
+"""SYNCSCOPE_KERNEL_PDL on the CPU: the choice, the `PDL` flag and launch option each of the project's kernels gets
+(with the GPU check stubbed), inductor's generated source given `launch_pdl`, the kernels' PTX for Hopper, and the
+interpreter falling back to today's kernels. On a Hopper GPU: tests/test_cuda_kernel_pdl.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.kernels import pdl
+from core.kernels.pdl import (
+    KERNEL_PDL_ENV,
+    kernel_pdl_arguments,
+    kernel_pdl_choice,
+    kernel_pdl_in_effect,
+    kernel_pdl_level,
+    with_launch_pdl,
+)
+from core.options import STEP_GRAPH, check_tuning_environment
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """supports_pdl answers yes, and the kernels are not in Triton's interpreter."""
+    monkeypatch.setattr(pdl, "supports_pdl", lambda device: True)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def test_off_by_default_and_a_typo_is_refused(monkeypatch):
+    monkeypatch.delenv(KERNEL_PDL_ENV, raising=False)
+    assert kernel_pdl_choice() == "off"
+    monkeypatch.setenv(KERNEL_PDL_ENV, " Prefetch ")
+    assert kernel_pdl_choice() == "prefetch"
+    with pytest.raises(ValueError, match="SYNCSCOPE_KERNEL_PDL must be one of off, wait, prefetch, got 'always'"):
+        check_tuning_environment({KERNEL_PDL_ENV: "always"})
+
+
+@pytest.mark.parametrize(("choice", "level"), [("off", 0), ("wait", 1), ("prefetch", 2)])
+def test_the_level_follows_the_choice_where_pdl_works(monkeypatch, hopper, choice, level):
+    monkeypatch.setenv(KERNEL_PDL_ENV, choice)
+    assert kernel_pdl_level("cuda") == level
+    assert kernel_pdl_arguments("cuda", traced=False) == {"PDL": level, **({"launch_pdl": True} if level else {})}
+    assert kernel_pdl_in_effect("cuda", STEP_GRAPH) == choice
+    assert kernel_pdl_in_effect("cuda", "off") == "off"
+
+
+def test_the_flag_stays_off_on_the_cpu_below_hopper_and_in_the_interpreter(monkeypatch):
+    monkeypatch.setenv(KERNEL_PDL_ENV, "prefetch")
+    assert kernel_pdl_level("cpu") == 0 and kernel_pdl_arguments("cpu", traced=False) == {"PDL": 0}
+    assert kernel_pdl_in_effect("cpu", STEP_GRAPH) == "unsupported"
+    monkeypatch.setattr(pdl, "supports_pdl", lambda device: False)  # an Ampere GPU
+    assert kernel_pdl_level("cuda") == 0
+    monkeypatch.setattr(pdl, "supports_pdl", lambda device: True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert kernel_pdl_level("cuda") == 0
+
+
+class FakeKernel:
+    """Stands in for one of the kernels: a launch records its keywords instead of running it."""
+
+    def __init__(self, name: str, calls: list) -> None:
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.name, kwargs))
+
+
+class Traced:
+    """What `wrap_triton` gives inside a compile's trace: not the kernel itself."""
+
+    def __init__(self, kernel: FakeKernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return self.kernel[grid]
+
+
+def _launch_every_kernel(monkeypatch, launch) -> list:
+    from core.kernels import decode_layer, triton_attention, triton_gemv
+
+    calls: list = []
+    gemv, qkv, attend, combine = (FakeKernel(name, calls) for name in ("gemv", "qkv_gemv", "attend", "combine"))
+    monkeypatch.setattr(triton_gemv, "_kernel", lambda: gemv)
+    monkeypatch.setattr(decode_layer, "_kernels", lambda: (gemv, qkv))
+    x = torch.randn(1, 1, 64)
+    triton_gemv.launch_gemv(x, torch.randn(128, 64), None, False, launch)
+    keys, values = torch.zeros(1, 2, 128, 16), torch.zeros(1, 2, 128, 16)
+    decode_layer.launch_qkv(x, torch.ones(64), 1e-5, torch.randn(128, 64), None, torch.ones(16), torch.zeros(16),
+                            keys, values, torch.tensor(3), 4, launch)
+    triton_attention._launch(torch.randn(1, 4, 1, 16), keys, values, None, 0.25, launch, (attend, combine),
+                             split_keys=64)
+    assert [name for name, _ in calls] == ["gemv", "qkv_gemv", "attend", "combine"]
+    return calls
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_each_kernel_gets_the_flag_and_where_triton_launches_it_the_option(monkeypatch, hopper, traced):
+    monkeypatch.setattr(pdl, "install_user_kernel_pdl", lambda: None)
+    for choice, level in (("wait", 1), ("prefetch", 2), ("off", 0)):
+        monkeypatch.setenv(KERNEL_PDL_ENV, choice)
+        for name, kwargs in _launch_every_kernel(monkeypatch, Traced if traced else lambda kernel: kernel):
+            assert kwargs["PDL"] == level, (choice, name)
+            assert kwargs.get("launch_pdl", False) is (bool(level) and not traced), (choice, name)
+
+
+def test_on_the_cpu_every_kernel_is_launched_as_today(monkeypatch):
+    monkeypatch.setenv(KERNEL_PDL_ENV, "prefetch")
+    calls = _launch_every_kernel(monkeypatch, lambda kernel: kernel)
+    assert all(kwargs["PDL"] == 0 and "launch_pdl" not in kwargs for _, kwargs in calls)
+
+
+def test_a_traced_launch_installs_the_source_edit(monkeypatch, hopper):
+    installed = []
+    monkeypatch.setattr(pdl, "install_user_kernel_pdl", lambda: installed.append(True))
+    monkeypatch.setenv(KERNEL_PDL_ENV, "wait")
+    assert kernel_pdl_arguments("cuda", traced=True) == {"PDL": 1} and installed
+    monkeypatch.setenv(KERNEL_PDL_ENV, "off")
+    installed.clear()
+    assert kernel_pdl_arguments("cuda", traced=True) == {"PDL": 0} and not installed
+
+
+def test_inductors_source_for_a_user_kernel_gets_launch_pdl():
+    source = "async_compile.triton('gemv_0', '''\n@triton_heuristics.user_autotune(\n    configs=[],\n" \
+             "    triton_meta={'signature': {'x_ptr': '*bf16'}, 'constants': {'PDL': 1}},\n)\n'''"
+    edited = with_launch_pdl(source)
+    assert "triton_meta={'launch_pdl': True, 'signature': {'x_ptr': '*bf16'}" in edited
+    assert edited.replace("'launch_pdl': True, ", "") == source
+    with pytest.raises(RuntimeError, match="SYNCSCOPE_KERNEL_PDL=off"):
+        with_launch_pdl("async_compile.triton('gemv_0', '''...''')")
+
+
+def test_only_kernels_launched_with_pdl_have_their_source_edited(monkeypatch):
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    def original(self, kernel, configs, kwargs, *rest):
+        self.define_kernel("k", "triton_meta={'signature': {}}")
+        return "name"
+
+    monkeypatch.setattr(PythonWrapperCodegen, "define_user_defined_triton_kernel", original)
+    pdl.install_user_kernel_pdl()
+    installed = PythonWrapperCodegen.define_user_defined_triton_kernel
+    pdl.install_user_kernel_pdl()
+    assert PythonWrapperCodegen.define_user_defined_triton_kernel is installed and installed._syncscope_pdl
+
+    class Wrapper:
+        def __init__(self) -> None:
+            self.sources: list[str] = []
+
+        def define_kernel(self, name, body, *rest):
+            self.sources.append(body)
+
+    wrapper = Wrapper()
+    for level in (0, 1, 2):
+        assert installed(wrapper, None, [], {"x_ptr": None, "PDL": level}, [], [], [[1, 1, 1]], None) == "name"
+    edited = "triton_meta={'launch_pdl': True, 'signature': {}}"
+    assert wrapper.sources == ["triton_meta={'signature': {}}", edited, edited]
+    assert "define_kernel" not in vars(wrapper)  # the edit lasts one kernel's definition
+
+
+@needs_triton
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(level):
+    from core.kernels import decode_layer, triton_decode_kernels
+    from tests.test_triton_layer import _compile_for_hopper
+
+    gemv, qkv = decode_layer._kernels()
+    pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
+    ptx = {"gemv": _compile_for_hopper(
+        gemv, {**pointers, "length_ptr": "*i64"},
+        {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True, "RESIDUAL": False, "ADVANCE": False,
+         "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": level}, {"eps": "fp64"})}
+    pointers = {name: "*bf16" for name in ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr",
+                                          "key_ptr", "value_ptr")}
+    ptx["qkv_gemv"] = _compile_for_hopper(
+        qkv, {**pointers, "length_ptr": "*i64"},
+        {"k": 2048, "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True, "BLOCK_P": 2,
+         "BLOCK_K": 1024, "PDL": level}, {"eps": "fp64"})
+    ptx["combine"] = _compile_for_hopper(triton_decode_kernels.combine,
+                                         {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
+                                         {"SPLITS_PAD": 8, "HEAD_DIM": 64, "PDL": level}, {})
+    for name, code in ptx.items():
+        assert code.count("griddepcontrol.wait") == code.count("griddepcontrol.launch_dependents") == min(level, 1)
+        prefetches = code.count("prefetch.global.L2")
+        assert (prefetches > 0) is (level == 2 and name != "combine"), name
+        if level:  # nothing but prefetches touches global memory before the wait
+            before = code[: code.index("griddepcontrol.wait")]
+            assert "ld.global" not in before and "st.global" not in before, name
+
+
+def interpreted_layer_errors() -> dict[str, list[float]]:
+    """tests.test_triton_layer.layer_errors with the kernels asked for PDL where it would work (run with
+    TRITON_INTERPRET=1, where it must not)."""
+    pdl.supports_pdl = lambda device: True
+    assert kernel_pdl_level("cuda") == 0
+    from tests.test_triton_layer import LAYER_CASES, layer_errors
+
+    return layer_errors(LAYER_CASES[:1])
+
+
+@needs_triton
+def test_the_interpreter_runs_todays_kernels_with_the_option_set():
+    script = ("import json; from tests.test_kernel_pdl import interpreted_layer_errors; "
+              "print(json.dumps(interpreted_layer_errors()))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1", KERNEL_PDL_ENV: "prefetch"},
+                            cwd=Path(__file__).parent.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from tests.test_triton_layer import LAYER_CASES, check_layer_errors
+
+    check_layer_errors(json.loads(result.stdout.splitlines()[-1]), LAYER_CASES[:1])
