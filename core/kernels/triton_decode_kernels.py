@@ -1,7 +1,7 @@
 """The Triton kernels of core.kernels.triton_attention (imported only where Triton is installed): `attend`, one
 program per (batch x KV head, split of the keys), and `combine`, the splits' partial results into one (which `attend`
 does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them. Both take
-`PDL` (core.kernels.pdl): set, each program waits for the kernel before before its first load; they read no weights,
+`PDL` (core.kernels.pdl): set, each program waits for the kernel before its first load; they read no weights,
 so there is nothing to prefetch."""
 
 import triton
@@ -76,7 +76,21 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
            SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
            SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr, PDL: tl.constexpr):
-    wait_for_predecessor(PDL)
+    if PDL:
+        zero = wait_for_predecessor(tl.program_id(0))
+        q_ptr += zero
+        k_ptr += zero
+        v_ptr += zero
+        mask_ptr += zero
+        out_ptr += zero
+        partial_ptr += zero
+        stats_ptr += zero
+        new_k_ptr += zero
+        new_v_ptr += zero
+        cos_ptr += zero
+        sin_ptr += zero
+        slot_ptr += zero
+        semaphore_ptr += zero
     row = tl.program_id(0)
     split = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -170,5 +184,9 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
 @triton.jit
 def combine(partial_ptr, stats_ptr, out_ptr, splits, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
             PDL: tl.constexpr):
-    wait_for_predecessor(PDL)
+    if PDL:
+        zero = wait_for_predecessor(tl.program_id(0))
+        partial_ptr += zero
+        stats_ptr += zero
+        out_ptr += zero
     combine_head(partial_ptr, stats_ptr, out_ptr, tl.program_id(0), splits, SPLITS_PAD, HEAD_DIM)

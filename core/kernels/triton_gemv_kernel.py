@@ -4,8 +4,8 @@ before, the residual add after), and `qkv_gemv`, the layer's q/k/v product with 
 embedding and the cache write after. Module-level functions, as Triton's interpreter needs them.
 
 Each takes `PDL` (core.kernels.pdl): 0 today's kernel; 1 waits for the kernel before at the start of each program,
-before any load or store, then lets the next one launch; 2 also asks L2 for the start of the program's weight rows
-before it waits (the weights are the only thing read before the wait: no kernel of a decode step writes them)."""
+before any load or store but the weights' (no kernel of a decode step writes them), then lets the next one launch;
+2 also asks L2 for the start of the program's weight rows before it waits."""
 
 import triton
 import triton.language as tl
@@ -17,29 +17,38 @@ def inverse_rms(squares, k: tl.constexpr, eps):
     return tl.rsqrt((tl.sum(squares, 0) / k + eps).to(tl.float32))  # a compile passes a Python float as fp64
 
 
+# The inline assembly below is declared pure, with a dummy result that the code after it uses: torch's analysis of a
+# user-defined kernel (which arguments it writes) refuses impure inline assembly, and the data dependency is what
+# keeps the compiler from moving the kernel's loads and stores above the wait. The analysis follows a store's address
+# back through every operation but a load (a call included), so the prefetches reach the wait through a load of a
+# weight in the kernel's own body: else the weight would count as written.
+
+
 @triton.jit
 def prefetch_l2(pointers):
-    """Ask L2 for the lines holding `pointers`, without waiting for them."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // dummy $0", "=r,l", [pointers], dtype=tl.int32,
-                              is_pure=False, pack=1)
+    """Ask L2 for the lines holding `pointers`, without waiting for them; 0 for each."""
+    return tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [pointers],
+                                     dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
 def prefetch_rows(w_ptr, rows, w_row_stride, k: tl.constexpr, BLOCK_K: tl.constexpr):
-    """L2 prefetches of the first BLOCK_K columns of weight `rows` (in range), one a 128-byte line."""
+    """L2 prefetches of the first BLOCK_K columns of weight `rows` (in range), one a 128-byte line; returns 0 once
+    they are issued."""
     line: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth
     lines: tl.constexpr = BLOCK_K // line if line < BLOCK_K else 1
     cols = tl.minimum(tl.arange(0, lines) * line, k - 1)
-    prefetch_l2(w_ptr + rows[:, None] * w_row_stride + cols[None, :])
+    return tl.sum(tl.sum(prefetch_l2(w_ptr + rows[:, None] * w_row_stride + cols[None, :]), axis=1), axis=0)
 
 
 @triton.jit
-def wait_for_predecessor(PDL: tl.constexpr):
+def wait_for_predecessor(after):
     """PDL's wait for the kernel before (all its writes visible after it), then the next kernel may launch: it waits
-    for this one in turn, so no program of it touches memory before every program of this one is done."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    for this one in turn, so no program of it touches memory before every program of this one is done. Runs after
+    `after` is computed; returns 0, to be added to every pointer the kernel reads or writes after the wait."""
+    return tl.inline_asm_elementwise(
+        "griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;\n\tmov.u32 $0, 0; // $1", "=r,r", [after],
+        dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -68,9 +77,19 @@ def gemv(
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
-    if PDL == 2:
-        prefetch_rows(w_ptr, tl.where(row_ok, rows, 0), w_row_stride, k, BLOCK_K)
-    wait_for_predecessor(PDL)
+    if PDL:
+        after = tl.program_id(0)
+        if PDL == 2:
+            issued = prefetch_rows(w_ptr, tl.where(row_ok, rows, 0), w_row_stride, k, BLOCK_K)
+            after = tl.load(w_ptr + issued + tl.program_id(0) * BLOCK_N * w_row_stride).to(tl.float32).to(
+                tl.int32, bitcast=True)
+        zero = wait_for_predecessor(after)
+        x_ptr += zero
+        bias_ptr += zero
+        out_ptr += zero
+        norm_ptr += zero
+        residual_ptr += zero
+        length_ptr += zero
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -140,10 +159,23 @@ def qkv_gemv(
     pairs = (tl.program_id(0) % blocks_per_head) * BLOCK_P + tl.arange(0, BLOCK_P)
     low = head * HEAD_DIM + pairs
     high = low + half
-    if PDL == 2:
-        prefetch_rows(w_ptr, low, w_row_stride, k, BLOCK_K)
-        prefetch_rows(w_ptr, high, w_row_stride, k, BLOCK_K)
-    wait_for_predecessor(PDL)
+    if PDL:
+        after = tl.program_id(0)
+        if PDL == 2:
+            issued = prefetch_rows(w_ptr, low, w_row_stride, k, BLOCK_K) + prefetch_rows(
+                w_ptr, high, w_row_stride, k, BLOCK_K)
+            after = tl.load(w_ptr + issued + tl.min(low, axis=0) * w_row_stride).to(tl.float32).to(
+                tl.int32, bitcast=True)
+        zero = wait_for_predecessor(after)
+        x_ptr += zero
+        norm_ptr += zero
+        bias_ptr += zero
+        cos_ptr += zero
+        sin_ptr += zero
+        q_ptr += zero
+        key_ptr += zero
+        value_ptr += zero
+        length_ptr += zero
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc_low = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     acc_high = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
