@@ -187,14 +187,24 @@ def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(le
     ptx["combine"] = _compile_for_hopper(triton_decode_kernels.combine,
                                          {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
                                          {"SPLITS_PAD": 8, "HEAD_DIM": 64, "PDL": level}, {})
+    attend_pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "new_k_ptr",
+                                                  "new_v_ptr", "cos_ptr", "sin_ptr")}
+    attend_pointers.update(partial_ptr="*fp32", stats_ptr="*fp32", slot_ptr="*i64", semaphore_ptr="*i32")
+    for append in (False, True):
+        ptx[f"attend{'-append' * append}"] = _compile_for_hopper(
+            triton_decode_kernels.attend, attend_pointers,
+            {"SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64, "BLOCK_KEYS": 64,
+             "HAS_MASK": False, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32", "UPCAST": False,
+             "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level}, {"scale": "fp32"})
     for name, code in ptx.items():
         assert code.count("griddepcontrol.wait") == code.count("griddepcontrol.launch_dependents") == min(level, 1)
         prefetches = code.count("prefetch.global.L2")
-        assert (prefetches > 0) is (level == 2 and name != "combine"), name
+        reads_weights = name in ("gemv", "qkv_gemv")
+        assert (prefetches > 0) is (level == 2 and reads_weights), name
         if level:  # before the wait: no store, and no load but prefetch's one weight (what the wait runs after)
             before = code[: code.index("griddepcontrol.wait")]
             assert "st.global" not in before, name
-            assert before.count("ld.global") == (level == 2 and name != "combine"), name
+            assert before.count("ld.global") == (level == 2 and reads_weights), name
 
 
 def interpreted_layer_errors() -> dict[str, list[float]]:
