@@ -3,16 +3,23 @@ local directory, the offline default model (its shipped GGUF, converted once), a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.util
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: each process converts on its own, as before
+    fcntl = None  # type: ignore[assignment]
 
 from core.memory import MAX_CONFIG_BYTES
 from core.report_files import read_bounded
@@ -210,9 +217,12 @@ def load_default(dtype: torch.dtype) -> tuple[Any, Any]:
 
     target = _converted_default_dir()
     if not _is_file(target / "model.safetensors"):
-        model, tokenizer = _convert_default_gguf()
-        if not _kept(target, "the converted default model", lambda staging: _save(staging, model, tokenizer)):
-            return model.to(dtype), tokenizer
+        with one_maker(target):
+            if not _is_file(target / "model.safetensors"):  # not made by another process while this one waited
+                model, tokenizer = _convert_default_gguf()
+                if not _kept(target, "the converted default model",
+                             lambda staging: _save(staging, model, tokenizer)):
+                    return model.to(dtype), tokenizer
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
     return model, AutoTokenizer.from_pretrained(target)
 
@@ -238,6 +248,27 @@ def _convert_default_gguf() -> tuple[Any, Any]:
 def _save(folder: Path, *parts: Any) -> None:
     for part in parts:
         part.save_pretrained(folder)
+
+
+@contextlib.contextmanager
+def one_maker(target: Path) -> Iterator[None]:
+    """One process at a time inside: the others wait at the lock file beside `target` (an exclusive flock, let go
+    when its holder ends, however it ends), then find what it made, so processes that start together (an engine
+    and the tests, or the ranks of --tp) convert the default model once instead of once each (27 s of CPU a
+    conversion). Without a lock where none can be made (a cache that cannot be written, no flock): each makes its
+    own, as _kept allows."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(target.with_name(target.name + ".lock"), "ab")  # noqa: SIM115 - held across the yield
+    except OSError:
+        handle = None
+    if handle is None or fcntl is None:
+        yield
+        return
+    with handle:
+        with contextlib.suppress(OSError):  # a file system without locks: as without a lock
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def _kept(target: Path, what: str, save: Any) -> bool:
@@ -274,9 +305,16 @@ def default_tokenizer() -> Any:
 
     converted = _converted_default_dir()
     tokenizer_only = cache_dir() / "smollm2-tokenizer"
-    for candidate in (converted, tokenizer_only):
-        if _is_file(candidate / "tokenizer.json"):
-            return AutoTokenizer.from_pretrained(candidate)
-    tokenizer = AutoTokenizer.from_pretrained(_gguf_dir(), gguf_file=_GGUF_FILE)
-    _kept(tokenizer_only, "the default tokenizer", tokenizer.save_pretrained)
-    return tokenizer
+
+    def kept() -> Path | None:
+        return next((c for c in (converted, tokenizer_only) if _is_file(c / "tokenizer.json")), None)
+
+    found = kept()
+    if found is None:
+        with one_maker(tokenizer_only):
+            found = kept()  # made by another process while this one waited
+            if found is None:
+                tokenizer = AutoTokenizer.from_pretrained(_gguf_dir(), gguf_file=_GGUF_FILE)
+                _kept(tokenizer_only, "the default tokenizer", tokenizer.save_pretrained)
+                return tokenizer
+    return AutoTokenizer.from_pretrained(found)

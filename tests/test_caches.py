@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,37 @@ def test_the_cli_runs_with_an_unwritable_home_and_inductor_cache(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "note: the inductor cache" in done.stderr
+
+
+def test_processes_that_make_the_default_tokenizer_at_once_make_it_once(tmp_path, monkeypatch):
+    """Three makers start with no tokenizer kept (as the suite's first engine and its two workers do on a fresh
+    machine): one reads it from the GGUF and keeps it, the others wait at its lock and load what it kept. (Threads,
+    each with the lock file open on its own, wait at a flock as processes do.)"""
+    import transformers
+
+    class Tokenizer:
+        def save_pretrained(self, folder):
+            Path(folder).mkdir(parents=True)
+            (Path(folder) / "tokenizer.json").write_text("{}")
+
+    reads = []
+
+    def from_pretrained(source, gguf_file=None, **kwargs):
+        if gguf_file is None:
+            return f"loaded {Path(source).name}"
+        reads.append(source)
+        time.sleep(0.5)  # a GGUF read takes seconds: the others arrive meanwhile
+        return Tokenizer()
+
+    monkeypatch.setenv("SYNCSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(model_sources, "_gguf_dir", lambda: tmp_path)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained)
+    got: list = []
+    makers = [threading.Thread(target=lambda: got.append(model_sources.default_tokenizer.__wrapped__()))
+              for _ in range(3)]
+    for maker in makers:
+        maker.start()
+    for maker in makers:
+        maker.join(60)
+    assert len(reads) == 1, "one GGUF read"
+    assert sorted(t if isinstance(t, str) else "made" for t in got) == ["loaded smollm2-tokenizer"] * 2 + ["made"]

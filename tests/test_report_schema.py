@@ -99,3 +99,20 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["kernel_pdl"] == "off"
     waited = {**old, "environment": {**old["environment"], "kernel_pdl": "wait"}}
     assert report_schema.upgrade(waited)["environment"]["kernel_pdl"] == "wait"
+
+
+@pytest.mark.parametrize(("values", "numbers"), [
+    ([1, 2.5, 0.0], True), ([], True), ([1e308, 1e308], True),  # finite items whose sum is not: asked item by item
+    ([1.0, float("inf")], False), ([float("nan")], False), ([float("inf"), float("-inf")], False),
+    ([1.0, True], False), ([1.0, "2"], False), ([1.0, None], False),
+])
+def test_a_list_of_numbers_is_told_apart_as_item_by_item(values, numbers):
+    assert report_schema._all_numbers(values) is numbers
+    assert all(report_schema._is_number(v) for v in values) is numbers
+    report = {"contestant": "naive", "trial": 1, "order": 0,
+              "timings": {"tokens_per_s": 1.0, "total_ms": 1.0, "step_ms": values}}
+    if numbers:
+        report_schema._check_run(report, 0)
+    else:
+        with pytest.raises(ReportError, match=r"timings\.step_ms is not a list of numbers"):
+            report_schema._check_run(report, 0)

@@ -170,7 +170,7 @@ def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses
     from dashboard.runner import Runner
 
     exposed = Runner(None, device="cpu", monitor=False, allowed_models=set(BUILTIN_SPECS),
-                     free_memory=lambda: 8 * GIB)
+                     free_memory=lambda: 8 * GIB, in_process_engine=True)
     try:
         offered = exposed.model_choices()
         assert "synthetic:llama-70b" not in offered and "synthetic:llama-8b" not in offered  # 330 and 38 GiB in fp32
@@ -193,7 +193,8 @@ def test_a_startup_model_that_cannot_fit_is_said_on_the_banner_and_the_server_st
     from core.memory import GIB
     from dashboard.runner import Runner
 
-    runner = Runner("synthetic:llama-1b", device="cpu", monitor=False, free_memory=lambda: 2 * GIB)
+    runner = Runner("synthetic:llama-1b", device="cpu", monitor=False, free_memory=lambda: 2 * GIB,
+                    in_process_engine=True)
     try:
         assert runner.last_load_error.startswith("Could not load synthetic:llama-1b: model 'synthetic:llama-1b' does "
                                                  "not fit: it needs about 6.8 GiB")
