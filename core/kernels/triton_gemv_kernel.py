@@ -21,7 +21,8 @@ def inverse_rms(squares, k: tl.constexpr, eps):
 # user-defined kernel (which arguments it writes) refuses impure inline assembly, and the data dependency is what
 # keeps the compiler from moving the kernel's loads and stores above the wait. The analysis follows a store's address
 # back through every operation but a load (a call included), so the prefetches reach the wait through a load of a
-# weight in the kernel's own body: else the weight would count as written.
+# weight in the kernel's own body: else the weight would count as written. For the same reason each kernel adds the
+# wait's result to its pointers in its own body: through a helper's call, every pointer passed would count as written.
 
 
 @triton.jit
