@@ -4,6 +4,7 @@ it, and which products the kernel is given. On a GPU: tests/test_cuda_gemv.py.""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -176,3 +177,19 @@ def test_the_activation_is_fused_only_when_it_is_silu():
     assert products.silu(ACT2FN["silu"]) and products.silu(nn.SiLU())
     assert not products.silu(ACT2FN["gelu_pytorch_tanh"])
 
+
+
+@needs_triton
+@pytest.mark.parametrize("module", ["core.kernels.triton_gemv_kernel", "core.kernels.triton_decode_kernels",
+                                    "core.kernels.tp_kernels"])
+def test_no_kernel_source_has_a_backslash(module):
+    """Inductor pastes a user-defined kernel's source, and every jit function it calls, into a ''' string of the code it
+    generates; torch before 2.13 (2.11 on the H200) does not escape backslashes there (pytorch issue 183420), so a
+    "\\n" in a kernel became a newline inside a string literal, and every step-graph compile failed to load the kernel
+    (h200-2026-12-04/call1)."""
+    import triton
+
+    kernels = importlib.import_module(module)
+    functions = [value for value in vars(kernels).values() if isinstance(value, triton.runtime.jit.JITFunction)]
+    assert functions
+    assert [f.__name__ for f in functions if "\\" in f.src] == []

@@ -9,7 +9,7 @@
 export CALL_BUDGET_S=560
 source benchmarks/device_setup.sh
 timeout -k 10 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rfEs tests/test_cuda_kernel_pdl.py 2>&1 \
-    | grep -v "^DEBUG\|^W1" | tail -20 > $R/pdl-tests.log; tail -6 $R/pdl-tests.log; cp $R/pdl-tests.log $OUT/
+    | grep -v "^DEBUG\|^W1" > $R/pdl-tests.log; tail -6 $R/pdl-tests.log; gzip -c $R/pdl-tests.log > $OUT/pdl-tests.log.gz
 echo "tests done after $(( $(date +%s) - START )) s"
 source benchmarks/calls/floor_ab.sh llama-1b "default kernel-pdl-wait kernel-pdl-prefetch" 560  # sourced: keeps $R
 best=$(python3 -c "print('kernel-pdl-prefetch' if $(rate sg-llama-1b-kernel-pdl-prefetch-3) > \

@@ -23,12 +23,14 @@ def inverse_rms(squares, k: tl.constexpr, eps):
 # back through every operation but a load (a call included), so the prefetches reach the wait through a load of a
 # weight in the kernel's own body: else the weight would count as written. For the same reason each kernel adds the
 # wait's result to its pointers in its own body: through a helper's call, every pointer passed would count as written.
+# The assembly has no backslash escapes: inductor pastes a user-defined kernel's source into a ''' string of the code
+# it generates, where an escape would become the character itself and break the string literal it was in.
 
 
 @triton.jit
 def prefetch_l2(pointers):
     """Ask L2 for the lines holding `pointers`, without waiting for them; 0 for each."""
-    return tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [pointers],
+    return tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pointers],
                                      dtype=tl.int32, is_pure=True, pack=1)
 
 
@@ -48,7 +50,7 @@ def wait_for_predecessor(after):
     for this one in turn, so no program of it touches memory before every program of this one is done. Runs after
     `after` is computed; returns 0, to be added to every pointer the kernel reads or writes after the wait."""
     return tl.inline_asm_elementwise(
-        "griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;\n\tmov.u32 $0, 0; // $1", "=r,r", [after],
+        "griddepcontrol.wait; griddepcontrol.launch_dependents; mov.u32 $0, 0; // $1", "=r,r", [after],
         dtype=tl.int32, is_pure=True, pack=1)
 
 
