@@ -75,6 +75,9 @@ def test_the_kernel_computes_the_product_in_tritons_interpreter():
 def test_the_operator_traces_with_fake_tensors_as_inside_a_compile():
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from core.kernels.triton_gemv import register_gemv
+
+    register_gemv()  # at import on a GPU build (again is harmless); asked for on a CPU one
     weight, x = torch.randn(96, 64), torch.randn(1, 1, 128)
     graph = make_fx(lambda x, w: torch.ops.syncscope.gemv(x, w, None, True), tracing_mode="fake")(x, weight)
     assert "torch.ops.syncscope.gemv.default" in graph.code

@@ -234,6 +234,9 @@ def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
 def test_the_operators_trace_with_fake_tensors_as_inside_a_compile():
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from core.kernels.decode_layer import register_decode_layer_ops
+
+    register_decode_layer_ops()  # at import on a GPU build (again is harmless); asked for on a CPU one
     x, norm, weight = torch.randn(1, 1, 64), torch.ones(64), torch.randn(128, 64)
     keys, values, length = torch.zeros(1, 2, 16, 16), torch.zeros(1, 2, 16, 16), torch.tensor(3)
     cos, sin = torch.ones(1, 1, 16), torch.zeros(1, 1, 16)

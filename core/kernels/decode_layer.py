@@ -39,7 +39,7 @@ from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
 from transformers.utils.deprecation import deprecate_kwarg
 
-from core.kernels import products
+from core.kernels import products, triton_ops_at_import
 from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
 from core.kernels.pdl import kernel_pdl_arguments
@@ -326,7 +326,8 @@ def _kernels() -> tuple[Any, Any]:
 
 def register_decode_layer_ops() -> None:
     """Register the layer's kernels as operators `syncscope::qkv_gemv`, `gemv_norm`, `gemv_add` and
-    `gemv_add_advance` (once, where Triton is installed: compiled code cannot create an operator)."""
+    `gemv_add_advance` (once; when this module is imported where core.kernels.triton_ops_at_import says: compiled
+    code cannot create an operator)."""
     if hasattr(torch.ops.syncscope, "qkv_gemv"):
         return
     from torch.library import triton_op, wrap_triton
@@ -366,5 +367,5 @@ def register_decode_layer_ops() -> None:
         return launch_qkv(x, norm, eps, weight, bias, cos, sin, key_cache, value_cache, length, heads, wrap_triton)
 
 
-if importlib.util.find_spec("triton") is not None:  # PyTorch's CUDA builds bring it; its CPU builds do not
+if triton_ops_at_import():
     register_decode_layer_ops()

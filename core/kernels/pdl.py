@@ -73,7 +73,7 @@ def pdl_inductor_options(device: torch.device | str, choice: str | None = None) 
     if choice == "inductor":
         return {"triton.enable_pdl": True}
     install_safe_pdl_placement()
-    return {"triton.enable_pdl": True, "post_grad_custom_post_pass": SafePdlCacheKey()}
+    return {"triton.enable_pdl": True, "post_grad_custom_post_pass": _safe_pdl_cache_key()()}
 
 
 def pdl_in_effect(device: torch.device | str, compile_mode: str, overrides: dict[str, Any]) -> str:
@@ -116,21 +116,27 @@ def _wait_before_any_access(self: Any, wait_buffer: Any, *dependencies: Any, con
 _wait_before_any_access._syncscope_safe = True  # type: ignore[attr-defined]
 
 
-def _custom_graph_pass_base() -> type:
+@functools.cache
+def _safe_pdl_cache_key() -> type:
+    """The class SafePdlCacheKey, made at its first use: its base is inductor's, and importing torch._inductor (and
+    dynamo with it) at this module's import was 1.8 s of CPU in every process that imports core.loops.step, most of
+    which never compile with the safe placement. Named and placed as a class of this module (`__getattr__` below
+    finds it), so it pickles as one."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    return CustomGraphPass
+    class SafePdlCacheKey(CustomGraphPass):
+        """A graph pass that changes nothing; its uuid enters inductor's cache key, so a graph compiled with the safe
+        placement is never served to a compile with inductor's own, or the other way round."""
 
+        def __call__(self, graph: torch.fx.graph.Graph) -> None:
+            return None
 
-class SafePdlCacheKey(_custom_graph_pass_base()):  # type: ignore[misc]
-    """A graph pass that changes nothing; its uuid enters inductor's cache key, so a graph compiled with the safe
-    placement is never served to a compile with inductor's own, or the other way round."""
+        def uuid(self) -> str:
+            return "syncscope-safe-pdl-1"
 
-    def __call__(self, graph: torch.fx.graph.Graph) -> None:
-        return None
-
-    def uuid(self) -> str:
-        return "syncscope-safe-pdl-1"
+    SafePdlCacheKey.__qualname__ = SafePdlCacheKey.__name__
+    SafePdlCacheKey.__module__ = __name__
+    return SafePdlCacheKey
 
 
 def kernel_pdl_choice() -> str:
@@ -209,3 +215,9 @@ def install_user_kernel_pdl() -> None:
 
     define_user_defined_triton_kernel._syncscope_pdl = True  # type: ignore[attr-defined]
     PythonWrapperCodegen.define_user_defined_triton_kernel = define_user_defined_triton_kernel
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SafePdlCacheKey":
+        return _safe_pdl_cache_key()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

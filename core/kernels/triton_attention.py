@@ -19,13 +19,13 @@ into the step's CUDA graph). The default on CUDA (SYNCSCOPE_DECODE_ATTENTION=aut
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from core.kernels import triton_ops_at_import
 from core.kernels.pdl import kernel_pdl_arguments
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
@@ -186,8 +186,9 @@ def _kernels() -> tuple[Any, Any]:
 
 
 def register_triton_decode_attention() -> None:
-    """Register the kernels as the operator `syncscope::triton_decode_attention` (once, when this module is imported
-    where Triton is installed: compiled code cannot create an operator, since dynamo traces into whatever does)."""
+    """Register the kernels as the operator `syncscope::triton_decode_attention` (once; when this module is imported
+    where core.kernels.triton_ops_at_import says: compiled code cannot create an operator, since dynamo traces into
+    whatever does)."""
     if hasattr(torch.ops.syncscope, "triton_append_decode_attention"):
         return
     from torch.library import triton_op, wrap_triton
@@ -206,5 +207,5 @@ def register_triton_decode_attention() -> None:
         return _launch(query, key_cache, value_cache, attention_mask, scale, wrap_triton, _kernels(), new=new)
 
 
-if importlib.util.find_spec("triton") is not None:  # PyTorch's CUDA builds bring it; its CPU builds do not
+if triton_ops_at_import():
     register_triton_decode_attention()

@@ -21,7 +21,6 @@ graph and so inside the step's CUDA graph). core.kernels.fusion chooses it (SYNC
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from core.kernels import triton_ops_at_import
 from core.kernels.pdl import kernel_pdl_arguments
 
 CONFIG_FILE = Path(__file__).with_name("gemv_configs.json")
@@ -186,8 +186,9 @@ def _kernel() -> Any:
 
 
 def register_gemv() -> None:
-    """Register the kernel as the operator `syncscope::gemv` (once, when this module is imported where Triton is
-    installed: compiled code cannot create an operator, since dynamo traces into whatever does)."""
+    """Register the kernel as the operator `syncscope::gemv` (once; when this module is imported where
+    core.kernels.triton_ops_at_import says: compiled code cannot create an operator, since dynamo traces into whatever
+    does)."""
     if hasattr(torch.ops.syncscope, "gemv"):
         return
     from torch.library import triton_op, wrap_triton
@@ -197,5 +198,5 @@ def register_gemv() -> None:
         return launch_gemv(x, weight, bias, act_mul, wrap_triton)
 
 
-if importlib.util.find_spec("triton") is not None:  # PyTorch's CUDA builds bring it; its CPU builds do not
+if triton_ops_at_import():
     register_gemv()
