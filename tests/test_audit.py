@@ -233,6 +233,11 @@ LOOPS_FOR_EVER = "import torch\nm = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nwh
 
 
 def test_a_timeout_stops_the_program_and_reports_what_it_ran(tmp_path):
+    # The program's first nn.Module imports dynamo (torch._disable_dynamo does, at its first call): over 1.5 s in a
+    # fresh process, so alone in a worker the timeout stopped the program inside that import, before any step (and a
+    # half-imported torch.distributed once took the worker down). Imported first, as an earlier test in the worker has.
+    import torch._dynamo  # noqa: F401
+
     script = tmp_path / "for_ever.py"
     script.write_text(LOOPS_FOR_EVER)
     report, code = audit_script(str(script), [], timeout_s=1.5)
