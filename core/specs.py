@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -117,3 +119,10 @@ def loading_note(spec: str) -> str:
     if spec.startswith(SYNTHETIC_PREFIX):
         return "random weights of a real shape, drawn on the device"
     return "from a local directory or the Hugging Face cache (or the Hub, when this machine can reach it)"
+
+
+def cache_dir() -> Path:
+    """Where this project keeps what it makes once (the converted default model, the index of bundled reports);
+    SYNCSCOPE_CACHE overrides the default under ~/.cache."""
+    root = os.environ.get("SYNCSCOPE_CACHE") or Path.home() / ".cache" / "syncscope"
+    return Path(root)

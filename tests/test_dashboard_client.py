@@ -221,6 +221,32 @@ def test_find_reports_lists_reports_only(tmp_path):
                                           "run/b.json.gz": tmp_path / "run" / "b.json.gz"}
 
 
+def test_find_bundled_reads_a_file_again_only_when_it_changed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNCSCOPE_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "results"
+    folder.mkdir()
+    smallest = {"schema": "syncscope.bench/1", "model": {"spec": TINY}, "summary": {"naive": {"tokens_per_s": 1.0}},
+                "runs": [{"contestant": "naive", "trial": 0, "order": 0,
+                          "timings": {"tokens_per_s": 1.0, "total_ms": 1.0}}]}
+    (folder / "a.json").write_text(json.dumps(smallest))
+    (folder / "b.json").write_text("{")
+    read = []
+    kind = app._bundled_kind
+    monkeypatch.setattr(app, "_bundled_kind", lambda path: read.append(path.name) or kind(path))
+    assert app.find_bundled(folder) == ({"a.json": folder / "a.json"}, {})
+    assert sorted(read) == ["a.json", "b.json"]
+    read.clear()
+    assert app.find_bundled(folder) == ({"a.json": folder / "a.json"}, {}) and read == [], "the index answered"
+    (folder / "b.json").write_text(json.dumps(smallest))  # repaired: another size
+    assert app.find_bundled(folder) == ({"a.json": folder / "a.json", "b.json": folder / "b.json"}, {})
+    assert read == ["b.json"]
+    (tmp_path / "cache" / app.BUNDLED_INDEX).write_text("[damaged")
+    read.clear()
+    assert len(app.find_bundled(folder)[0]) == 2 and sorted(read) == ["a.json", "b.json"]
+    monkeypatch.setenv("SYNCSCOPE_CACHE", "/proc/no-such-folder")  # cannot be written: every start reads, and works
+    assert len(app.find_bundled(folder)[0]) == 2
+
+
 def test_cancel_without_a_run(served_app):
     assert page_client(served_app.url).predict(api_name="/cancel") == "Nothing to cancel."
 
