@@ -430,18 +430,21 @@ def test_replaying_a_report_with_a_10_mb_field_leaves_nothing_of_it_in_the_serve
     assert len(replay()) < 1000
     time.sleep(1.0)
     settled = rss_mib(proc.pid)
-    statuses = [replay() for _ in range(5)]
-    time.sleep(1.0)
-    first = rss_mib(proc.pid) - settled
-    statuses += [replay() for _ in range(5)]
-    time.sleep(1.0)
-    second = rss_mib(proc.pid) - settled - first
+    statuses: list[str] = []
+    growth: list[float] = []  # MiB each five replays added
+    for _ in range(4):
+        statuses += [replay() for _ in range(5)]
+        time.sleep(1.0)
+        growth.append(rss_mib(proc.pid) - settled - sum(growth))
+        if len(growth) >= 2 and growth[-1] < 10:
+            break
     assert all(len(status) < 1000 for status in statuses)
-    # A field kept per replay would add 10 MB each time. The allocator's high-water mark moves with the machine's
-    # load (20-35 MiB over the first five on a busy 2-core machine), so the bound is that the growth stops: the
-    # second five add less than one field.
-    assert first < 50, f"server RSS grew {first:.1f} MiB over 5 replays of a report with a 10 MB field"
-    assert second < 10, f"server RSS grew {second:.1f} MiB more over 5 more replays: something keeps the field"
+    # A field kept per replay would add 10 MB each time, 50 MB every five. The allocator's high-water mark takes one
+    # step of 20-35 MiB on the way (on a busy 2-core machine; in the first five while app.py's start parsed every
+    # bundled report, in the second since it reads an index), so the bound is that the growth stops: some five after
+    # the first add less than one field, and all of them together less than the step and one field.
+    assert growth[-1] < 10, f"server RSS grew {growth} MiB over each five replays: something keeps the field"
+    assert sum(growth) < 60, f"server RSS grew {growth} MiB over each five replays of a report with a 10 MB field"
 
 
 # ------------------------------------------------------------------------------------------------ Item 42.3: uploads
