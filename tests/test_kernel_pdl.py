@@ -217,6 +217,7 @@ def interpreted_layer_errors() -> dict[str, list[float]]:
     return layer_errors(LAYER_CASES[:1])
 
 
+@pytest.mark.slow
 @needs_triton
 def test_the_interpreter_runs_todays_kernels_with_the_option_set():
     script = ("import json; from tests.test_kernel_pdl import interpreted_layer_errors; "

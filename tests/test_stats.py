@@ -105,6 +105,7 @@ def test_an_old_report_still_reads():
     assert "±3.0%" in verdict_sentence(old)
 
 
+@pytest.mark.slow
 def test_every_clear_speedup_in_the_committed_gpu_reports_is_still_called():
     rows = load_script().judge_reports(RESULTS)
     kept = [r for r in rows if r["old"] == "faster" and r["separated"]]
