@@ -233,11 +233,13 @@ LOOPS_FOR_EVER = "import torch\nm = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nwh
 
 
 def test_a_timeout_stops_the_program_and_reports_what_it_ran(tmp_path):
-    # The program's first nn.Module imports dynamo (torch._disable_dynamo does, at its first call): over 1.5 s in a
-    # fresh process, so alone in a worker the timeout stopped the program inside that import, before any step (and a
-    # half-imported torch.distributed once took the worker down). Imported first, as an earlier test in the worker has.
-    import torch._dynamo  # noqa: F401
-
+    # What the program and the audit import at their first use (dynamo, at the first nn.Module; the audit's own parts)
+    # takes over 1.5 s in a fresh worker on a busy machine: the timeout then stopped the program inside an import,
+    # before any step, and a half-done import twice took the xdist worker down. So the same loop is audited to its
+    # end first, as an earlier test in the worker would have, and only then for ever.
+    warm = tmp_path / "for_a_while.py"
+    warm.write_text(LOOPS_FOR_EVER.replace("while True:", "for _ in range(20):"))
+    assert audit_script(str(warm), [])[1] == 0
     script = tmp_path / "for_ever.py"
     script.write_text(LOOPS_FOR_EVER)
     report, code = audit_script(str(script), [], timeout_s=1.5)
