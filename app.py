@@ -50,6 +50,7 @@ from dashboard.page_record import parse_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
 BUNDLED_INDEX = "bundled-reports.json"  # in the cache folder: what find_bundled found at the last start
+BUNDLED_KINDS = ("report", "audit", None)  # a bundled file's kind in that index (None: neither, or does not load)
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
 GRADIO_CACHE_CLEANUP = (3600, 24 * 3600)  # every hour, the files Gradio cached for this page over a day ago go
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
@@ -247,7 +248,8 @@ def _bundled_index(index_path: Path, folder: Path) -> dict[str, list[Any]]:
     try:
         index = json.loads(index_path.read_text())
         if index["folder"] == str(folder.resolve()) and index["checker"] == _checker_version():
-            return {name: list(entry) for name, entry in index["files"].items()}
+            return {name: list(entry) for name, entry in index["files"].items()
+                    if isinstance(entry, list) and len(entry) == 3 and entry[2] in BUNDLED_KINDS}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     return {}

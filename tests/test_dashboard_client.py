@@ -243,6 +243,12 @@ def test_find_bundled_reads_a_file_again_only_when_it_changed(tmp_path, monkeypa
     (tmp_path / "cache" / app.BUNDLED_INDEX).write_text("[damaged")
     read.clear()
     assert len(app.find_bundled(folder)[0]) == 2 and sorted(read) == ["a.json", "b.json"]
+    index = json.loads((tmp_path / "cache" / app.BUNDLED_INDEX).read_text())
+    index["files"]["a.json"] = index["files"]["a.json"][:2]  # an entry without its kind
+    index["files"]["b.json"][2] = "something else"
+    (tmp_path / "cache" / app.BUNDLED_INDEX).write_text(json.dumps(index))
+    read.clear()
+    assert len(app.find_bundled(folder)[0]) == 2 and sorted(read) == ["a.json", "b.json"]
     monkeypatch.setenv("SYNCSCOPE_CACHE", "/proc/no-such-folder")  # cannot be written: every start reads, and works
     assert len(app.find_bundled(folder)[0]) == 2
 
