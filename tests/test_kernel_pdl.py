@@ -166,12 +166,14 @@ def test_only_kernels_launched_with_pdl_have_their_source_edited(monkeypatch):
     assert "define_kernel" not in vars(wrapper)  # the edit lasts one kernel's definition
 
 
-@needs_triton
-@pytest.mark.parametrize("level", [0, 1, 2])
-def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(level):
-    from core.kernels import decode_layer, triton_decode_kernels
-    from tests.test_triton_layer import _compile_for_hopper
+def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
+    """Each of the project's kernels at PDL `level`, compiled for an sm_90 target (tests.test_triton_layer)."""
+    from functools import partial
 
+    from core.kernels import decode_layer, triton_decode_kernels
+    from tests import test_triton_layer
+
+    _compile_for_hopper = partial(test_triton_layer._compile_for_hopper, aligned=aligned)
     gemv, qkv = decode_layer._kernels()
     pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
     ptx = {"gemv": _compile_for_hopper(
@@ -196,7 +198,13 @@ def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(le
             {"SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64, "BLOCK_KEYS": 64,
              "HAS_MASK": False, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32", "UPCAST": False,
              "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level}, {"scale": "fp32"})
-    for name, code in ptx.items():
+    return ptx
+
+
+@needs_triton
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(level):
+    for name, code in kernels_ptx_for_hopper(level).items():
         assert code.count("griddepcontrol.wait") == code.count("griddepcontrol.launch_dependents") == min(level, 1)
         prefetches = code.count("prefetch.global.L2")
         reads_weights = name in ("gemv", "qkv_gemv")
@@ -205,6 +213,30 @@ def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(le
             before = code[: code.index("griddepcontrol.wait")]
             assert "st.global" not in before, name
             assert before.count("ld.global") == (level == 2 and reads_weights), name
+
+
+@needs_triton
+@pytest.mark.parametrize("level", [1, 2])
+def test_waiting_keeps_every_load_and_store_as_wide_as_without(level):
+    """The wait's zero is added to the pointers it must come before: unless the compiler knows it is a multiple of
+    16, the pointers lose their alignment and every load of the input, the cache or the partial results becomes a
+    2-byte one (measured on the H200: attention 3.5x slower with PDL)."""
+    import re
+
+    def widths(code: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for op in re.findall(r"\b((?:ld|st)\.global\S*)", code):
+            kind = op.split(".")[0] + (".v" + op.split(".v")[-1] if ".v" in op else "." + op.split(".")[-1])
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    without = kernels_ptx_for_hopper(0, aligned=True)
+    for name, code in kernels_ptx_for_hopper(level, aligned=True).items():
+        got, expected = widths(code), widths(without[name])
+        if level == 2 and name in ("gemv", "qkv_gemv"):  # the one weight the wait runs after, read as it is
+            got["ld.b16"] -= 1
+            got = {kind: count for kind, count in got.items() if count}
+        assert got == expected, name
 
 
 def interpreted_layer_errors() -> dict[str, list[float]]:

@@ -169,7 +169,11 @@ def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
         assert max(key, value) <= (1e-5 if "float32" in name else 0.1), (name, key, value)
 
 
-def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str]) -> str:
+def _compile_for_hopper(
+    kernel, pointers: dict[str, str], constants: dict, scalars: dict[str, str], aligned: bool = False
+) -> str:
+    """The kernel's PTX for an sm_90 target; `aligned`: every pointer and integer argument divisible by 16, as a
+    launch specializes them for tensors and strides that are (so the loads can be vectorised)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -178,8 +182,14 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
     signature = {
         name: pointers.get(name) or scalars.get(name) or ("constexpr" if name in constants else "i32") for name in names
     }
+    divisible = [["tt.divisibility", 16]]
+    widened = ("i32", *pointers.values())
+    attrs = {(i,): divisible for i, name in enumerate(names) if aligned and signature[name] in widened}
     source = ASTSource(
-        fn=kernel, signature=signature, constexprs={(names.index(name),): value for name, value in constants.items()}
+        fn=kernel,
+        signature=signature,
+        constexprs={(names.index(name),): value for name, value in constants.items()},
+        attrs=attrs,
     )
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 1})
     return compiled.asm["ptx"]

@@ -48,10 +48,12 @@ def prefetch_rows(w_ptr, rows, w_row_stride, k: tl.constexpr, BLOCK_K: tl.conste
 def wait_for_predecessor(after):
     """PDL's wait for the kernel before (all its writes visible after it), then the next kernel may launch: it waits
     for this one in turn, so no program of it touches memory before every program of this one is done. Runs after
-    `after` is computed; returns 0, to be added to every pointer the kernel reads or writes after the wait."""
-    return tl.inline_asm_elementwise(
+    `after` is computed; returns 0, to be added to every pointer the kernel reads or writes after the wait. Declared
+    a multiple of 16: else each pointer it is added to loses its alignment, and every load through it is 2 bytes."""
+    zero = tl.inline_asm_elementwise(
         "griddepcontrol.wait; griddepcontrol.launch_dependents; mov.u32 $0, 0; // $1", "=r,r", [after],
         dtype=tl.int32, is_pure=True, pack=1)
+    return tl.multiple_of(zero, 16)
 
 
 @triton.jit
