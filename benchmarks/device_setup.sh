@@ -26,7 +26,7 @@ run() {
     grep -A12 "^profile of" $R/$name.log
     echo "rc=$rc after $(( $(date +%s) - START )) s"; pkill -9 -f "core.bench"; sleep 1
 }
-rate() {  # the pipelined decode rate of run NAME, 0 when it has no report
-    python3 -c "import json; print(json.load(open('$R/$1.json'))['summary']['pipelined']['decode_tokens_per_s'])" \
-        2>/dev/null || echo 0
+rate() {  # the pipelined decode rate of run NAME, 0 when it has no report (floor_ab.sh gzips them when it ends)
+    python3 -c "import gzip, json, os; p = '$R/$1.json'; f = open(p) if os.path.exists(p) else gzip.open(p + '.gz')
+print(json.load(f)['summary']['pipelined']['decode_tokens_per_s'])" 2>/dev/null || echo 0
 }

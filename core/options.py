@@ -71,8 +71,14 @@ DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
 DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
 DECODE_LAYER_CHOICES = ("on", "off")
 DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
+# core.kernels.decode_layer: which kernel of the fused layer computes silu(gate) * up. "down", the default: every
+# program of the down projection, for its columns (reading gate and up); "gate-up": the gate/up product once, each of
+# its programs taking a gate row with its up row and writing the activation, so the down projection reads half as
+# much and computes no sigmoid. Not measured on a GPU yet (docs/TUNING.md).
+DECODE_SWIGLU_ENV = "SYNCSCOPE_DECODE_SWIGLU"
+DECODE_SWIGLU_CHOICES = ("down", "gate-up")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, KERNEL_PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_SWIGLU_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -430,4 +436,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
     env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
     env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
+    env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES, environ)
     inductor_options_from_env(environ)

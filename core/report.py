@@ -227,6 +227,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
                                 if compile_mode != "off" and loaded.device.type == "cuda" else None),
             # whether the decoder layers' step ran core.kernels.decode_layer's kernels; None where nothing is compiled
             "decode_layer": _decode_layer(loaded, compile_mode),
+            # the fused layer's kernel that computed silu(gate) * up (SYNCSCOPE_DECODE_SWIGLU); None where not fused
+            "decode_swiglu": _decode_swiglu(loaded, compile_mode),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
@@ -240,6 +242,14 @@ def _decode_layer(loaded: LoadedModel, compile_mode: str) -> str | None:
     fused = (loaded.decode_layers and compile_mode == STEP_GRAPH and decode_products_choice(True) == "triton"
              and decode_layer_choice() != "off")  # the layers were fused at load; the choice is read again at trace
     return "fused" if fused else "off"
+
+
+def _decode_swiglu(loaded: LoadedModel, compile_mode: str) -> str | None:
+    if _decode_layer(loaded, compile_mode) != "fused":
+        return None
+    from core.kernels.decode_layer import swiglu_choice
+
+    return swiglu_choice()
 
 
 def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:

@@ -259,6 +259,9 @@ def upgrade_report(report: Any) -> Any:
         out["environment"] = {**out["environment"], "decode_layer": "off" if compiled_on_cuda else None}
     if isinstance(out["environment"], dict) and "kernel_pdl" not in out["environment"]:
         out["environment"] = {**out["environment"], "kernel_pdl": "off"}  # before SYNCSCOPE_KERNEL_PDL existed
+    if isinstance(out["environment"], dict) and "decode_swiglu" not in out["environment"]:
+        fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_DECODE_SWIGLU: in down
+        out["environment"] = {**out["environment"], "decode_swiglu": "down" if fused else None}
     return out
 
 

@@ -1,7 +1,8 @@
 """core.kernels.decode_layer on a GPU: the fused step of one layer against transformers' layer at Llama's shapes, and
 the compiled step-graph decode with fused layers (the default) giving eager's tokens and the unfused compile's in
-fp32, repeating bitwise in bf16, and the two loops agreeing. Skipped without CUDA; the arithmetic is also checked on
-the CPU, in Triton's interpreter (tests/test_triton_layer.py)."""
+fp32, repeating bitwise in bf16, and the two loops agreeing; the same with silu(gate) * up in the gate/up kernel.
+Skipped without CUDA; the arithmetic is also checked on the CPU, in Triton's interpreter
+(tests/test_triton_layer.py)."""
 
 import pytest
 import torch
@@ -20,7 +21,9 @@ GPU_LAYER_CASES = [*LAYER_CASES, (4096, 32, 8, 128, False), (2048, 32, 8, 64, Fa
 PROMPT = "Tell me about the sea and the ships on it."
 
 
-def test_the_fused_step_computes_transformers_layer():
+@pytest.mark.parametrize("swiglu", ["down", "gate-up"])
+def test_the_fused_step_computes_transformers_layer(monkeypatch, swiglu):
+    monkeypatch.setenv("SYNCSCOPE_DECODE_SWIGLU", swiglu)
     check_layer_errors(layer_errors(GPU_LAYER_CASES, device="cuda", ops=torch.ops.syncscope), GPU_LAYER_CASES)
 
 
@@ -33,7 +36,8 @@ def _traced_launches(monkeypatch) -> list[str]:
     monkeypatch.setattr(decode_layer, "launch_qkv", lambda *a, **k: traced.append("qkv") or qkv(*a, **k))
 
     def launch_gemv(*args, around=triton_gemv.Around(), **kwargs):
-        traced.append("norm" if around.norm is not None else "advance" if around.length is not None else "residual")
+        name = "norm" if around.norm is not None else "advance" if around.length is not None else "residual"
+        traced.append(f"{name}-swiglu" if around.swiglu else name)
         return gemv(*args, around=around, **kwargs)
 
     monkeypatch.setattr(decode_layer, "launch_gemv", launch_gemv)
@@ -70,3 +74,19 @@ def test_fused_layers_repeat_bitwise_in_bf16_and_the_loops_agree(monkeypatch, fa
     naive = generate(loaded, PROMPT, loop="naive", **common)
     assert "qkv" in traced
     assert first.token_ids == again.token_ids == naive.token_ids
+
+
+def test_swiglu_in_gate_up_gives_eager_tokens_in_fp32_and_repeats_in_bf16(monkeypatch, fast_tiny_compiles):
+    monkeypatch.setenv("SYNCSCOPE_DECODE_SWIGLU", "gate-up")
+    for dtype in ("fp32", "bf16"):
+        torch._dynamo.reset()
+        traced = _traced_launches(monkeypatch)
+        loaded = load_model("tiny-random", device="cuda", dtype=dtype)
+        common = dict(cache="static", max_new_tokens=24, ignore_eos=True)
+        eager = generate(loaded, PROMPT, loop="naive", **common)
+        first = generate(loaded, PROMPT, loop="pipelined", compile="step-graph", lag=2, **common)
+        again = generate(loaded, PROMPT, loop="pipelined", compile="step-graph", lag=2, **common)
+        assert "norm-swiglu" in traced and "norm" not in traced, dtype
+        assert first.token_ids == again.token_ids, dtype
+        if dtype == "fp32":
+            assert first.token_ids == eager.token_ids

@@ -176,10 +176,13 @@ def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
     _compile_for_hopper = partial(test_triton_layer._compile_for_hopper, aligned=aligned)
     gemv, qkv = decode_layer._kernels()
     pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
-    ptx = {"gemv": _compile_for_hopper(
-        gemv, {**pointers, "length_ptr": "*i64"},
-        {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True, "RESIDUAL": False, "ADVANCE": False,
-         "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": level}, {"eps": "fp64"})}
+    ptx = {}
+    for name, swiglu in (("gemv", False), ("gemv-swiglu", True)):
+        ptx[name] = _compile_for_hopper(
+            gemv, {**pointers, "length_ptr": "*i64"},
+            {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True, "RESIDUAL": False, "ADVANCE": False,
+             "SWIGLU": swiglu, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": level},
+            {"eps": "fp64"})
     pointers = {name: "*bf16" for name in ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr",
                                           "key_ptr", "value_ptr")}
     ptx["qkv_gemv"] = _compile_for_hopper(
@@ -207,7 +210,7 @@ def test_the_kernels_ptx_for_hopper_waits_once_and_only_prefetch_reads_before(le
     for name, code in kernels_ptx_for_hopper(level).items():
         assert code.count("griddepcontrol.wait") == code.count("griddepcontrol.launch_dependents") == min(level, 1)
         prefetches = code.count("prefetch.global.L2")
-        reads_weights = name in ("gemv", "qkv_gemv")
+        reads_weights = name in ("gemv", "gemv-swiglu", "qkv_gemv")
         assert (prefetches > 0) is (level == 2 and reads_weights), name
         if level:  # before the wait: no store, and no load but prefetch's one weight (what the wait runs after)
             before = code[: code.index("griddepcontrol.wait")]
@@ -233,7 +236,7 @@ def test_waiting_keeps_every_load_and_store_as_wide_as_without(level):
     without = kernels_ptx_for_hopper(0, aligned=True)
     for name, code in kernels_ptx_for_hopper(level, aligned=True).items():
         got, expected = widths(code), widths(without[name])
-        if level == 2 and name in ("gemv", "qkv_gemv"):  # the one weight the wait runs after, read as it is
+        if level == 2 and name in ("gemv", "gemv-swiglu", "qkv_gemv"):  # the one weight the wait runs after
             got["ld.b16"] -= 1
             got = {kind: count for kind, count in got.items() if count}
         assert got == expected, name
@@ -287,7 +290,8 @@ def test_torchs_analysis_finds_the_same_written_arguments_at_every_level(monkeyp
     pointers = ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")
     gemv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "n": 4096,
                  "w_row_stride": 2048, "eps": 1e-5, "k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True,
-                 "RESIDUAL": True, "ADVANCE": True, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024}
+                 "RESIDUAL": True, "ADVANCE": True, "SWIGLU": False, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2,
+                 "BLOCK_K": 1024}
     pointers = ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr", "key_ptr", "value_ptr")
     qkv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "w_row_stride": 2048,
                 "cos_stride": 1, "cache_head_stride": 4096, "cache_slot_stride": 64, "eps": 1e-5, "k": 2048,
@@ -303,3 +307,5 @@ def test_torchs_analysis_finds_the_same_written_arguments_at_every_level(monkeyp
     for kernel, arguments in ((gemv, gemv_args), (qkv, qkv_args), (triton_decode_kernels.combine, combine_args)):
         assert written(kernel, arguments, level) == written(kernel, arguments, 0), kernel.fn.__name__
     assert written(gemv, gemv_args, level) == {"out_ptr", "length_ptr"}
+    swiglu_args = {**gemv_args, "SWIGLU": True, "RESIDUAL": False, "ADVANCE": False}
+    assert written(gemv, swiglu_args, level) == written(gemv, swiglu_args, 0) == {"out_ptr"}

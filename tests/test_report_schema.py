@@ -99,6 +99,11 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["kernel_pdl"] == "off"
     waited = {**old, "environment": {**old["environment"], "kernel_pdl": "wait"}}
     assert report_schema.upgrade(waited)["environment"]["kernel_pdl"] == "wait"
+    # and SYNCSCOPE_DECODE_SWIGLU: a fused layer from before computed the activation in the down projection
+    assert report_schema.upgrade(fused)["environment"]["decode_swiglu"] == "down"
+    assert report_schema.upgrade(old)["environment"]["decode_swiglu"] is None
+    in_gate_up = {**old, "environment": {**fused["environment"], "decode_swiglu": "gate-up"}}
+    assert report_schema.upgrade(in_gate_up)["environment"]["decode_swiglu"] == "gate-up"
 
 
 @pytest.mark.parametrize(("values", "numbers"), [

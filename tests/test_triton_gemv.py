@@ -54,6 +54,71 @@ def interpreter_errors() -> dict[str, list[float]]:
     return errors
 
 
+# (gate/up rows, inputs, bias, config): a tile that divides the shape, ragged rows and columns with a bias
+SWIGLU_CASES = [(128, 256, False, GemvConfig(4, 64, 4, 1)), (70, 200, True, GemvConfig(2, 64, 4, 1))]
+
+
+def swiglu_differences() -> dict[str, list[float]]:
+    """Run with TRITON_INTERPRET=1: per case and dtype, the largest difference between the gate/up kernel writing
+    silu(gate) * up (`Around.swiglu`) and the same kernel writing gate and up for the down projection's activation
+    to read (as the step does without it), with and without the norm, each with the same configuration; and the
+    swiglu output's largest difference from the same steps in fp64, relative to its largest entry."""
+    from core.kernels.triton_gemv import Around, launch_gemv
+
+    generator = torch.Generator().manual_seed(0)
+    differences = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, k, bias, config in SWIGLU_CASES:
+            weight = torch.randn(rows, k, generator=generator).to(dtype) * k**-0.5
+            x = torch.randn(1, 1, k, generator=generator).to(dtype)
+            norm = torch.rand(k, generator=generator).add(0.5).to(dtype)
+            b = torch.randn(rows, generator=generator).to(dtype) if bias else None
+            for around in (Around(), Around(norm=norm, eps=1e-5)):
+                fused = launch_gemv(x, weight, b, False, lambda kernel: kernel, config,
+                                    Around(around.norm, around.eps, swiglu=True))
+                gate_up = launch_gemv(x, weight, b, False, lambda kernel: kernel, config, around)
+                # the down projection's activation, as its kernel computes it: through an identity weight
+                identity = torch.eye(rows // 2, dtype=dtype)
+                two_steps = launch_gemv(gate_up, identity, None, True, lambda kernel: kernel, GemvConfig(2, 64, 4, 1))
+                inputs = x.double()
+                if around.norm is not None:
+                    inputs = inputs * torch.rsqrt(inputs.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.double()
+                product = nn.functional.linear(inputs, weight.double(), None if b is None else b.double())
+                gate, up = product.split(rows // 2, dim=-1)
+                expected = nn.functional.silu(gate) * up
+                assert fused.shape == (1, 1, rows // 2) and fused.dtype == dtype
+                name = f"{dtype} {rows}x{k} bias={bias} norm={around.norm is not None}"
+                differences[name] = [(fused.double() - two_steps.double()).abs().max().item(),
+                                     ((fused.double() - expected).abs().max() / expected.abs().max()).item()]
+    return differences
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_gate_up_kernel_writes_the_activation_the_down_projection_computed_in_tritons_interpreter():
+    script = ("import json; from tests.test_triton_gemv import swiglu_differences; "
+              "print(json.dumps(swiglu_differences()))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    differences = json.loads(result.stdout.splitlines()[-1])
+    assert len(differences) == 2 * 2 * len(SWIGLU_CASES)
+    for name, (from_two_steps, error) in differences.items():
+        assert from_two_steps == 0.0, name  # the same sums, roundings and activation: the same bits
+        assert error <= (1e-5 if "float32" in name else 2**-5), (name, error)
+
+
+def test_swiglu_takes_a_gate_up_weight_of_even_rows_and_no_act_mul():
+    from core.kernels.triton_gemv import Around, launch_gemv
+
+    with pytest.raises(ValueError, match="even number of rows"):
+        launch_gemv(torch.randn(1, 1, 16), torch.randn(7, 16), None, False, lambda kernel: kernel,
+                    around=Around(swiglu=True))
+    with pytest.raises(ValueError, match="no act_mul"):
+        launch_gemv(torch.randn(1, 1, 32), torch.randn(8, 16), None, True, lambda kernel: kernel,
+                    around=Around(swiglu=True))
+
+
 @pytest.mark.slow
 @needs_triton
 def test_the_kernel_computes_the_product_in_tritons_interpreter():
@@ -115,6 +180,12 @@ def test_a_part_of_a_layer_not_measured_gets_the_parts_rule_not_its_products_con
     assert config_for(6144, 4096, False, "NVIDIA A100", "qkv") == heuristic_config(6144, 4096, False, "qkv")
     assert config_for(2048, 2048, False, "NVIDIA A100", "norm") == GemvConfig(2, 2048, 8, 1)
     assert heuristic_config(100, 96, False, "norm").block_k == 128
+    # swiglu, unmeasured: the norm's configuration with its rows in pairs (as many bytes a program)
+    assert config_for(28672, 4096, False, "NVIDIA H200", "swiglu") == GemvConfig(2, 512, 8, 1)
+    assert config_for(2048, 2048, False, "NVIDIA A100", "swiglu") == GemvConfig(1, 2048, 8, 1)
+    swiglu = {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 3}
+    table["NVIDIA H200"]["28672x4096-swiglu"] = swiglu
+    assert config_for(28672, 4096, False, "NVIDIA H200", "swiglu") == GemvConfig(**swiglu)
     with pytest.raises(ValueError, match="no product part 'rope'"):
         config_for(6144, 4096, False, "NVIDIA H200", "rope")
 

@@ -85,6 +85,12 @@ class DirectOps:
         return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps))
 
     @staticmethod
+    def gemv_norm_swiglu(x, norm, eps, weight, bias):
+        from core.kernels.triton_gemv import Around, launch_gemv
+
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps, swiglu=True))
+
+    @staticmethod
     def gemv_add(x, weight, bias, act_mul, residual):
         from core.kernels.triton_gemv import Around, launch_gemv
 
@@ -145,14 +151,15 @@ def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, 
 
 @pytest.mark.slow
 @needs_triton
-def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
+@pytest.mark.parametrize("swiglu", ["down", "gate-up"])
+def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter(swiglu):
     script = "import json; from tests.test_triton_layer import layer_errors; print(json.dumps(layer_errors()))"
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "TRITON_INTERPRET": "1"},
+        env={**os.environ, "TRITON_INTERPRET": "1", "SYNCSCOPE_DECODE_SWIGLU": swiglu},
         cwd=Path(__file__).parent.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -196,7 +203,7 @@ def _compile_for_hopper(
 
 
 @needs_triton
-@pytest.mark.parametrize("variant", ["norm", "residual-act", "residual-advance"])
+@pytest.mark.parametrize("variant", ["norm", "norm-swiglu", "residual-act", "residual-advance"])
 def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(variant):
     """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
     gemv, _ = decode_layer._kernels()
@@ -206,9 +213,10 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "k": 4096,
         "HAS_BIAS": False,
         "ACT_MUL": variant == "residual-act",
-        "NORM": variant == "norm",
-        "RESIDUAL": variant != "norm",
+        "NORM": variant.startswith("norm"),
+        "RESIDUAL": not variant.startswith("norm"),
         "ADVANCE": variant == "residual-advance",
+        "SWIGLU": variant == "norm-swiglu",
         "EVEN_N": True,
         "EVEN_K": True,
         "BLOCK_N": 2,
@@ -254,12 +262,15 @@ def test_the_operators_trace_with_fake_tensors_as_inside_a_compile():
     def step(x, norm, weight, cos, sin, keys, values, length):
         query = torch.ops.syncscope.qkv_gemv(x, norm, 1e-5, weight, None, cos, sin, keys, values, length, 4)
         out = torch.ops.syncscope.gemv_add_advance(query.reshape(1, 1, 64), weight[:64], None, x, length)
-        return torch.ops.syncscope.gemv_add(
+        out = torch.ops.syncscope.gemv_add(
             torch.ops.syncscope.gemv_norm(out, norm, 1e-5, weight, None), weight[:64, :64], None, True, out
         )
+        activation = torch.ops.syncscope.gemv_norm_swiglu(out, norm, 1e-5, weight, None)
+        assert activation.shape == (1, 1, 64)
+        return torch.ops.syncscope.gemv_add(activation, weight[:64, :64], None, False, out)
 
     graph = make_fx(step, tracing_mode="fake")(x, norm, weight, cos, sin, keys, values, length)
-    for name in ("qkv_gemv", "gemv_add_advance", "gemv_norm", "gemv_add"):
+    for name in ("qkv_gemv", "gemv_add_advance", "gemv_norm", "gemv_norm_swiglu", "gemv_add"):
         assert f"torch.ops.syncscope.{name}.default" in graph.code
 
 

@@ -11,10 +11,12 @@
 # only models up to hidden size 2048). combine-kernel was SYNCSCOPE_DECODE_COMBINE=kernel (h200-2026-12-03b/call2: the
 # fused layer's attention combining its splits in a second kernel against its last program; measured and removed).
 # kernel-pdl-wait and kernel-pdl-prefetch are SYNCSCOPE_KERNEL_PDL=wait / prefetch (the project's own Triton kernels
-# launched with programmatic dependent launch; core.kernels.pdl).
+# launched with programmatic dependent launch; core.kernels.pdl). swiglu-gate-up is SYNCSCOPE_DECODE_SWIGLU=gate-up
+# (the fused layer's gate/up kernel writes silu(gate) * up). A label may join several with "+".
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
 #   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
-#   inductor-products, layer-off, layer-on, kernel-pdl-wait, kernel-pdl-prefetch (any order, repeats)
+#   inductor-products, layer-off, layer-on, kernel-pdl-wait, kernel-pdl-prefetch, swiglu-gate-up (any order, repeats;
+#   e.g. kernel-pdl-wait+swiglu-gate-up)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/device_setup.sh
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
@@ -23,20 +25,21 @@ n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
     unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER \
-        SYNCSCOPE_KERNEL_PDL
-    case $label in
+        SYNCSCOPE_KERNEL_PDL SYNCSCOPE_DECODE_SWIGLU
+    for part in ${label//+/ }; do case $part in
         cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
-        library|inductor) export SYNCSCOPE_O_PROJ=$label ;;
+        library|inductor) export SYNCSCOPE_O_PROJ=$part ;;
         triton) export SYNCSCOPE_DECODE_PRODUCTS=triton ;;
         triton-cd-off) export SYNCSCOPE_DECODE_PRODUCTS=triton \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
         inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
         layer-off) export SYNCSCOPE_DECODE_LAYER=off ;;
         layer-on) export SYNCSCOPE_DECODE_LAYER=on ;;
-        kernel-pdl-wait|kernel-pdl-prefetch) export SYNCSCOPE_KERNEL_PDL=${label#kernel-pdl-} ;;
-        library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${label%-cd-all} \
+        kernel-pdl-wait|kernel-pdl-prefetch) export SYNCSCOPE_KERNEL_PDL=${part#kernel-pdl-} ;;
+        swiglu-gate-up) export SYNCSCOPE_DECODE_SWIGLU=gate-up ;;
+        library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${part%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
-    esac
+    esac; done
     [ "$(left)" -gt 60 ] && run sg-$SHAPE-$label-$n $(left) $SG
     grep -h "step on the device\|compile:" $R/sg-$SHAPE-$label-$n.log | cut -c1-300
 done

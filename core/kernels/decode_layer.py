@@ -11,7 +11,8 @@ they are done inside the products:
 - attention reads the cache as before (core.kernels.triton_attention);
 - the output projection adds the residual, and moves the cache's length on;
 - the gate/up product normalises its input (the post-attention RMSNorm);
-- the down projection computes silu(gate) * up on the fly, as before, and adds the residual.
+- the down projection computes silu(gate) * up on the fly, as before, and adds the residual (with
+  SYNCSCOPE_DECODE_SWIGLU=gate-up the gate/up product computes the activation, once, and the down projection reads it).
 The math is transformers' up to rounding: each product rounded to the model's type where the Linear returns it, the
 rotary in fp32 rounded once (as inductor fuses it). The norm is folded into the product that follows it: the row times
 the norm's weight in fp32, the sum of squares taken in the same pass, the inverse RMS applied to each output once the
@@ -45,7 +46,13 @@ from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
 from core.kernels.pdl import kernel_pdl_arguments
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
-from core.options import DECODE_LAYER_CHOICES, DECODE_LAYER_ENV, env_choice
+from core.options import (
+    DECODE_LAYER_CHOICES,
+    DECODE_LAYER_ENV,
+    DECODE_SWIGLU_CHOICES,
+    DECODE_SWIGLU_ENV,
+    env_choice,
+)
 
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
 _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
@@ -56,6 +63,11 @@ _NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
 def decode_layer_choice() -> str:
     """SYNCSCOPE_DECODE_LAYER: "on" (the default) or "off"."""
     return env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES)
+
+
+def swiglu_choice() -> str:
+    """SYNCSCOPE_DECODE_SWIGLU: the kernel that computes silu(gate) * up, "down" (the default) or "gate-up"."""
+    return env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES)
 
 
 class DecodeLayer(LlamaDecoderLayer):
@@ -184,6 +196,11 @@ def fused_step(
         attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length
     )
     norm = layer.post_attention_layernorm
+    if swiglu_choice() == "gate-up":
+        activation = ops.gemv_norm_swiglu(
+            hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
+        )
+        return ops.gemv_add(activation, mlp.down_proj.weight, mlp.down_proj.bias, False, hidden_states)
     gate_up = ops.gemv_norm(
         hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
     )
@@ -325,8 +342,8 @@ def _kernels() -> tuple[Any, Any]:
 
 
 def register_decode_layer_ops() -> None:
-    """Register the layer's kernels as operators `syncscope::qkv_gemv`, `gemv_norm`, `gemv_add` and
-    `gemv_add_advance` (once; when this module is imported where core.kernels.triton_ops_at_import says: compiled
+    """Register the layer's kernels as operators `syncscope::qkv_gemv`, `gemv_norm`, `gemv_norm_swiglu`, `gemv_add`
+    and `gemv_add_advance` (once; when this module is imported where core.kernels.triton_ops_at_import says: compiled
     code cannot create an operator)."""
     if hasattr(torch.ops.syncscope, "qkv_gemv"):
         return
@@ -337,6 +354,12 @@ def register_decode_layer_ops() -> None:
         x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
         return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps))
+
+    @triton_op("syncscope::gemv_norm_swiglu", mutates_args=())
+    def gemv_norm_swiglu(
+        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps, swiglu=True))
 
     @triton_op("syncscope::gemv_add", mutates_args=())
     def gemv_add(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,9 @@ class GemvConfig:
 # The parts of a decoder layer a product can carry (core.kernels.decode_layer), each with configurations of its own:
 # "" the product alone (or with the residual add after it, which costs a few loads a program), "norm" with the RMSNorm
 # before it (each program reads the norm's weight beside the row), "qkv" the q/k/v kernel with the norm, the rotary
-# embedding and the cache write (its programs take rows in pairs)
-PARTS = ("", "norm", "qkv")
+# embedding and the cache write (its programs take rows in pairs), "swiglu" gate/up with the norm before it and
+# silu(gate) * up after (its programs take each gate row with its up row: `block_n` pairs)
+PARTS = ("", "norm", "qkv", "swiglu")
 
 
 def shape_key(n: int, k: int, act_mul: bool, part: str = "") -> str:
@@ -85,7 +86,12 @@ def config_for(n: int, k: int, act_mul: bool, device_name: str, part: str = "") 
     if part not in PARTS:
         raise ValueError(f"no product part {part!r}; parts: {', '.join(repr(p) for p in PARTS)}")
     measured = _table().get(device_name, {}).get(shape_key(n, k, act_mul, part))
-    return GemvConfig(**measured) if measured else heuristic_config(n, k, act_mul, part)
+    if measured:
+        return GemvConfig(**measured)
+    if part == "swiglu":  # the norm's product with its rows taken in pairs: as many bytes a program
+        norm = config_for(n, k, act_mul, device_name, "norm")
+        return replace(norm, block_n=max(1, norm.block_n // 2))
+    return heuristic_config(n, k, act_mul, part)
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, act_mul: bool = False) -> bool:
@@ -106,12 +112,15 @@ def takes(x: torch.Tensor, weight: torch.Tensor, act_mul: bool = False) -> bool:
 class Around:
     """What a decoder layer does around one product that the kernel does in it: `norm` (the RMSNorm's weight) and
     `eps` normalise the input first; `residual` is added to the output (rounded as the Linear returns it); `length`,
-    a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does)."""
+    a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does); with
+    `swiglu` the weight is a gate/up product's, [gate; up], and the output silu(gate) * up, half as wide (gate and
+    up each rounded as the Linear returns them, the activation as the down projection's `act_mul` computes it)."""
 
     norm: torch.Tensor | None = None
     eps: float = 0.0
     residual: torch.Tensor | None = None
     length: torch.Tensor | None = None
+    swiglu: bool = False
 
 
 def launch_gemv(
@@ -124,17 +133,22 @@ def launch_gemv(
     around: Around = Around(),
 ) -> torch.Tensor:
     """x @ weight.T (+ bias) for one row `x` (of silu(gate) * up with `act_mul`, of RMSNorm(x) with `around.norm`,
-    plus `around.residual`); `launch(kernel)` returns the kernel ready for `[grid]` (`wrap_triton` inside a compile,
-    the kernel itself otherwise)."""
+    plus `around.residual`; with `around.swiglu`, silu(gate) * up of its two halves); `launch(kernel)` returns the
+    kernel ready for `[grid]` (`wrap_triton` inside a compile, the kernel itself otherwise)."""
     if not takes(x, weight, act_mul):
         raise ValueError(
             f"the gemv kernel takes one row of input matching the weight's width (twice it with the "
             f"activation); got input {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
             f"{weight.dtype} with strides {weight.stride()}"
         )
-    n, k = weight.shape
+    rows, k = weight.shape
+    if around.swiglu and (act_mul or rows % 2):
+        raise ValueError(f"swiglu takes a gate/up weight of an even number of rows and no act_mul; got weight "
+                         f"{tuple(weight.shape)}, act_mul={act_mul}")
+    n = rows // 2 if around.swiglu else rows
     if config is None:
-        config = config_for(n, k, act_mul, _device_name(x.device), "norm" if around.norm is not None else "")
+        part = "swiglu" if around.swiglu else "norm" if around.norm is not None else ""
+        config = config_for(rows, k, act_mul, _device_name(x.device), part)
     out = torch.empty((*x.shape[:-1], n), device=x.device, dtype=x.dtype)
     x = x.contiguous()
     norm = around.norm.contiguous() if around.norm is not None else None
@@ -159,6 +173,7 @@ def launch_gemv(
         NORM=norm is not None,
         RESIDUAL=residual is not None,
         ADVANCE=around.length is not None,
+        SWIGLU=around.swiglu,
         EVEN_N=n % config.block_n == 0,
         EVEN_K=k % config.block_k == 0,
         BLOCK_N=config.block_n,

@@ -1,7 +1,7 @@
 """The Triton kernels of core.kernels.triton_gemv and core.kernels.decode_layer (imported only where Triton is
 installed): `gemv`, one batch-1 product with what a decoder layer does around it (the RMSNorm before, the activation
-before, the residual add after), and `qkv_gemv`, the layer's q/k/v product with its norm before and the rotary
-embedding and the cache write after. Module-level functions, as Triton's interpreter needs them.
+before or, for gate/up, after, the residual add after), and `qkv_gemv`, the layer's q/k/v product with its norm
+before and the rotary embedding and the cache write after. Module-level functions, as Triton's interpreter needs them.
 
 Each takes `PDL` (core.kernels.pdl): 0 today's kernel; 1 waits for the kernel before at the start of each program,
 before any load or store but the weights' (no kernel of a decode step writes them), then lets the next one launch;
@@ -74,6 +74,7 @@ def gemv(
     NORM: tl.constexpr,
     RESIDUAL: tl.constexpr,
     ADVANCE: tl.constexpr,
+    SWIGLU: tl.constexpr,
     EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -96,6 +97,7 @@ def gemv(
         residual_ptr += zero
         length_ptr += zero
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K] if SWIGLU else [1, 1], dtype=tl.float32)  # with SWIGLU: row `n + row`'s
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)
@@ -114,11 +116,27 @@ def gemv(
         else:
             w = tl.load(pointers, mask=row_ok[:, None] & col_ok[None, :], other=0.0, eviction_policy="evict_first")
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        if SWIGLU:
+            if EVEN_N and EVEN_K:
+                w_up = tl.load(pointers + n * w_row_stride, eviction_policy="evict_first")
+            else:
+                w_up = tl.load(pointers + n * w_row_stride, mask=row_ok[:, None] & col_ok[None, :], other=0.0,
+                               eviction_policy="evict_first")
+            acc_up += w_up.to(tl.float32) * x.to(tl.float32)[None, :]
     out = tl.sum(acc, axis=1)
     if NORM:
         out *= inverse_rms(squares, k, eps)
     if HAS_BIAS:
         out += tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if SWIGLU:  # gate and up rounded as the Linear returns them, then what ACT_MUL computes from them
+        up = tl.sum(acc_up, axis=1)
+        if NORM:
+            up *= inverse_rms(squares, k, eps)
+        if HAS_BIAS:
+            up += tl.load(bias_ptr + n + rows, mask=row_ok, other=0.0).to(tl.float32)
+        gate = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        up = up.to(out_ptr.dtype.element_ty).to(tl.float32)
+        out = gate * tl.sigmoid(gate) * up
     if RESIDUAL:  # the product rounded as the Linear returns it, then the residual add, rounded once more
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
         out += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
