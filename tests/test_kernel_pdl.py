@@ -166,6 +166,11 @@ def test_only_kernels_launched_with_pdl_have_their_source_edited(monkeypatch):
     assert "define_kernel" not in vars(wrapper)  # the edit lasts one kernel's definition
 
 
+# Strides of 1, which a launch passes as constants (Triton specializes an integer argument equal to 1): the rows the
+# kernels read along are contiguous, so their loads can be wide
+UNIT_STRIDES = {"sqd": 1, "skd": 1, "svd": 1, "snkd": 1, "snvd": 1, "scd": 1}
+
+
 def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
     """Each of the project's kernels at PDL `level`, compiled for an sm_90 target (tests.test_triton_layer)."""
     from functools import partial
@@ -187,8 +192,8 @@ def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
                                           "key_ptr", "value_ptr")}
     ptx["qkv_gemv"] = _compile_for_hopper(
         qkv, {**pointers, "length_ptr": "*i64"},
-        {"k": 2048, "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True, "BLOCK_P": 2,
-         "BLOCK_K": 1024, "PDL": level}, {"eps": "fp64"})
+        {"cos_stride": 1, "k": 2048, "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True,
+         "BLOCK_P": 2, "BLOCK_K": 1024, "PDL": level}, {"eps": "fp64"})
     ptx["combine"] = _compile_for_hopper(triton_decode_kernels.combine,
                                          {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
                                          {"SPLITS_PAD": 8, "HEAD_DIM": 64, "PDL": level}, {})
@@ -198,9 +203,9 @@ def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
     for append in (False, True):
         ptx[f"attend{'-append' * append}"] = _compile_for_hopper(
             triton_decode_kernels.attend, attend_pointers,
-            {"SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64, "BLOCK_KEYS": 64,
-             "HAS_MASK": False, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32", "UPCAST": False,
-             "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level}, {"scale": "fp32"})
+            {**UNIT_STRIDES, "SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64,
+             "BLOCK_KEYS": 64, "HAS_MASK": False, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32",
+             "UPCAST": False, "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level}, {"scale": "fp32"})
     return ptx
 
 
