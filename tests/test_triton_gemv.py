@@ -93,15 +93,25 @@ def swiglu_differences() -> dict[str, list[float]]:
     return differences
 
 
-@pytest.mark.slow
-@needs_triton
-def test_the_gate_up_kernel_writes_the_activation_the_down_projection_computed_in_tritons_interpreter():
-    script = ("import json; from tests.test_triton_gemv import swiglu_differences; "
-              "print(json.dumps(swiglu_differences()))")
+def interpreted() -> dict[str, dict[str, list[float]]]:
+    """Both of the interpreter's checks, in one process (TRITON_INTERPRET=1): each takes seconds to start."""
+    return {"products": interpreter_errors(), "swiglu": swiglu_differences()}
+
+
+@pytest.fixture(scope="module")
+def interpreted_results() -> dict[str, dict[str, list[float]]]:
+    script = "import json; from tests.test_triton_gemv import interpreted; print(json.dumps(interpreted()))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr[-3000:]
-    differences = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_gate_up_kernel_writes_the_activation_the_down_projection_computed_in_tritons_interpreter(
+        interpreted_results):
+    differences = interpreted_results["swiglu"]
     assert len(differences) == 2 * 2 * len(SWIGLU_CASES)
     for name, (from_two_steps, error) in differences.items():
         assert from_two_steps == 0.0, name  # the same sums, roundings and activation: the same bits
@@ -121,13 +131,8 @@ def test_swiglu_takes_a_gate_up_weight_of_even_rows_and_no_act_mul():
 
 @pytest.mark.slow
 @needs_triton
-def test_the_kernel_computes_the_product_in_tritons_interpreter():
-    script = ("import json; from tests.test_triton_gemv import interpreter_errors; "
-              "print(json.dumps(interpreter_errors()))")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
+def test_the_kernel_computes_the_product_in_tritons_interpreter(interpreted_results):
+    errors = interpreted_results["products"]
     assert len(errors) == 2 * len(CASES)
     for name, (error, repeated) in errors.items():
         # fp32: rounding of the sums; bf16: the interpreter rounds to bf16 by truncation (a GPU rounds to nearest),

@@ -18,6 +18,7 @@ import torch
 from core.kernels import decode_layer
 from core.kernels.decode_layer import DecodeLayer, fuse_decode_layers, why_not_fusable
 from core.models import load_model
+from core.options import DECODE_SWIGLU_CHOICES, DECODE_SWIGLU_ENV
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -149,21 +150,33 @@ def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, 
     return errors
 
 
+def errors_by_swiglu() -> dict[str, dict[str, list[float]]]:
+    """`layer_errors` with silu(gate) * up in each kernel that can compute it (SYNCSCOPE_DECODE_SWIGLU, read as the
+    step runs)."""
+    errors = {}
+    for choice in DECODE_SWIGLU_CHOICES:
+        os.environ[DECODE_SWIGLU_ENV] = choice
+        errors[choice] = layer_errors()
+    return errors
+
+
 @pytest.mark.slow
 @needs_triton
-@pytest.mark.parametrize("swiglu", ["down", "gate-up"])
-def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter(swiglu):
-    script = "import json; from tests.test_triton_layer import layer_errors; print(json.dumps(layer_errors()))"
+def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
+    script = "import json; from tests.test_triton_layer import errors_by_swiglu; print(json.dumps(errors_by_swiglu()))"
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "TRITON_INTERPRET": "1", "SYNCSCOPE_DECODE_SWIGLU": swiglu},
+        env={**os.environ, "TRITON_INTERPRET": "1"},
         cwd=Path(__file__).parent.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    check_layer_errors(json.loads(result.stdout.splitlines()[-1]), LAYER_CASES)
+    errors = json.loads(result.stdout.splitlines()[-1])
+    assert set(errors) == set(DECODE_SWIGLU_CHOICES)
+    for choice_errors in errors.values():
+        check_layer_errors(choice_errors, LAYER_CASES)
 
 
 def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
