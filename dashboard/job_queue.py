@@ -114,7 +114,8 @@ class JobQueue:
         job.finished.set()
 
     def close(self, reason: str = "the server is shutting down", timeout: float = 30.0) -> None:
-        """Cancel what waits, ask the running job to stop, and wait for the worker to end."""
+        """Cancel what waits, stop the running job and end it at once (the server does not wait for an engine that
+        is inside a step it cannot leave, such as loading or compiling), and wait for the worker to end."""
         with self._cond:
             self._closed = True
             for job in self._queue:
@@ -122,6 +123,7 @@ class JobQueue:
             self._queue.clear()
             if self._active is not None:
                 self._stop(self._active)
+                self.finish(self._active, CANCELLED, reason)
             self._cond.notify_all()
         if self._worker.is_alive():
             self._worker.join(timeout=timeout)

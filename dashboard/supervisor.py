@@ -46,6 +46,7 @@ BACKOFF_MAX_S = 60.0
 HEALTHY_S = 120.0  # an engine that stays up this long after a restart ends the run of losses
 RETRIES_ALLOWED = 3  # times a job that never reached the engine goes back to the queue
 CULPRIT_LOSSES = 3  # losses in a row with one model (not the default) that unload it
+SHUTDOWN_GRACE_S = 3.0  # how long a server shutting down waits for its engine to exit before killing it
 
 logger = logging.getLogger("syncscope")
 
@@ -135,7 +136,9 @@ class EngineSupervisor:
         self.last_load_error = f"Could not load {model}: {reason}"
 
     def close(self) -> None:
-        self.client.close()
+        """The engine asked to shut down, and killed if it has not within SHUTDOWN_GRACE_S (one busy loading or
+        compiling reads nothing until it is done)."""
+        self.client.close(timeout=SHUTDOWN_GRACE_S)
 
     # ---- running a job (the queue's worker thread)
 

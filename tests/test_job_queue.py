@@ -123,6 +123,24 @@ def test_close_cancels_what_waits_and_stops_what_runs(queue):
         queue.add(job(queue))
 
 
+def test_close_ends_a_running_job_whose_stop_cannot_land_without_waiting_for_it():
+    """A server shutting down while its engine loads or compiles (steps a cancel cannot enter) ends that job at once;
+    the engine itself is stopped after it (EngineSupervisor.close)."""
+    queue = JobQueue(max_queue=3)
+    started = threading.Event()
+
+    def execute(running: Job) -> None:  # as EngineSupervisor does: send it, then wait for its end
+        running.state = RUNNING
+        started.set()
+        running.wait(60)
+
+    queue.start(execute, lambda running: None)
+    running = queue.add(job(queue))
+    assert started.wait(10)
+    queue.close(timeout=60)
+    assert running.state == CANCELLED and running.error == "the server is shutting down"
+
+
 def test_finished_jobs_are_forgotten_beyond_a_bound(queue):
     queue.engine.release.set()
     for _ in range(KEEP_FINISHED_JOBS + 10):
