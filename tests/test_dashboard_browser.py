@@ -276,6 +276,8 @@ def finished_runs(page: Any) -> int:
 
 
 def test_a_reload_keeps_the_history_and_the_run_goes_on(page, served_app):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     click_run_and_wait(page)
     page.wait_for_function("document.querySelector('#history')?.innerText.includes('done')")
     assert finished_runs(page) == 1
@@ -289,8 +291,11 @@ def test_a_reload_keeps_the_history_and_the_run_goes_on(page, served_app):
     page.wait_for_function("document.querySelector('#status')?.innerText.match(/Done|Failed|Cancelled/)",
                            timeout=TIMEOUT_MS)
     assert "Done" in page.inner_text("#status"), "the reloaded page found its run again and saw it finish"
-    page.wait_for_function("document.querySelector('#history')?.innerText.split(/\\s+/)"
-                           ".filter(w => w === 'done').length === 2")
+    # what the table held is said below (this wait timed out once in a clean-clone run of the suite)
+    with contextlib.suppress(PlaywrightTimeoutError):
+        page.wait_for_function("document.querySelector('#history')?.innerText.split(/\\s+/)"
+                               ".filter(w => w === 'done').length >= 2")
+    assert finished_runs(page) == 2, (page.inner_text("#status"), page.inner_text("#history"))
     assert pane_text(page, "naive").strip()
 
 
