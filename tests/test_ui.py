@@ -424,6 +424,45 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
 
 
 
+def test_a_reload_as_its_run_ends_shows_the_run_in_the_history(tmp_path, tiny):
+    """JobQueue.finish sets a run's state, then writes its history row, then sets its finished event. A page loaded
+    in between (a reload as the run ends) follows the run to that event, and its history shows the run."""
+    from dashboard.history import history_row
+
+    request, _ = page_request(fast_settings())
+    job = Job(id=1, work=COMPARE, owner="browser", model=TINY, request=request, state=DONE, t0=100.0)
+    job.t_end, job.report = 101.0, bench_report(tiny)
+    rows: list[dict] = []
+    answers = iter([False])  # the page's first look: the event is not set yet; the next wait sees the run's end
+
+    def wait(timeout: float | None = None) -> bool:
+        if next(answers, True) is False:
+            return False
+        rows.append(history_row(job.id, job.state, job.request, TINY, job.report, None, "cpu"))
+        return True
+
+    job.wait = wait  # type: ignore[method-assign]
+
+    class Runner(QuietRunner):
+        def snapshot(self, j):
+            return {"status": "Done", "runs": [], "panes": {}}
+
+        def latest_run(self, owner):
+            return job
+
+        def cancel(self, *args, **kwargs):
+            return None
+
+        def history(self, owner=None):
+            return [dict(row) for row in rows]
+
+    page = quiet_page(Runner())
+    page.context.downloads.root = tmp_path
+    updates = list(page.compare.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+    tables = [update["history"] for update in updates if "history" in update]
+    assert [row[1] for row in tables[-1]] == ["done"]
+
+
 def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_rounding(tiny):
     """Rates of 1.04 and 1.02 tok/s show as 1.0 each; their ratio is 0.981, as the verdict's, not 1.000."""
     from dashboard.run_summary import EVIDENCE_HEADERS, summary_tables

@@ -248,7 +248,7 @@ class CompareTab:
         job = runner.latest_run(browser_id)
         if job is None:
             yield update
-        elif job.done:
+        elif job.wait(0):  # ended, its history row written (its state says so a moment earlier: JobQueue.finish)
             # The last run's files as /run gives them, then every download with something behind it enabled (a
             # run's page enables them after it, enable_downloads).
             yield {**update, **self._final_update(job, browser_id), **history.downloads(browser_id, job.report,
