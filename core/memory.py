@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.model_size import MAX_CONFIG_BYTES, defaulted_parameter_count, parameter_count, text_shape
 from core.report_files import read_bounded
 from core.specs import (
     DEFAULT_MODEL,
@@ -34,7 +35,6 @@ from core.specs import (
 GIB = 2**30
 MARGIN_FRACTION = 0.25
 MARGIN_BYTES = GIB
-MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _NO_LIMIT = 1 << 60  # cgroup v1 writes its "no limit" as a number near 2**63
@@ -78,35 +78,6 @@ def bytes_per_element(dtype: str | None, cuda: bool) -> int:
 
 # ------------------------------------------------------------------------------------------- model sizes
 
-def parameter_count(shape: dict[str, Any]) -> int | None:
-    """Parameters of a decoder with this config's sizes (gated MLP, grouped KV heads, experts), or None when the
-    config lacks the sizes. Checked against the real counts of the Llama, Qwen and Mistral shapes (tests/test_memory.py
-    says how close)."""
-    hidden = _whole(shape, "hidden_size", "n_embd", "d_model")
-    layers = _whole(shape, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _whole(shape, "num_attention_heads", "n_head")
-    vocab = _whole(shape, "vocab_size")
-    if not (hidden and layers and heads and vocab):
-        return None
-    intermediate = _whole(shape, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
-    kv_heads = _whole(shape, "num_key_value_heads") or heads
-    head_dim = _whole(shape, "head_dim") or hidden // heads
-    experts = _whole(shape, "num_local_experts", "num_experts") or 1
-    expert_size = _whole(shape, "moe_intermediate_size") or intermediate
-    attention = hidden * head_dim * 2 * (heads + kv_heads)
-    mlp = 3 * hidden * expert_size * experts
-    embeddings = vocab * hidden * (1 if shape.get("tie_word_embeddings") else 2)
-    return embeddings + layers * (attention + mlp + 2 * hidden) + hidden
-
-
-def _whole(shape: dict[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = shape.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def spec_shape(spec: str) -> dict[str, Any] | None:
     """The sizes of the model `spec` names: a built-in's shape, or an HF id's or a path's config.json (read, never
     downloaded); None when unknown."""
@@ -127,12 +98,6 @@ def spec_shape(spec: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return text_shape(data) if isinstance(data, dict) else None
-
-
-def text_shape(config: dict[str, Any]) -> dict[str, Any]:
-    """A config's sizes, a multimodal one's text model's under its own (its top level wins)."""
-    text = config.get("text_config")
-    return {**text, **config} if isinstance(text, dict) else config
 
 
 def config_file(spec: str) -> Path | None:
@@ -159,8 +124,6 @@ def memory_need(spec: str, element_bytes: int, tp: int = 1, *, config_defaults: 
     shape = spec_shape(spec)
     parameters = parameter_count(shape) if shape is not None else None
     if parameters is None and config_defaults and (config := config_file(spec)) is not None:
-        from core.model_size import defaulted_parameter_count
-
         parameters = defaulted_parameter_count(config)
     if parameters is None:
         return None

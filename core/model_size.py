@@ -1,7 +1,9 @@
-"""The size of a model whose config.json leaves its sizes out: transformers' own config class fills in the defaults
-it would load with (a Llama config without sizes is a 6.7B Llama), and where the formula of core.memory cannot read
-the filled config either, the model is built on the meta device (no memory, no weights) and its parameters counted.
-Needs torch and transformers: core.memory imports it only where they are loaded anyway (the CLI, the engine)."""
+"""The size of a model: the parameters of a decoder from its config's sizes (`parameter_count`), and of one whose
+config.json leaves its sizes out (`defaulted_parameter_count`): transformers' own config class fills in the defaults
+it would load with (a Llama config without sizes is a 6.7B Llama), and where the formula cannot read the filled config
+either, the model is built on the meta device (no memory, no weights) and its parameters counted. The latter needs
+torch and transformers, imported when it is asked for (core.memory asks only in the processes that load: the CLI, the
+engine); importing this module imports neither."""
 
 from __future__ import annotations
 
@@ -9,6 +11,43 @@ import functools
 import json
 from pathlib import Path
 from typing import Any
+
+MAX_CONFIG_BYTES = 16 * 2**20  # a model's config.json is kilobytes; one larger is not read (a hostile /dev/zero)
+
+
+def parameter_count(shape: dict[str, Any]) -> int | None:
+    """Parameters of a decoder with this config's sizes (gated MLP, grouped KV heads, experts), or None when the
+    config lacks the sizes. Checked against the real counts of the Llama, Qwen and Mistral shapes (tests/test_memory.py
+    says how close)."""
+    hidden = _whole(shape, "hidden_size", "n_embd", "d_model")
+    layers = _whole(shape, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _whole(shape, "num_attention_heads", "n_head")
+    vocab = _whole(shape, "vocab_size")
+    if not (hidden and layers and heads and vocab):
+        return None
+    intermediate = _whole(shape, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    kv_heads = _whole(shape, "num_key_value_heads") or heads
+    head_dim = _whole(shape, "head_dim") or hidden // heads
+    experts = _whole(shape, "num_local_experts", "num_experts") or 1
+    expert_size = _whole(shape, "moe_intermediate_size") or intermediate
+    attention = hidden * head_dim * 2 * (heads + kv_heads)
+    mlp = 3 * hidden * expert_size * experts
+    embeddings = vocab * hidden * (1 if shape.get("tie_word_embeddings") else 2)
+    return embeddings + layers * (attention + mlp + 2 * hidden) + hidden
+
+
+def _whole(shape: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = shape.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def text_shape(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's sizes, a multimodal one's text model's under its own (its top level wins)."""
+    text = config.get("text_config")
+    return {**text, **config} if isinstance(text, dict) else config
 
 
 def defaulted_parameter_count(config_file: Path) -> int | None:
@@ -23,8 +62,6 @@ def defaulted_parameter_count(config_file: Path) -> int | None:
 
 @functools.lru_cache(maxsize=16)
 def _counted(path: str, mtime_ns: int, size: int) -> int | None:
-    from core.memory import parameter_count, text_shape
-
     config = _filled_config(Path(path))
     if config is None:
         return None
@@ -35,7 +72,6 @@ def _filled_config(path: Path) -> Any:
     """The config class's instance for this config.json (its defaults filled in), never running the model's code."""
     from transformers import AutoConfig
 
-    from core.memory import MAX_CONFIG_BYTES
     from core.report_files import read_bounded
 
     try:

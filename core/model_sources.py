@@ -21,7 +21,7 @@ try:
 except ImportError:  # not POSIX: each process converts on its own, as before
     fcntl = None  # type: ignore[assignment]
 
-from core.memory import MAX_CONFIG_BYTES
+from core.model_size import MAX_CONFIG_BYTES
 from core.report_files import read_bounded
 from core.specs import (
     BUILTIN_SPECS,
