@@ -389,6 +389,33 @@ def test_a_cuda_only_default_is_named_in_the_loop_options_note_when_the_page_loa
 
 # ---- a run's last update: the downloads of a run a reload picked up, and the summary's ratio
 
+class OneRunRunner(QuietRunner):
+    """A runner whose browser has one run, `job`, shown with `status`; `rows` is its history as it is at each read."""
+
+    def __init__(self, job: Job, status: str, rows: list[dict] | None = None):
+        super().__init__()
+        self.job, self.status, self.rows = job, status, rows
+
+    def snapshot(self, job):
+        return {"status": self.status, "runs": [], "panes": {}}
+
+    def latest_run(self, owner):
+        return self.job
+
+    def cancel(self, *args, **kwargs):
+        return None
+
+    def history(self, owner=None):
+        return [dict(row) for row in self.rows] if self.rows is not None else super().history(owner)
+
+
+def reloaded_page_updates(runner: QuietRunner, downloads: Path) -> list[dict]:
+    """What a page loaded (or reloaded) by the browser "b" * 32 is sent, to the end of its stream."""
+    page = quiet_page(runner)
+    page.context.downloads.root = downloads
+    return list(page.compare.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+
+
 def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_ends(tmp_path, tiny):
     """A reload mid-run streams the run again (on_load); when it ends, "Last run's report" is enabled there too (the
     run's own page enables it in a step after /run, which a reloaded page does not have)."""
@@ -403,25 +430,11 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
         return finished
 
     job.wait = wait  # type: ignore[method-assign]
-
-    class Runner(QuietRunner):
-        def snapshot(self, j):
-            return {"status": "Timing…", "runs": [], "panes": {}}
-
-        def latest_run(self, owner):
-            return job
-
-        def cancel(self, *args, **kwargs):
-            return None
-
-    page = quiet_page(Runner())
-    page.context.downloads.root = tmp_path
-    updates = list(page.compare.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+    updates = reloaded_page_updates(OneRunRunner(job, "Timing…"), tmp_path)
     last = updates[-1]["report_file"]
     path = last.value["path"] if isinstance(last.value, dict) else last.value  # Gradio may keep it as its FileData
     assert last.interactive is True and path and Path(path).is_file()
     assert updates[-1]["trace_file"].visible is True
-
 
 
 def test_a_reload_as_its_run_ends_shows_the_run_in_the_history(tmp_path, tiny):
@@ -442,23 +455,7 @@ def test_a_reload_as_its_run_ends_shows_the_run_in_the_history(tmp_path, tiny):
         return True
 
     job.wait = wait  # type: ignore[method-assign]
-
-    class Runner(QuietRunner):
-        def snapshot(self, j):
-            return {"status": "Done", "runs": [], "panes": {}}
-
-        def latest_run(self, owner):
-            return job
-
-        def cancel(self, *args, **kwargs):
-            return None
-
-        def history(self, owner=None):
-            return [dict(row) for row in rows]
-
-    page = quiet_page(Runner())
-    page.context.downloads.root = tmp_path
-    updates = list(page.compare.on_load("b" * 32, SimpleNamespace(session_hash="session")))
+    updates = reloaded_page_updates(OneRunRunner(job, "Done", rows), tmp_path)
     tables = [update["history"] for update in updates if "history" in update]
     assert [row[1] for row in tables[-1]] == ["done"]
 
