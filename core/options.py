@@ -77,8 +77,14 @@ DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transfo
 # much and computes no sigmoid. Not measured on a GPU yet (docs/TUNING.md).
 DECODE_SWIGLU_ENV = "SYNCSCOPE_DECODE_SWIGLU"
 DECODE_SWIGLU_CHOICES = ("down", "gate-up")
+# core.kernels.decode_layer: "on" has the fused layer's attention ask L2 for the output projection's weight once its
+# own reads are done (Hopper's bulk prefetch), so that the projection after it reads from L2 what the memory would
+# otherwise only start to send when it begins; "off", the default, until measured on a GPU (docs/TUNING.md).
+ATTENTION_PREFETCH_ENV = "SYNCSCOPE_ATTENTION_PREFETCH"
+ATTENTION_PREFETCH_CHOICES = ("off", "on")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, KERNEL_PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_SWIGLU_ENV)
+              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_SWIGLU_ENV,
+              ATTENTION_PREFETCH_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -437,4 +443,5 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
     env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
     env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES, environ)
+    env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -229,6 +229,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "decode_layer": _decode_layer(loaded, compile_mode),
             # the fused layer's kernel that computed silu(gate) * up (SYNCSCOPE_DECODE_SWIGLU); None where not fused
             "decode_swiglu": _decode_swiglu(loaded, compile_mode),
+            # whether its attention asked L2 for the output projection's weight (SYNCSCOPE_ATTENTION_PREFETCH)
+            "attention_prefetch": _attention_prefetch(loaded, compile_mode),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
@@ -250,6 +252,17 @@ def _decode_swiglu(loaded: LoadedModel, compile_mode: str) -> str | None:
     from core.kernels.decode_layer import swiglu_choice
 
     return swiglu_choice()
+
+
+def _attention_prefetch(loaded: LoadedModel, compile_mode: str) -> str | None:
+    """"on", "off", "unsupported" (asked below Hopper, which has no bulk prefetch), or None where not fused."""
+    if _decode_layer(loaded, compile_mode) != "fused":
+        return None
+    from core.kernels.decode_layer import attention_prefetch_choice
+    from core.kernels.pdl import hopper_or_newer
+
+    choice = attention_prefetch_choice()
+    return "unsupported" if choice == "on" and not hopper_or_newer(loaded.device) else choice
 
 
 def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:

@@ -262,6 +262,9 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["environment"], dict) and "decode_swiglu" not in out["environment"]:
         fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_DECODE_SWIGLU: in down
         out["environment"] = {**out["environment"], "decode_swiglu": "down" if fused else None}
+    if isinstance(out["environment"], dict) and "attention_prefetch" not in out["environment"]:
+        fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_ATTENTION_PREFETCH: none
+        out["environment"] = {**out["environment"], "attention_prefetch": "off" if fused else None}
     return out
 
 

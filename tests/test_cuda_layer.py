@@ -1,6 +1,7 @@
 """core.kernels.decode_layer on a GPU: the fused step of one layer against transformers' layer at Llama's shapes, and
 the compiled step-graph decode with fused layers (the default) giving eager's tokens and the unfused compile's in
-fp32, repeating bitwise in bf16, and the two loops agreeing; the same with silu(gate) * up in the gate/up kernel.
+fp32, repeating bitwise in bf16, and the two loops agreeing; the same with silu(gate) * up in the gate/up kernel,
+and attention asking L2 for the output projection changing no bit.
 Skipped without CUDA; the arithmetic is also checked on the CPU, in Triton's interpreter
 (tests/test_triton_layer.py)."""
 
@@ -90,3 +91,39 @@ def test_swiglu_in_gate_up_gives_eager_tokens_in_fp32_and_repeats_in_bf16(monkey
         assert first.token_ids == again.token_ids, dtype
         if dtype == "fp32":
             assert first.token_ids == eager.token_ids
+
+
+def test_attention_prefetching_the_output_projection_changes_no_bit(monkeypatch, fast_tiny_compiles):
+    """SYNCSCOPE_ATTENTION_PREFETCH=on only asks L2 for a weight: the same tokens as off, bf16 and fp32."""
+    from core.kernels import triton_attention
+
+    asked = []
+    pieces = triton_attention.prefetch_pieces
+    monkeypatch.setattr(triton_attention, "prefetch_pieces",
+                        lambda ahead, programs: asked.append(pieces(ahead, programs)) or asked[-1])
+    common = dict(cache="static", max_new_tokens=24, ignore_eos=True, loop="pipelined", compile="step-graph", lag=2)
+    for dtype in ("fp32", "bf16"):
+        tokens = {}
+        for choice in ("off", "on"):
+            monkeypatch.setenv("SYNCSCOPE_ATTENTION_PREFETCH", choice)
+            torch._dynamo.reset()
+            asked.clear()
+            tokens[choice] = generate(load_model("tiny-random", device="cuda", dtype=dtype), PROMPT, **common).token_ids
+            assert asked and all((piece > 0) is (choice == "on") for piece, _ in asked), (dtype, choice, asked)
+        assert tokens["on"] == tokens["off"], dtype
+
+
+def test_the_attention_kernel_gives_the_same_bits_with_the_prefetch_at_llama_1b():
+    from core.kernels import triton_attention
+    from tests.test_triton_attention import _case
+
+    query, key, value, mask = _case(torch.bfloat16, 1, 32, 8, 512, 64, "bool", device="cuda")
+    weight = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def direct(kernel):  # launched by Triton itself, outside a compile
+        return kernel
+
+    plain = triton_attention._launch(query, key, value, mask, 0.125, direct, triton_attention._kernels())
+    ahead = triton_attention._launch(query, key, value, mask, 0.125, direct, triton_attention._kernels(), ahead=weight)
+    assert triton_attention.prefetch_pieces(weight, 64)[0] > 0
+    assert torch.equal(plain, ahead)

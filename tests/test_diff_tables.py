@@ -51,6 +51,16 @@ def test_where_the_fused_layer_computed_swiglu_is_a_setting_of_its_own():
     assert table["data"][0] == ["decode_swiglu", "down", "gate-up", "differs"]  # a: from before the field, in down
 
 
+def test_whether_attention_prefetched_the_output_projection_is_a_setting_of_its_own():
+    a = h200_saved_report().report
+    a["environment"] = {**a["environment"], "decode_layer": "fused"}
+    a["environment"].pop("attention_prefetch", None)  # as a report from before the field was written
+    b = copy.deepcopy(a)
+    b["environment"]["attention_prefetch"] = "on"
+    table = diff_tables.settings_table(diff_reports(a, b))
+    assert table["data"][0] == ["attention_prefetch", "off", "on", "differs"]  # a: from before the field, off
+
+
 def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
     result = diff_reports(*two_h200_runs)
     rows = {row[0]: dict(zip(diff_tables.RATES_HEADERS, row)) for row in diff_tables.rates_table(result)["data"]}

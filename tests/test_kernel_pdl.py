@@ -198,14 +198,15 @@ def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
                                          {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": "*bf16"},
                                          {"SPLITS_PAD": 8, "HEAD_DIM": 64, "PDL": level}, {})
     attend_pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "new_k_ptr",
-                                                  "new_v_ptr", "cos_ptr", "sin_ptr")}
+                                                  "new_v_ptr", "cos_ptr", "sin_ptr", "ahead_ptr")}
     attend_pointers.update(partial_ptr="*fp32", stats_ptr="*fp32", slot_ptr="*i64", semaphore_ptr="*i32")
     for append in (False, True):
         ptx[f"attend{'-append' * append}"] = _compile_for_hopper(
             triton_decode_kernels.attend, attend_pointers,
             {**UNIT_STRIDES, "SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64,
              "BLOCK_KEYS": 64, "HAS_MASK": False, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32",
-             "UPCAST": False, "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level}, {"scale": "fp32"})
+             "UPCAST": False, "APPEND": append, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": level, "AHEAD_PIECE": 0,
+             "AHEAD_PIECES": 128}, {"scale": "fp32", "ahead_last": "i64"})
     return ptx
 
 

@@ -158,12 +158,14 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
                  "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False, "APPEND": append,
-                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group), "PDL": 0}
+                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group), "PDL": 0,
+                 "AHEAD_PIECE": 0 if append else 64, "AHEAD_PIECES": 128}  # the prefetch, where a launch may ask
+    elements["ahead_ptr"] = f"*{dtype}"
     if append:  # the new token, its rotary cos and sin, the cache's length and the counters
         elements.update({"new_k_ptr": f"*{dtype}", "new_v_ptr": f"*{dtype}", "cos_ptr": f"*{dtype}",
                          "sin_ptr": f"*{dtype}", "slot_ptr": "*i64", "semaphore_ptr": "*i32"})
     _compile_for_hopper(attend, {**elements, "partial_ptr": buffer, "stats_ptr": buffer}, constants,
-                        {"scale": scale_type})
+                        {"scale": scale_type, "ahead_last": "i64"})
     if not single and not append:
         _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": f"*{dtype}"},
                             {"SPLITS_PAD": 8, "HEAD_DIM": head_dim, "PDL": 0}, {})

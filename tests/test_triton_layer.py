@@ -68,10 +68,11 @@ class DirectOps:
         return decode_layer.launch_qkv(x, norm, eps, weight, bias, cos, sin, keys, values, length, heads, _direct)
 
     @staticmethod
-    def triton_decode_attention(query, keys, values, mask, scale):
+    def triton_decode_attention(query, keys, values, mask, scale, ahead=None):
         from core.kernels import triton_attention
 
-        return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels())
+        return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels(),
+                                        ahead=ahead)
 
     @staticmethod
     def gemv_add_advance(x, weight, bias, residual, length):

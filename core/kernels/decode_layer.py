@@ -8,7 +8,8 @@ they are done inside the products:
 - the q/k/v product normalises its input (the layer's input RMSNorm), turns the queries and keys by the rotary
   embedding and writes the key and value straight into the static cache at its length
   (`triton_gemv_kernel.qkv_gemv`);
-- attention reads the cache as before (core.kernels.triton_attention);
+- attention reads the cache as before (core.kernels.triton_attention); with SYNCSCOPE_ATTENTION_PREFETCH=on it then
+  asks L2 for the output projection's weight, so the projection reads it from L2;
 - the output projection adds the residual, and moves the cache's length on;
 - the gate/up product normalises its input (the post-attention RMSNorm);
 - the down projection computes silu(gate) * up on the fly, as before, and adds the residual (with
@@ -47,6 +48,8 @@ from core.kernels.pdl import kernel_pdl_arguments
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
 from core.options import (
+    ATTENTION_PREFETCH_CHOICES,
+    ATTENTION_PREFETCH_ENV,
     DECODE_LAYER_CHOICES,
     DECODE_LAYER_ENV,
     DECODE_SWIGLU_CHOICES,
@@ -63,6 +66,12 @@ _NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
 def decode_layer_choice() -> str:
     """SYNCSCOPE_DECODE_LAYER: "on" (the default) or "off"."""
     return env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES)
+
+
+def attention_prefetch_choice() -> str:
+    """SYNCSCOPE_ATTENTION_PREFETCH: whether attention asks L2 for the output projection's weight, "off" (the
+    default) or "on"."""
+    return env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES)
 
 
 def swiglu_choice() -> str:
@@ -190,7 +199,8 @@ def fused_step(
         length,
         attention.config.num_attention_heads,
     )
-    attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling))
+    ahead = attention.o_proj.weight if attention_prefetch_choice() == "on" else None
+    attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling), ahead)
     attended = attended.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
     hidden_states = ops.gemv_add_advance(
         attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length

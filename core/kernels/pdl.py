@@ -43,10 +43,24 @@ import torch
 
 from core.options import KERNEL_PDL_CHOICES, KERNEL_PDL_ENV, PDL_CHOICES, PDL_ENV, STEP_GRAPH, env_choice
 
-__all__ = ["KERNEL_PDL_CHOICES", "KERNEL_PDL_ENV", "PDL_CHOICES", "PDL_ENV", "install_user_kernel_pdl",
-           "kernel_pdl_arguments", "kernel_pdl_choice", "kernel_pdl_in_effect", "kernel_pdl_launch_options",
-           "kernel_pdl_level", "pdl_choice", "pdl_in_effect", "pdl_inductor_options", "supports_pdl",
-           "with_launch_pdl"]
+__all__ = [
+    "KERNEL_PDL_CHOICES",
+    "KERNEL_PDL_ENV",
+    "PDL_CHOICES",
+    "PDL_ENV",
+    "hopper_or_newer",
+    "install_user_kernel_pdl",
+    "kernel_pdl_arguments",
+    "kernel_pdl_choice",
+    "kernel_pdl_in_effect",
+    "kernel_pdl_launch_options",
+    "kernel_pdl_level",
+    "pdl_choice",
+    "pdl_in_effect",
+    "pdl_inductor_options",
+    "supports_pdl",
+    "with_launch_pdl",
+]
 
 PDL_CONSTEXPR = "PDL"  # the name of the kernels' constexpr: 0 off, 1 wait, 2 prefetch (KERNEL_PDL_CHOICES' order)
 
@@ -56,11 +70,16 @@ def pdl_choice() -> str:
     return env_choice(PDL_ENV, PDL_CHOICES)
 
 
-def supports_pdl(device: torch.device | str) -> bool:
-    """PDL needs an NVIDIA GPU of compute capability 9.0 (Hopper) or newer."""
+def hopper_or_newer(device: torch.device | str) -> bool:
+    """Whether `device` is an NVIDIA GPU of compute capability 9.0 (Hopper) or newer."""
     device = torch.device(device)
     return (device.type == "cuda" and torch.version.hip is None and torch.cuda.is_available()
             and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def supports_pdl(device: torch.device | str) -> bool:
+    """PDL needs an NVIDIA GPU of compute capability 9.0 (Hopper) or newer."""
+    return hopper_or_newer(device)
 
 
 def pdl_inductor_options(device: torch.device | str, choice: str | None = None) -> dict[str, Any]:

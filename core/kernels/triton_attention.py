@@ -26,19 +26,21 @@ from typing import Any
 import torch
 
 from core.kernels import triton_ops_at_import
-from core.kernels.pdl import kernel_pdl_arguments
+from core.kernels.pdl import hopper_or_newer, kernel_pdl_arguments
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
 MAX_SPLITS = 64  # the most programs sharing one KV head's keys
 
 
 def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask: torch.Tensor | None, scaling: float | None) -> torch.Tensor:
+                            attention_mask: torch.Tensor | None, scaling: float | None,
+                            ahead: torch.Tensor | None = None) -> torch.Tensor:
     """One query token per head against the cache: query (B, H, 1, D), key and value (B, KV, L, D) with H a
     multiple of KV, mask None, boolean (True = attend) or additive, shaped (B, 1 or H, 1, L); returns (B, H, 1, D)
-    in the query's dtype."""
+    in the query's dtype. `ahead`: a weight the kernel asks L2 for once its own reads are done, where it can
+    (`prefetch_pieces`)."""
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
+    return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale, ahead)
 
 
 def triton_append_decode_attention(query: torch.Tensor, new: NewToken, key_cache: torch.Tensor,
@@ -72,6 +74,25 @@ def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
     return _ceil_to(-(-length // splits), BLOCK_KEYS)
 
 
+PREFETCH_PIECES = 128  # pieces of `ahead` each program asks L2 for: one per thread of its 4 warps
+PREFETCH_ALIGN = 16  # bytes: a bulk prefetch's address and size are multiples of it
+
+
+def prefetch_pieces(ahead: torch.Tensor | None, programs: int) -> tuple[int, int]:
+    """How `programs` programs share the L2 prefetch of `ahead`: the elements of each of their PREFETCH_PIECES pieces
+    (a multiple of 16 bytes) and the last start, where pieces past the end go; (0, 0) where there is nothing to
+    prefetch or the kernel cannot (not a Hopper or newer GPU, Triton's interpreter, a weight not contiguous or not
+    aligned to 16 bytes)."""
+    if ahead is None or _interpreted() or not hopper_or_newer(ahead.device) or not ahead.is_contiguous():
+        return 0, 0
+    size = ahead.element_size()
+    if ahead.data_ptr() % PREFETCH_ALIGN or ahead.numel() * size % PREFETCH_ALIGN:
+        return 0, 0
+    per_align = PREFETCH_ALIGN // size
+    piece = _ceil_to(-(-ahead.numel() // (programs * PREFETCH_PIECES)), per_align)
+    return piece, ahead.numel() - piece
+
+
 @dataclass(frozen=True)
 class NewToken:
     """What the appending kernel takes besides the query and the cache: the new token's key and value before the
@@ -89,11 +110,11 @@ class NewToken:
 
 def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
             launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None,
-            new: NewToken | None = None) -> torch.Tensor:
+            new: NewToken | None = None, ahead: torch.Tensor | None = None) -> torch.Tensor:
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
     (`wrap_triton` inside a compile, the kernel itself otherwise). With `new`, one kernel also turns the query and
     the new key by the rotary embedding, writes the key and value into the cache (`key`, `value`) and combines its
-    own splits."""
+    own splits. `ahead`: a weight the programs ask L2 for once their own reads are done (not with `new`)."""
     attend, combine = kernels
     batch, heads, _, dim = query.shape
     _, kv_heads, length, _ = key.shape
@@ -119,22 +140,23 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
     token_args = _token_arguments(new, query)
+    piece, last = prefetch_pieces(ahead if new is None else None, batch * kv_heads * splits)
     launcher = launch(attend)
     pdl = kernel_pdl_arguments(query.device, traced=launcher is not attend)
     launcher[(batch * kv_heads, splits)](
-        query, key, value, mask_arg, out, partial, stats, *token_args,
+        query, key, value, mask_arg, out, partial, stats, *token_args, ahead if piece else query,
         query.stride(0), query.stride(1), query.stride(3),
         key.stride(0), key.stride(1), key.stride(2), key.stride(3),
         value.stride(0), value.stride(1), value.stride(2), value.stride(3),
         mask.stride(0) if has_mask else 0, mask_head_stride if has_mask else 0, mask.stride(3) if has_mask else 0,
         *_token_strides(new),
-        length, scale,
+        length, scale, last,
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
         UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits),
-        GROUP_POW2=_next_power_of_2(group), **pdl, num_warps=4,
-        num_stages=2)
+        GROUP_POW2=_next_power_of_2(group), **pdl, AHEAD_PIECE=piece, AHEAD_PIECES=PREFETCH_PIECES,
+        num_warps=4, num_stages=2)
     if splits > 1 and new is None:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,
@@ -195,8 +217,8 @@ def register_triton_decode_attention() -> None:
 
     @triton_op("syncscope::triton_decode_attention", mutates_args=())
     def op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-           scale: float) -> torch.Tensor:
-        return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels())
+           scale: float, ahead: torch.Tensor | None = None) -> torch.Tensor:
+        return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels(), ahead=ahead)
 
     @triton_op("syncscope::triton_append_decode_attention",
                mutates_args=("key_cache", "value_cache", "slot", "semaphores"))

@@ -2,12 +2,13 @@
 program per (batch x KV head, split of the keys), and `combine`, the splits' partial results into one (which `attend`
 does itself when it appends the new token). Module-level functions, as Triton's interpreter needs them. Both take
 `PDL` (core.kernels.pdl): set, each program waits for the kernel before its first load; they read no weights,
-so there is nothing to prefetch."""
+so there is nothing of their own to prefetch. `attend` may instead ask L2 for the next product's weight (`AHEAD_PIECE`,
+SYNCSCOPE_ATTENTION_PREFETCH)."""
 
 import triton
 import triton.language as tl
 
-from core.kernels.triton_gemv_kernel import wait_for_predecessor
+from core.kernels.triton_gemv_kernel import bulk_prefetch_l2, wait_for_predecessor
 
 
 @triton.jit
@@ -68,14 +69,15 @@ def combine_group(partial_ptr, stats_ptr, out_ptr, first_head, splits, GROUP: tl
 
 @triton.jit
 def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
-           new_k_ptr, new_v_ptr, cos_ptr, sin_ptr, slot_ptr, semaphore_ptr,
+           new_k_ptr, new_v_ptr, cos_ptr, sin_ptr, slot_ptr, semaphore_ptr, ahead_ptr,
            sqb, sqh, sqd, skb, skh, skl, skd, svb, svh, svl, svd, smb, smh, sml,
            snkb, snkh, snkd, snvb, snvh, snvd, scb, scd,
-           length, scale,
+           length, scale, ahead_last,
            SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
            SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, APPEND: tl.constexpr,
-           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr, PDL: tl.constexpr):
+           SPLITS_PAD: tl.constexpr, GROUP_POW2: tl.constexpr, PDL: tl.constexpr,
+           AHEAD_PIECE: tl.constexpr, AHEAD_PIECES: tl.constexpr):
     if PDL:
         zero = wait_for_predecessor(tl.program_id(0))
         q_ptr += zero
@@ -153,6 +155,17 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
         total = total * rescale + tl.sum(weights, 1)
         acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision=PRECISION)
         best = new_best
+    if AHEAD_PIECE:
+        # The next product's weight, asked of L2 once this program's keys and values are in (its result depends on
+        # all of them): its lines then come while the memory would idle, the rest of attention and the combine, and
+        # not while this program waits for its own reads. Each program asks for its share, AHEAD_PIECES pieces of
+        # AHEAD_PIECE elements; pieces past the end are moved back onto the last one.
+        pieces = (row * splits + split) * AHEAD_PIECES + tl.arange(0, AHEAD_PIECES)
+        starts = tl.minimum(pieces.to(tl.int64) * AHEAD_PIECE, ahead_last)
+        nbytes: tl.constexpr = AHEAD_PIECE * (ahead_ptr.dtype.element_ty.primitive_bitwidth // 8)
+        after = tl.sum(tl.sum(acc, 1), 0).to(tl.int32, bitcast=True)
+        issued = bulk_prefetch_l2(ahead_ptr + starts, tl.full([AHEAD_PIECES], nbytes, tl.int32), after)
+        total = total + tl.sum(issued, 0).to(tl.float32)  # + 0: what keeps the prefetches from being dropped
     if SINGLE:
         result = acc / tl.where(total > 0, total, 1.0)[:, None]
         out_rows = out_ptr + (b * KV_HEADS * GROUP + head[:, None]) * HEAD_DIM + d[None, :]

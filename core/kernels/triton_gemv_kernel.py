@@ -35,6 +35,14 @@ def prefetch_l2(pointers):
 
 
 @triton.jit
+def bulk_prefetch_l2(pointers, nbytes, after):
+    """Ask L2 for `nbytes` bytes from each of `pointers` (16-byte aligned, a multiple of 16 bytes), without waiting for
+    them (Hopper's bulk prefetch, sm_90 and newer), once `after` is computed; 0 for each."""
+    return tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; // $3", "=r,l,r,r",
+                                     [pointers, nbytes, after], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def prefetch_rows(w_ptr, rows, w_row_stride, k: tl.constexpr, BLOCK_K: tl.constexpr):
     """L2 prefetches of the first BLOCK_K columns of weight `rows` (in range), one a 128-byte line; returns 0 once
     they are issued."""
