@@ -62,7 +62,7 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     return {
         "schema": BENCH_SCHEMA,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(loaded, loops_ran.compile),
+        "environment": environment(loaded, loops_ran.compile, greedy=not loops_ran.do_sample),
         "model": model_facts(loaded),
         "request": {"prompt": request.prompt, "options": asdict(request.options), "trials": request.trials,
                     "contestants": list(request.contestants), "stream": request.stream,
@@ -208,7 +208,7 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
+def environment(loaded: LoadedModel, compile_mode: str, greedy: bool = True) -> dict[str, Any]:
     import transformers
 
 
@@ -231,6 +231,8 @@ def environment(loaded: LoadedModel, compile_mode: str) -> dict[str, Any]:
             "decode_swiglu": _decode_swiglu(loaded, compile_mode),
             # whether its attention asked L2 for the output projection's weight (SYNCSCOPE_ATTENTION_PREFETCH)
             "attention_prefetch": _attention_prefetch(loaded, compile_mode),
+            # what a greedy step-graph step compiled after the forward (SYNCSCOPE_STEP_COMMIT); None elsewhere
+            "step_commit": _step_commit(compile_mode, greedy),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
@@ -263,6 +265,14 @@ def _attention_prefetch(loaded: LoadedModel, compile_mode: str) -> str | None:
 
     choice = attention_prefetch_choice()
     return "unsupported" if choice == "on" and not hopper_or_newer(loaded.device) else choice
+
+
+def _step_commit(compile_mode: str, greedy: bool) -> str | None:
+    if compile_mode != STEP_GRAPH or not greedy:
+        return None
+    from core.loops.step import step_commit_choice
+
+    return step_commit_choice()
 
 
 def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:

@@ -265,7 +265,18 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["environment"], dict) and "attention_prefetch" not in out["environment"]:
         fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_ATTENTION_PREFETCH: none
         out["environment"] = {**out["environment"], "attention_prefetch": "off" if fused else None}
+    if isinstance(out["environment"], dict) and "step_commit" not in out["environment"]:
+        out["environment"] = {**out["environment"], "step_commit": _commit_before_the_field(out)}
     return out
+
+
+def _commit_before_the_field(report: dict[str, Any]) -> str | None:
+    """Before SYNCSCOPE_STEP_COMMIT a greedy step-graph step compiled its argmax only."""
+    request = report.get("request")
+    options = request.get("options") if isinstance(request, dict) else None
+    if not isinstance(options, dict) or options.get("compile") != "step-graph" or options.get("do_sample"):
+        return None
+    return "argmax"
 
 
 def command_assignments(command: Any) -> dict[str, str]:

@@ -268,3 +268,22 @@ def test_the_appending_attention_kernel_gives_the_tokens_of_transformers_steps(s
             assert not any(hasattr(layer, "decode_semaphores") for layer in layers)
         assert len({int(layer.cumulative_length) for layer in layers}) == 1
     assert tokens["on"] == tokens["off"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_whole_commit_gives_eagers_tokens_and_stops_exactly_at_eos(monkeypatch, fast_tiny_compiles, batch):
+    """SYNCSCOPE_STEP_COMMIT=whole: the step's token choice and bookkeeping in one compile, inside the step's graph."""
+    from core.models import load_model
+
+    monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "whole")
+    loaded = load_model("tiny-random", device="cuda", dtype="fp32")
+    prompt = BATCH[:batch] if batch > 1 else BATCH[1]
+    rows = free_run(loaded, prompt, 24, cache="static")
+    eos, stops = eos_for_steps(rows, [4, 10, 17][:batch])
+    eager = generate(loaded, prompt, loop="naive", cache="static", max_new_tokens=24, eos_token_id=eos)
+    assert [len(ids) for ids in eager.token_ids] == [s + 1 for s in stops]
+    for loop, lag in (("naive", 1), ("pipelined", 3)):
+        result = generate(loaded, prompt, loop=loop, cache="static", compile="step-graph", max_new_tokens=24,
+                          eos_token_id=eos, lag=lag)
+        assert result.token_ids == eager.token_ids, (loop, lag)
+    assert any(setup.whole_commit is not None for setup in loaded.setups.values())

@@ -61,6 +61,15 @@ def test_whether_attention_prefetched_the_output_projection_is_a_setting_of_its_
     assert table["data"][0] == ["attention_prefetch", "off", "on", "differs"]  # a: from before the field, off
 
 
+def test_what_the_step_compiled_after_the_forward_is_a_setting_of_its_own():
+    a = h200_saved_report().report
+    a["environment"] = {**a["environment"], "step_commit": "argmax"}
+    b = copy.deepcopy(a)
+    b["environment"]["step_commit"] = "whole"
+    table = diff_tables.settings_table(diff_reports(a, b))
+    assert table["data"][0] == ["step_commit", "argmax", "whole", "differs"]
+
+
 def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
     result = diff_reports(*two_h200_runs)
     rows = {row[0]: dict(zip(diff_tables.RATES_HEADERS, row)) for row in diff_tables.rates_table(result)["data"]}

@@ -111,6 +111,17 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(asked)["environment"]["attention_prefetch"] == "on"
 
 
+@pytest.mark.parametrize(("options", "commit"), [
+    ({"compile": "step-graph", "do_sample": False}, "argmax"),  # a greedy step-graph step compiled its argmax only
+    ({"compile": "step-graph", "do_sample": True}, None),       # sampling: its token choice was never compiled
+    ({"compile": "reduce-overhead"}, None), ({}, None)])
+def test_a_report_from_before_the_step_commit_says_what_its_step_compiled(options, commit):
+    old = {"schema": "syncscope.bench/1", "request": {"options": options}, "environment": {}}
+    assert report_schema.upgrade(old)["environment"]["step_commit"] == commit
+    whole = {**old, "environment": {"step_commit": "whole"}}
+    assert report_schema.upgrade(whole)["environment"]["step_commit"] == "whole"
+
+
 @pytest.mark.parametrize(("values", "numbers"), [
     ([1, 2.5, 0.0], True), ([], True), ([1e308, 1e308], True),  # finite items whose sum is not: asked item by item
     ([1.0, float("inf")], False), ([float("nan")], False), ([float("inf"), float("-inf")], False),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.loops.prompt import encode
-from core.loops.step import DecodeSetup, StepGraph, decode_setup_for, select_next_tokens
+from core.loops.step import DecodeSetup, StepGraph, decode_setup_for, greedy_commit, select_next_tokens
 from core.options import STATIC_CACHE_BUCKET, STEP_GRAPH, GenerationOptions
 
 PAD_ROW = ["Hi", "A much longer prompt, so that the first row is padded"]
@@ -180,6 +180,38 @@ def test_commit_stops_at_any_of_many_eos_ids(loaded):
     setup.commit(logits_for(12, 1000))
     assert setup.state.done[:2].tolist() == [0, 1]
     assert setup.state.out[1, 0].item() == loaded.tokenizer.pad_token_id
+
+
+@pytest.mark.parametrize(("compiled", "ignore_eos"), [(False, False), (True, False), (True, True)])
+def test_the_whole_commit_writes_what_commit_and_the_step_write(loaded, compiled, ignore_eos):
+    """SYNCSCOPE_STEP_COMMIT=whole: `greedy_commit`, as it runs and compiled (inductor on the CPU here), leaves every
+    buffer as the eager step's commit and position move do, step after step, through rows ending and padding."""
+    setup = begun(loaded, PAD_ROW, eos_token_id=[7, 9], ignore_eos=ignore_eos)
+    state = setup.state
+    copies = {name: getattr(state, name).clone() for name in ("tokens", "positions", "unfinished", "record",
+                                                             "step_index")}
+    commit = torch.compile(greedy_commit, dynamic=False, fullgraph=True) if compiled else greedy_commit
+    for step in (logits_for(7, 3), logits_for(4, 5), logits_for(4, 9), logits_for(2, 2)):
+        state.positions.add_(1)
+        setup.commit(step)
+        commit(step, copies["tokens"], copies["positions"], copies["unfinished"], copies["record"],
+               copies["step_index"], setup.pad, setup.eos_ids, not ignore_eos)
+        for name, copy in copies.items():
+            assert torch.equal(copy, getattr(state, name)), name
+    assert state.done[:4].tolist() == ([0] * 4 if ignore_eos else [0, 0, 1, 1])
+
+
+def test_only_a_greedy_step_graph_step_commits_whole(loaded, fake_compile, captures, monkeypatch):
+    monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "whole")
+    prompt = encode(loaded, "Hi")
+    for mode, whole in (("off", False), ("reduce-overhead", False), (STEP_GRAPH, True)):
+        options = GenerationOptions(cache="static", compile=mode, max_new_tokens=8)
+        setup = decode_setup_for(loaded, prompt.input_ids.shape, options)
+        assert (setup.whole_commit is not None) is whole, mode
+    assert setup.whole_commit.wrapped is greedy_commit
+    monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "argmax")  # the default: the argmax compiled alone
+    loaded.setups.clear()
+    assert decode_setup_for(loaded, prompt.input_ids.shape, options).whole_commit is None
 
 
 def sampled(logits, draws=4000, seed=3, **options):

@@ -4,23 +4,25 @@
 # process at a time from empty caches. It replaces the PDL and SwiGLU call written before it,
 # which never ran (no device was lent in its session).
 # 1. the CUDA tests of what is new: PDL's tokens equal off's, swiglu-gate-up's fp32 tokens equal eager's and bf16
-#    repeats, attention's prefetch changes no bit;
+#    repeats, attention's prefetch changes no bit, the whole commit gives eager's tokens and stops at EOS;
 # 2. the gemv table's swiglu and down entries timed as the step runs them (commit gemv_configs.json if kept);
 # 3. Llama-1B: default, kernel-pdl-wait, kernel-pdl-prefetch (PDL with the alignment fix, 95dbbde), swiglu-gate-up,
-#    attention-prefetch (SYNCSCOPE_ATTENTION_PREFETCH=on).
+#    attention-prefetch (SYNCSCOPE_ATTENTION_PREFETCH=on), commit-whole (SYNCSCOPE_STEP_COMMIT=whole), as far as the
+#    budget goes (floor_ab.sh starts no run with under 60 s left; what is left goes to the next call).
 # Then floor_combined_call.sh joins the winners (and tries --streams 2 on top), and peers_both_call.sh measures the
 # new default beside the peers.
 #   bash benchmarks/calls/floor_candidates_call.sh
 export CALL_BUDGET_S=575
 source benchmarks/device_setup.sh
 timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rfEs tests/test_cuda_kernel_pdl.py \
-    tests/test_cuda_layer.py -k "pdl or swiglu or prefetch" 2>&1 | grep -v "^DEBUG\|^W1" | tail -15 > $R/tests.log
+    tests/test_cuda_layer.py tests/test_cuda.py -k "pdl or swiglu or prefetch or whole_commit" 2>&1 \
+    | grep -v "^DEBUG\|^W1" | tail -15 > $R/tests.log
 tail -4 $R/tests.log; echo "tests done after $(( $(date +%s) - START )) s"
 python3 benchmarks/gemv_sweep.py --timing graph --parts swiglu down --shapes llama-1b llama-8b \
-    --out $R/swiglu-sweep.json --table core/kernels/gemv_configs.json --budget-s 100 2>&1 | grep -v "^W1" \
+    --out $R/swiglu-sweep.json --table core/kernels/gemv_configs.json --budget-s 70 2>&1 | grep -v "^W1" \
     | tee $R/swiglu-sweep.log | cut -c1-160
 cp core/kernels/gemv_configs.json $R/swiglu-sweep.json $R/tests.log $OUT/
 echo "sweep done after $(( $(date +%s) - START )) s"
 source benchmarks/calls/floor_ab.sh llama-1b \
-    "default kernel-pdl-wait kernel-pdl-prefetch swiglu-gate-up attention-prefetch" 575  # sourced: keeps $R
+    "default kernel-pdl-wait kernel-pdl-prefetch swiglu-gate-up attention-prefetch commit-whole" 575  # sourced: keeps $R
 for f in $R/sg-*.json.gz; do echo "$(basename $f .json.gz) $(rate $(basename $f .json.gz))"; done | tee $OUT/rates.txt

@@ -23,9 +23,12 @@ from core.loops.prompt import EncodedPrompt, resolve_eos_ids
 from core.models import LoadedModel, new_static_cache
 from core.options import (
     CUDA_GRAPH_COMPILE_MODES,
+    STEP_COMMIT_CHOICES,
+    STEP_COMMIT_ENV,
     STEP_GRAPH,
     GenerationOptions,
     decode_products_choice,
+    env_choice,
     inductor_options_from_env,
     static_cache_length,
 )
@@ -87,6 +90,9 @@ class DecodeSetup:
         self.forward = decode_forward(loaded, options.compile)
         self.step_graph: StepGraph | None = StepGraph() if options.compile == STEP_GRAPH else None
         self.argmax = _compiled_argmax() if self.step_graph is not None else None
+        # the greedy step's token choice and bookkeeping in one compile (SYNCSCOPE_STEP_COMMIT=whole)
+        self.whole_commit = (_compiled_whole_commit() if self.step_graph is not None and step_commit_choice() == "whole"
+                             else None)
         self.ready = False  # its setup run has happened
         self._compile_ms_pending = options.compile != "off"
         self.state: DecodeState = None  # type: ignore[assignment]
@@ -160,6 +166,10 @@ class DecodeSetup:
         logits = self.forward(input_ids=state.tokens[:, None], attention_mask=mask,
                               position_ids=state.positions[:, None], cache=cache, use_cache=True,
                               logits_to_keep=1).logits[:, -1]
+        if self.whole_commit is not None and not self.options.do_sample:
+            self.whole_commit(logits, state.tokens, state.positions, state.unfinished, state.record, state.step_index,
+                              self.pad, self.eos_ids, not self.options.ignore_eos)
+            return
         state.positions.add_(1)
         self.commit(logits)
 
@@ -179,6 +189,31 @@ class DecodeSetup:
         state.record.index_copy_(0, state.step_index, torch.cat((tokens, finished[None]))[None])
         state.tokens.copy_(tokens)
         state.step_index.add_(1)
+
+
+def step_commit_choice() -> str:
+    """SYNCSCOPE_STEP_COMMIT: what a greedy step-graph step compiles after the forward, "argmax" (the default) or
+    "whole" (core.options)."""
+    return env_choice(STEP_COMMIT_ENV, STEP_COMMIT_CHOICES)
+
+
+def greedy_commit(logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, unfinished: torch.Tensor,
+                  record: torch.Tensor, step_index: torch.Tensor, pad: torch.Tensor, eos_ids: torch.Tensor,
+                  check_eos: bool) -> None:
+    """A greedy decode step's `commit` and the position moved on, as one function of the state's tensors (written in
+    place), for one compile: the same values as `decode_body`'s eager path."""
+    chosen = torch.where(unfinished, blockwise_argmax(logits), pad)
+    if check_eos:
+        unfinished &= ~(chosen[:, None] == eos_ids).any(dim=1)
+    finished = unfinished.any().logical_not().long()
+    record.index_copy_(0, step_index, torch.cat((chosen, finished[None]))[None])
+    tokens.copy_(chosen)
+    step_index.add_(1)
+    positions.add_(1)
+
+
+def _compiled_whole_commit() -> Callable[..., None]:
+    return torch.compile(greedy_commit, dynamic=False, fullgraph=True)
 
 
 def select_next_tokens(logits: torch.Tensor, options: GenerationOptions, generator: Any) -> torch.Tensor:
