@@ -127,17 +127,24 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
     for start in range(0, SPLIT_LEN, BLOCK_KEYS):
         keys = first + start + tl.arange(0, BLOCK_KEYS)
         inside = keys < length
+        keep = inside[None, :] & real[:, None]
+        # Every read of the block before any arithmetic: the keys, the values and the mask then come in one round
+        # trip to memory. The scores need none of the values, but a load written after them waits for them (the
+        # layout conversions between are barriers the compiler does not move loads across).
         k = tl.load(k_ptr + b * skb + kv * skh + keys[:, None] * skl + d[None, :] * skd, mask=inside[:, None],
                     other=0.0)
+        v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
+                    other=0.0)
+        if HAS_MASK:
+            m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
         if APPEND:
             k = tl.where((keys == slot)[:, None], new_key[None, :], k)
+            v = tl.where((keys == slot)[:, None], new_value[None, :], v)
         if UPCAST:
             k = k.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32)
         scores = (scores * scale).to(tl.float32)  # inside a compile `scale` arrives as fp64
-        keep = inside[None, :] & real[:, None]
         if HAS_MASK:
-            m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
             if MASK_IS_BOOL:
                 keep = keep & (m != 0)
             else:
@@ -147,10 +154,6 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
         shift = tl.where(new_best == float("-inf"), 0.0, new_best)
         weights = tl.exp(scores - shift[:, None])
         rescale = tl.exp(best - shift)
-        v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
-                    other=0.0)
-        if APPEND:
-            v = tl.where((keys == slot)[:, None], new_value[None, :], v)
         v = v.to(tl.float32)
         total = total * rescale + tl.sum(weights, 1)
         acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision=PRECISION)

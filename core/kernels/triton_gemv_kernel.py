@@ -104,6 +104,14 @@ def gemv(
         norm_ptr += zero
         residual_ptr += zero
         length_ptr += zero
+    # What the rows add after the product, read before it: a read after the sum would be one more round trip to
+    # memory at the end of every program, where these overlap the weights' reads.
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if SWIGLU:
+            bias_up = tl.load(bias_ptr + n + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        residual = tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K] if SWIGLU else [1, 1], dtype=tl.float32)  # with SWIGLU: row `n + row`'s
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
@@ -135,19 +143,19 @@ def gemv(
     if NORM:
         out *= inverse_rms(squares, k, eps)
     if HAS_BIAS:
-        out += tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        out += bias
     if SWIGLU:  # gate and up rounded as the Linear returns them, then what ACT_MUL computes from them
         up = tl.sum(acc_up, axis=1)
         if NORM:
             up *= inverse_rms(squares, k, eps)
         if HAS_BIAS:
-            up += tl.load(bias_ptr + n + rows, mask=row_ok, other=0.0).to(tl.float32)
+            up += bias_up
         gate = out.to(out_ptr.dtype.element_ty).to(tl.float32)
         up = up.to(out_ptr.dtype.element_ty).to(tl.float32)
         out = gate * tl.sigmoid(gate) * up
     if RESIDUAL:  # the product rounded as the Linear returns it, then the residual add, rounded once more
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
-        out += tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        out += residual
     tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_ok)
     # the cache's length moved on by the token, once (what StaticLayer.update does); the constexpr test stays apart
     if ADVANCE:  # noqa: SIM102
@@ -207,6 +215,16 @@ def qkv_gemv(
         key_ptr += zero
         value_ptr += zero
         length_ptr += zero
+    # What the rows need after the product, read before it (see gemv): the bias, the rotary cos and sin (a value
+    # row's program reads them too, unused: a read under its test would wait for the sum), the cache's length.
+    if HAS_BIAS:
+        bias_low = tl.load(bias_ptr + low).to(tl.float32)
+        bias_high = tl.load(bias_ptr + high).to(tl.float32)
+    cos_low = tl.load(cos_ptr + pairs * cos_stride).to(tl.float32)
+    cos_high = tl.load(cos_ptr + (pairs + half) * cos_stride).to(tl.float32)
+    sin_low = tl.load(sin_ptr + pairs * cos_stride).to(tl.float32)
+    sin_high = tl.load(sin_ptr + (pairs + half) * cos_stride).to(tl.float32)
+    slot = tl.load(length_ptr)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc_low = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     acc_high = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
@@ -239,15 +257,11 @@ def qkv_gemv(
     out_low = tl.sum(acc_low, axis=1) * rstd
     out_high = tl.sum(acc_high, axis=1) * rstd
     if HAS_BIAS:
-        out_low += tl.load(bias_ptr + low).to(tl.float32)
-        out_high += tl.load(bias_ptr + high).to(tl.float32)
+        out_low += bias_low
+        out_high += bias_high
     out_low = out_low.to(dtype).to(tl.float32)  # rounded as the Linear returns them
     out_high = out_high.to(dtype).to(tl.float32)
     if head < HEADS + KV_HEADS:  # queries and keys: x * cos + rotate_half(x) * sin, as transformers turns them
-        cos_low = tl.load(cos_ptr + pairs * cos_stride).to(tl.float32)
-        cos_high = tl.load(cos_ptr + (pairs + half) * cos_stride).to(tl.float32)
-        sin_low = tl.load(sin_ptr + pairs * cos_stride).to(tl.float32)
-        sin_high = tl.load(sin_ptr + (pairs + half) * cos_stride).to(tl.float32)
         turned_low = out_low * cos_low - out_high * sin_low
         out_high = out_high * cos_high + out_low * sin_high
         out_low = turned_low
@@ -255,7 +269,6 @@ def qkv_gemv(
         tl.store(q_ptr + low, out_low.to(dtype))
         tl.store(q_ptr + high, out_high.to(dtype))
     else:
-        slot = tl.load(length_ptr)
         kv_head = (head - HEADS) % KV_HEADS
         offset = kv_head * cache_head_stride + slot * cache_slot_stride + pairs
         if head < HEADS + KV_HEADS:
