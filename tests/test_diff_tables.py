@@ -41,33 +41,20 @@ def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_run
     assert text_of(diff_tables.summary_md(result, plain)).startswith("1 setting differs: cache.")
 
 
-def test_where_the_fused_layer_computed_swiglu_is_a_setting_of_its_own():
+@pytest.mark.parametrize(("field", "before", "after"), [
+    ("decode_swiglu", "down", "gate-up"),  # where the fused layer computed silu(gate) * up
+    ("attention_prefetch", "off", "on"),  # whether its attention asked L2 for the output projection
+    ("step_commit", "argmax", "whole"),  # what the greedy step compiled after the forward
+])
+def test_each_step_graph_kernel_choice_is_a_setting_of_its_own(field, before, after):
     a = h200_saved_report().report
+    a["request"]["options"] = {**a["request"]["options"], "compile": "step-graph", "do_sample": False}
     a["environment"] = {**a["environment"], "decode_layer": "fused"}
-    a["environment"].pop("decode_swiglu", None)  # as a report from before the field was written
+    a["environment"].pop(field, None)  # as a report from before the field was written: upgraded to `before`
     b = copy.deepcopy(a)
-    b["environment"]["decode_swiglu"] = "gate-up"
+    b["environment"][field] = after
     table = diff_tables.settings_table(diff_reports(a, b))
-    assert table["data"][0] == ["decode_swiglu", "down", "gate-up", "differs"]  # a: from before the field, in down
-
-
-def test_whether_attention_prefetched_the_output_projection_is_a_setting_of_its_own():
-    a = h200_saved_report().report
-    a["environment"] = {**a["environment"], "decode_layer": "fused"}
-    a["environment"].pop("attention_prefetch", None)  # as a report from before the field was written
-    b = copy.deepcopy(a)
-    b["environment"]["attention_prefetch"] = "on"
-    table = diff_tables.settings_table(diff_reports(a, b))
-    assert table["data"][0] == ["attention_prefetch", "off", "on", "differs"]  # a: from before the field, off
-
-
-def test_what_the_step_compiled_after_the_forward_is_a_setting_of_its_own():
-    a = h200_saved_report().report
-    a["environment"] = {**a["environment"], "step_commit": "argmax"}
-    b = copy.deepcopy(a)
-    b["environment"]["step_commit"] = "whole"
-    table = diff_tables.settings_table(diff_reports(a, b))
-    assert table["data"][0] == ["step_commit", "argmax", "whole", "differs"]
+    assert table["data"][0] == [field, before, after, "differs"]
 
 
 def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
