@@ -82,6 +82,12 @@ DECODE_SWIGLU_CHOICES = ("down", "gate-up")
 # otherwise only start to send when it begins; "off", the default, until measured on a GPU (docs/TUNING.md).
 ATTENTION_PREFETCH_ENV = "SYNCSCOPE_ATTENTION_PREFETCH"
 ATTENTION_PREFETCH_CHOICES = ("off", "on")
+# core.kernels.decode_layer: "on" has each of the fused layer's products, once its last programs have read their
+# weight, ask L2 for the start of the next product's weight (the output projection for gate/up's, gate/up for the
+# down projection's, the down projection for the next layer's q/k/v or the output layer's), 8 MiB at most, so the next
+# product's first reads find it there; "off", the default, until measured on a GPU (docs/TUNING.md).
+PRODUCT_PREFETCH_ENV = "SYNCSCOPE_PRODUCT_PREFETCH"
+PRODUCT_PREFETCH_CHOICES = ("off", "on")
 # core.loops.step: what a greedy step-graph step compiles after the forward. "argmax", the default: the token choice
 # only, the rest of the step's bookkeeping (finished rows padded, the stop flag, the step's row written, the fed
 # token, the step and position moved on) in eager kernels, about ten small ones and a device-to-device copy; "whole":
@@ -90,7 +96,7 @@ STEP_COMMIT_ENV = "SYNCSCOPE_STEP_COMMIT"
 STEP_COMMIT_CHOICES = ("argmax", "whole")
 TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, KERNEL_PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
               APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_SWIGLU_ENV,
-              ATTENTION_PREFETCH_ENV, STEP_COMMIT_ENV)
+              ATTENTION_PREFETCH_ENV, PRODUCT_PREFETCH_ENV, STEP_COMMIT_ENV)
 
 
 def require(condition: bool, message: str) -> None:
@@ -450,5 +456,6 @@ def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
     env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
     env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES, environ)
     env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES, environ)
+    env_choice(PRODUCT_PREFETCH_ENV, PRODUCT_PREFETCH_CHOICES, environ)
     env_choice(STEP_COMMIT_ENV, STEP_COMMIT_CHOICES, environ)
     inductor_options_from_env(environ)

@@ -229,8 +229,10 @@ def environment(loaded: LoadedModel, compile_mode: str, greedy: bool = True) -> 
             "decode_layer": _decode_layer(loaded, compile_mode),
             # the fused layer's kernel that computed silu(gate) * up (SYNCSCOPE_DECODE_SWIGLU); None where not fused
             "decode_swiglu": _decode_swiglu(loaded, compile_mode),
-            # whether its attention asked L2 for the output projection's weight (SYNCSCOPE_ATTENTION_PREFETCH)
-            "attention_prefetch": _attention_prefetch(loaded, compile_mode),
+            # whether its attention asked L2 for the output projection's weight (SYNCSCOPE_ATTENTION_PREFETCH), and
+            # its products for the next one's (SYNCSCOPE_PRODUCT_PREFETCH)
+            "attention_prefetch": _prefetch(loaded, compile_mode, "attention"),
+            "product_prefetch": _prefetch(loaded, compile_mode, "product"),
             # what a greedy step-graph step compiled after the forward (SYNCSCOPE_STEP_COMMIT); None elsewhere
             "step_commit": _step_commit(compile_mode, greedy),
             "gpus": _gpu_facts(loaded),
@@ -256,14 +258,15 @@ def _decode_swiglu(loaded: LoadedModel, compile_mode: str) -> str | None:
     return swiglu_choice()
 
 
-def _attention_prefetch(loaded: LoadedModel, compile_mode: str) -> str | None:
-    """"on", "off", "unsupported" (asked below Hopper, which has no bulk prefetch), or None where not fused."""
+def _prefetch(loaded: LoadedModel, compile_mode: str, kernels: str) -> str | None:
+    """What the fused layer's attention or products (`kernels`) asked L2 for: "on", "off", "unsupported" (asked below
+    Hopper, which has no bulk prefetch), or None where the layers were not fused."""
     if _decode_layer(loaded, compile_mode) != "fused":
         return None
-    from core.kernels.decode_layer import attention_prefetch_choice
+    from core.kernels.decode_layer import attention_prefetch_choice, product_prefetch_choice
     from core.kernels.pdl import hopper_or_newer
 
-    choice = attention_prefetch_choice()
+    choice = attention_prefetch_choice() if kernels == "attention" else product_prefetch_choice()
     return "unsupported" if choice == "on" and not hopper_or_newer(loaded.device) else choice
 
 

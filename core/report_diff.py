@@ -42,7 +42,8 @@ from core.text import SENTENCE_FIELD_CHARS, clip, escaped
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
                       "pdl", "kernel_pdl", "o_proj", "decode_products", "decode_layer", "decode_swiglu",
-                      "attention_prefetch", "step_commit", "inductor_options", "torch", "transformers", "python")
+                      "attention_prefetch", "product_prefetch", "step_commit", "inductor_options", "torch",
+                      "transformers", "python")
 # Tuning variables whose effect the environment does not record: read from the reproduce command, where an unset one
 # is its first choice (options.env_choice).
 COMMAND_ENVIRONMENT = {APPEND_IN_ATTENTION_ENV: APPEND_IN_ATTENTION_CHOICES, TP_BARRIER_ENV: TP_BARRIER_CHOICES}

@@ -262,9 +262,10 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["environment"], dict) and "decode_swiglu" not in out["environment"]:
         fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_DECODE_SWIGLU: in down
         out["environment"] = {**out["environment"], "decode_swiglu": "down" if fused else None}
-    if isinstance(out["environment"], dict) and "attention_prefetch" not in out["environment"]:
-        fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_ATTENTION_PREFETCH: none
-        out["environment"] = {**out["environment"], "attention_prefetch": "off" if fused else None}
+    for field in ("attention_prefetch", "product_prefetch"):  # before SYNCSCOPE_*_PREFETCH, a fused layer asked none
+        if isinstance(out["environment"], dict) and field not in out["environment"]:
+            fused = out["environment"].get("decode_layer") == "fused"
+            out["environment"] = {**out["environment"], field: "off" if fused else None}
     if isinstance(out["environment"], dict) and "step_commit" not in out["environment"]:
         out["environment"] = {**out["environment"], "step_commit": _commit_before_the_field(out)}
     return out

@@ -93,37 +93,47 @@ def test_swiglu_in_gate_up_gives_eager_tokens_in_fp32_and_repeats_in_bf16(monkey
             assert first.token_ids == eager.token_ids
 
 
-def test_attention_prefetching_the_output_projection_changes_no_bit(monkeypatch, fast_tiny_compiles):
-    """SYNCSCOPE_ATTENTION_PREFETCH=on only asks L2 for a weight: the same tokens as off, bf16 and fp32."""
-    from core.kernels import triton_attention
+@pytest.mark.parametrize("option", ["SYNCSCOPE_ATTENTION_PREFETCH", "SYNCSCOPE_PRODUCT_PREFETCH"])
+def test_prefetching_the_next_weight_changes_no_bit(monkeypatch, fast_tiny_compiles, option):
+    """Asking L2 for the next kernel's weight (attention for the output projection's, each product for the next
+    product's) changes no value: the same tokens as off, fp32 and bf16, and the kernels were launched with it."""
+    from core.kernels import triton_attention, triton_gemv
 
     asked = []
-    pieces = triton_attention.prefetch_pieces
-    monkeypatch.setattr(triton_attention, "prefetch_pieces",
-                        lambda ahead, programs: asked.append(pieces(ahead, programs)) or asked[-1])
+    module = triton_attention if option == "SYNCSCOPE_ATTENTION_PREFETCH" else triton_gemv
+    pieces = module.prefetch_pieces
+    monkeypatch.setattr(module, "prefetch_pieces", lambda ahead, *args: asked.append(
+        (ahead is not None, pieces(ahead, *args)[0])) or pieces(ahead, *args))
     common = dict(cache="static", max_new_tokens=24, ignore_eos=True, loop="pipelined", compile="step-graph", lag=2)
     for dtype in ("fp32", "bf16"):
         tokens = {}
         for choice in ("off", "on"):
-            monkeypatch.setenv("SYNCSCOPE_ATTENTION_PREFETCH", choice)
+            monkeypatch.setenv(option, choice)
             torch._dynamo.reset()
             asked.clear()
             tokens[choice] = generate(load_model("tiny-random", device="cuda", dtype=dtype), PROMPT, **common).token_ids
-            assert asked and all((piece > 0) is (choice == "on") for piece, _ in asked), (dtype, choice, asked)
+            given = [piece for weight, piece in asked if weight]
+            assert (len(given) > 0 and all(given)) if choice == "on" else not given, (dtype, choice, asked)
         assert tokens["on"] == tokens["off"], dtype
 
 
-def test_the_attention_kernel_gives_the_same_bits_with_the_prefetch_at_llama_1b():
+def _direct(kernel):  # launched by Triton itself, outside a compile
+    return kernel
+
+
+def test_the_kernels_give_the_same_bits_with_the_prefetch_at_llama_1b():
     from core.kernels import triton_attention
+    from core.kernels.triton_gemv import Around, launch_gemv
     from tests.test_triton_attention import _case
 
     query, key, value, mask = _case(torch.bfloat16, 1, 32, 8, 512, 64, "bool", device="cuda")
     weight = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
-
-    def direct(kernel):  # launched by Triton itself, outside a compile
-        return kernel
-
-    plain = triton_attention._launch(query, key, value, mask, 0.125, direct, triton_attention._kernels())
-    ahead = triton_attention._launch(query, key, value, mask, 0.125, direct, triton_attention._kernels(), ahead=weight)
-    assert triton_attention.prefetch_pieces(weight, 64)[0] > 0
+    plain = triton_attention._launch(query, key, value, mask, 0.125, _direct, triton_attention._kernels())
+    ahead = triton_attention._launch(query, key, value, mask, 0.125, _direct, triton_attention._kernels(), ahead=weight)
+    assert triton_attention.prefetch_pieces(weight, 64, triton_attention.PREFETCH_PIECES)[0] > 0
+    assert torch.equal(plain, ahead)
+    x, residual = (torch.randn(1, 1, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    gate_up = torch.randn(16384, 2048, device="cuda", dtype=torch.bfloat16)
+    plain = launch_gemv(x, weight, None, False, _direct, around=Around(residual=residual))
+    ahead = launch_gemv(x, weight, None, False, _direct, around=Around(residual=residual, ahead=gate_up))
     assert torch.equal(plain, ahead)

@@ -44,6 +44,7 @@ def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_run
 @pytest.mark.parametrize(("field", "before", "after"), [
     ("decode_swiglu", "down", "gate-up"),  # where the fused layer computed silu(gate) * up
     ("attention_prefetch", "off", "on"),  # whether its attention asked L2 for the output projection
+    ("product_prefetch", "off", "on"),  # whether its products asked L2 for the next one's weight
     ("step_commit", "argmax", "whole"),  # what the greedy step compiled after the forward
 ])
 def test_each_step_graph_kernel_choice_is_a_setting_of_its_own(field, before, after):

@@ -184,10 +184,11 @@ def kernels_ptx_for_hopper(level: int, aligned: bool = False) -> dict[str, str]:
     ptx = {}
     for name, swiglu in (("gemv", False), ("gemv-swiglu", True)):
         ptx[name] = _compile_for_hopper(
-            gemv, {**pointers, "length_ptr": "*i64"},
+            gemv, {**pointers, "length_ptr": "*i64", "ahead_ptr": "*bf16"},
             {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True, "RESIDUAL": False, "ADVANCE": False,
-             "SWIGLU": swiglu, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": level},
-            {"eps": "fp64"})
+             "SWIGLU": swiglu, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": level,
+             "AHEAD_PIECE": 0, "AHEAD_PIECES": 256},
+            {"eps": "fp64", "ahead_last": "i64"})
     pointers = {name: "*bf16" for name in ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr",
                                           "key_ptr", "value_ptr")}
     ptx["qkv_gemv"] = _compile_for_hopper(
@@ -294,10 +295,11 @@ def test_torchs_analysis_finds_the_same_written_arguments_at_every_level(monkeyp
 
     gemv, qkv = decode_layer._kernels()
     pointers = ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")
-    gemv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "n": 4096,
-                 "w_row_stride": 2048, "eps": 1e-5, "k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True,
-                 "RESIDUAL": True, "ADVANCE": True, "SWIGLU": False, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2,
-                 "BLOCK_K": 1024}
+    gemv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "ahead_ptr": tensor(),
+                 "n": 4096, "w_row_stride": 2048, "eps": 1e-5, "ahead_first": 0, "ahead_last": 0, "k": 2048,
+                 "HAS_BIAS": False, "ACT_MUL": False, "NORM": True, "RESIDUAL": True, "ADVANCE": True,
+                 "SWIGLU": False, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "AHEAD_PIECE": 0,
+                 "AHEAD_PIECES": 256}
     pointers = ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr", "key_ptr", "value_ptr")
     qkv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "w_row_stride": 2048,
                 "cos_stride": 1, "cache_head_stride": 4096, "cache_slot_stride": 64, "eps": 1e-5, "k": 2048,

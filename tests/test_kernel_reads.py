@@ -1,8 +1,8 @@
 """The project's decode kernels read everything a program needs before its arithmetic: in their PTX for sm_90 no load
 follows the product's reduction (the products) or the first matrix multiply (attention), so a program waits for
 memory once, not once more at its end. The reads were moved, not the arithmetic, so results are unchanged (the
-interpreter tests of tests/test_triton_layer.py and tests/test_triton_attention.py). Without spills: checked by
-ptxas, which Triton ships."""
+interpreter tests of tests/test_triton_layer.py and tests/test_triton_attention.py). Without spills, with or
+without the next weight's prefetch: checked by ptxas, which Triton ships."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from core.kernels import decode_layer
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
 GEMV_POINTERS = {**{name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")},
-                 "length_ptr": "*i64"}
+                 "length_ptr": "*i64", "ahead_ptr": "*bf16"}
 GEMV_VARIANTS = {  # each place the decode step uses the product kernel
     "residual": {"RESIDUAL": True},
     "residual-bias": {"RESIDUAL": True, "HAS_BIAS": True},
@@ -33,8 +33,9 @@ def gemv_ptx(**changes) -> str:
 
     gemv, _ = decode_layer._kernels()
     constants = {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": False, "RESIDUAL": False, "ADVANCE": False,
-                 "SWIGLU": False, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": 0, **changes}
-    return _compile_for_hopper(gemv, GEMV_POINTERS, constants, {"eps": "fp64"}, aligned=True)
+                 "SWIGLU": False, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "PDL": 0,
+                 "AHEAD_PIECE": 0, "AHEAD_PIECES": 256, **changes}
+    return _compile_for_hopper(gemv, GEMV_POINTERS, constants, {"eps": "fp64", "ahead_last": "i64"}, aligned=True)
 
 
 def loads_after_the_last_shuffle(code: str) -> int:
@@ -59,7 +60,7 @@ def test_the_qkv_kernel_reads_its_bias_rotary_and_cache_length_before_its_sum():
 @needs_triton
 @pytest.mark.parametrize("piece", [0, 512])
 def test_attention_reads_its_keys_values_and_mask_before_its_first_product(piece):
-    from tests.test_attention_prefetch import attend_ptx
+    from tests.test_prefetch import attend_ptx
 
     code = attend_ptx(piece)
     first = code.index("mma.sync")
@@ -78,11 +79,13 @@ def _ptxas() -> Path | None:
 @needs_triton
 @pytest.mark.skipif(_ptxas() is None, reason="needs the ptxas that Triton ships")
 def test_reading_early_spills_no_register(tmp_path):
-    from tests.test_attention_prefetch import attend_ptx
     from tests.test_kernel_pdl import kernels_ptx_for_hopper
+    from tests.test_prefetch import attend_ptx
 
     kernels = {"attend": attend_ptx(512), "qkv_gemv": kernels_ptx_for_hopper(0, aligned=True)["qkv_gemv"],
-               **{f"gemv-{name}": gemv_ptx(**changes) for name, changes in GEMV_VARIANTS.items()}}
+               **{f"gemv-{name}": gemv_ptx(**changes) for name, changes in GEMV_VARIANTS.items()},
+               **{f"gemv-{name}-prefetch": gemv_ptx(**changes, AHEAD_PIECE=256)
+                  for name, changes in GEMV_VARIANTS.items()}}
     for name, code in kernels.items():
         source = tmp_path / f"{name}.ptx"
         source.write_text(code)

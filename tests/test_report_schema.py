@@ -104,11 +104,12 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["decode_swiglu"] is None
     in_gate_up = {**old, "environment": {**fused["environment"], "decode_swiglu": "gate-up"}}
     assert report_schema.upgrade(in_gate_up)["environment"]["decode_swiglu"] == "gate-up"
-    # and SYNCSCOPE_ATTENTION_PREFETCH: a fused layer from before asked L2 for nothing
-    assert report_schema.upgrade(fused)["environment"]["attention_prefetch"] == "off"
-    assert report_schema.upgrade(old)["environment"]["attention_prefetch"] is None
-    asked = {**old, "environment": {**fused["environment"], "attention_prefetch": "on"}}
-    assert report_schema.upgrade(asked)["environment"]["attention_prefetch"] == "on"
+    # and SYNCSCOPE_ATTENTION_PREFETCH, SYNCSCOPE_PRODUCT_PREFETCH: a fused layer from before asked L2 for nothing
+    for field in ("attention_prefetch", "product_prefetch"):
+        assert report_schema.upgrade(fused)["environment"][field] == "off"
+        assert report_schema.upgrade(old)["environment"][field] is None
+        asked = {**old, "environment": {**fused["environment"], field: "on"}}
+        assert report_schema.upgrade(asked)["environment"][field] == "on"
 
 
 @pytest.mark.parametrize(("options", "commit"), [

@@ -75,28 +75,30 @@ class DirectOps:
                                         ahead=ahead)
 
     @staticmethod
-    def gemv_add_advance(x, weight, bias, residual, length):
+    def gemv_add_advance(x, weight, bias, residual, length, ahead=None):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct, around=Around(residual=residual, length=length))
+        return launch_gemv(x, weight, bias, False, _direct,
+                           around=Around(residual=residual, length=length, ahead=ahead))
 
     @staticmethod
-    def gemv_norm(x, norm, eps, weight, bias):
+    def gemv_norm(x, norm, eps, weight, bias, ahead=None):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps))
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps, ahead=ahead))
 
     @staticmethod
-    def gemv_norm_swiglu(x, norm, eps, weight, bias):
+    def gemv_norm_swiglu(x, norm, eps, weight, bias, ahead=None):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps, swiglu=True))
+        return launch_gemv(x, weight, bias, False, _direct,
+                           around=Around(norm=norm, eps=eps, swiglu=True, ahead=ahead))
 
     @staticmethod
-    def gemv_add(x, weight, bias, act_mul, residual):
+    def gemv_add(x, weight, bias, act_mul, residual, ahead=None):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, act_mul, _direct, around=Around(residual=residual))
+        return launch_gemv(x, weight, bias, act_mul, _direct, around=Around(residual=residual, ahead=ahead))
 
 
 def _direct(kernel):
@@ -223,6 +225,7 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
     gemv, _ = decode_layer._kernels()
     pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
     pointers["length_ptr"] = "*i64"
+    pointers["ahead_ptr"] = "*bf16"
     constants = {
         "k": 4096,
         "HAS_BIAS": False,
@@ -236,8 +239,11 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "BLOCK_N": 2,
         "BLOCK_K": 1024,
         "PDL": 0,
+        "AHEAD_PIECE": 128,  # the next weight's prefetch, where a launch may ask for it
+        "AHEAD_PIECES": 256,
     }
-    _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64"})  # a compile passes a Python float as fp64
+    # a compile passes a Python float as fp64, and the prefetch's last start may pass 2**31
+    _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64", "ahead_last": "i64"})
 
 
 @needs_triton

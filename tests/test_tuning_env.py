@@ -27,6 +27,7 @@ def test_unset_or_blank_variables_take_their_defaults():
     ("SYNCSCOPE_DECODE_PRODUCTS", "cublas", "must be one of auto, triton, inductor, got 'cublas'"),
     ("SYNCSCOPE_ATTENTION_PREFETCH", "o_proj", "must be one of off, on, got 'o_proj'"),
     ("SYNCSCOPE_STEP_COMMIT", "fused", "must be one of argmax, whole, got 'fused'"),
+    ("SYNCSCOPE_PRODUCT_PREFETCH", "all", "must be one of off, on, got 'all'"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "{max_autotune}", "is not valid JSON"),
     ("SYNCSCOPE_INDUCTOR_OPTIONS", "[1]", "must be a JSON object of inductor options"),
 ])

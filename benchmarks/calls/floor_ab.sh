@@ -13,13 +13,15 @@
 # kernel-pdl-wait and kernel-pdl-prefetch are SYNCSCOPE_KERNEL_PDL=wait / prefetch (the project's own Triton kernels
 # launched with programmatic dependent launch; core.kernels.pdl). swiglu-gate-up is SYNCSCOPE_DECODE_SWIGLU=gate-up
 # (the fused layer's gate/up kernel writes silu(gate) * up). attention-prefetch is SYNCSCOPE_ATTENTION_PREFETCH=on (the
-# fused layer's attention asks L2 for the output projection's weight). commit-whole is SYNCSCOPE_STEP_COMMIT=whole (the
-# greedy step's token choice and bookkeeping in one compile). streams-2 adds --streams 2 (the pipelined loop's
-# device-to-host copies on a second stream, off the step's). A label may join several with "+".
+# fused layer's attention asks L2 for the output projection's weight). product-prefetch is
+# SYNCSCOPE_PRODUCT_PREFETCH=on (each product asks L2 for the start of the next one's weight). commit-whole is
+# SYNCSCOPE_STEP_COMMIT=whole (the greedy step's token choice and bookkeeping in one compile). streams-2 adds
+# --streams 2 (the pipelined loop's device-to-host copies on a second stream, off the step's). A label may join several
+# with "+".
 #   bash benchmarks/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
 #   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
 #   inductor-products, layer-off, layer-on, kernel-pdl-wait, kernel-pdl-prefetch, swiglu-gate-up, attention-prefetch,
-#   commit-whole, streams-2 (any order, repeats;
+#   product-prefetch, commit-whole, streams-2 (any order, repeats;
 #   e.g. kernel-pdl-wait+swiglu-gate-up)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/device_setup.sh
@@ -30,7 +32,7 @@ for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
     unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER \
         SYNCSCOPE_KERNEL_PDL SYNCSCOPE_DECODE_SWIGLU SYNCSCOPE_ATTENTION_PREFETCH \
-        SYNCSCOPE_STEP_COMMIT
+        SYNCSCOPE_PRODUCT_PREFETCH SYNCSCOPE_STEP_COMMIT
     flags=""
     for part in ${label//+/ }; do case $part in
         cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
@@ -44,6 +46,7 @@ for label in $LABELS; do
         kernel-pdl-wait|kernel-pdl-prefetch) export SYNCSCOPE_KERNEL_PDL=${part#kernel-pdl-} ;;
         swiglu-gate-up) export SYNCSCOPE_DECODE_SWIGLU=gate-up ;;
         attention-prefetch) export SYNCSCOPE_ATTENTION_PREFETCH=on ;;
+        product-prefetch) export SYNCSCOPE_PRODUCT_PREFETCH=on ;;
         commit-whole) export SYNCSCOPE_STEP_COMMIT=whole ;;
         streams-2) flags="--streams 2" ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${part%-cd-all} \

@@ -1,28 +1,23 @@
 #!/bin/bash
 # Device call (nvidia-h200; carry .whlmin, .carry/tokenizer.tgz), issue 43, the first of three (about 9.5 minutes):
 # every candidate for the Llama-1B step's fixed cost, each against the default in fresh step-graph compiles, one
-# process at a time from empty caches. It replaces the PDL and SwiGLU call written before it,
-# which never ran (no device was lent in its session).
+# process at a time from empty caches. It replaces the PDL and SwiGLU call written before it, which never ran (no
+# device was lent in its session).
 # 1. the CUDA tests of what is new: PDL's tokens equal off's, swiglu-gate-up's fp32 tokens equal eager's and bf16
-#    repeats, attention's prefetch changes no bit, the whole commit gives eager's tokens and stops at EOS;
-# 2. the gemv table's swiglu and down entries timed as the step runs them (commit gemv_configs.json if kept);
-# 3. Llama-1B: default, kernel-pdl-wait, kernel-pdl-prefetch (PDL with the alignment fix, 95dbbde), swiglu-gate-up,
-#    attention-prefetch (SYNCSCOPE_ATTENTION_PREFETCH=on), commit-whole (SYNCSCOPE_STEP_COMMIT=whole), as far as the
-#    budget goes (floor_ab.sh starts no run with under 60 s left; what is left goes to the next call).
-# Then floor_combined_call.sh joins the winners (and tries --streams 2 on top), and peers_both_call.sh measures the
-# new default beside the peers.
+#    repeats, the prefetches change no bit, the whole commit gives eager's tokens and stops at EOS;
+# 2. Llama-1B: default (with the kernels' reads moved first, 8725825: compare its kernels' times with
+#    h200-2026-12-04's), kernel-pdl-wait, kernel-pdl-prefetch (PDL with the alignment fix, 95dbbde), swiglu-gate-up,
+#    attention-prefetch, product-prefetch, commit-whole, as far as the budget goes (floor_ab.sh starts no run with
+#    under 60 s left; what is left goes to the next call).
+# Then floor_combined_call.sh joins the winners (and times the gemv table's swiglu entries if swiglu-gate-up is one),
+# and peers_both_call.sh measures the new default beside the peers.
 #   bash benchmarks/calls/floor_candidates_call.sh
 export CALL_BUDGET_S=575
 source benchmarks/device_setup.sh
 timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rfEs tests/test_cuda_kernel_pdl.py \
     tests/test_cuda_layer.py tests/test_cuda.py -k "pdl or swiglu or prefetch or whole_commit" 2>&1 \
     | grep -v "^DEBUG\|^W1" | tail -15 > $R/tests.log
-tail -4 $R/tests.log; echo "tests done after $(( $(date +%s) - START )) s"
-python3 benchmarks/gemv_sweep.py --timing graph --parts swiglu down --shapes llama-1b llama-8b \
-    --out $R/swiglu-sweep.json --table core/kernels/gemv_configs.json --budget-s 70 2>&1 | grep -v "^W1" \
-    | tee $R/swiglu-sweep.log | cut -c1-160
-cp core/kernels/gemv_configs.json $R/swiglu-sweep.json $R/tests.log $OUT/
-echo "sweep done after $(( $(date +%s) - START )) s"
-source benchmarks/calls/floor_ab.sh llama-1b \
-    "default kernel-pdl-wait kernel-pdl-prefetch swiglu-gate-up attention-prefetch commit-whole" 575  # sourced: keeps $R
+tail -4 $R/tests.log; cp $R/tests.log $OUT/; echo "tests done after $(( $(date +%s) - START )) s"
+source benchmarks/calls/floor_ab.sh llama-1b "default kernel-pdl-wait kernel-pdl-prefetch swiglu-gate-up \
+attention-prefetch product-prefetch commit-whole" 575  # sourced: keeps $R
 for f in $R/sg-*.json.gz; do echo "$(basename $f .json.gz) $(rate $(basename $f .json.gz))"; done | tee $OUT/rates.txt

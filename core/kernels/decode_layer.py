@@ -11,6 +11,7 @@ they are done inside the products:
 - attention reads the cache as before (core.kernels.triton_attention); with SYNCSCOPE_ATTENTION_PREFETCH=on it then
   asks L2 for the output projection's weight, so the projection reads it from L2;
 - the output projection adds the residual, and moves the cache's length on;
+- with SYNCSCOPE_PRODUCT_PREFETCH=on each product's last programs ask L2 for the start of the next product's weight;
 - the gate/up product normalises its input (the post-attention RMSNorm);
 - the down projection computes silu(gate) * up on the fly, as before, and adds the residual (with
   SYNCSCOPE_DECODE_SWIGLU=gate-up the gate/up product computes the activation, once, and the down projection reads it).
@@ -54,6 +55,8 @@ from core.options import (
     DECODE_LAYER_ENV,
     DECODE_SWIGLU_CHOICES,
     DECODE_SWIGLU_ENV,
+    PRODUCT_PREFETCH_CHOICES,
+    PRODUCT_PREFETCH_ENV,
     env_choice,
 )
 
@@ -72,6 +75,12 @@ def attention_prefetch_choice() -> str:
     """SYNCSCOPE_ATTENTION_PREFETCH: whether attention asks L2 for the output projection's weight, "off" (the
     default) or "on"."""
     return env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES)
+
+
+def product_prefetch_choice() -> str:
+    """SYNCSCOPE_PRODUCT_PREFETCH: whether each product asks L2 for the start of the next one's weight, "off" (the
+    default) or "on"."""
+    return env_choice(PRODUCT_PREFETCH_ENV, PRODUCT_PREFETCH_CHOICES)
 
 
 def swiglu_choice() -> str:
@@ -202,19 +211,31 @@ def fused_step(
     ahead = attention.o_proj.weight if attention_prefetch_choice() == "on" else None
     attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling), ahead)
     attended = attended.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+    # each product's next weight, whose start it asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH), else None
+    after_o, after_gate_up, after_down = _next_weights(layer)
     hidden_states = ops.gemv_add_advance(
-        attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length
+        attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length, after_o
     )
     norm = layer.post_attention_layernorm
     if swiglu_choice() == "gate-up":
         activation = ops.gemv_norm_swiglu(
-            hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
+            hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias,
+            after_gate_up,
         )
-        return ops.gemv_add(activation, mlp.down_proj.weight, mlp.down_proj.bias, False, hidden_states)
+        return ops.gemv_add(activation, mlp.down_proj.weight, mlp.down_proj.bias, False, hidden_states, after_down)
     gate_up = ops.gemv_norm(
-        hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
+        hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias,
+        after_gate_up,
     )
-    return ops.gemv_add(gate_up, mlp.down_proj.weight, mlp.down_proj.bias, True, hidden_states)
+    return ops.gemv_add(gate_up, mlp.down_proj.weight, mlp.down_proj.bias, True, hidden_states, after_down)
+
+
+def _next_weights(layer: Any) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The weights read after the output projection, gate/up and the down projection (the next layer's q/k/v or the
+    output layer's, `link_next_weights`), where SYNCSCOPE_PRODUCT_PREFETCH asks for them; else Nones."""
+    if product_prefetch_choice() != "on":
+        return None, None, None
+    return layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight, getattr(layer, "next_weight", (None,))[0]
 
 
 def _static_layer(cache: Cache | None, index: int) -> Any:
@@ -233,7 +254,20 @@ def fuse_decode_layers(model: nn.Module) -> str | None:
         return problem
     for layer in model.model.layers:
         layer.__class__ = DecodeLayer
+    link_next_weights(model)
     return None
+
+
+def link_next_weights(model: nn.Module) -> None:
+    """Give each decoder layer the weight read after its down projection, as `next_weight`: the next layer's q/k/v
+    weight, or after the last layer the output layer's (None where it is not a plain Linear). A one-item tuple, so
+    the layer does not take it for a parameter of its own."""
+    layers = list(model.model.layers)
+    head = getattr(model, "lm_head", None)
+    nexts = [later.self_attn.qkv_proj.weight for later in layers[1:]]
+    nexts.append(head.weight if isinstance(head, nn.Linear) else None)
+    for layer, weight in zip(layers, nexts, strict=True):
+        layer.next_weight = (weight,)
 
 
 def why_not_fusable(model: nn.Module) -> str | None:
@@ -359,29 +393,36 @@ def register_decode_layer_ops() -> None:
         return
     from torch.library import triton_op, wrap_triton
 
+    # `ahead`: the next product's weight, whose start the kernel asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH)
     @triton_op("syncscope::gemv_norm", mutates_args=())
     def gemv_norm(
-        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None
+        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None,
+        ahead: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps))
+        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps, ahead=ahead))
 
     @triton_op("syncscope::gemv_norm_swiglu", mutates_args=())
     def gemv_norm_swiglu(
-        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None
+        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None,
+        ahead: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps, swiglu=True))
+        return launch_gemv(x, weight, bias, False, wrap_triton,
+                           around=Around(norm=norm, eps=eps, swiglu=True, ahead=ahead))
 
     @triton_op("syncscope::gemv_add", mutates_args=())
     def gemv_add(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act_mul: bool, residual: torch.Tensor
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act_mul: bool, residual: torch.Tensor,
+        ahead: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, act_mul, wrap_triton, around=Around(residual=residual))
+        return launch_gemv(x, weight, bias, act_mul, wrap_triton, around=Around(residual=residual, ahead=ahead))
 
     @triton_op("syncscope::gemv_add_advance", mutates_args=("length",))
     def gemv_add_advance(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, length: torch.Tensor
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, length: torch.Tensor,
+        ahead: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(residual=residual, length=length))
+        return launch_gemv(x, weight, bias, False, wrap_triton,
+                           around=Around(residual=residual, length=length, ahead=ahead))
 
     @triton_op("syncscope::qkv_gemv", mutates_args=("key_cache", "value_cache"))
     def qkv_gemv(

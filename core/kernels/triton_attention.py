@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from core.kernels import triton_ops_at_import
-from core.kernels.pdl import hopper_or_newer, kernel_pdl_arguments
+from core.kernels.pdl import kernel_pdl_arguments
+from core.kernels.prefetch import prefetch_pieces
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
 MAX_SPLITS = 64  # the most programs sharing one KV head's keys
@@ -38,7 +39,7 @@ def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     """One query token per head against the cache: query (B, H, 1, D), key and value (B, KV, L, D) with H a
     multiple of KV, mask None, boolean (True = attend) or additive, shaped (B, 1 or H, 1, L); returns (B, H, 1, D)
     in the query's dtype. `ahead`: a weight the kernel asks L2 for once its own reads are done, where it can
-    (`prefetch_pieces`)."""
+    (core.kernels.prefetch)."""
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
     return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale, ahead)
 
@@ -75,22 +76,6 @@ def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
 
 
 PREFETCH_PIECES = 128  # pieces of `ahead` each program asks L2 for: one per thread of its 4 warps
-PREFETCH_ALIGN = 16  # bytes: a bulk prefetch's address and size are multiples of it
-
-
-def prefetch_pieces(ahead: torch.Tensor | None, programs: int) -> tuple[int, int]:
-    """How `programs` programs share the L2 prefetch of `ahead`: the elements of each of their PREFETCH_PIECES pieces
-    (a multiple of 16 bytes) and the last start, where pieces past the end go; (0, 0) where there is nothing to
-    prefetch or the kernel cannot (not a Hopper or newer GPU, Triton's interpreter, a weight not contiguous or not
-    aligned to 16 bytes)."""
-    if ahead is None or _interpreted() or not hopper_or_newer(ahead.device) or not ahead.is_contiguous():
-        return 0, 0
-    size = ahead.element_size()
-    if ahead.data_ptr() % PREFETCH_ALIGN or ahead.numel() * size % PREFETCH_ALIGN:
-        return 0, 0
-    per_align = PREFETCH_ALIGN // size
-    piece = _ceil_to(-(-ahead.numel() // (programs * PREFETCH_PIECES)), per_align)
-    return piece, ahead.numel() - piece
 
 
 @dataclass(frozen=True)
@@ -140,7 +125,7 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
     token_args = _token_arguments(new, query)
-    piece, last = prefetch_pieces(ahead if new is None else None, batch * kv_heads * splits)
+    piece, last = prefetch_pieces(ahead if new is None else None, batch * kv_heads * splits, PREFETCH_PIECES)
     launcher = launch(attend)
     pdl = kernel_pdl_arguments(query.device, traced=launcher is not attend)
     launcher[(batch * kv_heads, splits)](

@@ -30,6 +30,7 @@ import torch
 
 from core.kernels import triton_ops_at_import
 from core.kernels.pdl import kernel_pdl_arguments
+from core.kernels.prefetch import prefetch_pieces
 
 CONFIG_FILE = Path(__file__).with_name("gemv_configs.json")
 
@@ -114,13 +115,21 @@ class Around:
     `eps` normalise the input first; `residual` is added to the output (rounded as the Linear returns it); `length`,
     a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does); with
     `swiglu` the weight is a gate/up product's, [gate; up], and the output silu(gate) * up, half as wide (gate and
-    up each rounded as the Linear returns them, the activation as the down projection's `act_mul` computes it)."""
+    up each rounded as the Linear returns them, the activation as the down projection's `act_mul` computes it).
+    `ahead`: the next product's weight, whose start the kernel's last programs ask L2 for once their own weight is
+    read (core.kernels.prefetch)."""
 
     norm: torch.Tensor | None = None
     eps: float = 0.0
     residual: torch.Tensor | None = None
     length: torch.Tensor | None = None
     swiglu: bool = False
+    ahead: torch.Tensor | None = None
+
+
+# How much of the next product's weight a product asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH): about 2 µs of the H200's
+# memory, the time of a kernel's last programs, the launch and the next kernel's first reads
+AHEAD_BYTES = 8 << 20
 
 
 def launch_gemv(
@@ -154,9 +163,13 @@ def launch_gemv(
     norm = around.norm.contiguous() if around.norm is not None else None
     residual = around.residual.contiguous() if around.residual is not None else None
     unused = weight  # a pointer the kernel is given but does not read
+    programs = -(-n // config.block_n)
+    # one wave's worth of the last programs asks L2 for the next weight's start, a piece a thread
+    asking = min(programs, _sm_count(x.device))
+    piece, last = prefetch_pieces(around.ahead, asking, 32 * config.num_warps, AHEAD_BYTES)
     kernel = _kernel()
     launcher = launch(kernel)
-    launcher[(-(-n // config.block_n),)](
+    launcher[(programs,)](
         x,
         weight,
         bias if bias is not None else unused,
@@ -164,9 +177,12 @@ def launch_gemv(
         norm if norm is not None else unused,
         residual if residual is not None else unused,
         around.length if around.length is not None else unused,
+        around.ahead if piece else unused,
         n,
         weight.stride(0),
         float(around.eps),
+        programs - asking,
+        last,
         k,
         HAS_BIAS=bias is not None,
         ACT_MUL=act_mul,
@@ -179,10 +195,16 @@ def launch_gemv(
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         **kernel_pdl_arguments(x.device, traced=launcher is not kernel),
+        AHEAD_PIECE=piece,
+        AHEAD_PIECES=32 * config.num_warps,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
     return out
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 def _device_name(device: torch.device) -> str:

@@ -73,9 +73,12 @@ def gemv(
     norm_ptr,
     residual_ptr,
     length_ptr,
+    ahead_ptr,
     n,
     w_row_stride,
     eps,
+    ahead_first,
+    ahead_last,
     k: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACT_MUL: tl.constexpr,
@@ -88,6 +91,8 @@ def gemv(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
+    AHEAD_PIECE: tl.constexpr,
+    AHEAD_PIECES: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
@@ -156,6 +161,19 @@ def gemv(
     if RESIDUAL:  # the product rounded as the Linear returns it, then the residual add, rounded once more
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
         out += residual
+    if AHEAD_PIECE:
+        # The start of the next product's weight, asked of L2 by the last programs (from `ahead_first` on) once
+        # their own weight is read (the prefetch takes their result): its lines come while the memory would idle at
+        # this kernel's end and the next one's start. Its zero joins the store's mask, which no analysis of what the
+        # kernel writes follows, and which changes no value.
+        issued = tl.full([], 0, tl.int32)
+        if tl.program_id(0) >= ahead_first:
+            pieces = (tl.program_id(0) - ahead_first) * AHEAD_PIECES + tl.arange(0, AHEAD_PIECES)
+            starts = tl.minimum(pieces.to(tl.int64) * AHEAD_PIECE, ahead_last)
+            nbytes: tl.constexpr = AHEAD_PIECE * (ahead_ptr.dtype.element_ty.primitive_bitwidth // 8)
+            after = tl.sum(out, 0).to(tl.int32, bitcast=True)
+            issued = tl.sum(bulk_prefetch_l2(ahead_ptr + starts, tl.full([AHEAD_PIECES], nbytes, tl.int32), after), 0)
+        row_ok = row_ok & (issued == 0)
     tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_ok)
     # the cache's length moved on by the token, once (what StaticLayer.update does); the constexpr test stays apart
     if ADVANCE:  # noqa: SIM102
