@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -235,3 +236,17 @@ def test_each_layer_is_linked_to_the_next_layers_qkv_weight_and_the_last_to_the_
     assert layers[-1].next_weight[0] is model.lm_head.weight
     parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     assert not any("next_weight" in name for name in parameters)  # not a parameter of the layer
+
+
+def test_a_compiles_fake_tensors_get_the_same_pieces_as_real_ones(hopper):
+    """Inside a compile the kernels are launched on fake tensors, which have no address."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    weight = torch.empty(2048, 2048, dtype=torch.bfloat16)
+    real = prefetch_pieces(weight, 132, 256, 8 << 20)
+    sixteen_bytes_in, two_bytes_in = weight.view(-1)[8:4104], weight.view(-1)[1:4097]
+    with FakeTensorMode() as mode, warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fake tensor's address: a warning here, an error in later torch
+        assert prefetch_pieces(mode.from_tensor(weight), 132, 256, 8 << 20) == real != (0, 0)
+        assert prefetch_pieces(mode.from_tensor(sixteen_bytes_in), 132, 256) != (0, 0)
+        assert prefetch_pieces(mode.from_tensor(two_bytes_in), 132, 256) == (0, 0)
