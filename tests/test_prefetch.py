@@ -250,3 +250,34 @@ def test_a_compiles_fake_tensors_get_the_same_pieces_as_real_ones(hopper):
         assert prefetch_pieces(mode.from_tensor(weight), 132, 256, 8 << 20) == real != (0, 0)
         assert prefetch_pieces(mode.from_tensor(sixteen_bytes_in), 132, 256) != (0, 0)
         assert prefetch_pieces(mode.from_tensor(two_bytes_in), 132, 256) == (0, 0)
+
+
+@needs_triton
+def test_the_operators_trace_with_fake_tensors_with_the_prefetches_asked(monkeypatch, hopper):
+    """What a compile does with the operators on a Hopper GPU, with fake tensors: the launches ask for the prefetch
+    (the pieces are worked out from the fake weights) and trace."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from core.kernels import triton_attention, triton_gemv
+    from core.kernels.decode_layer import register_decode_layer_ops
+
+    _hopper_target(monkeypatch)
+    register_decode_layer_ops()
+    triton_attention.register_triton_decode_attention()
+    monkeypatch.setattr(triton_gemv, "_sm_count", lambda device: 132)
+    asked = []
+    for module in (triton_attention, triton_gemv):
+        pieces = module.prefetch_pieces
+        monkeypatch.setattr(module, "prefetch_pieces", lambda *args, pieces=pieces: asked.append(pieces(*args)) or
+                            asked[-1])
+    x, weight, ahead = torch.randn(1, 1, 64), torch.randn(64, 64), torch.randn(128, 64)
+    query, keys = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 16, 16)
+    length = torch.tensor(3)
+
+    def step(x, weight, ahead, query, keys, length):
+        attended = torch.ops.syncscope.triton_decode_attention(query, keys, keys, None, 0.25, weight)
+        return torch.ops.syncscope.gemv_add_advance(attended.reshape(1, 1, 64), weight, None, x, length, ahead)
+
+    graph = make_fx(step, tracing_mode="fake")(x, weight, ahead, query, keys, length)
+    assert "torch.ops.syncscope.gemv_add_advance.default" in graph.code
+    assert len(asked) == 2 and all(piece > 0 for piece, _ in asked), asked
