@@ -96,7 +96,7 @@ def test_swiglu_in_gate_up_gives_eager_tokens_in_fp32_and_repeats_in_bf16(monkey
 @pytest.mark.parametrize("option", ["SYNCSCOPE_ATTENTION_PREFETCH", "SYNCSCOPE_PRODUCT_PREFETCH"])
 def test_prefetching_the_next_weight_changes_no_bit(monkeypatch, fast_tiny_compiles, option):
     """Asking L2 for the next kernel's weight (attention for the output projection's, each product for the next
-    product's) changes no value: the same tokens as off, fp32 and bf16, and the kernels were launched with it."""
+    product's) changes no value: the same bf16 tokens as off, and the kernels were launched with it."""
     from core.kernels import triton_attention, triton_gemv
 
     asked = []
@@ -105,7 +105,7 @@ def test_prefetching_the_next_weight_changes_no_bit(monkeypatch, fast_tiny_compi
     monkeypatch.setattr(module, "prefetch_pieces", lambda ahead, *args: asked.append(
         (ahead is not None, pieces(ahead, *args)[0])) or pieces(ahead, *args))
     common = dict(cache="static", max_new_tokens=24, ignore_eos=True, loop="pipelined", compile="step-graph", lag=2)
-    for dtype in ("fp32", "bf16"):
+    for dtype in ("bf16",):  # bf16: where a changed order of any sum would show
         tokens = {}
         for choice in ("off", "on"):
             monkeypatch.setenv(option, choice)
