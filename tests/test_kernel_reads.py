@@ -82,7 +82,8 @@ def test_reading_early_spills_no_register(tmp_path):
     from tests.test_kernel_pdl import kernels_ptx_for_hopper
     from tests.test_prefetch import attend_ptx
 
-    kernels = {"attend": attend_ptx(512), "qkv_gemv": kernels_ptx_for_hopper(0, aligned=True)["qkv_gemv"],
+    kernels = {"attend": attend_ptx(512), "attend-8b-long": attend_ptx(2048, head_dim=128, split=512),
+               "qkv_gemv": kernels_ptx_for_hopper(0, aligned=True)["qkv_gemv"],
                **{f"gemv-{name}": gemv_ptx(**changes) for name, changes in GEMV_VARIANTS.items()},
                **{f"gemv-{name}-prefetch": gemv_ptx(**changes, AHEAD_PIECE=256)
                   for name, changes in GEMV_VARIANTS.items()}}

@@ -69,9 +69,9 @@ def test_nothing_is_asked_without_a_weight_below_hopper_in_the_interpreter_or_un
     assert not asked(weight)
 
 
-def attend_ptx(piece: int) -> str:
-    """The attend kernel as a Llama-1B layer launches it, compiled for sm_90, with pointers and strides aligned as a
-    launch specializes them."""
+def attend_ptx(piece: int, head_dim: int = 64, split: int = 64) -> str:
+    """The attend kernel as a Llama-1B layer launches it (or with `head_dim` and keys a program, `split`), compiled for
+    sm_90, with pointers and strides aligned as a launch specializes them."""
     from core.kernels import triton_decode_kernels
     from tests.test_kernel_pdl import UNIT_STRIDES
     from tests.test_triton_layer import _compile_for_hopper
@@ -79,10 +79,10 @@ def attend_ptx(piece: int) -> str:
     pointers = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr", "new_k_ptr", "new_v_ptr",
                                            "cos_ptr", "sin_ptr", "ahead_ptr")}
     pointers.update(partial_ptr="*fp32", stats_ptr="*fp32", slot_ptr="*i64", semaphore_ptr="*i32")
-    constants = {**UNIT_STRIDES, "SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 64,
-                 "BLOCK_KEYS": 64, "HAS_MASK": True, "MASK_IS_BOOL": False, "SINGLE": False, "PRECISION": "tf32",
-                 "UPCAST": False, "APPEND": False, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": 0, "AHEAD_PIECE": piece,
-                 "AHEAD_PIECES": PREFETCH_PIECES}
+    constants = {**UNIT_STRIDES, "SPLIT_LEN": split, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16,
+                 "HEAD_DIM": head_dim, "BLOCK_KEYS": 64, "HAS_MASK": True, "MASK_IS_BOOL": False, "SINGLE": False,
+                 "PRECISION": "tf32", "UPCAST": False, "APPEND": False, "SPLITS_PAD": 8, "GROUP_POW2": 4, "PDL": 0,
+                 "AHEAD_PIECE": piece, "AHEAD_PIECES": PREFETCH_PIECES}
     return _compile_for_hopper(triton_decode_kernels.attend, pointers, constants,
                                {"scale": "fp32", "ahead_last": "i64"}, aligned=True)
 
