@@ -51,6 +51,8 @@ for label in $LABELS; do
         streams-2) flags="--streams 2" ;;
         library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${part%-cd-all} \
             SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
+        default) ;;
+        *) echo "floor_ab.sh: no label $part (in $label); it would have run as the default" >&2; return 2 ;;
     esac; done
     [ "$(left)" -gt 60 ] && run sg-$SHAPE-$label-$n $(left) $SG $flags
     grep -h "step on the device\|compile:" $R/sg-$SHAPE-$label-$n.log | cut -c1-300
