@@ -19,10 +19,14 @@ def inverse_rms(squares, k: tl.constexpr, eps):
 
 # The inline assembly below is declared pure, with a dummy result that the code after it uses: torch's analysis of a
 # user-defined kernel (which arguments it writes) refuses impure inline assembly, and the data dependency is what
-# keeps the compiler from moving the kernel's loads and stores above the wait. The analysis follows a store's address
-# back through every operation but a load (a call included), so the prefetches reach the wait through a load of a
-# weight in the kernel's own body: else the weight would count as written. For the same reason each kernel adds the
-# wait's result to its pointers in its own body: through a helper's call, every pointer passed would count as written.
+# keeps the compiler from moving the kernel's loads above the wait. The wait's result is added to the pointers a
+# product kernel reads, and to none it writes: every store writes a value computed from what was read after the wait,
+# so it comes after it too. The analysis follows a store's address back through every operation but a load (a call
+# included), and the wait's result depends on the weight prefetches before it: added to a written pointer, it would
+# make the weight count as written. (Before, a load of a weight stood between the prefetches and the wait to cut that
+# path, and each program waited a memory round trip for it before it even began to wait.) For the same reason each
+# kernel adds the wait's result to its pointers in its own body: through a helper's call, every pointer passed would
+# count as written.
 # The assembly has no backslash escapes: inductor pastes a user-defined kernel's source into a ''' string of the code
 # it generates, where an escape would become the character itself and break the string literal it was in.
 
@@ -96,19 +100,17 @@ def gemv(
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
+    length_in = length_ptr  # the cache's length as read (ADVANCE): after the wait, where it is written back
     if PDL:
         after = tl.program_id(0)
         if PDL == 2:
-            issued = prefetch_rows(w_ptr, tl.where(row_ok, rows, 0), w_row_stride, k, BLOCK_K)
-            after = tl.load(w_ptr + issued + tl.program_id(0) * BLOCK_N * w_row_stride).to(tl.float32).to(
-                tl.int32, bitcast=True)
+            after = prefetch_rows(w_ptr, tl.where(row_ok, rows, 0), w_row_stride, k, BLOCK_K)
         zero = wait_for_predecessor(after)
         x_ptr += zero
         bias_ptr += zero
-        out_ptr += zero
         norm_ptr += zero
         residual_ptr += zero
-        length_ptr += zero
+        length_in += zero
     # What the rows add after the product, read before it: a read after the sum would be one more round trip to
     # memory at the end of every program, where these overlap the weights' reads.
     if HAS_BIAS:
@@ -178,7 +180,7 @@ def gemv(
     # the cache's length moved on by the token, once (what StaticLayer.update does); the constexpr test stays apart
     if ADVANCE:  # noqa: SIM102
         if tl.program_id(0) == 0:
-            tl.store(length_ptr, tl.load(length_ptr) + 1)
+            tl.store(length_ptr, tl.load(length_in) + 1)
 
 
 @triton.jit
@@ -219,19 +221,14 @@ def qkv_gemv(
     if PDL:
         after = tl.program_id(0)
         if PDL == 2:
-            issued = prefetch_rows(w_ptr, low, w_row_stride, k, BLOCK_K) + prefetch_rows(
+            after = prefetch_rows(w_ptr, low, w_row_stride, k, BLOCK_K) + prefetch_rows(
                 w_ptr, high, w_row_stride, k, BLOCK_K)
-            after = tl.load(w_ptr + issued + tl.min(low, axis=0) * w_row_stride).to(tl.float32).to(
-                tl.int32, bitcast=True)
         zero = wait_for_predecessor(after)
         x_ptr += zero
         norm_ptr += zero
         bias_ptr += zero
         cos_ptr += zero
         sin_ptr += zero
-        q_ptr += zero
-        key_ptr += zero
-        value_ptr += zero
         length_ptr += zero
     # What the rows need after the product, read before it (see gemv): the bias, the rotary cos and sin (a value
     # row's program reads them too, unused: a read under its test would wait for the sum), the cache's length.
