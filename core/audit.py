@@ -235,6 +235,7 @@ def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | Non
     nothing."""
     if isinstance(steps_of, str):
         steps_of = StepsOf(steps_of, script)
+    _import_what_torch_imports_later()
     run = _AuditedRun(script, args, steps_of, keep)
     stops = run.stops = Stops(run.keep_now, timeout_s)
     with stops.active(), _as_main(script, args), run.audit, _exits_kept(stops):
@@ -253,6 +254,13 @@ def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | Non
                                 f"audit was hurried): {', '.join(running)}; what they did after that is not counted")
         run.settle()
     return run.report(stops.code or exit_code, intervals), stops.code or exit_code
+
+
+def _import_what_torch_imports_later() -> None:
+    """torch imports dynamo on first use (under the audit, at the program's first nn.Module): seconds of import that,
+    under the audit's profile function, would count against the program's `--timeout` and delay its first step.
+    Imported here, before the program's clock starts."""
+    import torch._dynamo  # noqa: F401
 
 
 class _AuditedRun:

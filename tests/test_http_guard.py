@@ -460,9 +460,20 @@ def upload(url: str, files: dict[str, bytes], **headers: str) -> httpx.Response:
                       headers={"content-type": "multipart/form-data; boundary=b0undary", **headers})
 
 
-def test_an_upload_must_say_its_length_and_stay_under_the_request_limit_and_is_refused_unread(guarded):
-    demo, url = guarded
-    before = demo.files.upload_bytes
+@pytest.fixture
+def own_uploads(tiny_runner):
+    """A guarded page with an upload store of its own, which no other test adds to or expires from."""
+    files = GradioFiles(Path(get_upload_folder()), folder_bytes=UPLOAD_FOLDER, visitor_bytes=UPLOAD_VISITOR,
+                        request_bytes=UPLOAD_REQUEST)
+    demo, url = serve_guarded(tiny_runner, LoginGate(delay_s=0.2), files)
+    yield files, url
+    demo.close()
+    demo.dashboard.downloads.close()
+    files.close()
+
+
+def test_an_upload_must_say_its_length_and_stay_under_the_request_limit_and_is_refused_unread(own_uploads):
+    files, url = own_uploads
     for _ in range(4):  # the hostile visitor's 5 x 90 MB, scaled to this page's request limit
         answer = raw_post(port_of(url), "/gradio_api/upload", 5 * int(0.9 * UPLOAD_REQUEST), b"--b0undary\r\n",
                           cookies=logged_in(url), content_type="multipart/form-data; boundary=b0undary")
@@ -470,7 +481,9 @@ def test_an_upload_must_say_its_length_and_stay_under_the_request_limit_and_is_r
     chunked = httpx.post(url + "gradio_api/upload", content=iter([multipart({"a.json": b"{}"})]),
                          cookies=logged_in(url), headers={"content-type": "multipart/form-data; boundary=b0undary"})
     assert chunked.status_code == 411 and chunked.text == "an upload must say its length (Content-Length)\n"
-    assert demo.files.upload_bytes == before
+    assert files.upload_bytes == 0
+    accepted = upload(url, {"small.json": b"{}"})
+    assert accepted.status_code == 200 and files.upload_bytes == 2, "the store counts what it does keep"
 
 
 def test_an_upload_of_more_files_than_allowed_keeps_none_of_them(guarded):
