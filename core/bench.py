@@ -34,19 +34,21 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
 
     from core.compare import InterruptedRun, compare, run_contestant
     from core.explain import what_this_run_shows
+    from core.load.protocol import DEFAULT_LOAD_CONTESTANTS, LOAD_CONTESTANTS, LoadRequest
+    from core.load.workload import OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
     from core.models import LoadedModel, load_model
-    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, check_tuning_environment
+    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions, check_tuning_environment
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
-    from core.report import TABLE_KEY, audit_lines, compile_note, format_table
+    from core.report import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
     from core.report_diff import diff_reports, diff_text
     from core.report_files import check_output_path, check_profile_dir, write_json
     from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
-    from core.specs import DEFAULT_MODEL
+    from core.specs import DEFAULT_MODEL, is_random_weights
     from core.text import escaped, printable
 except KeyboardInterrupt:
     sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
@@ -91,11 +93,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true",
                    help="one line on stderr as each warm-up, extra run and full round of trials begins or ends "
                         "('core.bench: round 2 of 5 done')")
+    add_load_arguments(p)
     p.add_argument("--diff", "--compare", nargs=2, metavar=("A.json", "B.json"), default=None, dest="diff",
                    help="run nothing: diff two reports (.json or .json.gz): the settings that differ, each "
                         "contestant's rate in both and B/A with its interval and call (against the drift between "
                         "two processes, or a control), the per-step waits (--compare: its old name)")
     return p
+
+
+def add_load_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a run under load (core.load): --requests turns it on."""
+    load = p.add_argument_group("under load (continuous batching; --requests N turns it on)")
+    load.add_argument("--requests", type=int, default=None, metavar="N",
+                      help="run N requests through B slots of continuous batching (the naive and pipelined loops, "
+                           "the ceiling, transformers' continuous batching) instead of one request")
+    load.add_argument("--max-batch", type=int, default=4, metavar="B", help="slots: requests decoded together")
+    load.add_argument("--rate", type=float, default=0.0, metavar="R",
+                      help="arrivals: a seeded Poisson process of R requests a second (0: all at once)")
+    load.add_argument("--sweep-batch", default=None, metavar="LIST", help="also run at these B, as 1,2,4,8")
+    load.add_argument("--sweep-rate", default=None, metavar="LIST", help="also run at these rates, as 1,2,4")
+    load.add_argument("--prompts", choices=PROMPT_SOURCES, default=None,
+                      help="synthetic token ids, or the built-in questions in turn (default: synthetic for a model "
+                           "with random weights, the built-in questions for a real one)")
+    load.add_argument("--prompt-lengths", default="8-32", metavar="MIN-MAX",
+                      help="synthetic prompts: token counts drawn uniformly from MIN to MAX (--prompt-tokens N: N)")
+    load.add_argument("--output-lengths", choices=OUTPUT_LENGTHS, default=None,
+                      help="lognormal: each request stops at a length drawn around --output-median, at most "
+                           "--max-new-tokens; max: at --max-new-tokens or EOS (default: lognormal for a model with "
+                           "random weights, max for a real one)")
+    load.add_argument("--output-median", type=int, default=0, metavar="N",
+                      help="the median of the log-normal output lengths (default: half of --max-new-tokens)")
+    load.add_argument("--workload-seed", type=int, default=0, metavar="S", help="the seed of the workload's draws")
+    load.add_argument("--contestants", default=",".join(DEFAULT_LOAD_CONTESTANTS), metavar="LIST",
+                      help=f"some of {','.join(LOAD_CONTESTANTS)}")
+    load.add_argument("--solo-checks", type=int, default=16, metavar="N",
+                      help="decode the first N requests alone too and check each one's tokens under batching")
 
 
 def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]]:
@@ -114,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"core.bench: note: {printable(notice)}\n")
     if args.diff:
         return diff_files(*args.diff)
+    if args.requests is not None:
+        return run_load_cli(args)
     try:
         request, notices = request_from_args(args)
         check_output_path(args.json_path)
@@ -131,6 +165,97 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_a_rank = args.tp > 1  # started by run_ranks or torchrun: the ranks stop together (core.parallel.ranks)
     with noted_interrupts(int(os.environ.get("RANK", 0))) if in_a_rank else interrupt_signals() as received:
         return run_bench(args, request, notices, received)
+
+
+def load_request_from_args(args: argparse.Namespace) -> tuple[LoadRequest, list[str]]:
+    """The load run that parsed flags ask for (core.load.protocol.LoadRequest), and notices of what was adjusted."""
+    random_weights = is_random_weights(args.model)
+    low, high = _lengths(args.prompt_lengths) if args.prompt_tokens is None else (args.prompt_tokens,
+                                                                                  args.prompt_tokens)
+    spec = WorkloadSpec(requests=args.requests, max_new_tokens=args.max_new_tokens, rate=args.rate,
+                        prompts=args.prompts or ("synthetic" if random_weights else "built-in"), prompt_min=low,
+                        prompt_max=high, output_lengths=args.output_lengths or ("lognormal" if random_weights
+                                                                                else "max"),
+                        output_median=args.output_median, seed=args.workload_seed)
+    notices: list[str] = []
+    eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
+    options = GenerationOptions(loop="naive", max_new_tokens=args.max_new_tokens, cache="static",
+                                compile=args.compile, lag=args.lag, ignore_eos=args.ignore_eos, eos_token_id=eos)
+    request = LoadRequest(workload=spec, slots=args.max_batch, options=options,
+                          contestants=tuple(parse_list(args.contestants, "--contestants", str)), trials=args.trials,
+                          sweep_slots=tuple(parse_list(args.sweep_batch, "--sweep-batch")) if args.sweep_batch else (),
+                          sweep_rates=tuple(parse_list(args.sweep_rate, "--sweep-rate", float))
+                          if args.sweep_rate else (),
+                          audit=args.audit, no_kernel_measurement=args.no_kernel_measurement,
+                          solo_checks=args.solo_checks)
+    return request, notices
+
+
+def _lengths(text: str) -> tuple[int, int]:
+    low, _, high = str(text).partition("-")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise ValueError(f"--prompt-lengths must be MIN-MAX in tokens, as 8-32; got {text!r}") from None
+
+
+def run_load_cli(args: argparse.Namespace) -> int:
+    """`--requests N`: the contestants under load (core.load), its table and findings, --json and --trace."""
+    from core.load.protocol import run_load
+    from core.load.report import build_load_report, load_command, load_text, load_trace
+
+    try:
+        request, notices = load_request_from_args(args)
+        check_output_path(args.json_path)
+        check_output_path(args.trace_path, "--trace")
+        check_tuning_environment()
+        if args.tp != 1:
+            raise ValueError("under load (--requests) the loops run on one device: leave out --tp")
+        if args.do_sample or args.profile or args.hf or args.no_check or args.aa:
+            raise ValueError("--sample, --profile, --hf, --no-check and --aa are for a single request; under load "
+                             "--contestants names who runs")
+    except ValueError as exc:
+        return _fail(0, str(exc), 2)
+    started = time.perf_counter()
+    with interrupt_signals() as received:
+        try:
+            loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules)
+            section = run_load(loaded, request, on_event=_load_progress if args.progress else None)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"core.bench: interrupted ({_signal_name(received)}) under load; no report written\n")
+            return _interrupted_code(received)
+        except ValueError as exc:
+            return _fail(0, str(exc), 2)
+        except torch.cuda.OutOfMemoryError:
+            return _fail(0, "CUDA out of memory; try fewer slots (--max-batch) or shorter requests", 3)
+        except Exception as exc:  # a command line answers in one line, not a traceback
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return _fail(0, f"{type(exc).__name__}: {first_line}", 1)
+    _ignore_interrupts()
+    device = None if loaded.device.type == "cuda" and not loaded.device.index else str(loaded.device)
+    command = load_command(request, loaded.spec, device=device, dtype=DTYPE_FLAGS.get(loaded.dtype))
+    report = build_load_report(loaded, request, section, command)
+    report["wall_s"] = time.perf_counter() - started
+    report["load"]["notices"] = list(dict.fromkeys([*notices, *report["load"]["notices"]]))
+    for line in load_text(report):
+        _say(line)
+    written = not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+    if args.trace_path:
+        written = write_json(args.trace_path, load_trace(report), "trace") == args.trace_path and written
+    return 0 if written else 1
+
+
+def _load_progress(event: dict[str, Any]) -> None:
+    """--progress under load: each point and phase as it begins, one line on stderr."""
+    if event["type"] == "point":
+        line = f"B={event['slots']}, rate {event['rate']:g}"
+    elif event["type"] == "phase":
+        phase = phase_named(event.get("phase"))
+        line = f"{phase.noun if phase else event.get('phase')} of {event['contestant']}"
+    else:
+        return
+    sys.stderr.write(f"core.bench: {printable(line)}\n")
+    sys.stderr.flush()
 
 
 def diff_files(path_a: str, path_b: str) -> int:

@@ -3,7 +3,9 @@
 - the bench report (`python -m core.bench --json`, core.report.build_report): `BenchReport`;
 - the page report (the page's download, dashboard.page_record): `{"schema", "report": <bench report>, "page": <the
   page's record> or null}`; the page's downloads from before kept that record inside the report, under "dashboard";
-- the audit report (`python -m core.audit --json`): `AuditReport`.
+- the audit report (`python -m core.audit --json`): `AuditReport`;
+- the load report (`python -m core.bench --requests N --json`, core.load.report): `LoadReport`, its `load` section a
+  `LoadSection` with one `LoadContestant` per contestant at each point.
 
 `load()` reads a file or its bytes, bounded in size (gzip too: decompression stops at the limit), `upgrade()`s it
 (old key names become today's, and the sections today's reports always have are filled in for older ones) and
@@ -26,10 +28,12 @@ from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read
 from core.text import clip
 
 BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
+LOAD_SCHEMA_PREFIX = "syncscope.load/"
 BENCH_SCHEMA = f"{BENCH_SCHEMA_PREFIX}1"
 PAGE_REPORT_SCHEMA = "syncscope.page-report/1"
 AUDIT_SCHEMA = f"{AUDIT_SCHEMA_PREFIX}1"
-BENCH, PAGE, AUDIT = "bench", "page", "audit"  # the kinds of document, as load(expect=...) names them
+LOAD_SCHEMA = f"{LOAD_SCHEMA_PREFIX}1"
+BENCH, PAGE, AUDIT, LOAD = "bench", "page", "audit", "load"  # the kinds of document, as load(expect=...) names them
 OLD_PAGE_SECTION = "dashboard"  # where the page's old downloads kept its record, inside the report
 
 
@@ -112,6 +116,78 @@ class AuditReport(TypedDict):
     note: NotRequired[str]
 
 
+class LoadRequestResult(TypedDict):
+    """One request of a run under load (core.load.batching.RequestResult.to_json): ms from the run's start."""
+
+    index: int
+    arrival_ms: float
+    admitted_ms: float | None
+    first_token_ms: float | None  # None where the contestant learns its tokens only at the end (the ceiling)
+    finished_ms: float | None
+    prompt_tokens: int
+    tokens: int
+    slot: int | None
+    first_step: int | None
+    last_step: int | None
+    released_step: int | None
+
+
+class LoadContestant(TypedDict):
+    """One contestant at one point (core.load.stats.summarize_trials): medians over its trials, the requests of its
+    median trial, and whether each request's tokens equal its solo decode."""
+
+    tokens_per_s: float
+    requests_per_s: float
+    total_ms: float
+    ttft_ms_p50: float | None
+    ttft_ms_p99: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p99: float | None
+    steps: float | None
+    slot_steps: float | None
+    wasted_slot_steps: float | None
+    host_wait_us_per_step: float | None
+    device_idle_us_per_step: float | None
+    trials: int
+    per_trial: list[dict[str, Any]]
+    requests: list[LoadRequestResult]
+    identical_to_solo: bool | None  # None when no request was checked
+    repeatable: bool
+    reads_per_decode_step: NotRequired[float | None]  # only where the sync audit ran
+    kernel_busy_fraction: NotRequired[float | None]  # only where the kernel measurement ran
+    sync_audit: NotRequired[dict[str, Any]]
+    kernel_measurement: NotRequired[dict[str, Any]]
+
+
+class LoadPoint(TypedDict):
+    slots: int
+    rate: float
+    workload: dict[str, Any]
+    contestants: dict[str, LoadContestant]
+
+
+class LoadSection(TypedDict):
+    workload: dict[str, Any]
+    slots: int
+    options: dict[str, Any]
+    notices: list[str]
+    cache_len: int
+    solo_checked: int
+    contestants: dict[str, LoadContestant]  # the main point's (--max-batch, --rate)
+    points: list[LoadPoint]  # the main point first, then the sweeps'
+    sweep: str | None  # "slots", "rate", "slots+rate" or None
+
+
+class LoadReport(TypedDict):
+    schema: str
+    created: str
+    environment: dict[str, Any]
+    model: dict[str, Any]
+    command: str
+    load: LoadSection
+    wall_s: NotRequired[float]
+
+
 # What an older report lacks of today's sections, as today's reports write the section when there is nothing in it.
 FILLED_WHEN_ABSENT: dict[str, Any] = {"environment": {}, "request": {}, "warmup": {}, "runs": [], "summary": {},
                                       "ratios": {}, "identical": {}, "self_consistent": {}, "effective": None,
@@ -130,6 +206,10 @@ NOT_AN_AUDIT_REPORT = (f"this JSON is not an audit report (no \"schema\": \"{AUD
                        "python -m core.audit --json audit.json -- your_script.py")
 AUDIT_NOT_BENCH = "this JSON is an audit report of a program (python -m core.audit), not a benchmark report"
 BENCH_NOT_AUDIT = "this JSON is a benchmark report (python -m core.bench), not an audit report of a program"
+NOT_A_LOAD_REPORT = (f"this JSON is not a load report (no \"schema\": \"{LOAD_SCHEMA}\"); write one with "
+                     "python -m core.bench --requests N --max-batch B --json load.json")
+LOAD_NOT_BENCH = ("this JSON is a load report (python -m core.bench --requests N), not a benchmark report of one "
+                  "request")
 
 
 class ReportError(ValueError):
@@ -167,18 +247,24 @@ def bench_report(document: dict[str, Any]) -> BenchReport:
 
 
 def kind_of(document: Any) -> str | None:
-    """BENCH, PAGE or AUDIT by a document's schema; None for anything else."""
+    """BENCH, PAGE, AUDIT or LOAD by a document's schema; None for anything else."""
     schema = str(document.get("schema", "")) if isinstance(document, dict) else ""
     if schema == PAGE_REPORT_SCHEMA:
         return PAGE
     if schema.startswith(BENCH_SCHEMA_PREFIX):
         return BENCH
+    if schema.startswith(LOAD_SCHEMA_PREFIX):
+        return LOAD
     return AUDIT if schema.startswith(AUDIT_SCHEMA_PREFIX) else None
 
 
 def _refusal(found: str | None, expect: str | None) -> str:
     if expect == AUDIT:
         return BENCH_NOT_AUDIT if found in (BENCH, PAGE) else NOT_AN_AUDIT_REPORT
+    if expect == LOAD:
+        return NOT_A_LOAD_REPORT
+    if found == LOAD:
+        return LOAD_NOT_BENCH
     return AUDIT_NOT_BENCH if found == AUDIT else NOT_A_BENCH_REPORT
 
 
@@ -229,7 +315,7 @@ def upgrade(document: Any) -> Any:
     given the environment section core.audit always writes. Anything that is not a dict is returned as it is."""
     if not isinstance(document, dict):
         return document
-    if kind_of(document) == AUDIT:
+    if kind_of(document) in (AUDIT, LOAD):
         return document if "environment" in document else {**document, "environment": {}}
     if kind_of(document) == PAGE:
         page = document.get("page")
@@ -345,6 +431,8 @@ def check(document: dict[str, Any]) -> None:
     found = kind_of(document)
     if found == AUDIT:
         check_audit(document)
+    elif found == LOAD:
+        check_load(document)
     elif found == PAGE:
         check_report(document.get("report"))
         check_page(document.get("page"), "page")
@@ -464,6 +552,50 @@ def check_audit(report: dict[str, Any]) -> None:
         expect(isinstance(event, dict) and _is_number(event.get("t_ms")), "an event has no time")
     for site in report["sites"]:
         expect(_is_number(site.get("count")) and isinstance(site.get("line"), int), "a site has no count or line")
+
+
+LOAD_NUMBERS = ("tokens_per_s", "requests_per_s", "total_ms", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50",
+                "tpot_ms_p99", "steps", "slot_steps", "wasted_slot_steps", "host_wait_us_per_step",
+                "device_idle_us_per_step", "reads_per_decode_step", "kernel_busy_fraction")
+LOAD_REQUEST_NUMBERS = ("arrival_ms", "admitted_ms", "first_token_ms", "finished_ms", "prompt_tokens", "tokens", "slot",
+                        "first_step", "last_step", "released_step")
+
+
+def check_load(report: dict[str, Any]) -> None:
+    """A load report's fields that the CLI's text, the page and Replay read."""
+    section = report.get("load")
+    _expect(isinstance(section, dict), "no valid 'load' section")
+    _expect(isinstance(report.get("model"), dict) and isinstance(report["model"].get("spec"), str),
+            "it does not name its model (no 'model.spec')")
+    _expect(isinstance(section.get("workload"), dict), "its load section has no workload")
+    _expect(is_int(section.get("slots")) and is_int(section.get("cache_len")), "its load section has no slots")
+    points = section.get("points")
+    _expect(isinstance(points, list) and bool(points), "its load section has no points")
+    for index, point in enumerate(points):
+        where = f"load.points[{index}]"
+        _expect(isinstance(point, dict) and is_int(point.get("slots")) and _is_number(point.get("rate")),
+                f"{where} has no slots and rate")
+        _check_load_contestants(point.get("contestants"), where)
+    _check_load_contestants(section.get("contestants"), "load")
+    notices = section.get("notices", [])
+    _expect(isinstance(notices, list) and all(isinstance(n, str) for n in notices), "load.notices are not sentences")
+
+
+def _check_load_contestants(contestants: Any, where: str) -> None:
+    _expect(isinstance(contestants, dict) and bool(contestants), f"{where} has no contestants")
+    for name, entry in contestants.items():
+        _expect(_is_name(name), f"{where}: {str(name)[:40]!r} is not a contestant name")
+        _expect(isinstance(entry, dict) and _is_number(entry.get("tokens_per_s")),
+                f"{where}.contestants.{name} has no tokens_per_s number")
+        _expect_numbers(entry, LOAD_NUMBERS, f"{where}.contestants.{name}")
+        requests = entry.get("requests")
+        _expect(isinstance(requests, list) and all(isinstance(r, dict) for r in requests),
+                f"{where}.contestants.{name}.requests is not a list")
+        for index, request in enumerate(requests):
+            _expect_numbers(request, LOAD_REQUEST_NUMBERS, f"{where}.contestants.{name}.requests[{index}]")
+        for key in ("identical_to_solo", "repeatable"):
+            _expect(entry.get(key) is None or isinstance(entry.get(key), bool),
+                    f"{where}.contestants.{name}.{key} is not true or false")
 
 
 def _expect_numbers(section: dict[str, Any], keys: tuple[str, ...], where: str) -> None:

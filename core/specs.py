@@ -96,6 +96,11 @@ MAX_SPEC_CHARS = 512
 QUOTED_SPEC_CHARS = 80
 
 
+def is_random_weights(spec: str) -> bool:
+    """Whether the model `spec` names has random weights (a tiny family or a synthetic shape): it never says EOS."""
+    return spec == TINY_RANDOM or spec.startswith((TINY_FAMILY_PREFIX, SYNTHETIC_PREFIX))
+
+
 def quote_spec(spec: str) -> str:
     """`spec` quoted for a message: whole when short, else its first QUOTED_SPEC_CHARS characters and a count."""
     if len(spec) <= QUOTED_SPEC_CHARS:

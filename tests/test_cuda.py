@@ -211,11 +211,11 @@ def test_cli_out_of_memory_is_one_line_and_exit_3(capsys):
 
 
 def test_compiled_blockwise_argmax_is_argmax_on_cuda():
-    from core.loops.step import _compiled_argmax
+    from core.loops.step import compiled_argmax
 
     logits = torch.randn(3, 128256, device="cuda").to(torch.bfloat16)
     logits[1, 40000] = logits[1, 128000] = logits[1].max() + 1  # a tie across blocks: the first wins
-    assert torch.equal(_compiled_argmax()(logits), logits.argmax(-1))
+    assert torch.equal(compiled_argmax()(logits), logits.argmax(-1))
 
 
 @pytest.mark.parametrize("kernel", ["sdpa", "reduce", "split", "triton"])

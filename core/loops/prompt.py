@@ -31,7 +31,7 @@ class EncodedPrompt:
 
 def encode(loaded: LoadedModel, prompt: Prompt) -> EncodedPrompt:
     """Turn a string, a batch of strings, or token ids into left-padded token ids and their mask."""
-    rows = _prompt_rows(loaded.tokenizer, prompt)
+    rows = prompt_rows(loaded.tokenizer, prompt)
     width = max(len(row) for row in rows)
     pad = loaded.tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], dtype=torch.long)
@@ -46,7 +46,7 @@ def encode_prompt(loaded: LoadedModel, prompt: Prompt) -> tuple[torch.Tensor, to
     return encoded.input_ids, encoded.attention_mask
 
 
-def _prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:
+def prompt_rows(tokenizer: Any, prompt: Prompt) -> list[list[int]]:
     if isinstance(prompt, str):
         return [_encode_text(tokenizer, prompt)]
     items = list(prompt) if isinstance(prompt, Sequence) else None

@@ -89,7 +89,7 @@ class DecodeSetup:
         self.static_cache = new_decode_cache(loaded, cache_len) if options.cache == "static" else None
         self.forward = decode_forward(loaded, options.compile)
         self.step_graph: StepGraph | None = StepGraph() if options.compile == STEP_GRAPH else None
-        self.argmax = _compiled_argmax() if self.step_graph is not None else None
+        self.argmax = compiled_argmax() if self.step_graph is not None else None
         # the greedy step's token choice and bookkeeping in one compile (SYNCSCOPE_STEP_COMMIT=whole)
         self.whole_commit = (_compiled_whole_commit() if self.step_graph is not None and step_commit_choice() == "whole"
                              else None)
@@ -235,7 +235,7 @@ def select_next_tokens(logits: torch.Tensor, options: GenerationOptions, generat
 ARGMAX_BLOCK = 256
 
 
-def _compiled_argmax() -> Callable[[torch.Tensor], torch.Tensor]:
+def compiled_argmax() -> Callable[[torch.Tensor], torch.Tensor]:
     """Greedy choice in two compiled stages: ATen's argmax over a large vocabulary at batch 1 runs on one block, and
     inductor's single reduction is not much faster (the times: docs/TUNING.md, "The model, prepared for decoding")."""
     return torch.compile(blockwise_argmax, dynamic=False)
