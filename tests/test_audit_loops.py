@@ -55,7 +55,8 @@ def audited(name: str, **options: Any) -> dict[str, Any]:
     return report
 
 
-EAGER = ["threaded_streamer", "text_streamer", "direct_forward", "tensor_each_step", "no_kv_cache", "numpy_token"]
+EAGER = ["threaded_streamer", "text_streamer", "direct_forward", "tensor_each_step", "no_kv_cache", "numpy_token",
+         "batched_loop"]
 ALL = [*EAGER, pytest.param("compiled_step", marks=pytest.mark.slow)]  # inductor compiles it: 10-45 s on 2 cores
 
 
@@ -102,6 +103,18 @@ def test_a_step_compiled_with_fullgraph_runs_to_its_end_and_the_report_says_what
     assert line.startswith(f"{loop_truth('compiled_step').compiled} (tests/audit_loops/compiled_step.py:")
     assert "fullgraph=True" in line and "sync debug mode" in line
     assert f"not seen: {line}" in " ".join(capsys.readouterr().out.split())  # the summary wraps it
+
+
+def test_a_batched_loops_fixes_say_what_the_pipelined_batched_loop_does_instead():
+    sites = [s for s in audited("batched_loop")["sites"] if s["per_step"]]
+    assert len(sites) == 4
+    for site in sites:
+        assert "(as the pipelined batched loop" in site["fix"], site
+        assert "core/" not in site["fix"], "a user's loop gets no path of this repository"
+    reads = [s for s in sites if s["kind"] == "tolist"]
+    assert all("`lag` steps later" in s["fix"] and "keeps its slot" in s["fix"] for s in reads)
+    copies = [s for s in sites if s["kind"] == "h2d-copy"]
+    assert all("positions += live" in s["fix_code"] for s in copies)
 
 
 def test_fail_on_sync_zero_fails_the_threaded_streamer(capsys):

@@ -85,6 +85,7 @@ class BatchedRun:
     total_s: float
     timings: dict[str, Any]
     started_s: float
+    setup_ms: float = 0.0  # the slots' set-up before this run (compile, capture), where this run was their first
 
     @property
     def output_tokens(self) -> int:
@@ -212,6 +213,7 @@ def run_batched(loop: str, slots: Slots, workload: Workload, prompt_ids: Sequenc
     run = {NAIVE: _naive, PIPELINED: _pipelined, NO_CHECK: _ceiling}[loop]
     with torch.inference_mode():
         slots.begin(eos_ids, ignore_eos)
+        setup_ms = slots.set_up() if not slots.ready else 0.0
         context = _LoopContext(slots, host, clock, capacity, on_step, on_queued, should_stop or (lambda: False))
         if loop == NO_CHECK and known_lengths is None:
             raise ValueError("the ceiling needs each request's output length (from the naive loop's warm-up)")
@@ -224,7 +226,7 @@ def run_batched(loop: str, slots: Slots, workload: Workload, prompt_ids: Sequenc
                             for r in host.results), setup_ms=0.0, compile_ms=0.0, rows=slots.count).to_dict() \
         if steps else {}
     return BatchedRun(loop=loop, requests=host.results, steps=steps, slots=slots.count, total_s=total_s,
-                      timings=timings, started_s=clock.t0)
+                      timings=timings, started_s=clock.t0, setup_ms=setup_ms)
 
 
 def step_bound(workload: Workload, slots: int, lag: int) -> int:

@@ -156,7 +156,7 @@ def _point(loaded: LoadedModel, request: LoadRequest, options: GenerationOptions
         began = time.perf_counter()
         run = runner.run(name, trial=None)
         warmups[name] = {"wall_ms": round((time.perf_counter() - began) * 1000, 3),
-                         "run_ms": round(run.total_s * 1000, 3)}
+                         "run_ms": round(run.total_s * 1000, 3), "setup_ms": round(run.setup_ms, 3)}
         if name == NAIVE:
             runner.lengths = [len(r.tokens) for r in run.requests]
     trials: dict[str, list[BatchedRun]] = {name: [] for name in contestants}

@@ -19,13 +19,15 @@ is cut from that shared length.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers.cache_utils import StaticLayer
 
-from core.loops.step import StepGraph, compiled_argmax, decode_forward, step_graph_key
+from core.loops.generation import SETUP_STEPS
+from core.loops.step import StepGraph, compiled_argmax, decode_forward, step_graph_key, synchronize
 from core.models import LoadedModel
 from core.options import STEP_GRAPH, GenerationOptions, require
 
@@ -168,7 +170,8 @@ class Slots:
         self.eos_ids = torch.tensor(self.eos_list, dtype=torch.long, device=self.device)
         self.check_eos = True
         self.graph_key: tuple = ()
-        self.steps_run = 0  # decode steps since this was built: the first ones compile and capture
+        self.steps_run = 0  # decode steps since this was built
+        self.ready = False  # its set-up has run (compile, capture)
         self.positions_range = torch.arange(cache_len, device=self.device)
 
     def begin(self, eos_ids: list[int], ignore_eos: bool) -> None:
@@ -180,6 +183,19 @@ class Slots:
         self.check_eos = not ignore_eos
         self.state.reset()
         self.graph_key = (*step_graph_key(self.options, ids, self.state), self.check_eos)
+
+    def set_up(self) -> float:
+        """Before the first run: SETUP_STEPS decode steps over empty slots, so that compilation and CUDA-graph capture
+        (whose warm runs move the buffers on) stay out of every run; then every slot is emptied again. Returns its
+        milliseconds."""
+        began = time.perf_counter()
+        with torch.inference_mode():
+            for _ in range(SETUP_STEPS):
+                self.decode()
+            synchronize(self.device)
+        self.state.reset()
+        self.ready = True
+        return (time.perf_counter() - began) * 1000
 
     # ---------------------------------------------------------------------------------------------- admission
 

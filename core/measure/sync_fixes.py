@@ -49,6 +49,32 @@ H2D_FIXES = {
     "to-device": "allocate the host tensor with pin_memory=True and copy it with non_blocking=True: a copy from "
                  "pageable memory (or without non_blocking) waits for the device",
 }
+# A batched loop's per-row bookkeeping: its rows' tokens and finished flags read each step, its positions built from
+# Python lists. What the pipelined batched loop does instead (core.load: the slots and their record rows).
+BATCHED_READ_FIX = ("a batched loop that reads each step's tokens and finished rows waits for the device every step: "
+                    "copy them (one row: tokens, then flags) into pinned memory with non_blocking=True and read them "
+                    "`lag` steps later, once a CUDA event says they landed; a finished row keeps its slot, its extra "
+                    "steps dropped, until the host learns it finished, then the next request takes the slot (as the "
+                    "pipelined batched loop does)")
+BATCHED_STATE_FIX = ("keep each row's position and whether it still runs on the device, moved on inside the step "
+                     "(positions += live; live &= ~stopped): nothing is built from Python lists or copied to the "
+                     "device each step (as the pipelined batched loop's slots do); the host keeps its own list")
+BATCHED_READ_CODE = "\n".join([
+    "record = torch.cat((next_ids, stopped.long()))  # this step's tokens and flags: one row",
+    "pinned[step % ring].copy_(record, non_blocking=True); landed[step % ring].record()",
+    "...  # queue the next step first; finished rows keep computing (dropped)",
+    "seen = step - lag; landed[seen % ring].synchronize()",
+    "row = pinned[seen % ring].tolist(); tokens, flags = row[:rows], row[rows:]",
+    "# free the slots whose flag is set, admit waiting requests there"])
+BATCHED_STATE_CODE = "\n".join([
+    "positions = torch.tensor(first_positions, device=device)  # once, before the loop",
+    "live = torch.ones(rows, dtype=torch.bool, device=device)",
+    "...  # each step, on the device:",
+    "positions += live  # position_ids = positions[:, None]",
+    "live &= ~stopped"])
+# Per-row bookkeeping in a line: a loop over rows, a name for rows or their stops, or a list built row by row.
+_ROWS = re.compile(r"\benumerate\(|\b(finished\w*|stopped|done)\b|\[.*\bfor\b.*\bin\b")
+IN_THE_BATCHED_LOOPS = " (core/load/batching.py: the pipelined loop's _PinnedRows)"
 POSITION_FIX = ("the same step needs this position, so it cannot be read a step late: keep it as a host integer "
                 "beside the device counter and advance both (the host knows how far each step moves)")
 IN_THE_PROJECT = " (as the pipelined loop does: core/loops/generation.py, HostMirror)"
@@ -102,6 +128,8 @@ def suggest(file: str, code: str, kind: str, what: str | None = None, in_project
     if known is not None:
         return known.fix, known.code
     fix, pattern = _by_kind(code, kind, what, function)
+    if in_project and file.endswith("core/load/batching.py") and fix in (FIXES["tolist"], BATCHED_READ_FIX):
+        return BATCHED_READ_FIX + IN_THE_BATCHED_LOOPS, BATCHED_READ_CODE
     if in_project and fix in (FIXES["item"], FIXES["bool"], FIXES["tolist"]):
         fix += IN_THE_PROJECT
     return fix, pattern
@@ -123,6 +151,11 @@ def _has_deferred_stop_check() -> bool:
 
 
 def _by_kind(code: str, kind: str, what: str | None, function: str) -> tuple[str, str | None]:
+    batched = _ROWS.search(_strip_comment(code)) is not None
+    if kind == "tolist" and batched:
+        return BATCHED_READ_FIX, BATCHED_READ_CODE
+    if kind == "h2d-copy" and batched and (what or _h2d_from_code(code)) == "built":
+        return BATCHED_STATE_FIX, BATCHED_STATE_CODE
     if kind in ("item", "tolist", "copy", "bool"):
         if kind != "bool" and is_position(code, function):
             return POSITION_FIX, _position_code(code, kind)

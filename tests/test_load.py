@@ -1,0 +1,240 @@
+"""Under load (core.load): the workload, the slots, the naive, pipelined and ceiling loops with admission, transformers'
+continuous batching beside them, the protocol's report and the CLI, on tiny-random on the CPU (fp32 greedy: every
+request's tokens must equal its solo decode)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from core.bench import main
+from core.load.batching import run_batched
+from core.load.hf_batching import HF_BATCH, run_hf_batching
+from core.load.protocol import LoadRequest, check_memory, run_load
+from core.load.report import build_load_report, load_command, load_findings, load_text, load_trace
+from core.load.slots import Slots
+from core.load.workload import MAX_REQUESTS, WorkloadSpec, parse_list
+from core.loops.generation import run as solo_run
+from core.loops.prompt import resolve_eos_ids
+from core.models import load_model
+from core.options import GenerationOptions, static_cache_length
+from core.report_schema import LOAD, ReportError, load
+
+SPEC = WorkloadSpec(requests=12, max_new_tokens=24, seed=1)
+STATIC = GenerationOptions(cache="static")
+
+
+# ------------------------------------------------------------------------------------------------ the workload
+
+def test_a_workload_is_the_same_requests_for_the_same_seed_and_others_for_another():
+    one, again, other = SPEC.build(), WorkloadSpec(requests=12, max_new_tokens=24, seed=1).build(), \
+        WorkloadSpec(requests=12, max_new_tokens=24, seed=2).build()
+    assert one.requests == again.requests and one.requests != other.requests
+    assert all(8 <= len(r.prompt) <= 32 and 1 <= r.max_new_tokens <= 24 for r in one.requests)
+    assert len({r.max_new_tokens for r in one.requests}) > 3, "output lengths vary"
+    assert all(r.arrival_s == 0 for r in one.requests)
+
+
+def test_poisson_arrivals_come_in_order_at_about_the_rate():
+    requests = WorkloadSpec(requests=2000, max_new_tokens=8, rate=50.0, seed=3).build().requests
+    arrivals = [r.arrival_s for r in requests]
+    assert arrivals == sorted(arrivals) and arrivals[0] == 0
+    assert 1999 / arrivals[-1] == pytest.approx(50, rel=0.1)
+
+
+def test_output_lengths_max_give_every_request_the_cap_and_built_in_prompts_are_text():
+    spec = WorkloadSpec(requests=3, max_new_tokens=7, prompts="built-in", output_lengths="max")
+    assert [r.max_new_tokens for r in spec.build().requests] == [7, 7, 7]
+    assert all(isinstance(r.prompt, str) for r in spec.build().requests)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"requests": 0}, "requests must be a whole number between 1 and"),
+    ({"requests": MAX_REQUESTS + 1}, "requests must be a whole number"),
+    ({"rate": -1}, "the arrival rate must be a number of requests a second >= 0"),
+    ({"rate": math.inf}, "the arrival rate must be"),
+    ({"prompt_min": 9, "prompt_max": 8}, "the longest prompt must be a whole number between 9"),
+    ({"output_lengths": "uniform"}, "unknown output length distribution 'uniform'; use one of: lognormal, max"),
+    ({"output_median": 99}, "the median output length must be a whole number between 0 and 24"),
+])
+def test_a_bad_workload_is_one_line(changes, message):
+    with pytest.raises(ValueError, match=message):
+        WorkloadSpec(**{"requests": 12, "max_new_tokens": 24, **changes})
+
+
+def test_a_sweep_list_is_checked():
+    assert parse_list("1, 2,4", "--sweep-batch") == [1, 2, 4]
+    with pytest.raises(ValueError, match="--sweep-batch: 'x' is not a whole number"):
+        parse_list("1,x", "--sweep-batch")
+    with pytest.raises(ValueError, match="--sweep-batch: 2 is given twice"):
+        parse_list("2,2", "--sweep-batch")
+
+
+# ------------------------------------------------------------------------------------------------ the loops
+
+@pytest.fixture(scope="module")
+def workload_and_solo(tiny):
+    workload = SPEC.build()
+    prompts = [list(r.prompt) for r in workload.requests]
+    solo = [solo_run(tiny, [ids], GenerationOptions(cache="static", max_new_tokens=r.max_new_tokens)).token_ids[0]
+            for ids, r in zip(prompts, workload.requests)]
+    return workload, prompts, solo
+
+
+def slots_for(loaded, workload, prompts, count=4):
+    cache_len = static_cache_length(max(map(len, prompts)), workload.longest_output, 3)
+    return Slots(loaded, count, cache_len, 130, STATIC)
+
+
+@pytest.mark.parametrize(("loop", "lag"), [("naive", 1), ("pipelined", 1), ("pipelined", 3), ("no-check", 1)])
+def test_every_request_decoded_in_slots_gives_its_solo_tokens(tiny, workload_and_solo, loop, lag):
+    workload, prompts, solo = workload_and_solo
+    slots = slots_for(tiny, workload, prompts)
+    run = run_batched(loop, slots, workload, prompts, eos_ids=resolve_eos_ids(tiny, None), ignore_eos=False, lag=lag,
+                      known_lengths=[len(s) for s in solo])
+    assert [r.tokens for r in run.requests] == solo
+    assert sorted({r.slot for r in run.requests}) == [0, 1, 2, 3] and len(run.requests) == 12, "slots are reused"
+    wasted = [r.wasted_steps for r in run.requests]
+    assert wasted == ([lag] * 12 if loop == "pipelined" else [0] * 12)
+    holders = {}  # no two requests hold one slot at once: each is admitted after the last one there was released
+    for request in sorted(run.requests, key=lambda r: r.first_step):
+        assert request.first_step > holders.get(request.slot, -1)
+        holders[request.slot] = request.released_step
+    assert run.steps >= max(len(s) for s in solo) - 1
+
+
+def test_a_loop_admits_no_request_before_it_arrives(tiny):
+    workload = WorkloadSpec(requests=6, max_new_tokens=6, rate=40.0, seed=5).build()
+    prompts = [list(r.prompt) for r in workload.requests]
+    run = run_batched("pipelined", slots_for(tiny, workload, prompts, 2), workload, prompts,
+                      eos_ids=resolve_eos_ids(tiny, None), ignore_eos=False)
+    for request in run.requests:
+        assert request.admitted_s >= request.arrival_s and request.first_token_s >= request.admitted_s
+        assert request.finished_s >= request.first_token_s
+
+
+def test_tokens_reach_the_listener_as_the_loop_learns_them(tiny, workload_and_solo):
+    workload, prompts, solo = workload_and_solo
+    seen: dict[int, list[int]] = {}
+    run_batched("pipelined", slots_for(tiny, workload, prompts), workload, prompts,
+                eos_ids=resolve_eos_ids(tiny, None), ignore_eos=False,
+                on_tokens=lambda index, new, at_s: seen.setdefault(index, []).extend(new))
+    assert [seen[i] for i in range(12)] == solo
+
+
+def test_transformers_continuous_batching_gives_the_solo_tokens(tiny, workload_and_solo):
+    workload, prompts, solo = workload_and_solo
+    run = run_hf_batching(tiny, HF_BATCH, workload, prompts, slots=4, eos_ids=resolve_eos_ids(tiny, None),
+                          ignore_eos=False, compiled=False)
+    assert [r.tokens for r in run.requests] == solo
+    assert all(r.first_token_s is not None and r.finished_s >= r.first_token_s for r in run.requests)
+    assert tiny.model.config._attn_implementation.startswith("syncscope_decode"), "its own attention is back"
+
+
+def test_a_sliding_window_model_is_refused_in_one_line():
+    loaded = load_model("tiny-random:mistral-sliding", device="cpu")
+    with pytest.raises(ValueError, match="cannot run under load here: its layers attend over a sliding window"):
+        run_load(loaded, LoadRequest(workload=WorkloadSpec(requests=2, max_new_tokens=4), slots=2, trials=1))
+
+
+def test_a_cache_that_does_not_fit_is_one_line(tiny, monkeypatch):
+    monkeypatch.setattr("core.memory.free_host_bytes", lambda: 1000)
+    with pytest.raises(ValueError, match=r"the KV cache of 64 slots of 256 positions .* needs .* GiB, and 0.0 GiB is "
+                                         r"free on this host: give fewer slots \(--max-batch\)"):
+        check_memory(tiny, 64, 256)
+
+
+# ------------------------------------------------------------------------------------------------ the protocol
+
+@pytest.fixture(scope="module")
+def report(tiny):
+    request = LoadRequest(workload=SPEC, slots=4, trials=2, audit=True, sweep_slots=(2,))
+    section = run_load(tiny, request)
+    return build_load_report(tiny, request, section, load_command(request, "tiny-random", device="cpu"))
+
+
+def test_both_loops_decode_the_workload_identically_to_solo_and_only_the_naive_one_reads(report):
+    main_point = report["load"]["contestants"]
+    assert set(main_point) == {"naive", "pipelined", "no-check", HF_BATCH}
+    assert report["load"]["notices"] == ["hf-batch-async left out: transformers' async batching needs CUDA (its "
+                                         "ContinuousBatchingAsyncIOs refuses the CPU)"]
+    for name, entry in main_point.items():
+        assert entry["identical_to_solo"] is True and entry["repeatable"] is True, name
+        assert len(entry["requests"]) == 12 and entry["trials"] == 2 and entry["tokens_per_s"] > 0
+    assert main_point["pipelined"]["reads_per_decode_step"] == 0
+    assert main_point["no-check"]["reads_per_decode_step"] == 0
+    assert main_point["naive"]["reads_per_decode_step"] >= 1
+    site = main_point["naive"]["sync_audit"]["sites"][0]
+    assert site["file"] == "core/load/batching.py" and site["kind"] == "tolist"
+    assert main_point["pipelined"]["wasted_slot_steps"] == 12 and main_point["naive"]["wasted_slot_steps"] == 0
+    assert main_point["no-check"]["ttft_ms_p50"] is None, "the ceiling learns its tokens only at the end"
+
+
+def test_the_report_holds_each_request_and_each_point(report):
+    section = report["load"]
+    assert [(p["slots"], p["rate"]) for p in section["points"]] == [(4, 0.0), (2, 0.0)]
+    request = section["contestants"]["naive"]["requests"][0]
+    assert set(request) >= {"arrival_ms", "first_token_ms", "finished_ms", "tokens", "slot", "first_step",
+                            "last_step", "released_step"}
+    assert section["solo_checked"] == 12 and section["workload"]["spec"]["requests"] == 12
+
+
+def test_the_report_loads_as_a_load_report_and_not_as_a_bench_report(report, tmp_path):
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps(report))
+    assert load(path, expect=LOAD)["load"]["slots"] == 4
+    with pytest.raises(ReportError, match="this JSON is a load report"):
+        load(path, expect="bench")
+    damaged = {**report, "load": {**report["load"], "points": []}}
+    with pytest.raises(ReportError, match="its load section has no points"):
+        load(json.dumps(damaged), expect=LOAD)
+
+
+def test_the_text_says_what_the_run_shows_and_how_to_repeat_it(report):
+    lines = load_text(report)
+    assert lines[0].startswith("tiny-random on cpu (float32), 4 slots of a static cache, compile off, lag 1: 12 "
+                               "requests, all at once")
+    assert any(line.startswith("  naive ") for line in lines) and lines[-1].startswith("reproduce: python -m core.bench")
+    findings = " ".join(load_findings(report))
+    assert "of its solo decode" in findings and "naive 1.00 (core/load/batching.py:" in findings
+    assert "On the CPU host and device are one processor" in findings
+
+
+def test_the_trace_has_a_lane_per_slot_and_marks_the_steps_past_a_stop(report):
+    events = load_trace(report)["traceEvents"]
+    pipelined = next(e["pid"] for e in events if e["ph"] == "M" and e["args"]["name"] == "pipelined")
+    spans = [e for e in events if e.get("pid") == pipelined and e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2, 3}
+    assert sum(1 for e in spans if e["name"] == "past its stop") == 12
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+def test_the_cli_runs_a_workload_and_writes_the_load_section(tmp_path, capsys):
+    out = tmp_path / "R.json"
+    code = main(["--model", "tiny-random", "--device", "cpu", "--requests", "12", "--max-batch", "4", "--trials", "1",
+                 "--max-new-tokens", "16", "--solo-checks", "4", "--contestants", "naive,pipelined", "--json",
+                 str(out)])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["schema"] == "syncscope.load/1"
+    for entry in report["load"]["contestants"].values():
+        assert entry["identical_to_solo"] is True and len(entry["requests"]) == 12
+    printed = capsys.readouterr().out
+    assert "reproduce: python -m core.bench --model tiny-random --device cpu --dtype fp32 --requests 12" in printed
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--max-batch", "0"], "the number of slots (--max-batch) must be between 1 and 256, got 0"),
+    (["--prompt-lengths", "8-x"], "--prompt-lengths must be MIN-MAX in tokens, as 8-32; got '8-x'"),
+    (["--contestants", "naive,fast"], "unknown contestant(s) under load ['fast']"),
+    (["--sweep-rate", "1,-2"], "an arrival rate must be a number of requests a second >= 0, got -2.0"),
+    (["--tp", "2"], "under load (--requests) the loops run on one device: leave out --tp"),
+    (["--sample"], "--sample, --profile, --hf, --no-check and --aa are for a single request"),
+])
+def test_a_bad_load_flag_is_one_line_and_exit_2(argv, message, capsys):
+    code = main(["--model", "tiny-random", "--device", "cpu", "--requests", "4", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
