@@ -1,4 +1,5 @@
-"""Headless A/B benchmark: the naive and the pipelined loop (and optionally HF generate) on one prompt.
+"""Headless A/B benchmark: the naive and the pipelined loop (and optionally HF generate) on one prompt; with
+--requests N, under load: N requests through B slots of continuous batching (core.load, docs/LOAD.md).
 
 Protocol: every contestant first runs once untimed (compilation, CUDA-graph capture and library set-up happen
 there and are reported apart as warm-up); then k timed trials, the order of contestants alternating between
@@ -48,7 +49,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.report_files import check_output_path, check_profile_dir, write_json
     from core.report_schema import BENCH, bench_report, load
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
-    from core.specs import DEFAULT_MODEL, is_random_weights
+    from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, is_random_weights
     from core.text import escaped, printable
 except KeyboardInterrupt:
     sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
@@ -71,7 +72,8 @@ class _DefaultsWhereUseful(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
                        formatter_class=_DefaultsWhereUseful)
-    p.add_argument("--model", default=DEFAULT_MODEL, help="built-in spec, HF id or local path")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"a built-in spec ({', '.join(BUILTIN_SPECS)}), a Hugging Face id or a local path")
     p.add_argument("--device", default=None, help="cuda, cpu, cuda:1 ... (default: CUDA when present)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--tp", type=int, default=1, metavar="N",

@@ -123,12 +123,14 @@ def _check_hub_id(spec: str) -> Path | None:
                          "model id") from None
     if isinstance(cached, str):
         return Path(cached)
+    built_in = f"; the built-in specs, which need no download: {', '.join(BUILTIN_SPECS)}"
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise ValueError(f"could not load model {quote_spec(spec)}: it is not in the local Hugging Face cache, and "
-                         "HF_HUB_OFFLINE is set, so it cannot be downloaded")
+                         f"HF_HUB_OFFLINE is set, so it cannot be downloaded{built_in}")
     if not hub_reachable():
         raise ValueError(f"could not load model {quote_spec(spec)}: it is not in the local Hugging Face cache, and "
-                         f"the Hub ({_hub_host()}) cannot be reached from this machine, so it cannot be downloaded")
+                         f"the Hub ({_hub_host()}) cannot be reached from this machine, so it cannot be "
+                         f"downloaded{built_in}")
     return None
 
 

@@ -238,3 +238,11 @@ def test_a_bad_load_flag_is_one_line_and_exit_2(argv, message, capsys):
     code = main(["--model", "tiny-random", "--device", "cpu", "--requests", "4", *argv])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_the_help_names_the_built_in_models_and_the_load_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a built-in spec (smollm2-135m-instruct, synthetic:smollm2-135m, synthetic:llama-1b" in text
+    assert "--requests N" in text and "--max-batch B" in text and "--sweep-batch LIST" in text

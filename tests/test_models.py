@@ -105,7 +105,9 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
         check_spec("no-such-org/no-such-model")
     assert tried == []
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    with pytest.raises(ValueError, match=r"cannot be reached from this machine, so it cannot be downloaded"):
+    with pytest.raises(ValueError, match=r"cannot be reached from this machine, so it cannot be downloaded; the "
+                                         r"built-in specs, which need no download: smollm2-135m-instruct, "
+                                         r"synthetic:smollm2-135m, .*tiny-random$"):
         check_spec("no-such-org/no-such-model")
     assert len(tried) == 1 and tried[0] is not None and tried[0] <= 3.0
     assert "GGUF" not in loading_note("no-such-org/no-such-model") and "GGUF" in loading_note("smollm2-135m-instruct")

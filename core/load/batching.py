@@ -112,6 +112,7 @@ class _Host:
         self.free = list(range(slots.count - 1, -1, -1))  # popped from the end: slot 0 first
         self.finished = 0
         self.t0 = 0.0
+        self.known_at_end_s = 0.0  # the ceiling: when its last record row landed
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
@@ -221,6 +222,8 @@ def run_batched(loop: str, slots: Slots, workload: Workload, prompt_ids: Sequenc
         host.start()
         steps = run(context, lag=lag, known_lengths=known_lengths)
         clock.stop()
+        if context.after_stop is not None:  # the ceiling's bookkeeping of what it learned at the end, not timed
+            context.after_stop()
     total_s = clock.t_end - clock.t0
     timings = clock.summary(kept_steps=steps, computed_steps=steps, new_tokens=sum(len(r.tokens)
                             for r in host.results), setup_ms=0.0, compile_ms=0.0, rows=slots.count).to_dict() \
@@ -244,6 +247,7 @@ class _LoopContext:
     on_step: Callable[[int], None] | None
     on_queued: Callable[[int], None] | None
     should_stop: Callable[[], bool]
+    after_stop: Callable[[], None] | None = None
 
     def queue(self, step: int) -> None:
         if step >= self.capacity:
@@ -343,20 +347,26 @@ def _ceiling(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -
         ctx.queue(step)
         mirror.send(step)
         step += 1
-    _learn_at_the_end(ctx, mirror, step)
+    _wait_for_the_last_row(ctx, mirror, step)
+    ctx.after_stop = lambda: _learn_at_the_end(ctx, mirror, step)
     return step
 
 
-def _learn_at_the_end(ctx: _LoopContext, mirror: _PinnedRows, steps: int) -> None:
-    """The ceiling's one look: every row, in order, as if each request were in its slot from its first step."""
-    host, clock = ctx.host, ctx.clock
-    clock.waiting(0)
+def _wait_for_the_last_row(ctx: _LoopContext, mirror: _PinnedRows, steps: int) -> None:
+    """The ceiling's one wait: every row's copy has landed once the last one has (one stream, in order)."""
+    ctx.clock.waiting(0)
     if mirror.cuda and steps:
         mirror.events[(steps - 1) % mirror.count].synchronize()
-    known_s = host.now()
     for step in range(steps):
-        clock.waiting(step)
-        clock.known(step)
+        ctx.clock.waiting(step)
+        ctx.clock.known(step)
+    ctx.host.known_at_end_s = ctx.host.now()
+
+
+def _learn_at_the_end(ctx: _LoopContext, mirror: _PinnedRows, steps: int) -> None:
+    """The ceiling's look at what it computed: every row, in order, as if each request were in its slot from its first
+    step; every token known when the last row landed."""
+    host, known_s = ctx.host, ctx.host.known_at_end_s
     by_step: dict[int, list[int]] = collections.defaultdict(list)
     for result in host.results:
         by_step[result.first_step].append(result.index)
