@@ -105,6 +105,18 @@ def test_every_request_decoded_in_slots_gives_its_solo_tokens(tiny, workload_and
     assert run.steps >= max(len(s) for s in solo) - 1
 
 
+def test_admissions_as_one_graph_per_padded_width_give_the_solo_tokens_too(tiny, workload_and_solo):
+    # On CUDA the graph modes admit so (core.load.slots.Slots.admit_as_graph); here its body runs as it is.
+    workload, prompts, solo = workload_and_solo
+    slots = Slots(tiny, 4, static_cache_length(max(map(len, prompts)), workload.longest_output, 1), 130,
+                  STATIC)
+    slots.graph_prefill = True
+    for loop in ("naive", "pipelined"):
+        run = run_batched(loop, slots, workload, prompts, eos_ids=resolve_eos_ids(tiny, None), ignore_eos=False)
+        assert [r.tokens for r in run.requests] == solo, loop
+    assert sorted(slots.admission_rows) == [32], "prompts of 8 to 32 tokens share one padded width"
+
+
 def test_a_loop_admits_no_request_before_it_arrives(tiny):
     workload = WorkloadSpec(requests=6, max_new_tokens=6, rate=40.0, seed=5).build()
     prompts = [list(r.prompt) for r in workload.requests]
@@ -196,7 +208,8 @@ def test_the_text_says_what_the_run_shows_and_how_to_repeat_it(report):
     lines = load_text(report)
     assert lines[0].startswith("tiny-random on cpu (float32), 4 slots of a static cache, compile off, lag 1: 12 "
                                "requests, all at once")
-    assert any(line.startswith("  naive ") for line in lines) and lines[-1].startswith("reproduce: python -m core.bench")
+    assert any(line.startswith("  naive ") for line in lines)
+    assert lines[-1].startswith("reproduce: python -m core.bench")
     findings = " ".join(load_findings(report))
     assert "of its solo decode" in findings and "naive 1.00 (core/load/batching.py:" in findings
     assert "On the CPU host and device are one processor" in findings

@@ -2,9 +2,10 @@
 
 For each point (a number of slots B, and an arrival rate): every contestant runs once untimed (its warm-up:
 compiles, CUDA-graph captures, transformers' own warm-up), then k timed trials, the order alternating between
-rounds; medians over trials. Then, untimed: each batched loop once more under the sync audit (its reads per decode
-step), and on CUDA once more under CUPTI (kernel-busy). Each request's tokens are checked against its solo decode
-(the naive loop alone, static cache, no compile), as many requests as `solo_checks` asks, and across trials.
+rounds; medians over trials. Then, untimed and at the main point only: each batched loop once more under the sync
+audit (its reads per decode step), and on CUDA once more under CUPTI (kernel-busy). Each request's tokens are
+checked against its solo decode (the naive loop alone, static cache, no compile), as many requests as `solo_checks`
+asks, and across trials.
 
 What is measured, per contestant (core.load.stats): output tokens/s and requests/s over the run's wall time; per
 request, time to first token and time per output token (p50, p99); the slot steps computed past a stop (the waste
@@ -105,9 +106,11 @@ def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[L
     check_memory(loaded, max(b for b, _ in request.points()), cache_len)
     solo = _solo_tokens(loaded, base, prompt_ids, options, request.solo_checks, emit, stop)
     points = []
-    for slots, rate in request.points():
+    for index, (slots, rate) in enumerate(request.points()):
         workload = replace(request.workload, rate=rate).build() if rate != base.spec.rate else base
-        points.append(_point(loaded, request, options, contestants, workload, prompt_ids, slots, cache_len, eos_ids,
+        # the audit and the kernel measurement at the main point only: each is one more run of every loop
+        asked = request if index == 0 else replace(request, audit=False, no_kernel_measurement=True)
+        points.append(_point(loaded, asked, options, contestants, workload, prompt_ids, slots, cache_len, eos_ids,
                              solo, emit, stop))
     forget_managers(loaded)
     main = points[0]

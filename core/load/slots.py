@@ -29,18 +29,23 @@ from transformers.cache_utils import StaticLayer
 from core.loops.generation import SETUP_STEPS
 from core.loops.step import StepGraph, compiled_argmax, decode_forward, step_graph_key, synchronize
 from core.models import LoadedModel
-from core.options import STEP_GRAPH, GenerationOptions, require
+from core.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, require
 
 RECORD_FIELDS = 4  # per row: the token fed into the step, the token it chose, live before it, finished after it
+# In CUDA-graph modes an admission's prompt is padded on the right to a multiple of this many tokens, and each such
+# width is one graph: an eager prefill launches hundreds of kernels (about 12 ms for the Llama-1B shape on an H200,
+# measured, more than ten decode steps of 16 rows), which would bury the decode steps the loops differ in.
+PREFILL_BUCKET = 32
 
 
 class SlotPointers:
     """What every layer of one slot cache shares: each row's position (a device tensor the step moves on) and the
-    slot an admission is writing (None during decode steps)."""
+    slot an admission is writing (None during decode steps): a host int, or a one-element device tensor where the
+    admission is a graph."""
 
     def __init__(self, positions: torch.Tensor):
         self.positions = positions
-        self.prefill_slot: int | None = None
+        self.prefill_slot: int | torch.Tensor | None = None
 
 
 class SlotLayer(StaticLayer):
@@ -70,11 +75,16 @@ class SlotLayer(StaticLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         slot = self.pointers.prefill_slot
-        if slot is not None:  # an admission: one request's prompt into its row, from position 0
+        if isinstance(slot, int):  # an admission: one request's prompt into its row, from position 0
             width = key_states.shape[-2]
             self.keys[slot, :, :width] = key_states[0]
             self.values[slot, :, :width] = value_states[0]
             return self.keys[slot: slot + 1], self.values[slot: slot + 1]
+        if slot is not None:  # the same with the slot on the device (one graph for every slot)
+            width = key_states.shape[-2]
+            self.keys[slot, :, :width] = key_states
+            self.values[slot, :, :width] = value_states
+            return self.keys.index_select(0, slot), self.values.index_select(0, slot)
         rows, heads = key_states.shape[:2]
         where = self.pointers.positions.view(rows, 1, 1, 1)
         self.keys.scatter_(2, where.expand(rows, heads, 1, key_states.shape[-1]), key_states)
@@ -165,7 +175,8 @@ class Slots:
         self.step_graph = StepGraph() if options.compile == STEP_GRAPH else None
         # ATen's argmax over a large vocabulary runs one block a row; the step-graph's compiled one spreads the rows
         self.argmax = compiled_argmax() if self.step_graph is not None else None
-        self.pad = torch.tensor(loaded.tokenizer.pad_token_id or 0, dtype=torch.long, device=self.device)
+        self._pad_id = loaded.tokenizer.pad_token_id or 0
+        self.pad = torch.tensor(self._pad_id, dtype=torch.long, device=self.device)
         self.eos_list = [-1]
         self.eos_ids = torch.tensor(self.eos_list, dtype=torch.long, device=self.device)
         self.check_eos = True
@@ -173,6 +184,10 @@ class Slots:
         self.steps_run = 0  # decode steps since this was built
         self.ready = False  # its set-up has run (compile, capture)
         self.positions_range = torch.arange(cache_len, device=self.device)
+        # admissions as graphs (module doc) in the modes whose decode step is one: on CUDA only
+        self.graph_prefill = options.compile in CUDA_GRAPH_COMPILE_MODES and self.device.type == "cuda"
+        self.prefill_graphs: dict[int, StepGraph] = {}
+        self.admission_rows: dict[int, torch.Tensor] = {}  # per padded width: slot, width, budget, the prompt
 
     def begin(self, eos_ids: list[int], ignore_eos: bool) -> None:
         """Every slot empty, for a new run that stops at `eos_ids` (none with `ignore_eos`)."""
@@ -202,10 +217,56 @@ class Slots:
     def admit(self, slot: int, prompt_ids: list[int], budget: int) -> None:
         """A prefill of one request into `slot` (its prompt's keys at positions 0..P-1 of its row), its first token
         chosen, and the row set to go on: the other rows keep their state, and nothing is read from the device. The
-        prompt travels by a non_blocking copy from pinned memory on CUDA."""
-        state, width = self.state, len(prompt_ids)
+        prompt travels by a non_blocking copy from pinned memory on CUDA; in CUDA-graph modes the admission is one
+        graph per padded width (`admit_as_graph`)."""
+        width = len(prompt_ids)
         require(width + budget <= self.cache_len, f"a request of {width} prompt tokens and {budget} new ones does not "
                                                   f"fit the cache's {self.cache_len} positions")
+        if self.graph_prefill:
+            self.admit_as_graph(slot, prompt_ids, budget)
+        else:
+            self._admit_eagerly(slot, prompt_ids, budget)
+
+    def admit_as_graph(self, slot: int, prompt_ids: list[int], budget: int) -> None:
+        """The admission with its prompt padded on the right to a multiple of PREFILL_BUCKET and every value it needs
+        (the slot, the prompt's width, the budget, the tokens) in one device row, so that one graph serves every
+        admission of that width: replayed in step-graph mode, the compiled forward's own CUDA graph in the others.
+        The padding's keys land past the prompt, where the row's mask leaves them out until decode steps overwrite
+        them; the causal mask keeps the prompt's queries off them."""
+        width = len(prompt_ids)
+        bucket = min(-(-width // PREFILL_BUCKET) * PREFILL_BUCKET, self.cache_len)
+        row = self.admission_rows.get(bucket)
+        if row is None:
+            row = self.admission_rows[bucket] = torch.zeros(3 + bucket, dtype=torch.long, device=self.device)
+        staged = torch.tensor([slot, width, budget, *prompt_ids, *[self._pad_id] * (bucket - width)])
+        row.copy_(staged.pin_memory() if self.device.type == "cuda" else staged, non_blocking=True)
+        if self.step_graph is not None:
+            graph = self.prefill_graphs.setdefault(bucket, StepGraph())
+            graph.replay(lambda: self._prefill_body(row, bucket), self.graph_key)
+        else:
+            self._prefill_body(row, bucket)
+
+    def _prefill_body(self, row: torch.Tensor, bucket: int) -> None:
+        state = self.state
+        slot, width, budget = row[0:1], row[1:2], row[2:3]
+        self.pointers.prefill_slot = slot
+        try:
+            logits = self.forward(input_ids=row[3:][None], position_ids=self.positions_range[None, :bucket],
+                                  cache=self.cache, use_cache=True, logits_to_keep=width - 1).logits[:, -1]
+        finally:
+            self.pointers.prefill_slot = None
+        first = self.argmax(logits) if self.argmax is not None else logits.argmax(dim=-1)
+        goes_on = budget > 1
+        if self.check_eos:
+            goes_on &= ~(first[:, None] == self.eos_ids).any(dim=1)
+        state.tokens.index_copy_(0, slot, first)
+        state.positions.index_copy_(0, slot, width)
+        state.budget.index_copy_(0, slot, budget - 1)
+        state.live.index_copy_(0, slot, goes_on)
+        state.mask.index_copy_(0, slot, (self.positions_range < width).long()[None])
+
+    def _admit_eagerly(self, slot: int, prompt_ids: list[int], budget: int) -> None:
+        state, width = self.state, len(prompt_ids)
         ids = _on_device(prompt_ids, self.device)[None]
         self.pointers.prefill_slot = slot
         try:
