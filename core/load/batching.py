@@ -228,8 +228,20 @@ def run_batched(loop: str, slots: Slots, workload: Workload, prompt_ids: Sequenc
     timings = clock.summary(kept_steps=steps, computed_steps=steps, new_tokens=sum(len(r.tokens)
                             for r in host.results), setup_ms=0.0, compile_ms=0.0, rows=slots.count).to_dict() \
         if steps else {}
+    if steps and clock.cuda:
+        timings.update(_device_idle(clock, slots, steps))
     return BatchedRun(loop=loop, requests=host.results, steps=steps, slots=slots.count, total_s=total_s,
                       timings=timings, started_s=clock.t0, setup_ms=setup_ms)
+
+
+def _device_idle(clock: StepClock, slots: Slots, steps: int) -> dict[str, float]:
+    """The device's idle time from the first decode step's start to the last one's end: what is in neither a step nor
+    an admission (both on one stream, one after the other), in all and per step."""
+    span = clock.starts[0].elapsed_time(clock.ends[steps - 1])
+    stepping = sum(clock.starts[i].elapsed_time(clock.ends[i]) for i in range(steps))
+    admitting = slots.admission_device_ms(clock.starts[0])
+    idle = max(0.0, span - stepping - admitting)
+    return {"device_idle_ms": idle, "device_idle_ms_per_step": idle / steps, "admission_device_ms": admitting}
 
 
 def step_bound(workload: Workload, slots: int, lag: int) -> int:

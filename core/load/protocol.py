@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from core.load.batching import BATCHED_LOOPS, NAIVE, BatchedRun, run_batched, step_bound
 from core.load.hf_batching import HF_BATCH, HF_BATCH_ASYNC, forget_managers, hf_batching_problem, run_hf_batching
@@ -31,7 +32,7 @@ from core.load.stats import run_summary, summarize_trials
 from core.load.workload import MAX_SLOTS, Workload, WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import check_length, prompt_rows, resolve_eos_ids
-from core.measure.kernel_measurement import kernel_measurement
+from core.measure.kernel_measurement import device_kernels_ns, merged_intervals
 from core.measure.sync_audit import SyncAudit
 from core.models import LoadedModel, check_support
 from core.options import NO_CHECK, Cancelled, GenerationOptions, adapt_to_device, require, static_cache_length
@@ -245,22 +246,23 @@ def _queued_mark(audit: SyncAudit) -> Callable[[int], None]:
 
 def _kernel_measurements(runner: _Runner, contestants: list[str], trials: dict[str, list[BatchedRun]],
                          point: dict[str, Any], emit: Callable[[LoadEvent], None]) -> dict[str, dict[str, Any]]:
-    """Each batched loop once more under CUPTI: kernel-busy per decode step."""
+    """Each batched loop once more under CUPTI: kernel-busy over the run, from its first kernel to its last (the
+    admissions' kernels count as busy: they run between the steps), and the slowdown the tracing cost."""
     measured = {}
     for name in contestants:
         if name not in BATCHED_LOOPS:
             continue
         emit({**KERNEL_MEASUREMENT.event(name, time.perf_counter()), **point})
-        steps = [t.timings.get("ms_per_token_p50") for t in trials[name] if t.timings.get("ms_per_token_p50")]
-
-        def once(name: str = name) -> dict[str, Any]:
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
             run = runner.run(name, trial=None)
-            return {"timings": run.timings, "started_s": run.started_s}
-
-        result = kernel_measurement(once, statistics.median(steps) if steps else None)
-        measured[name] = {key: result.get(key) for key in ("kernel_busy_fraction", "kernel_busy_ms_per_step",
-                                                           "idle_inside_ms_per_step", "gap_ms_per_step",
-                                                           "decode_steps", "slowdown", "kinds", "top_kernels")}
+        kernels = merged_intervals(sorted((start, end) for start, end, _ in device_kernels_ns(profiler)))
+        busy_ms = sum(end - start for start, end in kernels) / 1e6
+        span_ms = (kernels[-1][1] - kernels[0][0]) / 1e6 if kernels else 0.0
+        timed = statistics.median(t.total_s for t in trials[name]) if trials[name] else None
+        measured[name] = {"kernel_busy_fraction": busy_ms / span_ms if span_ms > 0 else None,
+                          "kernel_busy_ms": busy_ms, "device_span_ms": span_ms, "kernels": len(kernels),
+                          "kernel_busy_ms_per_step": busy_ms / run.steps if run.steps else None,
+                          "slowdown": run.total_s / timed if timed else None}
     return measured
 
 

@@ -188,6 +188,9 @@ class Slots:
         self.graph_prefill = options.compile in CUDA_GRAPH_COMPILE_MODES and self.device.type == "cuda"
         self.prefill_graphs: dict[int, StepGraph] = {}
         self.admission_rows: dict[int, torch.Tensor] = {}  # per padded width: slot, width, budget, the prompt
+        self.cuda = self.device.type == "cuda"
+        self._admission_events: list[tuple[Any, Any]] = []
+        self.admissions = 0  # this run's, so far
 
     def begin(self, eos_ids: list[int], ignore_eos: bool) -> None:
         """Every slot empty, for a new run that stops at `eos_ids` (none with `ignore_eos`)."""
@@ -198,6 +201,15 @@ class Slots:
         self.check_eos = not ignore_eos
         self.state.reset()
         self.graph_key = (*step_graph_key(self.options, ids, self.state), self.check_eos)
+        self.admissions = 0
+
+    def admission_device_ms(self, after: Any) -> float:
+        """The device's time in this run's admissions (CUDA events) recorded after the event `after`: work between
+        decode steps that is not idle. 0 on the CPU."""
+        if not self.cuda:
+            return 0.0
+        spans = self._admission_events[: self.admissions]
+        return sum(start.elapsed_time(end) for start, end in spans if after.elapsed_time(start) >= 0)
 
     def set_up(self) -> float:
         """Before the first run: SETUP_STEPS decode steps over empty slots, so that compilation and CUDA-graph capture
@@ -222,10 +234,22 @@ class Slots:
         width = len(prompt_ids)
         require(width + budget <= self.cache_len, f"a request of {width} prompt tokens and {budget} new ones does not "
                                                   f"fit the cache's {self.cache_len} positions")
+        events = self._admission_span() if self.cuda else None
+        if events is not None:
+            events[0].record()
         if self.graph_prefill:
             self.admit_as_graph(slot, prompt_ids, budget)
         else:
             self._admit_eagerly(slot, prompt_ids, budget)
+        if events is not None:
+            events[1].record()
+
+    def _admission_span(self) -> tuple[Any, Any]:
+        """Two timing events for the next admission of this run, made once and reused."""
+        if self.admissions == len(self._admission_events):
+            self._admission_events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        self.admissions += 1
+        return self._admission_events[self.admissions - 1]
 
     def admit_as_graph(self, slot: int, prompt_ids: list[int], budget: int) -> None:
         """The admission with its prompt padded on the right to a multiple of PREFILL_BUCKET and every value it needs

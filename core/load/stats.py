@@ -7,8 +7,8 @@
 - steps past a stop: the slot steps computed for a request after its last token, until the host freed its slot (the
   pipelined loop's `lag` a request; none for the naive loop and the ceiling); `slot_steps` all slot steps computed;
 - host wait per decode step: the host blocked until the step's tokens were known (the naive loop's read; the
-  pipelined loop's wait on a copy `lag` steps old); device idle per decode step: the device's gap before each step
-  (CUDA events).
+  pipelined loop's wait on a copy `lag` steps old); device idle per decode step: from the first step's start to the
+  last one's end, the device's time in neither a decode step nor an admission (CUDA events), over the steps.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def run_summary(run: BatchedRun) -> dict[str, Any]:
     stepped = run.steps > 0
     timings = run.timings
     waits = [k - w for w, k in zip(timings.get("host_wait_start_ms") or [], timings.get("host_known_ms") or [])]
-    gaps = timings.get("gpu_gap_ms") or []
+    idle = timings.get("device_idle_ms_per_step")
     return {
         "tokens": run.output_tokens, "requests": len(run.requests),
         "tokens_per_s": run.output_tokens / total_s, "requests_per_s": len(run.requests) / total_s,
@@ -45,7 +45,7 @@ def run_summary(run: BatchedRun) -> dict[str, Any]:
         "steps": run.steps if stepped else None, "slot_steps": run.steps * run.slots if stepped else None,
         "wasted_slot_steps": sum(r.wasted_steps for r in run.requests) if stepped else None,
         "host_wait_us_per_step": statistics.fmean(waits) * 1000 if waits and observed else None,
-        "device_idle_us_per_step": statistics.fmean(gaps) * 1000 if gaps else None,
+        "device_idle_us_per_step": idle * 1000 if idle is not None else None,
         "step_ms_p50": timings.get("ms_per_token_p50") if stepped else None,
     }
 
