@@ -39,11 +39,14 @@ from core.run_schema import (
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
 from dashboard.limits import (
     EXPOSED_LIMITS,
+    EXPOSED_LOAD_LIMITS,
     IDLE_SESSION_S,
     LOCAL_LIMITS,
+    LOCAL_LOAD_LIMITS,
     MAX_BODY_BYTES,
     MAX_SESSIONS,
     SESSIONS_PER_ADDRESS,
+    LoadLimits,
     is_loopback,
 )
 from dashboard.page_record import parse_report
@@ -131,6 +134,11 @@ def sessions_per_address(args: argparse.Namespace) -> int | None:
 def limits_for(args: argparse.Namespace) -> Limits:
     base = EXPOSED_LIMITS if is_exposed(args) else LOCAL_LIMITS
     return replace(base, max_run_s=args.max_run_seconds) if args.max_run_seconds is not None else base
+
+
+def load_limits_for(args: argparse.Namespace) -> LoadLimits:
+    """What a run under load (the Under load tab) may ask for: smaller when others can reach the page."""
+    return EXPOSED_LOAD_LIMITS if is_exposed(args) else LOCAL_LOAD_LIMITS
 
 
 def gpu_present(args: argparse.Namespace) -> bool:
@@ -298,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="syncscope %(asctime)s %(levelname)s: %(message)s",
                         datefmt="%H:%M:%S")
     runner = Runner(defaults["model"], device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
-                    allowed_models=allowed_models(args), limits=limits_for(args), named_models=args.model or (),
+                    allowed_models=allowed_models(args), limits=limits_for(args), load_limits=load_limits_for(args),
+                    named_models=args.model or (),
                     in_process_engine=args.engine_in_process, sharing=sharing_for(is_exposed(args)))
     print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
     reports, audits = find_bundled(RESULTS_DIR)

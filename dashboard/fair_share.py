@@ -3,7 +3,8 @@
 Sessions cost nothing (a script opens as many as it likes), so a bound per session binds nobody; the client here is
 its address. On an exposed server (`EXPOSED_SHARING`):
 
-- a visitor (a browser, or one API session) has at most one run queued or running (the runner's own rule);
+- a visitor (a browser, or one API session) has at most one run queued or running (the runner's own rule; a run
+  under load counts as a run, here and below);
 - an address has at most `per_address` runs queued or running, and at most `visitors_per_address` visitors who were
   given a run in the last `window_s`;
 - newcomers (visitors none of whose runs has finished yet) from one address have at most `newcomers_per_address`
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dashboard.jobs import COMPARE, DONE, Job
+from dashboard.jobs import DONE, RUNS, Job
 from dashboard.limits import is_loopback
 
 MAX_REMEMBERED = 10_000  # addresses and visitors remembered, the least recent forgotten first
@@ -87,7 +88,7 @@ class FairShare:
         """ValueError (one line) when `client` may not queue a run now, `pending` being the jobs queued or running."""
         if client.address is None:
             return
-        runs = [j for j in pending if j.work == COMPARE and j.address == client.address]
+        runs = [j for j in pending if j.work in RUNS and j.address == client.address]
         if not client.many:
             self._admit_address(client, runs)
         self._admit_newcomer(client, runs)
@@ -99,7 +100,7 @@ class FairShare:
 
     def finished(self, job: Job) -> None:
         """A run ended: one that finished proves its owner no newcomer."""
-        if job.work != COMPARE or job.state != DONE or job.owner is None:
+        if job.work not in RUNS or job.state != DONE or job.owner is None:
             return
         with self._lock:
             self._proven[job.owner] = None

@@ -1,4 +1,4 @@
-"""A job: one queued unit of device work (a model load, or a run) and what happened to it."""
+"""A job: one queued unit of device work (a model load, a run, or a run under load) and what happened to it."""
 
 from __future__ import annotations
 
@@ -9,28 +9,33 @@ from typing import Any
 
 from core.options import BenchRequest
 from dashboard.page_record import PageRecord
-from engine.protocol import MessageType
+from engine.protocol import LoadSettings, MessageType
 
 QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
 
 
-# What a job asks of the engine process: the type of the request it becomes (engine.protocol's Load or Compare).
-LOAD, COMPARE = MessageType.LOAD, MessageType.COMPARE
+# What a job asks of the engine process: the type of the request it becomes (engine.protocol's Load, Compare or
+# UnderLoad). RUNS: the visitors' runs, which take turns in the queue and are stopped past the run limit.
+LOAD, COMPARE, UNDER_LOAD = MessageType.LOAD, MessageType.COMPARE, MessageType.UNDER_LOAD
+RUNS = (COMPARE, UNDER_LOAD)
 
 
 @dataclass
 class Job:
-    """A model load or a run; `events` are the engine's bench events as (engine clock time, event).
+    """A model load, a run or a run under load; `events` are the engine's events as (engine clock time, event).
 
-    `report` is core.bench's report exactly as the engine sent it; `page` is what the page itself saw of the run
-    (its live series, the device samples, its notices), kept apart so that each has one author."""
+    `report` is core.bench's report (or the load report) exactly as the engine sent it; `page` is what the page itself
+    saw of a run (its live series, the device samples, its notices), kept apart so that each has one author. A run
+    under load carries its `settings`, and `described`: what the engine said of its report (engine.protocol.Done)."""
 
     id: int
     work: MessageType
     owner: str | None
     model: str | None
     request: BenchRequest | None = None
+    settings: LoadSettings | None = None
+    described: dict[str, list[str]] | None = None
     notices: list[str] = field(default_factory=list)
     state: str = QUEUED
     error: str | None = None

@@ -51,11 +51,15 @@ class Visitors:
         with self._lock:
             return self._browsers.get(session, session)
 
+    @staticmethod
+    def is_browser_id(value: Any) -> bool:
+        """Whether `value` is a browser's id as `tie` makes them (what a returning browser's storage holds)."""
+        return isinstance(value, str) and bool(_BROWSER_ID.fullmatch(value))
+
     def tie(self, browser_id: Any, request: gr.Request) -> str:
         """Tie `request`'s session to its browser's id (made here on a first visit, or when the one kept is not an
         id this page made); returns the id."""
-        browser_id = browser_id if isinstance(browser_id, str) and _BROWSER_ID.fullmatch(browser_id) \
-            else secrets.token_hex(16)
+        browser_id = browser_id if self.is_browser_id(browser_id) else secrets.token_hex(16)
         session = getattr(request, "session_hash", None)
         if session:
             with self._lock:

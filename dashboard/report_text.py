@@ -28,6 +28,16 @@ def plain(text: Any, limit: int = SHOWN_FIELD_CHARS) -> str:
     return _MARKDOWN_SPECIALS.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
+_EMPHASIS = re.compile(r"(?<!\\)(\*\*|\*)")
+_ESCAPED = re.compile(r"\\(.)")
+
+
+def as_text(markdown: Any) -> str:
+    """What a Markdown string of this page shows, as plain text (for the API's callers): emphasis markers and
+    backslash escapes undone, HTML entities decoded, each line break a newline."""
+    text = _EMPHASIS.sub("", str(markdown or ""))
+    return html.unescape(_ESCAPED.sub(r"\1", text)).replace("  \n", "\n")
+
 
 def headline_md(report: dict[str, Any], page: PageRecord | None = None) -> str:
     """The verdict first (decode phase, beyond noise or not), then end-to-end, TTFT, identity and the clock."""

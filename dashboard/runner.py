@@ -22,15 +22,17 @@ from core.specs import DEFAULT_MODEL, loading_note
 from dashboard.fair_share import LOCAL_SHARING, Client, FairShare, ShareRule
 from dashboard.history import RunHistory, history_row
 from dashboard.job_queue import MAX_QUEUE, JobQueue
-from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, Job
-from dashboard.limits import LOCAL_LIMITS
+from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, RUNS, UNDER_LOAD, Job
+from dashboard.limits import LOCAL_LIMITS, LOCAL_LOAD_LIMITS, LoadLimits
 from dashboard.live_view import LiveView, TextDecoder
+from dashboard.load_form import settings_from_values
+from dashboard.load_live import LoadLiveView
 from dashboard.model_policy import ModelPolicy
 from dashboard.page_record import PageRecord
 from dashboard.supervisor import EngineSupervisor, RestartPolicy
 from engine.client import EngineClient
 from engine.inprocess import InProcessEngineClient
-from engine.protocol import ModelFacts
+from engine.protocol import LoadSettings, ModelFacts
 
 
 class Runner:
@@ -39,16 +41,18 @@ class Runner:
     def __init__(self, model: str | None = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None, *,
                  tp: int = 1, hf_modules: bool = False, allowed_models: set[str] | None = None,
                  monitor: GpuMonitor | bool = True,
-                 max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, engine: dict[str, Any] | None = None,
+                 max_queue: int = MAX_QUEUE, limits: Limits = LOCAL_LIMITS, load_limits: LoadLimits = LOCAL_LOAD_LIMITS,
+                 engine: dict[str, Any] | None = None,
                  named_models: Iterable[str] = (), free_memory: Callable[[], int | None] | None = None,
                  in_process_engine: bool = False, sharing: ShareRule = LOCAL_SHARING,
                  restart_policy: RestartPolicy | None = None):
         """`free_memory()`: bytes free for a model where runs go (default: measured, host or GPU memory).
         `in_process_engine`: the engine on a thread of this process (engine.inprocess: tests and debugging).
         `sharing`: how much of the queue one client may hold (dashboard.fair_share).
-        `restart_policy`: the backoff after a real loss of the engine (default: dashboard.supervisor's)."""
+        `restart_policy`: the backoff after a real loss of the engine (default: dashboard.supervisor's).
+        `load_limits`: what a run under load may ask for (`limits.max_run_s` stops it too)."""
         self.device, self.dtype, self.tp, self.hf_modules = device, dtype, tp, hf_modules
-        self.limits = limits
+        self.limits, self.load_limits = limits, load_limits
         self._free_memory = free_memory or self._measured_free_memory
         # Specs the operator named at startup: the banner, which every visitor sees, names these and built-ins only.
         self.models = ModelPolicy(allowed_models, [*named_models, *([model] if model else [])])
@@ -187,10 +191,32 @@ class Runner:
         self._check_context(request, model)
         job = Job(id=self.queue.next_id(), work=COMPARE, owner=owner, model=model, request=request, notices=notices)
         job.view = LiveView(job, lambda: self.decoder, self.monitor, self.position)
+        return self._queue_run(job, owner, address)
+
+    def submit_under_load(self, values: Mapping[str, Any], owner: str | None = None,
+                          address: str | None = None) -> Job:
+        """Check and queue a run under load (the Under load tab); ValueError in one line for bad settings (within
+        `load_limits`), or when this client may not queue a run now. `values`: the tab's settings by name
+        (dashboard.load_form) and `model` (None or missing: whatever is loaded)."""
+        if self.tp > 1:
+            raise ValueError(f"under load the loops run on one device, and this server runs tensor parallel over "
+                             f"{self.tp} GPUs: run python -m core.bench --requests N on one GPU instead")
+        settings = settings_from_values(values, self.load_limits)
+        model = self.check_model(values["model"]) if values.get("model") else None
+        self._check_load_context(settings, model)
+        job = Job(id=self.queue.next_id(), work=UNDER_LOAD, owner=owner, model=model, settings=settings)
+        job.view = LoadLiveView(job, self.position)
+        return self._queue_run(job, owner, address)
+
+    def _queue_run(self, job: Job, owner: str | None, address: str | None) -> Job:
+        """Queue a visitor's run: one at a time per visitor, and as much of the queue as dashboard.fair_share lets
+        its client hold."""
         with self._submitting:
             pending = self.pending()
-            if owner is not None and any(j.owner == owner and j.work == COMPARE for j in pending):
-                raise ValueError("you already have a run queued or in progress: wait for it, or cancel it")
+            going = next((j for j in pending if owner is not None and j.owner == owner and j.work in RUNS), None)
+            if going is not None:
+                where = " (in the Under load tab)" if going.work == UNDER_LOAD else ""
+                raise ValueError(f"you already have a run{where} queued or in progress: wait for it, or cancel it")
             client = Client(owner, address) if owner is not None else None
             if client is not None:
                 self.fair_share.admit(client, pending)
@@ -212,6 +238,18 @@ class Runner:
         if needed > loaded.context_length:
             raise ValueError(f"prompt ({'at least ' if least else ''}{least} tokens) + max new tokens "
                              f"({request.options.max_new_tokens}) = {needed} exceeds the model's context of "
+                             f"{loaded.context_length} tokens")
+
+    def _check_load_context(self, settings: LoadSettings, model: str | None) -> None:
+        """Refuse, before it is queued, a run under load whose longest synthetic prompt and output cannot fit the
+        loaded model's context (the engine checks each request exactly)."""
+        loaded, workload = self.model_facts, settings.workload
+        if loaded is None or (model is not None and model != loaded.spec) or workload.prompts != "synthetic":
+            return
+        needed = workload.prompt_max + workload.max_new_tokens
+        if needed > loaded.context_length:
+            raise ValueError(f"the longest prompt ({workload.prompt_max} tokens) + max new tokens "
+                             f"({workload.max_new_tokens}) = {needed} exceeds the model's context of "
                              f"{loaded.context_length} tokens")
 
     def run(self, form: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -250,9 +288,10 @@ class Runner:
                     "error": job.error}
         return job.view.snapshot()
 
-    def latest_run(self, owner: str) -> Job | None:
-        """`owner`'s newest run that the runner still remembers (queued, running or finished)."""
-        runs = [j for j in self.queue.remembered() if j.owner == owner and j.work == COMPARE]
+    def latest_run(self, owner: str, work: str = COMPARE) -> Job | None:
+        """`owner`'s newest run (of `work`: COMPARE or UNDER_LOAD) that the runner still remembers (queued, running
+        or finished)."""
+        runs = [j for j in self.queue.remembered() if j.owner == owner and j.work == work]
         return max(runs, key=lambda j: j.id, default=None)
 
     def history(self, owner: str | None = None) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from core.specs import quote_spec
 from dashboard.job_queue import JobQueue
-from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, LOADING, QUEUED, RUNNING, Job
+from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, LOADING, QUEUED, RUNNING, RUNS, UNDER_LOAD, Job
 from dashboard.limits import Limits
 from dashboard.live_view import TextDecoder
 from dashboard.model_policy import ModelPolicy
@@ -32,12 +32,14 @@ from engine.protocol import (
     Failed,
     FailureCategory,
     JobCancelled,
+    JobRequest,
     Load,
     ModelFacts,
     Progress,
     Ready,
     Reply,
     Started,
+    UnderLoad,
     job_of,
 )
 
@@ -188,7 +190,7 @@ class EngineSupervisor:
         while not job.wait(0.25):
             if job.state == QUEUED:  # sent back to the queue after the engine it was sent to died
                 return
-            if limit and job.work == COMPARE and time.perf_counter() - (job.t0 or 0) > limit:
+            if limit and job.work in RUNS and time.perf_counter() - (job.t0 or 0) > limit:
                 self._stop_causes[job.id] = "run limit"
                 self.queue.cancel(job.id, reason=f"stopped after {limit:.0f} s: this server limits the length of a run")
 
@@ -212,7 +214,7 @@ class EngineSupervisor:
         if isinstance(message, ModelFacts):
             logger.info("loaded %s on %s in %.1f s", _spec_for_log(message.spec), message.device, message.load_s)
             self._on_model_facts(message)
-            if job is not None and job.work == COMPARE:
+            if job is not None and job.work in RUNS:
                 job.state = RUNNING
         if job is None:
             if isinstance(message, Failed):  # the engine could not start
@@ -230,6 +232,8 @@ class EngineSupervisor:
             if job.work == COMPARE:
                 job.report = message.report
                 self.on_report(job)
+            elif job.work == UNDER_LOAD:
+                job.report, job.described = message.report, message.described
             self._stop_causes.pop(job.id, None)
             self.queue.finish(job, DONE, None)
         elif isinstance(message, JobCancelled):
@@ -333,10 +337,13 @@ def _spec_for_log(spec: str | None) -> str:
     return quote_spec(spec) if spec and len(spec) > 80 else str(spec)
 
 
-def _request(job: Job) -> Load | Compare:
+def _request(job: Job) -> JobRequest:
     """The engine's request for a job."""
     if job.work == LOAD:
         assert job.model is not None, "a load names its model"
         return Load(job=job.id, spec=job.model)
+    if job.work == UNDER_LOAD:
+        assert job.settings is not None, "a run under load carries its settings"
+        return UnderLoad(job=job.id, spec=job.model, settings=job.settings)
     assert job.request is not None, "a run carries its request"
     return Compare(job=job.id, spec=job.model, request=job.request)

@@ -1,5 +1,5 @@
-"""The Gradio page: its title, the banner, the tabs (dashboard.tabs: Compare with its History section, Replay, Your
-loop) and the Explain section, put together by `build_demo(runner)`.
+"""The Gradio page: its title, the banner, the tabs (dashboard.tabs: Compare with its History section, Under load,
+Replay, Your loop) and the Explain section, put together by `build_demo(runner)`.
 
 Everything the page shows comes from `dashboard.runner` (one queue in front of the engine process) and
 `dashboard.charts` (figures from plain data). `build_demo(runner)` builds the page without launching it, so tests
@@ -25,6 +25,7 @@ from dashboard.runner import Runner
 from dashboard.session_copies import SessionCopies
 from dashboard.tabs.compare import CompareTab
 from dashboard.tabs.replay import ReplayTab
+from dashboard.tabs.under_load import UnderLoadTab
 from dashboard.tabs.your_loop import YourLoopTab
 
 CSS = """
@@ -36,6 +37,19 @@ CSS = """
 #history table { min-width: 1200px; }
 #audit-sites { overflow-x: auto; }
 #audit-sites table { min-width: 1210px; }  /* audit_view.SITE_WIDTHS: scrolls sideways rather than squeezing */
+/* A table wider than its column scrolls sideways inside itself. At 1400 px "Where the time went" and the history
+   looked cut on the right: Gradio's scrollbar is thin and half-transparent (and hidden until used where scrollbars
+   overlay), so it gets a full one on a visible track, and while columns lie past the right edge (WIDE_TABLES_JS marks
+   the table "more-right") that edge fades out and a label says so. */
+.table-container .virtual-table-viewport { scrollbar-width: auto; scrollbar-color: #8a8a8a #e6e6e6; }
+.table-container.more-right .table-wrap::after {  /* above the table's sticky header */
+  content: ""; position: absolute; top: 0; right: 0; bottom: 0; width: 72px; pointer-events: none; z-index: 50;
+  background: linear-gradient(to right, rgba(255, 255, 255, 0), var(--block-background-fill, #fff) 80%);
+}
+.table-container.more-right .table-wrap::before {
+  content: "more columns →"; position: absolute; right: 8px; bottom: 8px; pointer-events: none; z-index: 51;
+  padding: 2px 8px; border-radius: 10px; font-size: 12px; background: #555; color: #fff;
+}
 /* A phone: the results right under Run (the remaining controls follow them), no plotly toolbar over the titles,
    titles small enough to fit the chart's width, and no span labels (the legend names the colours). */
 @media (max-width: 720px) {
@@ -61,6 +75,25 @@ CSS = """
 """
 
 EXPLAIN = (Path(__file__).with_name("explain.md")).read_text(encoding="utf-8")  # the page's Explain section
+# Runs once in each visitor's browser: a table with columns past its right edge is marked "more-right" (CSS fades that
+# edge), again as it scrolls, as the page changes and as the window is resized; at most once a frame.
+WIDE_TABLES_JS = """
+() => {
+  let queued = false;
+  const mark = () => {
+    queued = false;
+    document.querySelectorAll(".table-container .virtual-table-viewport").forEach((viewport) => {
+      const hidden = viewport.scrollWidth - viewport.clientWidth - viewport.scrollLeft;
+      viewport.closest(".table-container")?.classList.toggle("more-right", hidden > 2);
+    });
+  };
+  const soon = () => { if (!queued) { queued = true; requestAnimationFrame(mark); } };
+  document.addEventListener("scroll", soon, true);
+  window.addEventListener("resize", soon);
+  new MutationObserver(soon).observe(document.body, {childList: true, subtree: true, characterData: true});
+  soon();
+}
+"""
 
 BANNER_REFRESH_S = 2.0
 
@@ -73,6 +106,7 @@ class Dashboard:
     compare: CompareTab
     replay: ReplayTab
     your_loop: YourLoopTab
+    under_load: UnderLoadTab
 
     @property
     def downloads(self) -> DownloadFolders:
@@ -120,21 +154,27 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
         with gr.Tabs():
             with gr.Tab("Compare", id="compare") as compare_tab:
                 compare = CompareTab.build(page)
+            with gr.Tab("Under load", id="load", elem_id="load-tab") as load_tab:
+                under_load = UnderLoadTab.build(page)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab") as replay_tab:
                 replay = ReplayTab.build(page, demo)
             with gr.Tab("Your loop", id="audit", elem_id="audit-tab") as audit_tab:
                 your_loop = YourLoopTab.build(page)
-        for tab, name in ((compare_tab, "compare"), (replay_tab, "replay"), (audit_tab, "audit")):
+        for tab, name in ((compare_tab, "compare"), (load_tab, "load"), (replay_tab, "replay"),
+                          (audit_tab, "audit")):
             tab.select(_tab_chosen(banner, name), inputs=[view_state], outputs=[view_state, banner_md],
                        api_visibility="private", show_progress="hidden", queue=False)
         demo.load(compare.on_load, inputs=[page.browser_state], outputs=[page.browser_state, *compare.outputs],
+                  api_visibility="private", show_progress="hidden", concurrency_limit=None)
+        demo.load(under_load.on_load, inputs=[page.browser_state], outputs=under_load.outputs,
                   api_visibility="private", show_progress="hidden", concurrency_limit=None)
         with gr.Accordion("Explain: the sync, the numbers, the toggles, and why NVML utilization is coarse",
                           open=False):
             gr.Markdown(EXPLAIN, elem_id="explain")
         gr.api(compare.history.report_of_run, api_name="report", concurrency_limit=4, concurrency_id="reports")
-    compare.session_copies = SessionCopies(demo)
-    demo.dashboard = Dashboard(page, compare, replay, your_loop)  # type: ignore[attr-defined]
+        demo.load(None, js=WIDE_TABLES_JS)
+    compare.session_copies = under_load.session_copies = SessionCopies(demo)
+    demo.dashboard = Dashboard(page, compare, replay, your_loop, under_load)  # type: ignore[attr-defined]
     return demo
 
 

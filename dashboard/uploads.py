@@ -1,6 +1,6 @@
 """A report a visitor uploads or picks from the bundled ones: the row of controls for it (Replay, Your loop), and the
 opening through core.report_schema.load (gzipped or not, bounded in size), saying where an audit report opens
-instead. Replay and its two files side by side read their reports here."""
+instead. Replay (a bench report, or a load report) and its two files side by side read their reports here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from core import report_schema
-from core.report_schema import AUDIT, BENCH, MAX_REPORT_BYTES
+from core.report_schema import AUDIT, BENCH, LOAD, MAX_REPORT_BYTES
 from dashboard.page_record import SavedReport, split_report
 
 OPEN_AUDITS_IN_YOUR_LOOP = "open it in the Your loop tab"
@@ -25,6 +25,16 @@ def open_bench_report(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES)
         if exc.found == AUDIT:
             raise report_schema.ReportError(f"{exc}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT) from None
         raise
+
+
+def open_replayable(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES) -> SavedReport | dict[str, Any]:
+    """What Replay shows: a bench report (or a page's download of one) with the page's record, or a load report (the
+    dict, core.report_schema.LoadReport); ReportError in one line, which for an audit report says where it opens."""
+    document = report_schema.load(source, limit)
+    found = report_schema.kind_of(document)
+    if found == AUDIT:
+        raise report_schema.ReportError(f"{report_schema.AUDIT_NOT_BENCH}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT)
+    return document if found == LOAD else split_report(document)
 
 
 def upload_row(components: dict[str, Any], prefix: str, label: str, bundled: dict[str, Path],

@@ -22,7 +22,7 @@ from typing import Any
 from core.memory import oom_kill_count
 from core.parallel.launch import child_environment, free_port, spawn_context
 from engine.process import RESTART_EXIT_CODE, EngineConfig, serve
-from engine.protocol import Compare, Failed, Hello, JobCancelled, JobEnd, Load, Ready, Reply, Shutdown, Started
+from engine.protocol import Failed, Hello, JobCancelled, JobEnd, JobRequest, Ready, Reply, Shutdown, Started
 
 START_TIMEOUT_S = 300.0
 HANG_S = 15.0
@@ -135,7 +135,7 @@ class EngineClient:
 
     # ---- work
 
-    def submit(self, request: Load | Compare) -> None:
+    def submit(self, request: JobRequest) -> None:
         """Send a job to every rank; raises EngineLost if the group is down."""
         with self._lock:
             if not self.alive:

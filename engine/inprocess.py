@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.client import EngineLoss, EngineLost
 from engine.process import EngineConfig, EngineCore, hello_message
-from engine.protocol import Compare, Failed, FailureCategory, Hello, JobEnd, Load, Ready, Reply, Shutdown
+from engine.protocol import Failed, FailureCategory, Hello, JobEnd, JobRequest, Ready, Reply, Shutdown
 
 
 @dataclass
@@ -54,7 +54,7 @@ class InProcessEngineClient:
         self._cancel = CancelFlag()
         self._lock = threading.RLock()
         self._generation = 0
-        self._requests: queue.Queue[Load | Compare | Shutdown] | None = None
+        self._requests: queue.Queue[JobRequest | Shutdown] | None = None
         self._worker: threading.Thread | None = None
         self._hello: Hello | None = None
         self._active_job: int | None = None
@@ -97,7 +97,7 @@ class InProcessEngineClient:
 
     # ---- work
 
-    def submit(self, request: Load | Compare) -> None:
+    def submit(self, request: JobRequest) -> None:
         """Queue a job for the engine's thread; raises EngineLost if the engine is down."""
         with self._lock:
             if not self.alive or self._requests is None:

@@ -2,10 +2,11 @@
 
 The dashboard's server starts one of these per GPU rank (`multiprocessing` spawn, so the server never initialises
 CUDA) and talks to it over a pipe, the shape of vLLM V1's EngineCoreProc around its EngineCore. What travels is
-engine.protocol's messages: Load, Compare and Shutdown in; Hello, then per job Started, Progress, ModelFacts, Events
-(batches of core.bench events) and one of Done (the report), JobCancelled or Failed out.
+engine.protocol's messages: Load, Compare, UnderLoad and Shutdown in; Hello, then per job Started, Progress, ModelFacts,
+Events (batches of core.bench events, or core.load's) and one of Done (the report), JobCancelled or Failed out.
 
-A run is `core.bench.compare`, the code path of `python -m core.bench --stream`, and the engine does little
+A run is `core.bench.compare`, the code path of `python -m core.bench --stream` (a run under load:
+`core.load.protocol.run_load`, the code path of `python -m core.bench --requests N`), and the engine does little
 else while one is timed: bench events are appended to a list and shipped as one message every FLUSH_S (a pipe write
 every 50 ms instead of one per token). Cancel is a shared-memory integer that the per-token callback compares
 with the running job's id; liveness is a heartbeat timestamp in shared memory, written by a thread every
@@ -38,17 +39,21 @@ from engine.protocol import (
     JobCancelled,
     JobEnd,
     Load,
+    LoadSettings,
     ModelFacts,
     Progress,
     Reply,
     Request,
     Shutdown,
     Started,
+    UnderLoad,
     job_of,
 )
 
 FLUSH_S = 0.05
 FLUSH_EVENTS = 512
+# The events a timed loop sends often (tokens as they are learned), batched; the key of each one's time stamp.
+FREQUENT_EVENTS = {"tokens": "host_time_s", "load-tokens": "t"}
 HEARTBEAT_S = 0.5
 CUDA_ERROR_MARKERS = ("CUDA error", "cuBLAS error", "CUBLAS_STATUS", "NCCL error", "device-side assert",
                       "illegal memory access", "unspecified launch failure")
@@ -84,8 +89,9 @@ class EventBatcher:
         if not self.stream:
             return
         self.pending.append(event)
-        if event["type"] == "tokens":
-            stamp = event["host_time_s"]
+        stamp_key = FREQUENT_EVENTS.get(event["type"])
+        if stamp_key is not None:
+            stamp = event[stamp_key]
             if stamp - self.last_flush < FLUSH_S and len(self.pending) < FLUSH_EVENTS:
                 return
             self.last_flush = stamp
@@ -123,6 +129,8 @@ class EngineCore:
             self._guarded(request.job, lambda: self._load_reporting(request.spec, request.job))
         elif isinstance(request, Compare):
             self._guarded(request.job, lambda: self._compare(request.job, request.spec, request.request))
+        elif isinstance(request, UnderLoad):
+            self._guarded(request.job, lambda: self._under_load(request.job, request.spec, request.settings))
         else:
             self.send(Failed(job=job, error=f"unknown request {request!r}", category=FailureCategory.BUG,
                              loaded=self.loaded_spec))
@@ -197,6 +205,35 @@ class EngineCore:
         report["engine_process"] = engine_facts()
         self.send(Done(job=job, report=report if self.leader else None))
 
+    def _under_load(self, job: int, spec: str | None, settings: LoadSettings) -> None:
+        """A run under load: core.load's contestants on the settings' workload, its load report, and what
+        core.load.report says of it (Done.described)."""
+        from core.load.protocol import run_load
+        from core.load.report import build_load_report, load_findings, load_text
+
+        request = load_request(settings)  # its checks fail the job as an input error before any model is loaded
+        if spec and self.loaded_spec != spec:
+            self.send(self._load(spec, job))
+        if self.loaded is None:
+            raise ValueError("no model is loaded")
+        if self.config.world_size > 1:
+            raise ValueError("under load the loops run on one device: this server runs tensor parallel")
+        batcher = EventBatcher(self.send, job, stream=self.leader)
+        setups_before = set(self.loaded.setups)
+        started = time.perf_counter()
+        try:
+            section = run_load(self.loaded, request, on_event=batcher, should_stop=self._stop_check(job))
+        except BaseException:
+            for key in set(self.loaded.setups) - setups_before:  # as _compare: a failed run's buffers go
+                del self.loaded.setups[key]
+            raise
+        finally:
+            batcher.flush()
+        report = build_load_report(self.loaded, request, section, load_command_of(self.loaded, request))
+        report["wall_s"] = time.perf_counter() - started
+        described = {"findings": load_findings(report), "text": load_text(report)}
+        self.send(Done(job=job, report=report, described=described))
+
     def _stop_check(self, job: int) -> Callable[[], bool]:
         flag = self.cancel_flag
         if flag is None:
@@ -259,6 +296,30 @@ def model_facts_of(loaded: Any, job: int, load_s: float) -> ModelFacts:
         and type(backend.model).__name__ != "BPE" if backend is not None else False,
         load_s=load_s,
     )
+
+
+def load_request(settings: LoadSettings) -> Any:
+    """The core.load.protocol.LoadRequest that `settings` ask for (ValueError in one line from its checks)."""
+    from core.load.protocol import LoadRequest
+    from core.options import GenerationOptions
+
+    options = GenerationOptions(loop="naive", max_new_tokens=settings.workload.max_new_tokens, cache="static",
+                                compile=settings.compile, lag=settings.lag)
+    extra = {"contestants": settings.contestants} if settings.contestants else {}
+    return LoadRequest(workload=settings.workload, slots=settings.slots, options=options, trials=settings.trials,
+                       sweep_slots=settings.sweep_slots, sweep_rates=settings.sweep_rates, audit=settings.audit,
+                       solo_checks=settings.solo_checks, **extra)
+
+
+def load_command_of(loaded: Any, request: Any) -> str:
+    """The `python -m core.bench --requests ...` command that repeats a run under load, as the CLI writes it."""
+    from core.load.report import load_command
+    from core.report import DTYPE_FLAGS
+
+    device = loaded.device
+    on_default_gpu = device.type == "cuda" and not device.index
+    return load_command(request, loaded.spec, device=None if on_default_gpu else str(device),
+                        dtype=DTYPE_FLAGS.get(loaded.dtype))
 
 
 def engine_facts() -> dict[str, Any]:

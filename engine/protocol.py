@@ -1,12 +1,14 @@
 """What travels over the pipe between the server and an engine process: one frozen dataclass per message.
 
-    server -> engine   Load(job, spec)   Compare(job, spec, request)   Shutdown()
-    engine -> server   Hello (once, at start)   Started   Progress   ModelFacts   Events (a batch of core.bench events)
-                       and one of Done (the report), JobCancelled, Failed (with a FailureCategory) to end each job
+    server -> engine   Load(job, spec)   Compare(job, spec, request)   UnderLoad(job, spec, settings)   Shutdown()
+    engine -> server   Hello (once, at start)   Started   Progress   ModelFacts   Events (a batch of core.bench events,
+                       or of core.load's under load) and one of Done (the report), JobCancelled, Failed (with a
+                       FailureCategory) to end each job
     client -> runner   Ready (every rank has said hello; made by the client, never sent by an engine)
 
 Every message's `type` is a MessageType. The messages are pickled by `multiprocessing`, so both ends must import
-this module: it imports no torch. The bench events inside Events stay plain dicts: their schema is core.bench's.
+this module: it imports no torch. The bench events inside Events stay plain dicts: their schema is core.bench's (and
+core.load.protocol's, for a run under load).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from core.load.workload import WorkloadSpec
 from core.options import BenchRequest
 
 
@@ -22,6 +25,7 @@ class MessageType(StrEnum):
     # requests
     LOAD = "load"
     COMPARE = "compare"
+    UNDER_LOAD = "under_load"
     SHUTDOWN = "shutdown"
     # replies
     HELLO = "hello"
@@ -66,13 +70,50 @@ class Compare:
 
 
 @dataclass(frozen=True)
+class LoadSettings:
+    """What a run under load asks for, as the server can check it without torch: the workload (checked when made), the
+    slots, the loops' compile mode and lag, the contestants, the trials and the sweeps. The engine makes it a
+    core.load.protocol.LoadRequest, whose own checks (a ValueError in one line) end the job as an input failure."""
+
+    workload: WorkloadSpec
+    slots: int = 4
+    compile: str = "off"
+    lag: int = 1
+    trials: int = 2
+    contestants: tuple[str, ...] = ()  # () : core.load's default contestants
+    sweep_slots: tuple[int, ...] = ()
+    sweep_rates: tuple[float, ...] = ()
+    audit: bool = True
+    solo_checks: int = 16
+
+    def points(self) -> list[tuple[int, float]]:
+        """(slots, rate) of every point, in the order core.load.protocol.LoadRequest.points runs them."""
+        points = [(self.slots, self.workload.rate)]
+        points += [(b, self.workload.rate) for b in self.sweep_slots]
+        points += [(self.slots, r) for r in self.sweep_rates]
+        return list(dict.fromkeys(points))
+
+
+@dataclass(frozen=True)
+class UnderLoad:
+    """Run core.load.protocol.run_load on `spec` (loaded first when another model, or none, is loaded) and build its
+    load report (core.load.report)."""
+
+    type: ClassVar[MessageType] = MessageType.UNDER_LOAD
+    job: int
+    spec: str | None
+    settings: LoadSettings
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """Stop after the current job."""
 
     type: ClassVar[MessageType] = MessageType.SHUTDOWN
 
 
-Request = Load | Compare | Shutdown
+Request = Load | Compare | UnderLoad | Shutdown
+JobRequest = Load | Compare | UnderLoad
 
 
 # ------------------------------------------------------------------------------------------------ replies
@@ -147,11 +188,14 @@ class Events:
 
 @dataclass(frozen=True)
 class Done:
-    """The job ended; `report` is core.bench's report of a run (None for a load, and on ranks other than 0)."""
+    """The job ended; `report` is core.bench's report of a run, or the load report of a run under load (None for a
+    load, and on ranks other than 0). `described`: what the engine said of a load report with core.load.report, for
+    the page (torch-free, it cannot import that module): {"findings": [sentences], "text": [the CLI's lines]}."""
 
     type: ClassVar[MessageType] = MessageType.DONE
     job: int
     report: dict[str, Any] | None = None
+    described: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from multiprocessing import Pipe
 
 import pytest
 
+from core.load.workload import WorkloadSpec
 from core.options import BenchRequest, GenerationOptions
 from engine import protocol
 from engine.protocol import (
@@ -21,12 +22,14 @@ from engine.protocol import (
     Hello,
     JobCancelled,
     Load,
+    LoadSettings,
     MessageType,
     ModelFacts,
     Progress,
     Ready,
     Shutdown,
     Started,
+    UnderLoad,
     job_of,
 )
 
@@ -42,6 +45,7 @@ ONE_OF_EACH = (
     Events(job=2, events=[{"type": "tokens", "contestant": "naive", "tokens": [5], "host_time_s": 1.0}]),
     Done(job=2, report={"schema": "syncscope.bench/1"}), JobCancelled(job=2, loaded="tiny-random"),
     Failed(job=None, error="ImportError: no torch", category=FailureCategory.START),
+    UnderLoad(job=5, spec="tiny-random", settings=LoadSettings(workload=WorkloadSpec(requests=6), sweep_slots=(1, 2))),
 )
 
 
@@ -79,7 +83,20 @@ def test_failures_come_in_categories():
 
 
 def test_the_job_of_a_message():
-    assert [job_of(m) for m in ONE_OF_EACH] == [1, 2, None, None, None, 2, 1, 3, 2, 2, 2, None]
+    assert [job_of(m) for m in ONE_OF_EACH] == [1, 2, None, None, None, 2, 1, 3, 2, 2, 2, None, 5]
+
+
+def test_a_load_report_crosses_the_pipe_with_what_the_engine_said_of_it():
+    done = Done(job=5, report={"schema": "syncscope.load/1"}, described={"findings": ["a"], "text": ["b"]})
+    ours, theirs = Pipe()
+    ours.send(done)
+    assert theirs.recv() == done and Done(job=5).described is None
+
+
+def test_a_run_under_load_names_its_points_as_the_load_protocol_runs_them():
+    settings = LoadSettings(workload=WorkloadSpec(requests=6, rate=2.0), slots=4, sweep_slots=(1, 4, 8),
+                            sweep_rates=(2.0, 8.0))
+    assert settings.points() == [(4, 2.0), (1, 2.0), (8, 2.0), (4, 8.0)]
 
 
 def test_a_job_ends_with_done_cancelled_or_failed():

@@ -259,3 +259,20 @@ def test_the_help_names_the_built_in_models_and_the_load_flags(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "a built-in spec (smollm2-135m-instruct, synthetic:smollm2-135m, synthetic:llama-1b" in text
     assert "--requests N" in text and "--max-batch B" in text and "--sweep-batch LIST" in text
+
+
+@pytest.mark.parametrize(("ratios", "said"), [
+    ({4: 1.3, 16: 1.2, 64: 1.1}, "keeps its gain at every B (B=4 1.30x, B=16 1.20x, B=64 1.10x)"),
+    ({4: 1.3, 16: 1.02, 64: 0.99}, "gain is gone (under 5%) from B=16 on"),
+    ({1: 0.76, 2: 1.09}, "gains less than 5% at B=1 and more elsewhere (B=1 0.76x, B=2 1.09x)"),
+    ({1: 1.01, 2: 0.99}, "gains less than 5% at every B"),
+])
+def test_the_sweep_sentence_says_where_the_gain_is(ratios, said):
+    def point(slots, ratio):
+        return {"slots": slots, "rate": 0.0, "contestants": {"naive": {"tokens_per_s": 100.0},
+                                                             "pipelined": {"tokens_per_s": 100.0 * ratio}}}
+
+    section = {"points": [point(b, r) for b, r in ratios.items()]}
+    from core.load.report import _gain_sentences
+
+    assert said in " ".join(_gain_sentences(section))

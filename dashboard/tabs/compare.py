@@ -18,16 +18,19 @@ from dashboard import charts, timeline
 from dashboard.form import build_form, from_widget
 from dashboard.jobs import COMPARE, FAILED, Job
 from dashboard.page import PageContext
-from dashboard.report_text import headline_md, plain, rate_md, status_md
+from dashboard.report_text import as_text, headline_md, plain, rate_md, status_md
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
 from dashboard.runner import Runner
 from dashboard.session_copies import SessionCopies
 from dashboard.tabs.history import HistoryTab
 
 # The /run endpoint's outputs, in order (a client zips them with these names); the timeline's plot follows them.
+# "text": the Markdown outputs (TEXT_OUTPUTS) as plain text, for API callers (the page shows the Markdown).
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
-           "report_file", "trace_file", "banner", "model", "run_note", "summary_more", "shows", "run_a", "run_b")
+           "report_file", "trace_file", "banner", "model", "run_note", "summary_more", "shows", "run_a", "run_b",
+           "text")
+TEXT_OUTPUTS = ("status", "naive_rate", "pipelined_rate", "headline", "shows", "run_note", "banner")
 # A run whose page went away (a reload, a closed tab) goes on this long for the same browser to come back to it.
 RECONNECT_GRACE_S = 15.0
 
@@ -68,6 +71,7 @@ class CompareTab:
                 c["summary"], c["summary_more"] = summary_components("summary")
                 c["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                           elem_id="command", buttons=["copy"])
+                c["text"] = gr.JSON(visible=False, label="text")  # the API's plain text (the page shows Markdown)
         with gr.Row():
             c["timeline_plot"] = gr.Plot(timeline.timeline_figure({}), elem_id="plot-lanes", show_label=False,
                                          label="timeline")
@@ -107,11 +111,28 @@ class CompareTab:
 
     def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
         """Queue a run and stream its progress until it finishes. `controls` are the model and the run options
-        by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them."""
+        by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them.
+        The `text` output holds the status, the rates, the verdict and the banner as plain text, for API callers."""
+        said: dict[str, str] = {}
+        updates = self._run(request, controls)
         try:
-            yield from self._run(request, controls)
+            for update in updates:
+                yield self._with_text(update, said)
         finally:  # Gradio resumes a stream only once it has applied its last update: its copies are all made
+            updates.close()  # a page that went away: the run's watch ends now (_release), as with `yield from`
             self.forget_copies(request)
+
+    def _with_text(self, update: dict, said: dict[str, str]) -> dict:
+        """`update` and the `text` output: every Markdown output so far (TEXT_OUTPUTS), as plain text."""
+        text = self.components.get("text")
+        if text is None:
+            return update
+        shown = {**self.components, "banner": self.page.banner_md}
+        for name in TEXT_OUTPUTS:
+            value = update.get(shown.get(name))
+            if isinstance(value, str):
+                said[name] = as_text(value)
+        return {**update, text: dict(said)}
 
     def _run(self, request: gr.Request, controls: dict[str, Any]) -> Iterator[dict]:
         c = self.components

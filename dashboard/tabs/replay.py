@@ -1,6 +1,7 @@
 """The Replay tab: a report written by `python -m core.bench --json` (or downloaded from this page) shown as a run
-of this page shows it, and two report files side by side. Every file that is not a complete report gets one line,
-and the page stays as it was."""
+of this page shows it, a load report (`python -m core.bench --requests N --json`, or the Under load tab's download)
+shown as that tab shows its run, and two report files side by side. Every file that is not a complete report gets
+one line, and the page stays as it was."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Self
 
 import gradio as gr
@@ -17,16 +19,20 @@ from core.report_schema import too_large, upgrade_report
 from dashboard import charts, timeline
 from dashboard.banner import report_device
 from dashboard.diff_panel import DiffPanel
+from dashboard.load_describe import LoadDescriber
+from dashboard.load_view import what_ran
 from dashboard.page import PageContext
 from dashboard.page_record import SavedReport
 from dashboard.rate_series import live_series_from_report
 from dashboard.report_text import headline_md, plain
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
 from dashboard.step_time import STEP_TIME_HEADERS, step_time_rows
-from dashboard.uploads import open_bench_report, upload_row
+from dashboard.tabs.load_panel import LoadReportPanel
+from dashboard.uploads import open_bench_report, open_replayable, upload_row
 
 CANNOT_DRAW = ("it passed the format checks but could not be drawn; the server's log says where (write the report "
                "again with python -m core.bench --json)")
+OPEN_A_REPORT = "Choose a JSON file written by `python -m core.bench --json` (or `--requests N --json`, under load)."
 log = logging.getLogger(__name__)
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
                   "summary_more", "shows", "step_time")
@@ -59,38 +65,46 @@ UPLOAD_GUARD_JS = """
 
 class ReplayTab:
     """`components` by name: REPLAY_OUTPUTS, "timeline_note" and "timeline_plot", and the inputs ("upload",
-    "refused", "file_a", "file_b", "files_btn"; "bundled" and "open_btn" where reports are bundled); two files are
-    shown in `diff_panel`."""
+    "refused", "file_a", "file_b", "files_btn"; "bundled" and "open_btn" where reports are bundled), and where the tab
+    opens load reports "bench_view" and "load_view" (the columns of each kind's parts); two files are shown in
+    `diff_panel`, a load report in `load_panel`."""
 
-    def __init__(self, page: PageContext, components: dict[str, Any], diff_panel: DiffPanel):
+    def __init__(self, page: PageContext, components: dict[str, Any], diff_panel: DiffPanel,
+                 load_panel: LoadReportPanel | None = None):
         self.page = page
         self.components = components
         self.diff_panel = diff_panel
+        self.load_panel = load_panel
+        self.describer = LoadDescriber()
 
     @classmethod
     def build(cls, page: PageContext, demo: gr.Blocks) -> Self:
         r: dict[str, Any] = {}
         gr.Markdown("Open a report written by `python -m core.bench ... --json results.json` (for instance on a "
-                    "headless GPU server), or one downloaded from this page. The file is only parsed as JSON.")
+                    "headless GPU server; under load, `--requests N ... --json`), or one downloaded from this page. "
+                    "The file is only parsed as JSON.")
         upload_row(r, "replay", "Report JSON (or .json.gz)", page.config.replay_files, "Bundled results")
         r["status"] = gr.Markdown(elem_id="replay-status")
-        r["headline"] = gr.Markdown(elem_id="replay-headline")
-        r["shows"] = gr.Markdown(elem_id="replay-run-shows")
-        r["summary"], r["summary_more"] = summary_components("replay-summary")
-        r["step_time"] = gr.Dataframe(headers=list(STEP_TIME_HEADERS), value=[], interactive=False, wrap=True,
-                                      elem_id="replay-step-time", datatype="str",
-                                      label="Where a decode step's device time went (the kernel measurement)")
-        r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
-                                  elem_id="replay-command", buttons=["copy"])
-        r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
-        with gr.Row():
-            r["timeline_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)
-        with gr.Row():
-            r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
-            r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)
-        with gr.Row():
-            r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
-            r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
+        with gr.Column(elem_id="replay-bench") as r["bench_view"]:
+            r["headline"] = gr.Markdown(elem_id="replay-headline")
+            r["shows"] = gr.Markdown(elem_id="replay-run-shows")
+            r["summary"], r["summary_more"] = summary_components("replay-summary")
+            r["step_time"] = gr.Dataframe(headers=list(STEP_TIME_HEADERS), value=[], interactive=False, wrap=True,
+                                          elem_id="replay-step-time", datatype="str",
+                                          label="Where a decode step's device time went (the kernel measurement)")
+            r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
+                                      elem_id="replay-command", buttons=["copy"])
+            r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
+            with gr.Row():
+                r["timeline_plot"] = gr.Plot(elem_id="replay-plot-lanes", show_label=False)
+            with gr.Row():
+                r["tokens_plot"] = gr.Plot(elem_id="replay-plot-tokens", show_label=False)
+                r["device_plot"] = gr.Plot(elem_id="replay-plot-device", show_label=False)
+            with gr.Row():
+                r["steps_plot"] = gr.Plot(elem_id="replay-plot-steps", show_label=False)
+                r["gap_plot"] = gr.Plot(elem_id="replay-plot-gap", show_label=False)
+        with gr.Column(visible=False, elem_id="replay-load") as r["load_view"]:
+            load_panel = LoadReportPanel.build("replay-load")
         r["refused"] = gr.Textbox(visible="hidden", elem_id="replay-refused")
         with gr.Accordion("Diff two report files", open=False, elem_id="files-compare"):
             with gr.Row():
@@ -100,14 +114,17 @@ class ReplayTab:
                                       type="binary", elem_id="compare-file-b")
             r["files_btn"] = gr.Button("Diff A and B", elem_id="compare-files-btn")
             diff_panel = DiffPanel.build("files-compare")
-        tab = cls(page, r, diff_panel)
+        tab = cls(page, r, diff_panel, load_panel)
         tab._wire(demo)
         return tab
 
     def _wire(self, demo: gr.Blocks) -> None:
         r, page = self.components, self.page
+        # A load report's parts and the two columns follow the bench report's (the API drops the columns).
         outputs = [r[k] for k in REPLAY_OUTPUTS] + [r["timeline_note"], r["timeline_plot"], page.view_state,
                                                    page.banner_md]
+        if self.load_panel is not None:
+            outputs += [*self.load_panel.outputs, r["bench_view"], r["load_view"]]
         r["upload"].upload(self.replay_upload, inputs=[r["upload"]], outputs=outputs, api_name="replay")
         r["refused"].change(self.replay_refused, inputs=[r["refused"]], outputs=[r["status"]],
                             api_visibility="private", show_progress="hidden")
@@ -121,10 +138,13 @@ class ReplayTab:
 
     def replay_upload(self, data: bytes | None) -> dict:
         if data is None:
-            return {self.components["status"]: "Choose a JSON file written by `python -m core.bench --json`."}
+            return {self.components["status"]: OPEN_A_REPORT}
         limit = self.page.config.max_report_bytes
-        return self._replay_guarded(lambda: open_bench_report(data, limit), "the uploaded file",
-                                    "this file")
+        return self._replay_guarded(lambda: self._open(data, limit), "the uploaded file", "this file")
+
+    def _open(self, source: bytes | Path, limit: int) -> SavedReport | dict[str, Any]:
+        """The report in `source`: a bench report, or (where this tab shows them) a load report."""
+        return open_replayable(source, limit) if self.load_panel is not None else open_bench_report(source, limit)
 
     def replay_refused(self, refusal: str) -> dict:
         """The page's own check found the chosen file too large to upload (UPLOAD_GUARD_JS): say so in the status
@@ -142,12 +162,14 @@ class ReplayTab:
         if path is None:
             return {self.components["status"]: "Choose one of the bundled results."}
         limit = self.page.config.max_report_bytes
-        return self._replay_guarded(lambda: open_bench_report(path, limit), name or "", name or "")
+        return self._replay_guarded(lambda: self._open(path, limit), name or "", name or "")
 
-    def _replay_guarded(self, read: Callable[[], SavedReport], source: str, called: str) -> dict:
+    def _replay_guarded(self, read: Callable[[], SavedReport | dict[str, Any]], source: str, called: str) -> dict:
         status = self.components["status"]
         try:
-            return self._replay(read(), source)
+            opened = read()
+            return self._replay(opened, source) if isinstance(opened, SavedReport) else \
+                self._replay_load(opened, source)
         except (OSError, ValueError) as exc:
             return {status: f"**Cannot open {plain(called)}:** {plain(exc)}"}
         except Exception:  # a report that passed the checks but still breaks a chart: say so in words, keep the page
@@ -155,7 +177,7 @@ class ReplayTab:
             return {status: f"**Cannot show {plain(called)}:** {plain(CANNOT_DRAW)}."}
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
-        r, report, page = self.components, saved.report, self.page
+        r, report = self.components, saved.report
         figures = charts.all_figures(live_series_from_report(saved), report)
         env, model = report.get("environment", {}), report.get("model", {})
         where = env.get("gpu") or env.get("device") or "unknown device"
@@ -175,10 +197,36 @@ class ReplayTab:
         update[r["timeline_note"]] = f"*{plain(note)}*" if note else ""
         update[r["timeline_plot"]] = timeline.timeline_figure(report)
         update[r["command"]] = replay_command(report)
-        if page.view_state is not None:
-            view = {"tab": "replay", "replay": report_device(report)}
-            update[page.view_state] = view
-            update[page.banner_md] = page.banner.for_view(view)
+        update.update(self._view_of(report))
+        if self.load_panel is not None:
+            update.update({**self.load_panel.cleared(), r["bench_view"]: gr.Column(visible=True),
+                           r["load_view"]: gr.Column(visible=False)})
+        return update
+
+    def _view_of(self, report: dict[str, Any]) -> dict:
+        """What the page shows now (Replay, and where the report was measured), and the banner for it."""
+        page = self.page
+        if page.view_state is None:
+            return {}
+        view = {"tab": "replay", "replay": report_device(report)}
+        return {page.view_state: view, page.banner_md: page.banner.for_view(view)}
+
+    def _replay_load(self, report: dict[str, Any], source: str) -> dict:
+        """A load report, as the Under load tab shows its run; the bench report's parts are emptied and hidden."""
+        r, panel = self.components, self.load_panel
+        assert panel is not None
+        try:
+            described, why_not = self.describer.describe(report), None
+        except ValueError as exc:
+            described, why_not = None, str(exc)
+        status = (f"Showing {plain(source)}, a load report: {plain(what_ran(report), 600)}; created "
+                  f"{plain(report.get('created', '?'))}.")
+        update = {r["status"]: status, r["headline"]: "", r["shows"]: "", r["summary"]: [], r["summary_more"]: [],
+                  r["step_time"]: [], r["command"]: "", r["timeline_note"]: "", r["timeline_plot"]: None,
+                  r["tokens_plot"]: None, r["device_plot"]: None, r["steps_plot"]: None, r["gap_plot"]: None}
+        update.update(panel.shown(report, described, why_not))
+        update.update({r["bench_view"]: gr.Column(visible=False), r["load_view"]: gr.Column(visible=True)})
+        update.update(self._view_of(report))
         return update
 
     # ---- two report files side by side

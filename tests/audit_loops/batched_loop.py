@@ -32,7 +32,7 @@ with torch.inference_mode():
     input_ids = torch.tensor(prompts, device=device)
     position_ids = torch.arange(len(prompts[0]), device=device).repeat(len(prompts), 1)
     pad = torch.full((len(prompts),), eos, device=device)
-    for step in range(new_tokens):
+    for _ in range(new_tokens):
         logits = model(input_ids=input_ids, position_ids=position_ids, cache=cache).logits[:, -1]
         done = torch.tensor(finished_rows, device=device)  # read: h2d-copy
         next_ids = torch.where(done, pad, logits.argmax(dim=-1))
