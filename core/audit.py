@@ -14,8 +14,9 @@ same run: no second run of your program). On the CPU the report says what would 
 nothing, and what the program compiled with fullgraph=True runs compiled, unseen (the report says so). A program that
 fails still gets its report, its traceback and its exit status (and its sys.exit message); `--fail-on-sync N` exits 1
 when a decode step reads more than N times, 2 when no decode step was seen. Ctrl-C, SIGTERM and `--timeout SECONDS`
-stop the program and report what it ran (core.audit_stop: one that will not stop is cut off and reported all the
-same); a program that calls os._exit gets its report before it exits; a process it forks reports nothing.
+stop the program and report what it ran and the line it was at, without a traceback (core.audit_stop: one that
+will not stop is cut off and reported all the same); a program that calls os._exit gets its report before it exits;
+a process it forks reports nothing. A SCRIPT that is a directory, or not a Python program, is one line and exit 2.
 
 For loops with no module call per step, or in your own tests:
 
@@ -42,6 +43,7 @@ import signal
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -57,7 +59,7 @@ from core.audit_steps import StepsOf, StepWatcher  # noqa: E402
 from core.audit_stop import Stops  # noqa: E402
 from core.measure.kernel_measurement import device_intervals_ns  # noqa: E402
 from core.measure.sync_audit import SyncAudit  # noqa: E402
-from core.measure.sync_sites import path_from_root  # noqa: E402
+from core.measure.sync_sites import in_program, path_from_root  # noqa: E402
 from core.report_files import check_output_path, write_json  # noqa: E402
 from core.text import clip, escaped, printable  # noqa: E402
 
@@ -159,8 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_output_path(args.json_path)
         check_output_path(args.trace_path, "--trace")
-        if not os.path.isfile(args.script):
-            raise ValueError(f"{args.script}: no such file")
+        check_script(args.script)
         if args.fail_on_sync is not None and args.fail_on_sync < 0:
             raise ValueError(f"--fail-on-sync must be 0 or more, got {args.fail_on_sync}")
         if args.timeout is not None and not args.timeout > 0:
@@ -182,6 +183,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def check_script(script: str) -> None:
+    """ValueError in one line where `script` is not a program Python can run: missing, a directory, or a source
+    file Python cannot compile (a README, a binary, a script with a syntax error), named by its first problem.
+    What runpy runs other than source (a .pyc, a zip archive) is left to run."""
+    if os.path.isdir(script):
+        raise ValueError(f"{script} is a directory: give the Python file to run (its __main__.py, say)")
+    if not os.path.isfile(script):
+        raise ValueError(f"{script}: no such file")
+    if script.endswith((".pyc", ".pyo")) or zipfile.is_zipfile(script):
+        return
+    try:
+        with open(script, "rb") as file:
+            compile(file.read(), script, "exec", dont_inherit=True)
+    except OSError as exc:
+        raise ValueError(f"{script} cannot be read: {exc.strerror or exc}") from None
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}: " if exc.lineno else ""
+        raise ValueError(f"{script} is not a Python program: {where}{exc.msg}") from None
+    except ValueError as exc:  # null bytes, where Python raises them as a ValueError
+        raise ValueError(f"{script} is not a Python program: {exc}") from None
+
+
 def _threads_left() -> bool:
     return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread())
 
@@ -199,8 +222,9 @@ def _print_and_write(args: argparse.Namespace, report: dict[str, Any], exit_code
     if args.trace_path:
         written = write_json(args.trace_path, audit_trace(report), "trace") == args.trace_path and written
     if report.get("stopped_by"):
-        print(printable(f"{PROG}: {args.script} ended early ({report['stopped_by']}), exit status {exit_code}; the "
-                        "audit covers what it ran until then"))
+        at = f" at {escaped(report['stopped_at'])}" if report.get("stopped_at") else ""
+        print(printable(f"{PROG}: {args.script} ended early ({report['stopped_by']}){at}, exit status {exit_code}; "
+                        "the audit covers what it ran until then"))
     elif exit_code:
         message = f": {escaped(report['exit_message'])}" if report.get("exit_message") else ""
         print(printable(f"{PROG}: {args.script} exited with {exit_code}{message}; the audit covers what it ran"))
@@ -242,7 +266,7 @@ def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | Non
         with _profiling(run.audit.cuda and kernels) as run.profiler, \
                 audited_compiles(run.audit, run.watcher, run.not_seen), _watching(run.watcher):
             before = set(threading.enumerate())
-            exit_code, run.exit_message = _run(script)
+            exit_code, run.exit_message, run.stopped_at = _run(script, stops)
             if os.getpid() != stops.pid:  # the program forked, and this is the child, whose program has ended
                 _exit_quietly(exit_code)
             stops.program_ended()
@@ -274,6 +298,7 @@ class _AuditedRun:
         self.not_seen: list[str] = []
         self.profiler: Any = None
         self.exit_message: str | None = None
+        self.stopped_at: str | None = None  # where the program was when stopped from outside
         self.stops: Stops | None = None
         self._step_facts: tuple[str | None, str | None] = (None, None)
 
@@ -291,6 +316,8 @@ class _AuditedRun:
                   - time.perf_counter_ns()}
         name, thread = self._step_facts
         stopped = {"stopped_by": self.stops.reason} if self.stops is not None and self.stops.reason else {}
+        if stopped and self.stopped_at:
+            stopped["stopped_at"] = self.stopped_at
         said = {"exit_message": clip(self.exit_message)} if self.exit_message else {}
         return describe(self.audit, script=path_from_root(os.path.abspath(self.script)), argv=self.args,
                         step_module=f"{name} on thread {thread}" if name and thread else name, step_thread=thread,
@@ -351,18 +378,33 @@ def _as_main(script: str, args: Sequence[str]) -> Iterator[None]:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _run(script: str) -> tuple[int, str | None]:
-    """Run the script as __main__; its exit status as Python's would be, and its sys.exit message (None without one).
-    A failure's traceback is printed as Python prints it, from the script's first frame on."""
+def _run(script: str, stops: Stops) -> tuple[int, str | None, str | None]:
+    """Run the script as __main__; its exit status as Python's would be, its sys.exit message (None without one),
+    and where it was when stopped from outside (None where it was not). A failure's traceback is printed as Python
+    prints it, from the script's first frame on; a stop from outside (Ctrl-C, SIGTERM, --timeout) prints none: the
+    summary's last line says where the program was."""
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        return _exit_status(exc.code)
+        return (*_exit_status(exc.code), None)
     except BaseException as exc:  # the program failed, or was stopped: what it ran is still reported
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        if isinstance(exc, KeyboardInterrupt) and stops.reason:
+            return code, None, _where_stopped(exc.__traceback__)
         exc = exc.with_traceback(_from_script(exc.__traceback__, script))  # Python prints __traceback__
         sys.excepthook(type(exc), exc, exc.__traceback__)
-        return (130 if isinstance(exc, KeyboardInterrupt) else 1), None
-    return 0, None
+        return code, None, None
+    return 0, None, None
+
+
+def _where_stopped(tb: Any) -> str | None:
+    """The innermost line of the program's own code (not torch's, nor the audit's) in a traceback, as "file:line"."""
+    where = None
+    while tb is not None:
+        if in_program(tb.tb_frame.f_code.co_filename):
+            where = f"{path_from_root(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 def _join_threads_left(before: set[threading.Thread], hurry: threading.Event | None = None) -> list[str]:

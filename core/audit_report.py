@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from core.audit_words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
 from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
 from core.measure.sync_audit import SyncAudit
 from core.report_schema import AUDIT_SCHEMA
@@ -80,15 +81,21 @@ def site_lines(report: dict[str, Any], top: int = 8, every: float = 0.5) -> list
 def summary_text(report: dict[str, Any]) -> str:
     """What the terminal shows after the program ran."""
     steps, per_step = report.get("decode_steps", 0), report.get("reads_per_decode_step")
-    where = report.get("step_module") or "none found"
-    lines = [_wrapped(f"{PROG}: {report.get('script', '?')}: {report.get('steps', 0)} steps of {where} "
-                      f"({steps} decode steps counted: the first and last are left out, where every loop waits)", 2)]
+    found = steps_found(report.get("steps"), report.get("step_module"))
+    counted = f" ({steps:,} decode steps counted: the first and last are left out, where every loop waits)" \
+        if report.get("steps") else ""
+    lines = [_wrapped(f"{PROG}: {report.get('script', '?')}: {found}{counted}", 2)]
     if per_step is None:
         lines.append("  no decode steps found: give --steps-of the function or module each step calls, or mark "
                      "steps with core.audit.watch()")
     else:
-        lines.append(f"  device reads per decode step: {per_step:.2f} (at most {report['most_reads_in_a_decode_step']}"
-                     f" in one step), {report.get('lagged_waits', 0)} lagged waits not counted")
+        copies = report.get("copies_per_decode_step", copies_per_step(report.get("sites") or []))
+        lines.append(_wrapped(f"  {per_step_words(per_step, copies)} (at most "
+                              f"{report['most_reads_in_a_decode_step']} of them in one step), "
+                              f"{report.get('lagged_waits', 0)} lagged waits not counted", 2))
+        tied = top_sites(report.get("sites") or [])
+        if len(tied) > 1:
+            lines.append(_wrapped(f"  {tie_sentence(tied)}; what to do about each is under it below", 4))
         lines += site_lines(report)
     if report.get("kernel_busy_fraction") is not None:
         lines.append(f"  kernel-busy: {report['kernel_busy_fraction']:.0%} of the median decode step's device time "

@@ -2,8 +2,9 @@
 `--timeout`, and the program's own os._exit.
 
 The first signal (or the timeout) raises KeyboardInterrupt in the program's main thread (the timeout:
-ProgramTimedOut, one), so that the program ends as Python ends it, its traceback showing where it was, and the audit
-reports what it saw. A program that goes on all the same (it caught the exception, or it is stuck in native code) is
+ProgramTimedOut, one), so that the program ends as Python ends it (its finally blocks and context managers run), and
+the audit reports what it saw and the line the program was at (core.audit prints no traceback for a stop it asked
+for). A program that goes on all the same (it caught the exception, or it is stuck in native code) is
 ended by the next signal or after GRACE_S: what was seen is kept at once (`keep`: the report written, then os._exit).
 Once the program has ended, a signal only hurries the audit (it stops waiting for threads left running); another one
 after that quits at once. In a process the program forked, none of this applies: a signal there does what it does to

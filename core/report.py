@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from core.audit_words import copies_per_step, per_step_words
 from core.kernels.pdl import kernel_pdl_in_effect, pdl_in_effect
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
@@ -34,7 +35,7 @@ from core.options import (
     env_choice,
     inductor_options_from_env,
 )
-from core.report_schema import BENCH_SCHEMA, BenchReport
+from core.report_schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
 from core.run_schema import cli_command
 
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy rate, read + write bytes (docs/NUMBERS.md)
@@ -182,17 +183,9 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
 
 def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
                 total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran: the kernel measurement's kernel time per step
-    over the timed step (the measurement's own steps are slower: tracing costs the host), or for generate(), which
-    has no steps, the measurement's kernel time over the timed run."""
-    if not kernel_measurement:
-        return None
-    per_step, whole = kernel_measurement.get("kernel_busy_ms_per_step"), kernel_measurement.get("kernel_busy_ms")
-    if per_step is not None and step_ms:
-        return min(1.0, per_step / step_ms)
-    if whole is not None and total_ms:
-        return min(1.0, whole / total_ms)
-    return None
+    """The share of the timed trials' device time that kernels ran (core.report_schema.kernel_share_of_timed_steps,
+    which also fills it in for a report written before the summary held it)."""
+    return kernel_share_of_timed_steps(kernel_measurement, step_ms, total_ms)
 
 
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -310,21 +303,22 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
 
 TABLE_KEY = ("decode spread: the decode rate's (max - min) / median over trials; e2e spread: the same of the "
              "end-to-end rate (generate() has only that one); host wait and device idle: per decode step, in us "
-             "(core.measure.waits); kernel ms and kernel-busy: the kernel measurement's kernel time per "
-             "step and its share of that trial's device time (tracing slows its host); reads/step: the sync audit's")
+             "(core.measure.waits); kernel ms and of step: the kernel measurement's kernel time per step and its "
+             "share of the timed trials' step (generate(): of the timed run); reads/step: the sync audit's waits on "
+             "the device per decode step")
 
 
 def format_table(report: dict[str, Any]) -> str:
     rows = [f"{'contestant':<16} {'decode tok/s':>12} {'decode spread':>13} {'e2e tok/s':>9} {'e2e spread':>10} "
             f"{'ttft ms':>8} {'ms/tok p50':>10} {'p95':>7} {'host wait':>9} {'dev idle':>8} {'kernel ms':>9} "
-            f"{'kernel-busy':>11} {'reads/step':>10} {'same':>5}"]
+            f"{'of step':>7} {'reads/step':>10} {'same':>5}"]
     for name, s in report["summary"].items():
         rows.append(
             f"{name:<16} {_num(s.get('decode_tokens_per_s')):>12} {_pct(s.get('decode_spread'), 1):>13} "
             f"{s['tokens_per_s']:>9.1f} {_pct(s.get('spread'), 1):>10} {_num(s['ttft_ms']):>8} "
             f"{_num(s['ms_per_token_p50'], 3):>10} {_num(s['ms_per_token_p95'], 3):>7} "
             f"{_us(s.get('host_wait_ms_per_step')):>9} {_us(s.get('device_idle_ms_per_step')):>8} "
-            f"{_num(s.get('kernel_ms_per_step'), 3):>9} {_pct(s.get('kernel_busy_fraction')):>11} "
+            f"{_num(s.get('kernel_ms_per_step'), 3):>9} {_pct(s.get('kernel_busy_of_timed_steps')):>7} "
             f"{_num(s.get('reads_per_step'), 2):>10} "
             f"{identity.sameness(report, name):>5}")
     # The keys say "decode" of the decode phase's ratio and nothing of the end-to-end one: the line names both.
@@ -369,18 +363,19 @@ def _pct(value: float | None, digits: int = 0) -> str:
 
 
 def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
-    """The sync audit (core.measure.sync_audit) in a few lines: each contestant's device reads per decode step and
+    """The sync audit (core.measure.sync_audit) in a few lines: each contestant's reads and copies per decode step and
     its top sites; empty when the run had no audit."""
     if not report.get("sync_audit"):  # a run without the audit has no section
         return []
     audits = report["sync_audit"]
-    lines = ["host reads of device values per decode step (sync audit: one more run of each contestant):"]
+    lines = ["waits on the device per decode step (sync audit: one more run of each contestant):"]
     for name, audit in audits.items():
         per_step = audit.get("reads_per_decode_step")
+        copies = audit.get("copies_per_decode_step", copies_per_step(audit.get("sites") or []))
         cost = audit.get("rate_vs_timed")
         cost_text = f"; audited run at {cost:.0%} of the timed rate" if cost else ""
-        lines.append(f"  {name}: {_num(per_step, 2)} per step over {audit.get('decode_steps', 0)} decode steps"
-                     f"{cost_text}")
+        said = per_step_words(per_step, copies) if per_step is not None else "no decode step seen"
+        lines.append(f"  {name}: {said}, over {audit.get('decode_steps', 0)} decode steps{cost_text}")
         for site in [s for s in audit.get("sites", []) if s.get("in_decode_steps")][:top]:
             cost = ""
             if site.get("host_blocked_ms_per_step") is not None:

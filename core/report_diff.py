@@ -15,7 +15,7 @@ from core.explain import (
     number_or_none,
     plus_minus,
 )
-from core.measure.drift import ProcessDrift, device_words, drift_between, drift_words
+from core.measure.drift import PROCESS_DRIFT, ProcessDrift, device_words, drift_between, drift_words, not_comparable
 from core.measure.stats import (
     HOST_CLOCK_CONFIDENCE,
     MIN_EFFECT,
@@ -52,7 +52,7 @@ CONTROL_CANDIDATES = ("naive", NO_CHECK)  # in this order: the contestants a con
 # what moves one between processes moves the others alike; generate() has its own.
 SHARE_THE_CONTROLS_SETUP = (*ALL_LOOPS, PIPELINED_AGAIN)
 MIN_TRIALS_A_SIDE = MIN_TRIALS_FOR_A_CALL
-CALLS = ("faster", "slower", "within noise", "control", "too few trials", "noise unknown", "no data")
+CALLS = ("faster", "slower", "within noise", "control", "not comparable", "too few trials", "noise unknown", "no data")
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +69,9 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
       - "control": the contestant the differing settings cannot change (core.options.RunOption.affects), whose B / A
         is the drift between the two runs, or None; "no_control": why there is none (None when there is one);
       - "drift": {"device" ("cuda", "cpu" or None), "rates", "against_control", "measured"}: the drift between two
-        processes of the same settings on that device kind (core.measure.drift.PROCESS_DRIFT);
+        processes of the same settings on that device kind (core.measure.drift.PROCESS_DRIFT); where none is
+        measured (the CPU, different or unknown kinds) the figures are None and "measured" says why no change is
+        called (core.measure.drift.not_comparable);
       - "note": one sentence on how the contestants were judged (the control, or the drift allowance);
       - "contestants": per contestant in both runs, in a's order: {"name", "metric" (decode_tokens_per_s where both
         have it, else tokens_per_s), "a", "b" (the medians), "ratio" (b / a of the medians), "a_trials",
@@ -77,11 +79,14 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         allowance", or None where there was no interval), "estimate" (the geometric-mean ratio the interval is
         around: of the contestant's rate over the control's where judged against the control, else of its rate),
         "interval" ([low, high], the Welch t interval at "confidence"), "interval_used" (what the call was judged
-        by: the interval widened by "allowance", the drift the basis leaves), "confidence", "allowance", "call"
+        by: the interval widened by "allowance", the drift the basis leaves; None where no drift is measured, and the
+        call is "not comparable"), "confidence", "allowance", "call"
         (one of CALLS), "sentence" (what the CLI and the page say of it), "a_waits", "b_waits" (per-step waits
         in ms: core.measure.waits.WAIT_KEYS)};
       - "only_in_a", "only_in_b": contestants that ran in one report only;
-      - "verdicts": {"a": ..., "b": ...}: each run's own pipelined/naive verdict (ratio, call, noise) or None.
+      - "verdicts": {"a": ..., "b": ...}: each run's own pipelined/naive verdict or None: its ratio, call, noise and
+        "evidence" (the one noise figure the run itself printed: its interval, or for a verdict from before
+        intervals, its ±noise).
 
     Any reports, old ones too (core.report_schema.upgrade_report).
     """
@@ -91,14 +96,16 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     settings = _settings_rows(a, b)
     differs = [row["name"] for row in settings if row["differs"]]
     kind, drift = drift_between(a["environment"], b["environment"])
+    unmeasured = not_comparable(a["environment"], b["environment"]) if drift is None else None
     control, no_control = _control(a, b, differs, shared)
     judge = _Judge(a, b, control, drift, kind)
     return {
         "a": _run_facts(a), "b": _run_facts(b), "settings": settings, "differs": differs,
         "control": control, "no_control": no_control,
-        "drift": {"device": kind, "rates": drift.rates, "against_control": drift.against_control,
-                  "measured": drift.measured},
-        "note": _judged_note(control, no_control, differs, kind, drift, shared),
+        "drift": {"device": kind, "rates": drift.rates if drift else None,
+                  "against_control": drift.against_control if drift else None,
+                  "measured": drift.measured if drift else unmeasured},
+        "note": _judged_note(control, no_control, differs, kind, drift, shared, unmeasured),
         "contestants": [judge.row(name) for name in shared],
         "only_in_a": [n for n in names_a if n not in names_b], "only_in_b": [n for n in names_b if n not in names_a],
         "verdicts": {"a": _verdict_facts(a), "b": _verdict_facts(b)},
@@ -242,7 +249,7 @@ def _host_clock(report: dict[str, Any], names: tuple[str, ...]) -> bool:
 class _Judge:
     """Each contestant's row: its rates in both runs, an interval on B / A, and the call."""
 
-    def __init__(self, a: dict[str, Any], b: dict[str, Any], control: str | None, drift: ProcessDrift,
+    def __init__(self, a: dict[str, Any], b: dict[str, Any], control: str | None, drift: ProcessDrift | None,
                  kind: str | None):
         self.a, self.b, self.control, self.drift, self.kind = a, b, control, drift, kind
 
@@ -274,14 +281,17 @@ class _Judge:
         if self.control is None or row["control"] or name not in SHARE_THE_CONTROLS_SETUP:
             logs = [[math.log(v) for v in trials.values()] for trials in (trials_a, trials_b)]
             row["basis"] = "control" if row["control"] else "drift allowance"
-            row["allowance"] = 0.0 if row["control"] else self.drift.rates
+            row["allowance"] = 0.0 if row["control"] else self.drift.rates if self.drift else None
         else:
             logs = [self._against_control(r, name, row["metric"]) for r in (self.a, self.b)]
             if min(len(values) for values in logs) < MIN_TRIALS_A_SIDE:
                 return "too few trials"
-            row["basis"], row["allowance"] = "against control", self.drift.against_control
+            row["basis"] = "against control"
+            row["allowance"] = self.drift.against_control if self.drift else None
         estimate, low, high = welch_ratio_interval(*logs, confidence=row["confidence"])
         row["estimate"], row["interval"] = estimate, [low, high]
+        if row["allowance"] is None:  # no drift measured between two such processes: nothing to judge it by
+            return "not comparable"
         row["interval_used"] = list(widened(low, high, row["allowance"]))
         return "control" if row["control"] else _interval_call(estimate, *row["interval_used"])
 
@@ -312,10 +322,14 @@ def diff_sentence(row: dict[str, Any], control: str | None, kind: str | None) ->
     if call == "too few trials":
         return (f"{name}: {ratio} from {_trials_text(row)}: too few trials to tell a change from noise "
                 f"({MIN_TRIALS_A_SIDE} a side are needed).")
+    if call == "not comparable":
+        against = f", {row['estimate']:.3f}x against the control {control}" if row["basis"] == "against control" \
+            else ""
+        return f"{name}: {ratio}{against}; not called: no drift between two processes is measured {device_words(kind)}."
     interval = diff_interval_text(row)
     if call == "control":
-        return (f"{name} is the control: its {ratio} ({interval}) is the drift between the two runs, and the others "
-                "are judged against it.")
+        judged = ", and the others are judged against it" if kind in PROCESS_DRIFT else ""
+        return f"{name} is the control: its {ratio} ({interval}) is the drift between the two runs{judged}."
     if row["basis"] == "against control":
         judged = (f"{name}: {ratio}, {row['estimate']:.3f}x against the control {control} ({interval}, widened by "
                   f"the {drift_words(row['allowance'])} a control leaves between processes {device_words(kind)})")
@@ -344,8 +358,11 @@ def _trials_text(row: dict[str, Any]) -> str:
 
 
 def _judged_note(control: str | None, no_control: str | None, differs: list[str], kind: str | None,
-                 drift: ProcessDrift, shared: list[str]) -> str:
+                 drift: ProcessDrift | None, shared: list[str], unmeasured: str | None) -> str:
     """How the contestants were judged, in one sentence."""
+    if drift is None:
+        judged = f"Control: {control}; its B/A is the drift between the two runs. " if control else ""
+        return f"{judged}No change from A to B is called: {unmeasured}."
     if control is not None:
         what = "the settings are the same" if not differs else \
             f"{', '.join(clip(d, 40) for d in differs)} cannot change it"
@@ -363,7 +380,17 @@ def _verdict_facts(report: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(verdict, dict) or not number_or_none(verdict.get("ratio")):
         return None
     return {"ratio": verdict["ratio"], "call": clip(verdict.get("call"), 20),
-            "noise": number_or_none(verdict.get("noise"))}
+            "noise": number_or_none(verdict.get("noise")), "evidence": verdict_evidence(verdict)}
+
+
+def verdict_evidence(verdict: dict[str, Any]) -> str | None:
+    """A run's verdict's noise as the run printed it (core.measure.stats.verdict_sentence): its interval ("99%
+    interval 0.805-1.202x"); for a verdict written before intervals, its ±noise; None without either."""
+    interval, confidence = verdict.get("interval"), number_or_none(verdict.get("confidence")) or VERDICT_CONFIDENCE
+    if isinstance(interval, list | tuple) and len(interval) == 2 and all(number_or_none(v) for v in interval):
+        return f"{confidence:.0%} interval {interval[0]:.3f}-{interval[1]:.3f}x"
+    noise = number_or_none(verdict.get("noise"))
+    return plus_minus(noise) if noise is not None else None
 
 
 def diff_text(result: dict[str, Any]) -> str:
@@ -431,8 +458,8 @@ def _waits_lines(rows: list[dict[str, Any]]) -> list[str]:
 def _verdict_text(verdict: dict[str, Any] | None) -> str:
     if not verdict:
         return "none"
-    noise = f", {plus_minus(verdict['noise'])}" if verdict.get("noise") is not None else ""
-    return f"{verdict['ratio']:.2f}x ({verdict['call']}{noise})"
+    evidence = f", {verdict['evidence']}" if verdict.get("evidence") else ""
+    return f"{verdict['ratio']:.2f}x ({verdict['call']}{evidence})"
 
 
 def _shown(value: Any) -> str:

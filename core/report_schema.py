@@ -153,7 +153,8 @@ class LoadContestant(TypedDict):
     requests: list[LoadRequestResult]
     identical_to_solo: bool | None  # None when no request was checked
     repeatable: bool
-    reads_per_decode_step: NotRequired[float | None]  # only where the sync audit ran
+    reads_per_decode_step: NotRequired[float | None]  # only where the sync audit ran: every wait, copies included
+    copies_per_decode_step: NotRequired[float | None]  # of those, blocking copies to the device
     kernel_busy_fraction: NotRequired[float | None]  # only where the kernel measurement ran
     sync_audit: NotRequired[dict[str, Any]]
     kernel_measurement: NotRequired[dict[str, Any]]
@@ -354,7 +355,56 @@ def upgrade_report(report: Any) -> Any:
             out["environment"] = {**out["environment"], field: "off" if fused else None}
     if isinstance(out["environment"], dict) and "step_commit" not in out["environment"]:
         out["environment"] = {**out["environment"], "step_commit": _commit_before_the_field(out)}
+    if isinstance(out["summary"], dict) and isinstance(out.get("kernel_measurement"), dict):
+        out["summary"] = _kernel_fields_before_the_summary_had_them(out)
     return out
+
+
+def _kernel_fields_before_the_summary_had_them(report: dict[str, Any]) -> dict[str, Any]:
+    """The summary's kernel_ms_per_step and kernel_busy_of_timed_steps of a report written before the summary held
+    them, from its kernel measurement as core.report.summarize derives them today (the measurement's kernel ms per
+    step, and kernel_share_of_timed_steps of it over the median trial's step)."""
+    summary = dict(report["summary"])
+    for name, measured in report["kernel_measurement"].items():
+        entry = summary.get(name)
+        if not isinstance(entry, dict) or not isinstance(measured, dict):
+            continue
+        added: dict[str, Any] = {}
+        if "kernel_ms_per_step" not in entry:
+            added["kernel_ms_per_step"] = measured.get("kernel_busy_ms_per_step")
+        if "kernel_busy_of_timed_steps" not in entry:
+            added["kernel_busy_of_timed_steps"] = kernel_share_of_timed_steps(
+                measured, _median_of_trials(report["runs"], name, "ms_per_token_p50"),
+                _median_of_trials(report["runs"], name, "total_ms"))
+        if added:
+            summary[name] = {**entry, **added}
+    return summary
+
+
+def kernel_share_of_timed_steps(measured: dict[str, Any] | None, step_ms: float | None,
+                                total_ms: float | None) -> float | None:
+    """The share of the timed trials' device time that kernels ran: the kernel measurement's kernel time per step
+    over the timed step (the measurement's own steps are slower: tracing costs the host), or for generate(), which
+    has no steps, the measurement's kernel time over the timed run. None where the measurement or the times lack."""
+    if not isinstance(measured, dict):
+        return None
+    per_step, whole = measured.get("kernel_busy_ms_per_step"), measured.get("kernel_busy_ms")
+    if _is_number(per_step) and _is_number(step_ms) and step_ms > 0:
+        return min(1.0, per_step / step_ms)
+    if _is_number(whole) and _is_number(total_ms) and total_ms > 0:
+        return min(1.0, whole / total_ms)
+    return None
+
+
+def _median_of_trials(runs: Any, name: str, key: str) -> float | None:
+    """The median over a contestant's trials of one of its timings (as core.report.summarize's median_of)."""
+    values = [r["timings"][key] for r in runs if isinstance(r, dict) and r.get("contestant") == name
+              and isinstance(r.get("timings"), dict) and _is_number(r["timings"].get(key))] \
+        if isinstance(runs, list) else []
+    if not values:
+        return None
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _commit_before_the_field(report: dict[str, Any]) -> str | None:
@@ -556,7 +606,7 @@ def check_audit(report: dict[str, Any]) -> None:
 
 LOAD_NUMBERS = ("tokens_per_s", "requests_per_s", "total_ms", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50",
                 "tpot_ms_p99", "steps", "slot_steps", "wasted_slot_steps", "host_wait_us_per_step",
-                "device_idle_us_per_step", "reads_per_decode_step", "kernel_busy_fraction")
+                "device_idle_us_per_step", "reads_per_decode_step", "copies_per_decode_step", "kernel_busy_fraction")
 LOAD_REQUEST_NUMBERS = ("arrival_ms", "admitted_ms", "first_token_ms", "finished_ms", "prompt_tokens", "tokens", "slot",
                         "first_step", "last_step", "released_step")
 

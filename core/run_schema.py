@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -241,7 +242,7 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
     is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens)."""
     environ = os.environ if environ is None else environ
     assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
-    words = ["python", "-m", "core.bench", "--model", model]
+    words = [python_command(), "-m", "core.bench", "--model", model]
     words += ["--device", device] if device else []
     words += ["--dtype", dtype] if dtype else []
     words += ["--tp", str(tp)] if tp > 1 else []
@@ -253,6 +254,25 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
         words += ["--eos-token-id", str(token)]
     words += ["--stream"] if request.stream else []
     return "".join(assignments) + " ".join(shell_quote(word) for word in words)
+
+
+def python_command(executable: str | None = None, cwd: str | None = None) -> str:
+    """The interpreter a reproduce command starts with, as one word that runs it from the current directory: this
+    process's (`sys.executable`, which has torch and this project's packages), relative where it lies inside `cwd`
+    (".venv/bin/python"), else its name where PATH finds the same file, else its absolute path; "python" where the
+    interpreter is not known."""
+    executable = sys.executable if executable is None else executable
+    if not executable:
+        return "python"
+    cwd = os.getcwd() if cwd is None else cwd
+    path = os.path.abspath(executable)
+    if os.path.commonpath([path, os.path.abspath(cwd)]) == os.path.abspath(cwd):
+        relative = os.path.relpath(path, cwd)
+        return relative if os.sep in relative else f".{os.sep}{relative}"  # a bare name would be looked up on PATH
+    on_path = shutil.which(os.path.basename(path))
+    if on_path and os.path.exists(path) and os.path.samefile(on_path, path):
+        return os.path.basename(path)
+    return path
 
 
 def shell_quote(word: str) -> str:

@@ -212,7 +212,7 @@ def digest(document: dict[str, Any], lengths: dict[str, int]) -> dict[str, Any]:
     out["most_reads_in_a_decode_step"] = _whole(document.get("most_reads_in_a_decode_step"),
                                                 "most_reads_in_a_decode_step")
     out["lagged_waits"] = _whole(document.get("lagged_waits", 0), "lagged_waits", required=True)
-    for key in ("reads_per_decode_step", "kernel_busy_fraction"):
+    for key in ("reads_per_decode_step", "copies_per_decode_step", "kernel_busy_fraction"):
         out[key] = _number(document.get(key), key)
     out["sites"] = [_site(site, i) for i, site in enumerate(_list_of(document, "sites"))]
     out["not_seen"] = [_clipped(_text(n, f"not_seen[{i}]") or "", SHOWN_FIELD_CHARS)

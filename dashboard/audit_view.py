@@ -1,6 +1,7 @@
 """An audit report (`python -m core.audit --json`, schema syncscope.audit/1) as the page's "Your loop" tab shows it:
-a few sentences, the sites table with what to do about each, and the audited program's steps on a timeline with a
-mark at each read. Only parses the file; nothing in it is run. Plain data in, text and figures out (no gradio)."""
+a few sentences, the sites (a short row each, opening onto what to do about it), and the audited program's steps on a
+timeline with a mark at each read. Only parses the file; nothing in it is run. Plain data in, text and figures out
+(no gradio)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core import report_schema
+from core.audit_words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
 from core.measure.sync_fixes import MAX_CODE_LINES
 from core.report_schema import AUDIT, BENCH, PAGE
 from core.text import clip
@@ -21,12 +23,29 @@ from dashboard.audit_digest import HELD_CHARS
 from dashboard.report_text import plain
 from dashboard.timeline import BAR_HALF, COORDINATE, IDLE_STYLE, SYNC_COLOR, bars
 
-SITE_HEADERS = ("reads per decode step", "kind", "where", "line", "called from", "host blocked µs/step",
-                "device idle after µs/step", "what to do")
-# Each column wide enough for its header's words and a dozen characters (the page lets the table scroll sideways
-# rather than squeeze it): 1210 px, the tab's width at 1400.
-SITE_WIDTHS = ["90px", "110px", "190px", "220px", "180px", "100px", "100px", "220px"]
-CODE_BREAK = " ⏎ "  # between a fix's code lines: a table cell shows text on one line
+# The sites list: one short row a site (these columns), its fix, code pattern and callers behind the row's expander.
+SITE_COLUMNS = ("per decode step", "kind", "where", "the line", "host blocked / device idle after")
+ROWS_AT_ONCE = 20  # sites listed open; the rest behind one more expander
+SITES_CSS = """
+.sites { font-size: 14px; }
+.sites .row, .sites summary { display: grid; gap: 10px; align-items: baseline;
+  grid-template-columns: 6.5em 7.5em minmax(10em, 2fr) minmax(0, 3fr) 15em; padding: 5px 8px; }
+.sites .row { font-weight: 600; border-bottom: 1px solid #ccc; }
+.sites summary { cursor: pointer; list-style: none; border-bottom: 1px solid #eee; }
+.sites summary::-webkit-details-marker { display: none; }
+.sites summary > span { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.sites summary > span:first-child::before { content: "▸ "; }
+.sites details[open] > summary > span:first-child::before { content: "▾ "; }
+.sites .fix { padding: 4px 8px 10px 2em; }
+.sites .fix pre { margin: 4px 0; padding: 6px 8px; overflow-x: auto; background: rgba(127, 127, 127, 0.1); }
+.sites .more > summary { display: block; font-style: italic; }
+@media (max-width: 720px) {
+  .sites { font-size: 13px; }
+  .sites .row, .sites summary { grid-template-columns: 4.2em 6.5em minmax(0, 1fr); gap: 2px 6px; }
+  .sites .row > span:nth-child(4), .sites summary > span:nth-child(4) { display: none; }
+  .sites .row > span:nth-child(5), .sites summary > span:nth-child(5) { grid-column: 2 / -1; }
+}
+"""
 TITLE = "The audited program, step by step"
 HOST_COLOR = "#1f77b4"
 
@@ -65,19 +84,20 @@ def _count(value: Any) -> str:
 
 
 def summary_md(report: dict[str, Any]) -> str:
-    """Two to five sentences: what was audited, how many reads per decode step, the top site and what it costs, and
-    what the chart leaves out of a long audit. `report` is a digest (open_audit): its fields have their types."""
+    """Two to five sentences: what was audited, its reads and copies per decode step, the top site (or the sites
+    that tie for it) and what it costs, and what the chart leaves out of a long audit. `report` is a digest
+    (open_audit): its fields have their types."""
     per_step = report.get("reads_per_decode_step")
     env = report["environment"]
     where = env.get("gpu") or env.get("device") or "?"
-    lines = [f"**{_md(report.get('script') or '?')}** on {_md(where)}: {_count(report.get('steps'))} steps "
-             f"of {_md(report.get('step_module') or 'none found')}."]
+    lines = [f"**{_md(report.get('script') or '?')}** on {_md(where)}: "
+             f"{steps_found(report.get('steps'), report.get('step_module'), _md)}."]
     if not _number(per_step):
         lines.append("No decode steps were found: audit again with `--steps-of` naming what each step calls, or mark "
                      "the steps with `core.audit.watch()`.")
     else:
-        lines.append(f"**{per_step:.2f} host reads of device values per decode step** (at most "
-                     f"{_count(report.get('most_reads_in_a_decode_step'))} in one), over "
+        lines.append(f"**{per_step_words(per_step, _copies(report))}** (at most "
+                     f"{_count(report.get('most_reads_in_a_decode_step'))} of them in one), over "
                      f"{_count(report.get('decode_steps'))} decode steps; {_count(report.get('lagged_waits', 0))} "
                      "waits on events with work queued behind them, which cost nothing, are not counted.")
         lines += _top_site_lines(report)
@@ -91,10 +111,23 @@ def summary_md(report: dict[str, Any]) -> str:
     return "  \n".join(lines)
 
 
+def _copies(report: dict[str, Any]) -> float | None:
+    """Host-to-device copies per decode step: the report's own count, or for a report written before it had one,
+    its sites' (where the page holds every site)."""
+    if _number(report.get("copies_per_decode_step")):
+        return report["copies_per_decode_step"]
+    shown = report.get("shown") or {}
+    return copies_per_step(report.get("sites", [])) if shown.get("sites") == shown.get("shown_sites") else None
+
+
 def _top_site_lines(report: dict[str, Any]) -> list[str]:
-    top = next((s for s in report.get("sites", []) if _number(s.get("per_step")) and s["per_step"] >= 0.5), None)
-    if top is None:
+    tied = top_sites(report.get("sites", []))
+    if len(tied) > 1:
+        sentence = tie_sentence(tied, _md)
+        return [f"{sentence[0].upper()}{sentence[1:]}; each one's fix is in its row below."]
+    if not tied:
         return []
+    top = tied[0]
     cost = ""
     if _number(top.get("device_idle_after_ms_per_step")):
         blocked = top.get("host_blocked_ms_per_step")
@@ -116,22 +149,64 @@ def shown_note(report: dict[str, Any]) -> str:
         parts.append(f"the chart draws the first {shown['shown_steps']:,} of its {shown['steps']:,} steps and the "
                      f"{shown['shown_reads']:,} reads in them (of {shown['reads']:,})")
     if shown.get("sites", 0) > shown.get("shown_sites", 0):
-        parts.append(f"the table lists the {shown['shown_sites']:,} most read of its {shown['sites']:,} sites")
+        parts.append(f"the list shows the {shown['shown_sites']:,} most read of its {shown['sites']:,} sites")
     if not parts:
         return ""
     return (f"This audit is long, so {' and '.join(parts)}; the numbers above are the whole audit's, as "
             "python -m core.audit counted them.")
 
 
-def site_rows(report: dict[str, Any]) -> list[list[Any]]:
-    """The sites table (SITE_HEADERS), those read in decode steps first."""
-    rows = []
-    for site in report.get("sites", []):
-        blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
-        rows.append([_r(site.get("per_step"), 2), _held(site.get("kind")), _held(site.get("file")),
-                     f"{site.get('line')}: {_held(site.get('code'))}", called_from(site), _us(blocked), _us(idle),
-                     what_to_do(site)])
-    return rows
+def sites_html(report: dict[str, Any]) -> str:
+    """The sites, those read in decode steps first: one short row each (SITE_COLUMNS), its fix, code pattern and
+    callers behind the row's expander; past ROWS_AT_ONCE, the rest behind one more. Every text from the file is
+    escaped (`report` is a digest: its texts are clipped)."""
+    sites = report.get("sites", [])
+    if not sites:
+        return '<div class="sites"><p>No line of the program waited on the device.</p></div>'
+    caption = ("<p>Each line of the program that waits on the device, the most per decode step first; open a row "
+               "for what to do about it.</p>")
+    head = "".join(f"<span>{html.escape(title)}</span>" for title in SITE_COLUMNS)
+    rows = [site_html(site) for site in sites]
+    listed = "".join(rows[:ROWS_AT_ONCE])
+    if len(rows) > ROWS_AT_ONCE:
+        listed += (f'<details class="more"><summary>{len(rows) - ROWS_AT_ONCE:,} more sites, read less often'
+                   f"</summary>{''.join(rows[ROWS_AT_ONCE:])}</details>")
+    return f'<div class="sites">{caption}<div class="row">{head}</div>{listed}</div>'
+
+
+def site_html(site: dict[str, Any]) -> str:
+    """One site: a one-line row (per step, kind, file:line, its line of code, its cost) that opens onto what to do."""
+    line = site.get("line")
+    where = f"{_held(site.get('file'))}:{line if isinstance(line, int) and not isinstance(line, bool) else '?'}"
+    code = _held(site.get("code") or "")
+    cells = [_per_step_text(site.get("per_step")), _held(site.get("kind") or "?"), where, code, cost_text(site)]
+    summary = "".join(f'<span title="{_attr(cell)}">{_text(cell)}</span>' for cell in cells)
+    return f"<details><summary>{summary}</summary>{fix_html(site)}</details>"
+
+
+def fix_html(site: dict[str, Any]) -> str:
+    """What a site's row opens onto: the fix, its pattern's lines (at most MAX_CODE_LINES) as code, the line
+    itself, and where it was called from."""
+    parts = []
+    if site.get("fix"):
+        parts.append(f"<p><b>What to do:</b> {_text(_held(site['fix']).rstrip('.'))}.</p>")
+    code = site.get("fix_code")
+    if isinstance(code, str) and code.strip():
+        lines = [_held(line) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
+        parts.append(f"<p>The pattern:</p><pre><code>{_text(chr(10).join(lines))}</code></pre>")
+    parts.append(f"<p><b>The line:</b> <code>{_text(_held(site.get('code') or '?'))}</code></p>")
+    if (calls := called_from(site)) != "–":
+        parts.append(f"<p><b>Called from:</b> {_text(calls)}</p>")
+    return f'<div class="fix">{"".join(parts)}</div>'
+
+
+def cost_text(site: dict[str, Any]) -> str:
+    """"863 µs / 590 µs" a decode step (host blocked / device idle after); "–" where the audit has no cost (the
+    CPU, or a read of setup steps)."""
+    blocked, idle = site.get("host_blocked_ms_per_step"), site.get("device_idle_after_ms_per_step")
+    if not _number(blocked) and not _number(idle):
+        return "–"
+    return f"{_us_text(blocked)} / {_us_text(idle)}"
 
 
 def called_from(site: dict[str, Any]) -> str:
@@ -144,22 +219,20 @@ def called_from(site: dict[str, Any]) -> str:
     return text or "–"
 
 
-def what_to_do(site: dict[str, Any]) -> str:
-    """A site's fix, then its pattern's lines (at most MAX_CODE_LINES, each clipped) on one line."""
-    fix = _held(site.get("fix") or "")
-    code = site.get("fix_code")
-    if not isinstance(code, str) or not code.strip():
-        return fix
-    lines = [_held(line.strip()) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
-    return f"{fix}. Pattern: {CODE_BREAK.join(lines)}" if fix else CODE_BREAK.join(lines)
+def _per_step_text(value: Any) -> str:
+    return f"{value:.2f}" if _number(value) else "–"
 
 
-def _r(value: Any, digits: int) -> Any:
-    return "–" if not _number(value) else round(float(value), digits)
+def _us_text(ms: Any) -> str:
+    return f"{ms * 1000:,.0f} µs" if _number(ms) else "–"
 
 
-def _us(ms: Any) -> Any:
-    return "–" if not _number(ms) else round(float(ms) * 1000)
+def _text(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _attr(text: str) -> str:
+    return html.escape(text, quote=True)
 
 
 def audit_figure(report: dict[str, Any]) -> go.Figure:
@@ -201,7 +274,7 @@ def read_marks(events: list[dict[str, Any]], sites: dict[Any, dict[str, Any]]) -
     marks = []
     for (site, in_step), reads in by_site.items():
         when = "step %{customdata}" if in_step else "before the steps"
-        marks.append({"type": "scatter", "mode": "markers", "name": "a read of a device value",
+        marks.append({"type": "scatter", "mode": "markers", "name": "a wait on the device (a read or a copy)",
                       "legendgroup": "reads", "showlegend": not marks,
                       "x": np.asarray([e["t_ms"] for e in reads], dtype=COORDINATE),
                       "y": np.full(len(reads), -BAR_HALF, dtype=COORDINATE),

@@ -26,6 +26,13 @@ ONE_PROCESSOR = ("**On the CPU, host and device are one processor:** there is no
                  "sync the pipelined loop removes costs nothing here and no difference between the loops is "
                  "expected. A GPU server shows the effect.")
 _COMPILED_ATTENTION = re.compile(r"compiled decode attention: ([\w-]+)")
+# How each decode attention kernel (core.kernels.attention, SYNCSCOPE_DECODE_ATTENTION) reads the KV cache, in words.
+ATTENTION_WORDS = {
+    "reduce": "as products and sums that torch.compile turns into reduction kernels",
+    "split": "in chunks of 64 keys, as products and sums that torch.compile turns into reduction kernels",
+    "sdpa": "with PyTorch's fused attention kernel",
+    "triton": "with one hand-written Triton kernel per layer",
+}
 
 
 class ServerBanner:
@@ -83,12 +90,19 @@ def model_line(label: str) -> str:
     match = _COMPILED_ATTENTION.search(label)
     if match is not None:
         label = _without(label, match.start(), match.end())
-        notes.append(f"With Compile on, decode attention runs as {match[1]}.")
+        notes.append(attention_note(match[1]))
     at = label.find(DECODE_LAYERS_TRANSFORM)
     if at >= 0:
         label = _without(label, at, at + len(DECODE_LAYERS_TRANSFORM))
         notes.append(f"With {STEP_GRAPH}, each decoder layer's decode step runs in six kernels.")
     return " ".join([f"{label}.", *notes])
+
+
+def attention_note(kernel: str) -> str:
+    """The compiled decode attention in words: each step reads the KV cache where it lies, rather than transformers'
+    copy of it per query head, and how."""
+    how = ATTENTION_WORDS.get(kernel, f"with the {kernel} kernel (SYNCSCOPE_DECODE_ATTENTION)")
+    return f"With Compile on, decode attention reads the KV cache in place, without copying it per query head, {how}."
 
 
 def _without(label: str, start: int, end: int) -> str:

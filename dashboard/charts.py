@@ -29,6 +29,7 @@ import plotly.io as pio
 
 from core.explain import report_device_type
 from core.measure import stats
+from core.options import RUN_OPTION
 from core.phases import phase_named
 from dashboard.page_record import SavedReport, split_report
 from dashboard.summary_table import clock_of
@@ -361,12 +362,18 @@ def zero_based(values: Sequence[float], min_top: float) -> list[float]:
 
 def step_latency_figure(report: dict[str, Any]) -> go.Figure:
     """Distribution of per-step latency of every contestant with per-step times, over all trials, on shared bins
-    and a window that leaves far outliers out (and says how many)."""
+    and a window that leaves far outliers out (and says how many). On the host clock, a pipelined loop's steps whose
+    tokens arrive together are left out, and the subtitle says why (host_clock_steps)."""
     gpu = clock_of(report) == "cuda-events"
     clock = "GPU clock, CUDA events" if gpu else "host clock: time between tokens known on the host"
     title = f"Per-step latency ({clock})"
-    steps = {name: values for name in contestants(report)
-             if (values := _subsample([ms for r in _runs(report, name) for ms in r["timings"].get("step_ms") or []]))}
+    steps, left_out = {}, {}
+    for name in contestants(report):
+        kept = [host_clock_steps(report, name, r) if not gpu else (r["timings"].get("step_ms") or [], 0)
+                for r in _runs(report, name)]
+        if values := _subsample([ms for values, _ in kept for ms in values]):
+            steps[name] = values
+        left_out[name] = max((dropped for _, dropped in kept), default=0)
     if not steps:
         return empty_figure(title, "Per-step latencies appear here after a run.")
     every = [v for values in steps.values() for v in values]
@@ -378,7 +385,45 @@ def step_latency_figure(report: dict[str, Any]) -> go.Figure:
     layout = {"barmode": "overlay", "xaxis": {"title": {"text": "ms per decode step"},
                                               "range": [bins["start"], bins["end"]]},
               "yaxis": {"title": {"text": "steps"}}, "annotations": _hidden_note(hidden, "step", bins["end"])}
-    return figure(data, layout, title)
+    return figure(data, layout, title, subtitle=left_out_note(left_out))
+
+
+def host_clock_steps(report: dict[str, Any], name: str, run: dict[str, Any]) -> tuple[list[float], int]:
+    """A run's step times on the host clock (the time between tokens known on the host) without the steps that say
+    nothing of a step: a pipelined loop reads each step's tokens `lag` steps late, so its first step holds the
+    `lag` steps queued before the first read, and its last `lag` steps' tokens arrive together at the end (~0 ms).
+    (the kept times, how many were left out)."""
+    values = run["timings"].get("step_ms") or []
+    lag = _lag(report, name)
+    if lag is None or len(values) <= lag + 1:
+        return values, 0
+    return values[1:-lag], lag + 1
+
+
+def _lag(report: dict[str, Any], name: str) -> int | None:
+    """The lag `name` ran with, where lag is its option (the pipelined loops), else None."""
+    if name not in RUN_OPTION["lag"].affects:
+        return None
+    ran = ((report.get("effective") or {}).get(name) or {}).get("options") or {}
+    asked = (report.get("request") or {}).get("options") or {}
+    lag = ran.get("lag", asked.get("lag", 1))
+    return lag if isinstance(lag, int) and not isinstance(lag, bool) and lag > 0 else 1
+
+
+def left_out_note(left_out: dict[str, int]) -> str | None:
+    """What host_clock_steps left out, in two sentences (None where nothing was)."""
+    named = [name for name, count in left_out.items() if count]
+    if not named:
+        return None
+    lag = max(left_out[name] for name in named) - 1
+    if lag == 1:
+        late, last, held = "a step", "last step", "the next step's work"
+        arrive = "the last step's token arrives right after the one before it, at the end"
+    else:
+        late, last, held = f"{lag} steps", f"last {lag} steps", f"the next {lag} steps' work"
+        arrive = f"the last {lag} steps' tokens arrive at once, at the end"
+    return (f"Left out of {' and '.join(named)}: the first step and the {last}. It reads tokens {late} late, so on "
+            f"the host clock its first step also holds {held}, and {arrive}.")
 
 
 def robust_limit(values: Sequence[float], medians: Sequence[float]) -> float:
@@ -417,17 +462,22 @@ def readable(value: float, digits: int = 3) -> str:
 
 
 def gap_figure(report: dict[str, Any]) -> go.Figure:
-    """Per-step GPU idle gap of each contestant's median trial (CUDA events); on the CPU, host time per step."""
+    """Per-step GPU idle gap of each contestant's median trial (CUDA events); on the CPU, host time per step, without
+    a pipelined loop's steps whose tokens arrive together (host_clock_steps, said in the subtitle)."""
     gpu = clock_of(report) == "cuda-events"
-    key = "gpu_gap_ms" if gpu else "step_ms"
     title = ("GPU idle gap before each step (CUDA events, median trial)" if gpu else
              "Host time per step (host clock; no CUDA events on the CPU)")
-    data = []
+    data, left_out = [], {}
     for name in contestants(report):
         run = representative_run(report, name)
-        values = (run["timings"].get(key) or []) if run else []
+        if gpu:
+            values, first = (run["timings"].get("gpu_gap_ms") or []) if run else [], 1
+        else:
+            values, left_out[name] = host_clock_steps(report, name, run) if run else ([], 0)
+            first = 2 if left_out[name] else 1  # the steps are numbered as the run's own
         if values:
-            data.append(line(list(range(1, len(values) + 1)), values, name, color(name), dash=dash(name), width=1.5))
+            data.append(line(list(range(first, first + len(values))), values, name, color(name), dash=dash(name),
+                             width=1.5))
     if not data:
         return empty_figure(title, "Per-step timings appear here after a run.")
     every = [v for trace in data for v in trace["y"]]
@@ -436,7 +486,7 @@ def gap_figure(report: dict[str, Any]) -> go.Figure:
     layout = {"xaxis": {"title": {"text": "decode step"}},
               "yaxis": {"title": {"text": "idle ms" if gpu else "ms"}, "range": [0, top]},
               "annotations": _hidden_note(sum(v > top for v in every), "point", top)}
-    return figure(data, layout, title)
+    return figure(data, layout, title, subtitle=left_out_note(left_out))
 
 
 def representative_run(report: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """Where a decode step's device time went, as Replay's table: the kernel measurement's kernel time by kind and the
-gaps between kernels, per contestant (core.measure.kernel_measurement.kinds_per_step). Reports without it (older
-ones, CPU runs, runs with --no-kernel-measurement) give no rows."""
+gaps between kernels, per contestant (core.measure.kernel_measurement.kinds_per_step). A report written before the
+measurement split kernels by kind gives one row of all its kernels; reports without the measurement (CPU runs, runs
+with --no-kernel-measurement) give no rows."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from typing import Any
 
 from core.report_schema import BenchReport
 
-STEP_TIME_HEADERS = ("contestant", "part of the step", "µs a step", "kernels a step", "share of the step")
+# Shares of the measurement's own step: tracing slows its host, so its gaps are longer than the timed trials' (the
+# summary's "kernel % of the timed step" relates the same kernel time to the timed step).
+STEP_TIME_HEADERS = ("contestant", "part of the step", "µs a step", "kernels a step", "share of the measured step")
 GAPS = "gaps between kernels"
+ALL_KERNELS = "all kernels (this report does not split them by kind)"
 
 
 def step_time_rows(report: BenchReport) -> list[list[Any]]:
@@ -17,7 +21,11 @@ def step_time_rows(report: BenchReport) -> list[list[Any]]:
     plus the gaps, in the kernel measurement's own run."""
     rows: list[list[Any]] = []
     for name, measured in report.get("kernel_measurement", {}).items():  # NotRequired: only where it ran
-        kinds = [kind for kind in measured.get("kinds", []) if _number(kind.get("ms_per_step"))]
+        kinds = [kind for kind in measured.get("kinds") or []
+                 if isinstance(kind, dict) and _number(kind.get("ms_per_step"))]
+        if not kinds and _number(measured.get("kernel_busy_ms_per_step")):  # written before kinds were recorded
+            kinds = [{"kind": ALL_KERNELS, "ms_per_step": measured["kernel_busy_ms_per_step"],
+                      "kernels_per_step": measured.get("kernel_runs_per_step")}]
         if not kinds:
             continue
         gaps = measured.get("idle_inside_ms_per_step")

@@ -12,7 +12,8 @@ EVIL = '<img src=x onerror=alert(1)> <a href="http://evil.example">link</a> **bo
 FIELD_CHARS = 10 * 10**6  # "a 10 MB field"
 STRING_FIELDS = ("script", "note", "step_module", "created")
 SITE_STRING_FIELDS = ("kind", "file", "code", "fix", "thread", "fix_code")
-NUMBER_FIELDS = ("most_reads_in_a_decode_step", "lagged_waits", "reads_per_decode_step", "kernel_busy_fraction")
+NUMBER_FIELDS = ("most_reads_in_a_decode_step", "lagged_waits", "reads_per_decode_step", "copies_per_decode_step",
+                 "kernel_busy_fraction")
 
 
 def small_audit(steps: int = 10, reads_per_step: int = 1) -> dict[str, Any]:

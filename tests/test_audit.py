@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from core.audit import assert_no_syncs, audit_script, main, watch
+from core.audit_report import summary_text
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -186,6 +187,8 @@ def test_the_program_gets_its_own_argv_and_exit_code(tmp_path):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--", "no/such/script.py"], "no/such/script.py: no such file"),
+    (["--", str(REPO / "README.md")], "README.md is not a Python program: line 3: unterminated string literal"),
+    (["--", str(HERE / "audit_loops")], "audit_loops is a directory: give the Python file to run"),
     (["--fail-on-sync", "-1", "--", str(CORPUS)], "--fail-on-sync must be 0 or more"),
     (["--timeout", "0", "--", str(CORPUS)], "--timeout must be more than 0 seconds, got 0"),
     (["--json", "/no/such/folder/a.json", "--", str(CORPUS)], "does not exist")])
@@ -193,6 +196,25 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_summary_counts_copies_as_copies_and_names_a_tie_as_a_tie():
+    placed = [(3, "item"), (5, "h2d-copy"), (7, "h2d-copy")]
+    sites = [{"index": i, "file": "loop.py", "line": line, "code": "x", "kind": kind, "count": 10,
+              "in_decode_steps": 10, "per_step": 1.0, "fix": "do this"} for i, (line, kind) in enumerate(placed)]
+    report = {"script": "loop.py", "steps": 12, "step_module": "Model", "decode_steps": 10, "sites": sites,
+              "reads_per_decode_step": 3.0, "copies_per_decode_step": 2.0, "most_reads_in_a_decode_step": 3}
+    text = " ".join(summary_text(report).split())
+    assert ("1 read of a device value and 2 host-to-device copies per decode step (at most 3 of them in one step)"
+            in text)
+    assert ("three sites tie at 1.00 a step: item at loop.py:3, h2d-copy at loop.py:5 and h2d-copy at loop.py:7; "
+            "what to do about each is under it below") in text
+    assert "host reads" not in text and "most frequent" not in text
+    single = " ".join(summary_text({**report, "sites": sites[:1], "reads_per_decode_step": 1.0,
+                                    "copies_per_decode_step": 0.0}).split())
+    assert "1 read of a device value per decode step" in single and " tie " not in single
+    nothing = summary_text({"script": "flat.py", "steps": 0, "step_module": None, "reads_per_decode_step": None})
+    assert nothing.startswith("python -m core.audit: flat.py: no steps found\n") and "none found" not in nothing
 
 
 def test_watch_counts_the_steps_it_is_told_of():
@@ -246,6 +268,9 @@ def test_a_timeout_stops_the_program_and_reports_what_it_ran(tmp_path):
     report = json.loads(out.read_text())
     assert report["exit_code"] == 124 and report["stopped_by"] == "--timeout 4"
     assert report["steps"] > 3 and report["reads_per_decode_step"] == 1.0
+    assert "Traceback" not in done.stderr, "a stop asked for is no failure: the report and one line, no traceback"
+    assert done.stdout.splitlines()[-1].startswith(f"python -m core.audit: {script} ended early (--timeout 4) at "
+                                                   "for_ever.py:")
 
 
 @pytest.mark.slow
@@ -263,9 +288,11 @@ def test_ctrl_c_or_sigterm_stops_the_program_and_the_report_of_what_it_ran_is_wr
     assert done.returncode == code, done.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["stopped_by"] == signum and report["exit_code"] == code and 6 <= report["steps"] <= 8
-    assert done.stderr.strip().splitlines()[-1] == "KeyboardInterrupt", "Python's traceback, where it was"
-    assert done.stdout.splitlines()[-1] == (f"python -m core.audit: {script} ended early ({signum}), exit status "
-                                            f"{code}; the audit covers what it ran until then")
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, "no traceback for a stop"
+    assert report["stopped_at"].startswith("interrupted.py:"), "where it was, in place of the traceback"
+    assert done.stdout.splitlines()[-1] == (f"python -m core.audit: {script} ended early ({signum}) at "
+                                            f"{report['stopped_at']}, exit status {code}; the audit covers what it "
+                                            "ran until then")
 
 
 def test_a_forked_child_writes_no_report_and_prints_no_summary(tmp_path, capfd):

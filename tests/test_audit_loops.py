@@ -74,7 +74,12 @@ def test_each_loop_s_steps_are_its_model_s_forward_calls(name):
 
 @pytest.mark.parametrize("name", EAGER)
 def test_each_loop_s_reads_are_found_at_their_lines_with_their_counts_and_nothing_else(name):
-    assert per_step_sites(audited(name), name) == loop_truth(name).reads
+    report = audited(name)
+    truth = loop_truth(name).reads
+    assert per_step_sites(report, name) == truth
+    copies = sum(per_step for kind, per_step in truth.values() if kind == "h2d-copy")
+    assert report["copies_per_decode_step"] == copies, "host-to-device copies counted as copies"
+    assert report["reads_per_decode_step"] == sum(per_step for _, per_step in truth.values()), "every wait, copies too"
 
 
 def test_a_read_in_a_helper_of_a_forward_called_directly_is_inside_the_step_with_its_caller():

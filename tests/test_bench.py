@@ -9,6 +9,7 @@ from core.bench import main
 from core.compare import compare
 from core.loops.prompt import synthetic_prompt
 from core.options import BenchRequest, GenerationOptions
+from core.run_schema import python_command
 from tests.conftest import TINY
 
 
@@ -23,7 +24,7 @@ def test_cli_writes_json_and_prints_table(tmp_path, capsys):
     assert len(report["runs"]) == 4
     printed = capsys.readouterr().out
     assert "pipelined/naive" in printed
-    expected = ("python -m core.bench --model tiny-random --device cpu --dtype fp32 --prompt-tokens 12 "
+    expected = (f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype fp32 --prompt-tokens 12 "
                 "--max-new-tokens 6 --batch 1 --trials 2 --ignore-eos")
     assert report["command"].startswith(expected) and f"\nreproduce: {report['command']}\n" in printed
 

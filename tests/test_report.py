@@ -12,13 +12,13 @@ from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.options import BenchRequest, GenerationOptions, effective_options
 from core.report import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
 from core.report_schema import BENCH_SCHEMA, BenchReport
-from core.run_schema import cli_command
+from core.run_schema import cli_command, python_command
 
 
 def command_request(command: str) -> BenchRequest:
     """The request the command's flags make, as `python -m core.bench` would parse them."""
     words = shlex.split(command)
-    assert words[:3] == ["python", "-m", "core.bench"]
+    assert words[:3] == [python_command(), "-m", "core.bench"]
     return request_from_args(build_parser().parse_args(words[3:]))[0]
 
 
@@ -28,7 +28,7 @@ def test_the_reports_command_asks_for_the_same_comparison_again(tiny):
                                                      temperature=0.5, eos_token_id=[2, 7]))
     report = compare(tiny, request)
     command = report["command"]
-    assert command.startswith("python -m core.bench --model tiny-random --device cpu --dtype fp32 ")
+    assert command.startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype fp32 ")
     again = command_request(command)
     assert again.options == request.options and again.prompt == request.prompt
     assert (again.trials, again.contestants) == (request.trials, request.contestants)

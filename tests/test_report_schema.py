@@ -59,6 +59,28 @@ def test_an_old_reports_kernel_trial_is_read_as_the_kernel_measurement():
     assert report["request"] == {"no_kernel_measurement": True}
 
 
+def test_an_old_reports_kernel_numbers_are_filled_in_as_todays_summary_derives_them():
+    """The README's featured report (2026-12-01) predates the summary's kernel fields: its table says kernels 1.09 /
+    1.10 ms and 67% / 91% of the step (reduce-overhead naive / pipelined), and so does Replay."""
+    from dashboard.run_summary import DETAIL_HEADERS, summary_tables
+
+    report = load(RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz")
+    naive, pipelined = report["summary"]["naive"], report["summary"]["pipelined"]
+    assert (round(naive["kernel_ms_per_step"], 2), round(pipelined["kernel_ms_per_step"], 2)) == (1.09, 1.10)
+    assert (f"{naive['kernel_busy_of_timed_steps']:.0%}", f"{pipelined['kernel_busy_of_timed_steps']:.0%}") == \
+        ("67%", "91%")
+    assert report["summary"]["hf"]["kernel_busy_of_timed_steps"] is None, "its measurement kept no kernel ms"
+    _, details = summary_tables(report)
+    shown = {row[0]: dict(zip(DETAIL_HEADERS, row)) for row in details}
+    assert shown["naive"]["kernel ms/step (kernel measurement)"] == 1.089
+    assert (shown["naive"]["kernel % of the timed step"], shown["pipelined"]["kernel % of the timed step"]) == \
+        (67.2, 91.0)
+    raw = json.loads(gzip.decompress((RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz").read_bytes()))
+    assert "kernel_ms_per_step" not in raw["summary"]["naive"], "the file as it was written"
+    newer = upgrade({**raw, "summary": {"naive": {**raw["summary"]["naive"], "kernel_busy_of_timed_steps": 0.5}}})
+    assert newer["summary"]["naive"]["kernel_busy_of_timed_steps"] == 0.5, "a field the report has is kept"
+
+
 def test_a_gzip_past_the_limit_is_refused_without_inflating_it_whole():
     bomb = gzip.compress(b" " * (8 * 2**20))
     with pytest.raises(ReportError, match="decompresses to more than 1 MiB"):

@@ -20,6 +20,7 @@ from core.run_schema import (
     cli_command,
     coerce,
     option_defaults,
+    python_command,
     request_from_values,
     shell_quote,
     values_from_args,
@@ -149,7 +150,7 @@ TRICKY = [
 
 def shell_words(command: str) -> list[str]:
     """The words bash makes of `command` (after any VAR=value prefixes), without running it."""
-    script = f"set -- {command.split('python ', 1)[1]}; printf '%s\\0' \"$@\""
+    script = f"set -- {command.split(f'{python_command()} ', 1)[1]}; printf '%s\\0' \"$@\""
     out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={"LC_ALL": "C"}).stdout
     return out.decode("utf-8").split("\0")[:-1]
 
@@ -172,7 +173,7 @@ def test_plain_words_keep_their_familiar_quoting():
 def test_tuning_variables_are_quoted_the_same_way():
     request, _ = page_request(dict(prompt="Hi"))
     command = cli_command(request, "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
-    assert command.startswith("SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' python -m core.bench")
+    assert command.startswith(f"SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' {python_command()} -m core.bench")
 
 
 
@@ -197,13 +198,27 @@ def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
     environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
                "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
     command = cli_command(request, TINY, environ=environ)
-    expected = """SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": true}' SYNCSCOPE_PDL=safe python -m core.bench"""
+    expected = (f"""SYNCSCOPE_INDUCTOR_OPTIONS='{{"max_autotune": true}}' SYNCSCOPE_PDL=safe {python_command()} """
+                "-m core.bench")
     assert command.startswith(expected)
     assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
-    result = subprocess.run(["bash", "-c", command.split(" python ")[0] + ' env'], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(["bash", "-c", command.split(f" {python_command()} ")[0] + ' env'], capture_output=True,
+                            text=True, check=True)
     assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
-    assert cli_command(request, TINY, environ={}).startswith("python -m core.bench")
+    assert cli_command(request, TINY, environ={}).startswith(f"{python_command()} -m core.bench")
+
+
+def test_the_reproduce_command_starts_with_an_interpreter_that_runs_from_here(tmp_path):
+    """Issue 60: a bare `python` had no torch where the README runs `.venv/bin/python`."""
+    request = page_request(dict(prompt="Hi"))[0]
+    assert shlex.split(cli_command(request, TINY, environ={}))[0] == python_command()
+    venv = tmp_path / ".venv" / "bin"
+    assert python_command(str(venv / "python"), str(tmp_path)) == ".venv/bin/python"
+    assert python_command(str(venv / "python"), str(venv)) == "./python", "a bare name would be looked up on PATH"
+    assert python_command("/opt/elsewhere/bin/python3.11", str(tmp_path)) == "/opt/elsewhere/bin/python3.11"
+    assert python_command("", str(tmp_path)) == "python"
+    result = subprocess.run(["bash", "-c", f"{python_command()} -c 'import torch'"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_hf_option_adds_deferred_stop_check_on_cuda():

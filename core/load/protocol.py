@@ -182,6 +182,7 @@ def _point(loaded: LoadedModel, request: LoadRequest, options: GenerationOptions
         if name in audits:
             entry["sync_audit"] = audits[name]
             entry["reads_per_decode_step"] = audits[name]["reads_per_decode_step"]
+            entry["copies_per_decode_step"] = audits[name]["copies_per_decode_step"]
         if name in kernels:
             entry["kernel_measurement"] = kernels[name]
             entry["kernel_busy_fraction"] = kernels[name].get("kernel_busy_fraction")
@@ -232,9 +233,9 @@ def _audits(runner: _Runner, contestants: list[str], point: dict[str, Any],
             runner.run(name, trial=None, on_step=audit.step, on_queued=_queued_mark(audit))
             audit.end()
         result = audit.result()
-        audits[name] = {key: result[key] for key in ("device", "steps", "decode_steps", "reads",
-                                                      "reads_per_decode_step", "most_reads_in_a_decode_step",
-                                                      "lagged_waits", "sites")}
+        audits[name] = {key: result.get(key) for key in ("device", "steps", "decode_steps", "reads",
+                                                          "reads_per_decode_step", "copies_per_decode_step",
+                                                          "most_reads_in_a_decode_step", "lagged_waits", "sites")}
         if "note" in result:
             audits[name]["note"] = result["note"]
     return audits

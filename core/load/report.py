@@ -11,12 +11,13 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+from core.audit_words import per_step_words
 from core.load.protocol import LoadRequest
 from core.models import LoadedModel
 from core.options import NO_CHECK
 from core.report import environment, model_facts
 from core.report_schema import LOAD_SCHEMA
-from core.run_schema import shell_quote
+from core.run_schema import python_command, shell_quote
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
 NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
@@ -33,7 +34,7 @@ def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[s
 def load_command(request: LoadRequest, model: str, *, device: str | None = None, dtype: str | None = None) -> str:
     """The `python -m core.bench` command that repeats this load run."""
     spec, options = request.workload, request.options
-    words = ["python", "-m", "core.bench", "--model", model]
+    words = [python_command(), "-m", "core.bench", "--model", model]
     words += ["--device", device] if device else []
     words += ["--dtype", dtype] if dtype else []
     words += ["--requests", str(spec.requests), "--max-batch", str(request.slots)]
@@ -212,8 +213,9 @@ def _reads_sentence(main: dict[str, Any]) -> list[str]:
             continue
         sites = (entry.get("sync_audit") or {}).get("sites") or []
         where = f" ({sites[0]['file']}:{sites[0]['line']})" if sites and entry["reads_per_decode_step"] else ""
-        said.append(f"{NAMES[name]} {entry['reads_per_decode_step']:.2f}{where}")
-    return [f"The sync audit's host reads of device values per decode step: {'; '.join(said)}."] if said else []
+        words = per_step_words(entry["reads_per_decode_step"], entry.get("copies_per_decode_step"))
+        said.append(f"{NAMES[name]}: {words}{where}")
+    return [f"The sync audit, per loop: {'; '.join(said)}."] if said else []
 
 
 def _identity_sentence(main: dict[str, Any], section: dict[str, Any]) -> list[str]:

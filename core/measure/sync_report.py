@@ -7,6 +7,7 @@ import collections
 from collections.abc import Iterator
 from typing import Any
 
+from core.audit_words import COPY_KIND
 from core.measure.sync_fixes import suggest
 from core.measure.sync_sites import CORE_DIR, Caller, Read, Site, path_from_root
 
@@ -19,16 +20,21 @@ class AuditReport:
     def result(self, **extra: Any) -> dict[str, Any]:
         """The audit as the report holds it (JSON-ready); `extra` is added as it is (the audited run's rate, say)."""
         decode = set(range(1, self.steps - 1))  # not the prefill, not the last step (every loop's final wait)
-        per_step = [0] * self.steps
+        per_step, copies = [0] * self.steps, [0] * self.steps
         for read in self.reads:
             if read.step is not None and read.step < self.steps:
                 per_step[read.step] += 1
+                copies[read.step] += read.kind == COPY_KIND
         in_decode = [per_step[i] for i in sorted(decode)]
+        copies_in_decode = [copies[i] for i in sorted(decode)]
         order = {site: index for index, site in enumerate(self._site_order())}
         out: dict[str, Any] = {
             "device": "cuda" if self.cuda else "cpu", "steps": self.steps, "decode_steps": len(decode),
             "reads": len(self.reads), "reads_per_step": per_step,
+            # every wait of a decode step, host-to-device copies included (as --fail-on-sync and the bench's
+            # reads_per_step count them); copies_per_decode_step says how many of them were copies
             "reads_per_decode_step": sum(in_decode) / len(in_decode) if in_decode else None,
+            "copies_per_decode_step": sum(copies_in_decode) / len(in_decode) if in_decode else None,
             "most_reads_in_a_decode_step": max(in_decode, default=None),
             "lagged_waits": self.lagged_waits, "sites": self._sites(decode, list(order)),
             "threads": self._thread_reads(),

@@ -23,7 +23,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 CORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # this repository's core/
 # No read is placed in the audit's own modules, nor in core.audit's, which run a program under it
 _AUDIT_MODULES = ("sync_audit.py", "sync_dispatch.py", "sync_report.py", "sync_sites.py", "sync_wrappers.py")
-_PROGRAM_RUNNERS = ("audit.py", "audit_compile.py", "audit_report.py", "audit_steps.py")
+_PROGRAM_RUNNERS = ("audit.py", "audit_compile.py", "audit_report.py", "audit_steps.py", "audit_stop.py")
 _SKIPPED_FILES = {*(os.path.join(os.path.dirname(__file__), name) for name in _AUDIT_MODULES), contextlib.__file__,
                   functools.__file__, warnings.__file__, threading.__file__, runpy.__file__,
                   *(os.path.join(CORE_DIR, name) for name in _PROGRAM_RUNNERS)}
@@ -68,6 +68,12 @@ class Marker:
 def _skipped(filename: str) -> bool:
     """torch's files, the audit's own and the machinery around a program (threading, runpy, core.audit's)."""
     return filename.startswith(_TORCH_DIR) or filename in _SKIPPED_FILES or filename.startswith("<frozen")
+
+
+def in_program(filename: str) -> bool:
+    """Whether code of `filename` is the audited program's (its own files and its libraries'), where a read is placed:
+    not torch's, the audit's or the machinery that runs the program."""
+    return not _skipped(filename)
 
 
 def user_frames(frame: Any, limit: int) -> list[Caller]:

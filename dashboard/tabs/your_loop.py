@@ -38,15 +38,14 @@ class YourLoopTab:
         a: dict[str, Any] = {}
         gr.Markdown("Audit your own decode loop where it runs: `python -m core.audit --json audit.json -- "
                     "your_script.py` (or `syncscope-audit` after `pip install` of this project), then open "
-                    "`audit.json` here. It lists each line of your program that reads a device value, how often per "
-                    "decode step, what it costs on a GPU and what to do about it. The file is only parsed; nothing in "
-                    "it runs here.")
+                    "`audit.json` here. It lists each line of your program that waits on the device (a read of a "
+                    "device value, or a blocking copy to it), how often per decode step, what it costs on a GPU and "
+                    "what to do about it. The file is only parsed; nothing in it runs here.")
         upload_row(a, "audit", "Audit JSON", page.config.audit_files, "Bundled audits (examples/)", as_path=True)
         a["status"] = gr.Markdown(elem_id="audit-status")
         a["summary"] = gr.Markdown(elem_id="audit-summary")
-        a["sites"] = gr.Dataframe(headers=list(audit_view.SITE_HEADERS), value=[], interactive=False, wrap=True,
-                                  elem_id="audit-sites", label="Sites (most reads per decode step first)",
-                                  datatype="str", column_widths=audit_view.SITE_WIDTHS)
+        # One short row a site, its fix behind the row's expander (audit_view.sites_html: every text escaped there).
+        a["sites"] = gr.HTML(value="", elem_id="audit-sites", css_template=audit_view.SITES_CSS, js_on_load=None)
         a["plot"] = gr.Plot(elem_id="audit-plot", show_label=False)
         tab = cls(page, a)
         tab._wire()
@@ -90,5 +89,5 @@ class YourLoopTab:
         a = self.components
         created = plain(report.get("created") or "?", HELD_CHARS)  # clipped where it was read
         return {a["status"]: f"Showing {plain(source)}, an audit written {created}.",
-                a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.site_rows(report),
+                a["summary"]: audit_view.summary_md(report), a["sites"]: audit_view.sites_html(report),
                 a["plot"]: audit_view.audit_figure(report)}
