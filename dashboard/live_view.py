@@ -106,6 +106,7 @@ class LiveView:
                 "position": self.position(job), "error": job.error, "notices": list(job.notices),
                 "model": job.model, "panes": self._panes(), "report": job.report, "runs": list(self.runs),
                 "batch": job.request.batch if job.request else 1,
+                "phase": self.phase.get("phase") if self.phase and not job.done else None,
                 **self.live_series(final=job.done, locked=True),
             }
 

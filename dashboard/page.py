@@ -32,6 +32,9 @@ class PageConfig:
     audit_files: dict[str, Path] = dataclasses.field(default_factory=dict)  # bundled audit reports (Your loop)
     live_interval_s: float = 0.25
     chart_interval_s: float = 1.0
+    # On a CPU host the page's redraws share the processor with the loop it times: while a trial is timed there, the
+    # page refreshes this seldom and redraws no chart (on a 2-core machine an open page at 4 Hz halved the rate)
+    cpu_trial_interval_s: float = 3.0
     download_dir: Path | None = None
     max_report_bytes: int = MAX_REPORT_BYTES  # launch the page with max_file_size at least this
 

@@ -154,12 +154,12 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
         with gr.Tabs():
             with gr.Tab("Compare", id="compare") as compare_tab:
                 compare = CompareTab.build(page)
-            with gr.Tab("Under load", id="load", elem_id="load-tab") as load_tab:
-                under_load = UnderLoadTab.build(page)
             with gr.Tab("Replay", id="replay", elem_id="replay-tab") as replay_tab:
                 replay = ReplayTab.build(page, demo)
             with gr.Tab("Your loop", id="audit", elem_id="audit-tab") as audit_tab:
                 your_loop = YourLoopTab.build(page)
+            with gr.Tab("Under load", id="load", elem_id="load-tab") as load_tab:  # last: on a phone it folds first
+                under_load = UnderLoadTab.build(page)
         for tab, name in ((compare_tab, "compare"), (load_tab, "load"), (replay_tab, "replay"),
                           (audit_tab, "audit")):
             tab.select(_tab_chosen(banner, name), inputs=[view_state], outputs=[view_state, banner_md],

@@ -47,7 +47,7 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
     trials = [[], cuda_report["runs"][:1], cuda_report["runs"][:1], cuda_report["runs"][:2]]
     snapshots = iter({"status": "Timing…", "runs": runs} for runs in trials)
     runner = type("FakeRunner", (), {"model_spec": TINY, "snapshot": lambda self, job: next(snapshots),
-                                     "cancel": lambda self, job_id, **reason: None})()
+                                     "cancel": lambda self, job_id, **reason: None, "uses_cuda": True})()
     app = quiet_page(runner, chart_interval_s=1e9)
     following = app.compare._follow(FakeJob(len(trials)), "someone")
     updates = list(itertools.islice(following, len(trials)))
@@ -143,21 +143,27 @@ def quiet_page(runner=None, **config):
     return QuietPage(runner, **config)
 
 
-def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use():
+def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use_in_words():
     from dashboard.banner import model_line
 
+    in_place = "With Compile on, decode attention reads the KV cache in place, without copying it per query head,"
+    reduce = f"{in_place} as products and sums that torch.compile turns into reduction kernels."
     assert model_line("cpu, float32; fused qkv, fused gate_up, compiled decode attention: reduce") == \
-        "cpu, float32; fused qkv, fused gate_up. With Compile on, decode attention runs as reduce."
+        f"cpu, float32; fused qkv, fused gate_up. {reduce}"
     assert model_line("cuda:0 (H200), bfloat16; compiled decode attention: triton, no fused qkv: tied") == \
-        "cuda:0 (H200), bfloat16; no fused qkv: tied. With Compile on, decode attention runs as triton."
+        f"cuda:0 (H200), bfloat16; no fused qkv: tied. {in_place} with one hand-written Triton kernel per layer."
     assert model_line("cpu, float32; compiled decode attention: split") == \
-        "cpu, float32. With Compile on, decode attention runs as split."
+        f"cpu, float32. {in_place} in chunks of 64 keys, as products and sums that torch.compile turns into " \
+        "reduction kernels."
     assert model_line("cpu, float32") == "cpu, float32."
     assert model_line("cuda:0 (H200), bfloat16; fused qkv, compiled decode attention: triton, decoder layers in six "
-                      "kernels") == ("cuda:0 (H200), bfloat16; fused qkv. With Compile on, decode attention runs as "
-                                     "triton. With step-graph, each decoder layer's decode step runs in six kernels.")
+                      "kernels") == (f"cuda:0 (H200), bfloat16; fused qkv. {in_place} with one hand-written Triton "
+                                     "kernel per layer. With step-graph, each decoder layer's decode step runs in six "
+                                     "kernels.")
+    assert model_line("cpu; compiled decode attention: newkernel").endswith(
+        "with the newkernel kernel (SYNCSCOPE_DECODE_ATTENTION).")
     banner = text_of(quiet_page().banner.text())
-    assert "fused gate_up. With Compile on, decode attention runs as reduce." in banner
+    assert f"fused gate_up. {reduce}" in banner and "runs as reduce" not in banner
     assert "fused gate_up, compiled decode attention" not in banner
 
 
@@ -478,7 +484,7 @@ STEP_TIME_REPORT = (Path(__file__).parent.parent
 
 def test_replay_shows_where_a_decode_step_s_device_time_went():
     # A report measured on one H200 (its kernel measurement splits each decode step by kind) and one without the split.
-    from dashboard.step_time import GAPS, STEP_TIME_HEADERS
+    from dashboard.step_time import ALL_KERNELS, GAPS, STEP_TIME_HEADERS
 
     page = quiet_page().replay
     shown = page.replay_upload(STEP_TIME_REPORT.read_bytes())
@@ -492,7 +498,11 @@ def test_replay_shows_where_a_decode_step_s_device_time_went():
     report = json.loads(gzip.decompress(STEP_TIME_REPORT.read_bytes()))
     for measured in report["kernel_measurement"].values():
         del measured["kinds"]
-    assert page.replay_upload(gzip.compress(json.dumps(report).encode()))["step_time"] == []
+    unsplit = page.replay_upload(gzip.compress(json.dumps(report).encode()))["step_time"]
+    kernels = {row[0]: row for row in unsplit if row[1] == ALL_KERNELS}
+    assert {row[1] for row in unsplit} == {ALL_KERNELS, GAPS}, "an older report: all its kernels in one row"
+    assert kernels["pipelined"][2] == round(report["kernel_measurement"]["pipelined"]["kernel_busy_ms_per_step"]
+                                            * 1000, 1)
 
 
 # ---- issue 42: a file that passed the checks and still breaks a view is said in words
@@ -528,3 +538,13 @@ def test_the_report_endpoint_refuses_a_run_that_is_not_a_number_quoting_a_little
         page.report_of_run("<img src=x>" * 10**5)
     message = str(caught.value.message)
     assert len(message) < 300 and "<img" not in message and "1,100,000 characters in all" in message, message
+
+
+def test_on_a_cpu_host_the_page_keeps_quiet_while_a_trial_is_timed():
+    from dashboard.tabs.compare import quiet_now
+
+    timed = {"phase": "trial", "state": "running"}
+    assert quiet_now(timed, cuda=False)
+    assert not quiet_now(timed, cuda=True), "on a GPU the page costs the loop nothing measurable: it stays live"
+    assert not quiet_now({"phase": "warmup", "state": "running"}, cuda=False), "a warm-up is untimed: live"
+    assert not quiet_now({"phase": "trial", "state": "done"}, cuda=False)

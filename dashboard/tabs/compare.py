@@ -14,9 +14,10 @@ from typing import Any, Self
 import gradio as gr
 
 from core.options import RUN_OPTION
+from core.phases import TRIAL
 from dashboard import charts, timeline
 from dashboard.form import build_form, from_widget
-from dashboard.jobs import COMPARE, FAILED, Job
+from dashboard.jobs import COMPARE, FAILED, RUNNING, Job
 from dashboard.page import PageContext
 from dashboard.report_text import as_text, headline_md, plain, rate_md, status_md
 from dashboard.run_summary import run_shows_md, summary_components, summary_tables
@@ -33,6 +34,13 @@ OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_te
 TEXT_OUTPUTS = ("status", "naive_rate", "pipelined_rate", "headline", "shows", "run_note", "banner")
 # A run whose page went away (a reload, a closed tab) goes on this long for the same browser to come back to it.
 RECONNECT_GRACE_S = 15.0
+CPU_QUIET_NOTE = ("*(On the CPU this page redraws every {:g} s, without its charts, while a trial is timed: its "
+                  "redraws would share the processor with the loop.)*")
+
+
+def quiet_now(snap: dict[str, Any], cuda: bool) -> bool:
+    """Whether the page keeps quiet now: a timed trial runs on a CPU host (PageConfig.cpu_trial_interval_s)."""
+    return not cuda and snap.get("phase") == TRIAL.id and snap.get("state") == RUNNING
 
 
 class CompareTab:
@@ -196,14 +204,20 @@ class CompareTab:
 
     def _follow(self, job: Job, owner: str) -> Iterator[dict]:
         c, runner, config = self.components, self.page.runner, self.page.config
-        last_chart, model_seen, timeline_runs = 0.0, runner.model_spec, 0
+        last_chart, last_shown, model_seen, timeline_runs = 0.0, 0.0, runner.model_spec, 0
         with self._lock:
             self._watchers[job.id] += 1
         try:
             while not job.wait(config.live_interval_s):
                 snap = runner.snapshot(job)
+                quiet = quiet_now(snap, runner.uses_cuda)
+                if quiet and time.monotonic() - last_shown < config.cpu_trial_interval_s:
+                    continue
+                last_shown = time.monotonic()
                 update = self._live_update(snap)
-                if time.monotonic() - last_chart >= config.chart_interval_s:
+                if quiet:
+                    update[c["status"]] += f" {CPU_QUIET_NOTE.format(config.cpu_trial_interval_s)}"
+                elif time.monotonic() - last_chart >= config.chart_interval_s:
                     last_chart = time.monotonic()
                     update[c["tokens_plot"]] = charts.tokens_per_s_figure(snap)
                     update[c["device_plot"]] = charts.device_figure(snap)
