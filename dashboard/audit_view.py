@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from core import report_schema
 from core.audit_words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
 from core.measure.sync_fixes import MAX_CODE_LINES
-from core.report_schema import AUDIT, BENCH, PAGE
+from core.report_schema import AUDIT
 from core.text import clip
 from dashboard import audit_process, charts
 from dashboard.audit_digest import HELD_CHARS
@@ -52,11 +52,6 @@ HOST_COLOR = "#1f77b4"
 
 def is_audit(document: Any) -> bool:
     return report_schema.kind_of(document) == AUDIT
-
-
-def is_bench_report(document: Any) -> bool:
-    """A report Replay opens: core.bench's, or the page's download of one."""
-    return report_schema.kind_of(document) in (BENCH, PAGE)
 
 
 def open_audit(source: bytes | str | Path, max_bytes: int) -> dict[str, Any]:

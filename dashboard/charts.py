@@ -518,12 +518,12 @@ def all_figures(live: dict[str, Any], report: dict[str, Any] | SavedReport | Non
             gap_figure(report))
 
 
-def prebuild() -> None:
-    """Build each kind of figure once, so plotly's lazy imports do not land in the middle of a timed run."""
+def prebuild() -> list[str]:
+    """Build each kind of figure once, so plotly's lazy imports do not land in the middle of a timed run; returns
+    each figure's JSON."""
     spans = [{"contestant": "naive", "phase": "trial", "trial": 0, "t0": 0.0, "t1": 1.0}]
     sample = {"t": 0.0, "gpu": 0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
     run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
     live = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
             "monitor": {"source": "nvml", "samples": [sample]}}
-    for fig in all_figures(live, {"runs": [run]}):
-        fig.to_json()
+    return [fig.to_json() for fig in all_figures(live, {"runs": [run]})]

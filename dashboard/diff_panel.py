@@ -1,4 +1,4 @@
-"""Two reports side by side (core.explain.diff_reports, drawn by dashboard.diff_tables and dashboard.timeline):
+"""Two reports side by side (core.report_diff.diff_reports, drawn by dashboard.diff_tables and dashboard.timeline):
 a summary line, the settings, the rates and the per-step waits as tables, and both timelines on one time axis. The
 History section diffs two of a visitor's runs with it, Replay two report files."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import report_schema
-from core.report_schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport
+from core.report_schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport, PageReport
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,10 @@ class SavedReport:
     page: PageRecord | None = None
 
 
-def page_report(report: dict[str, Any], page: PageRecord | None) -> dict[str, Any]:
+def page_report(report: dict[str, Any], page: PageRecord | None) -> PageReport:
     """The document the page offers for download: the report (without the server's host name) and the page's
     record, each under its own key."""
-    return {"schema": PAGE_REPORT_SCHEMA, "report": public_report(report),
+    return {"schema": PAGE_REPORT_SCHEMA, "report": public_report(report),  # type: ignore[typeddict-item]
             "page": page.to_json() if page is not None else None}
 
 

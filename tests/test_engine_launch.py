@@ -24,6 +24,7 @@ def test_a_free_port_can_be_bound():
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+        assert sock.getsockname() == ("127.0.0.1", port) and 1024 <= port <= 65535
 
 
 def test_children_are_spawned_never_forked():

@@ -119,7 +119,9 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
                  for name in names}
     source = ASTSource(fn=kernel, signature=signature,
                        constexprs={(names.index(name),): value for name, value in constants.items()})
-    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 2})
+    options = {"num_warps": 4, "num_stages": 2}
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    assert ".target sm_90" in ptx and f".entry {kernel.fn.__name__}" in ptx, "an sm_90 kernel of that name"
 
 
 def _next_pow2(n: int) -> int:

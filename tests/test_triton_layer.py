@@ -243,7 +243,8 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "AHEAD_PIECES": 256,
     }
     # a compile passes a Python float as fp64, and the prefetch's last start may pass 2**31
-    _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64", "ahead_last": "i64"})
+    ptx = _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64", "ahead_last": "i64"})
+    assert ".target sm_90" in ptx and f".entry {gemv.fn.__name__}" in ptx
 
 
 @needs_triton
@@ -265,7 +266,8 @@ def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
         "BLOCK_K": 1024,
         "PDL": 0,
     }
-    _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
+    ptx = _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
+    assert ".target sm_90" in ptx and f".entry {qkv.fn.__name__}" in ptx
 
 
 @needs_triton

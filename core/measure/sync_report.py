@@ -89,11 +89,6 @@ class AuditReport:
         return sorted(rows, key=lambda r: (-r["in_decode_steps"], -r["count"]))
 
 
-def fix_for(site: Site, kind: str) -> str:
-    """What a read at `site` is and what to do about it, in one line."""
-    return suggest(site.file, site.code, kind, None, site.path.startswith(CORE_DIR), site.function)[0]
-
-
 def _costs(reads: list[Read], decode: set[int], steps: int) -> dict[str, float | None]:
     blocked = [r.host_ms for r in reads if r.host_ms is not None]
     idle = [r.idle_after_ms for r in reads if r.idle_after_ms is not None]
