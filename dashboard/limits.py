@@ -55,7 +55,7 @@ IDLE_SESSION_S = 60.0
 SESSIONS_PER_ADDRESS = 32
 
 # A request body must arrive within BODY_GRACE_S plus its length at MIN_BODY_RATE (a 4 MiB body: 26 s; the largest
-# upload: 410 s), and the bodies being received, all requests together, hold at most MAX_BUFFERED_BYTES in memory
+# upload: 414 s), and the bodies being received, all requests together, hold at most MAX_BUFFERED_BYTES in memory
 # (past it the one holding the most is cut off). A body still arriving costs BODY_OVERHEAD_BYTES more than it has
 # handed over: uvicorn reads up to 256 KiB at a time, pauses reading past 64 KiB and copies what it hands over.
 # dashboard.request_bodies.
