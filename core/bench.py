@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -56,6 +60,15 @@ except KeyboardInterrupt:
     raise SystemExit(130) from None
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal's number, as a shell reports it
+# --html runs the dashboard's exporter as a module of this installation: dashboard.export_html in the checkout,
+# syncscope.dashboard.export_html installed, from the folder above the top-level package.
+_PACKAGE = __package__ or "core"
+EXPORT_MODULE = ".".join([*_PACKAGE.split(".")[:-1], "dashboard", "export_html"])
+PACKAGE_ROOT = Path(__file__).resolve().parents[len(_PACKAGE.split("."))]
+EXPORT_TIMEOUT_S = 300
+NEEDS_DASHBOARD = ("exporting a run as HTML needs plotly and the dashboard's code (the dashboard extra), which are not "
+                   "installed here: run pip install \".[dashboard]\" in the syncscope checkout")
+_MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
 
 
 class _DefaultsWhereUseful(argparse.HelpFormatter):
@@ -84,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
+    p.add_argument("--html", dest="html_path", default=None, metavar="PATH",
+                   help="after the run, write it here as one self-contained HTML file to share: the verdict, the "
+                        "tables, the charts and the timeline, which open offline in any browser (needs plotly: "
+                        "the dashboard extra)")
     p.add_argument("--trace", dest="trace_path", default=None, metavar="PATH",
                    help="write a Chrome trace-event JSON of every run (host and device lanes; open it in "
                         "https://ui.perfetto.dev); with --profile, the profiler's kernels on the same time axis; "
@@ -153,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         request, notices = request_from_args(args)
         check_output_path(args.json_path)
+        check_output_path(args.html_path, "--html")
         check_output_path(args.trace_path, "--trace")
         check_profile_dir(args.profile)
         check_tuning_environment()  # a malformed SYNCSCOPE_* tuning variable is refused before any work
@@ -202,13 +220,14 @@ def _lengths(text: str) -> tuple[int, int]:
 
 
 def run_load_cli(args: argparse.Namespace) -> int:
-    """`--requests N`: the contestants under load (core.load), its table and findings, --json and --trace."""
+    """`--requests N`: the contestants under load (core.load), its table and findings, --json, --trace and --html."""
     from core.load.protocol import run_load
-    from core.load.report import build_load_report, load_command, load_text, load_trace
+    from core.load.report import build_load_report, load_command, load_findings, load_text, load_trace
 
     try:
         request, notices = load_request_from_args(args)
         check_output_path(args.json_path)
+        check_output_path(args.html_path, "--html")
         check_output_path(args.trace_path, "--trace")
         check_tuning_environment()
         if args.tp != 1:
@@ -239,11 +258,15 @@ def run_load_cli(args: argparse.Namespace) -> int:
     report = build_load_report(loaded, request, section, command)
     report["wall_s"] = time.perf_counter() - started
     report["load"]["notices"] = list(dict.fromkeys([*notices, *report["load"]["notices"]]))
-    for line in load_text(report):
+    text = load_text(report)
+    for line in text:
         _say(line)
     written = not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
     if args.trace_path:
         written = write_json(args.trace_path, load_trace(report), "trace") == args.trace_path and written
+    if args.html_path:
+        described = {"findings": load_findings(report), "text": text}
+        written = write_html(args.html_path, report, described) and written
     return 0 if written else 1
 
 
@@ -354,6 +377,8 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
     if args.trace_path:
         trace_written = write_json(args.trace_path, build_trace(report, profiled), "trace") == args.trace_path
         written = written and trace_written
+    if args.html_path:
+        written = write_html(args.html_path, report) and written
     return 0 if written else 1
 
 
@@ -369,6 +394,8 @@ def _keep_interrupted(args: argparse.Namespace, loaded: LoadedModel, request: Be
     _print_and_write(args, loaded, request, report, notices)
     if args.trace_path:
         write_json(args.trace_path, build_trace(report, None), "trace")
+    if args.html_path:
+        write_html(args.html_path, report)
     return _interrupted_code(received)
 
 
@@ -433,6 +460,49 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
         _say(f"  {sentence}")
     _say(f"reproduce: {report['command']}")
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+
+
+def write_html(path: str, report: dict[str, Any], described: dict[str, list[str]] | None = None) -> bool:
+    """--html: the report as one self-contained HTML file, made by `python -m dashboard.export_html` in a child
+    process (core never imports the dashboard); `described`: a load report's sentences. False after one line on
+    stderr when it could not be written (plotly or the dashboard's code not installed, a full disk)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="syncscope-html-") as folder:
+            source = Path(folder) / "report.json"
+            source.write_text(json.dumps(report), encoding="utf-8")
+            argv = [sys.executable, "-m", EXPORT_MODULE, str(source), os.path.abspath(path)]
+            if described is not None:
+                (Path(folder) / "described.json").write_text(json.dumps(described), encoding="utf-8")
+                argv += ["--described", str(Path(folder) / "described.json")]
+            failure = _export(argv)
+    except OSError as exc:  # the temporary folder: a full disk
+        failure = f"the report could not be handed to the export ({exc.strerror or exc}); nothing was written"
+    if failure is None:
+        print(f"wrote {path}")
+        return True
+    _fail(0, f"--html {path}: {failure}", 1)
+    return False
+
+
+def _export(argv: list[str]) -> str | None:
+    """Run the exporter; why it failed, in one line, or None when it wrote the file."""
+    try:
+        done = subprocess.run(argv, cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return f"the export took more than {EXPORT_TIMEOUT_S} s; nothing was written"
+    except OSError as exc:
+        return f"the export could not start ({exc.strerror or exc})"
+    return None if done.returncode == 0 else export_failure(done.stderr)
+
+
+def export_failure(stderr: str) -> str:
+    """Why the export failed, in one line: the child's own line, or for a module it could not import, how to get it."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "the export ended without saying why"
+    if _MISSING_MODULE.search(last):
+        return NEEDS_DASHBOARD
+    return last.split(": error: ", 1)[-1]
 
 
 def _say(text: str) -> None:

@@ -242,7 +242,7 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
     is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens)."""
     environ = os.environ if environ is None else environ
     assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
-    words = [python_command(), "-m", "core.bench", "--model", model]
+    words = [*bench_words(), "--model", model]
     words += ["--device", device] if device else []
     words += ["--dtype", dtype] if dtype else []
     words += ["--tp", str(tp)] if tp > 1 else []
@@ -254,6 +254,11 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
         words += ["--eos-token-id", str(token)]
     words += ["--stream"] if request.stream else []
     return "".join(assignments) + " ".join(shell_quote(word) for word in words)
+
+
+def bench_words() -> list[str]:
+    """The first words of every command that repeats a run: this interpreter, running core.bench."""
+    return [python_command(), "-m", "core.bench"]
 
 
 def python_command(executable: str | None = None, cwd: str | None = None) -> str:

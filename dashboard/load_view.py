@@ -4,7 +4,7 @@ the slots picture's bars. The Under load tab and Replay both draw from here, fro
 
 The sentences (what the run shows, and the CLI's text) are core.load.report's, which imports torch: the engine sends
 them with a run's report (engine.protocol.Done.described), and Replay has them made in a child process
-(dashboard.load_describe). No torch, gradio or plotly here.
+(dashboard.load_describe); `findings_md` words them for the page. No torch, gradio or plotly here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.options import NO_CHECK
+from dashboard.report_text import plain
 
 # The contestants as the CLI's table names them (core.load.report.NAMES).
 NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
@@ -23,6 +24,7 @@ TABLE_WIDTHS = ["150px", "85px", "85px", "105px", "105px", "75px", "85px", "85px
                 "70px"]  # 1150 px: the page's width at 1400 px
 SLOTTED = ("naive", "pipelined", NO_CHECK)  # the loops over core.load.slots: each request has its slot and steps
 MAX_BARS = 4000  # requests drawn per contestant in the slots picture (a report may hold many more)
+SENTENCE_CHARS = 2000  # a finding names every point it is about: longer than a field of a report
 
 
 def section(report: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +190,18 @@ def what_ran(report: dict[str, Any]) -> str:
 
 def notices(report: dict[str, Any]) -> list[str]:
     return [str(n) for n in section(report).get("notices") or []]
+
+
+def findings_md(report: dict[str, Any], described: dict[str, list[str]] | None, why_not: str | None = None) -> str:
+    """What ran, the report's notices, and what it shows (core.load.report's findings, a list), as the page's
+    Markdown: text from the report is shown as text."""
+    head = [f"**What ran:** {plain(what_ran(report), SENTENCE_CHARS)}"]
+    head += [f"Note: {plain(notice, SENTENCE_CHARS)}" for notice in notices(report)]
+    if described is None:
+        head += [f"*No findings: {plain(why_not, SENTENCE_CHARS)}*"] if why_not else []
+        return "  \n".join(head)
+    findings = [f"- {plain(sentence, SENTENCE_CHARS)}" for sentence in described["findings"]]
+    return "  \n".join([*head, "**What this run shows:**"]) + "\n\n" + "\n".join(findings)
 
 
 def _n(value: float | None, digits: int = 1) -> str:

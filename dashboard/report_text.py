@@ -7,17 +7,21 @@ core.text.SHOWN_FIELD_CHARS long.
 
 from __future__ import annotations
 
+import collections
 import html
 import re
 from typing import Any
 
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
-from core.options import LOOPS
+from core.options import LOOPS, MAX_PROMPT_CHARS
+from core.report_schema import upgrade_report
 from core.text import SHOWN_FIELD_CHARS, clip
 from dashboard.page_record import PageRecord, report_notices
 from dashboard.summary_table import headline, summary_rows
 
+# The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
+MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:])")
 
 
@@ -112,3 +116,27 @@ def rate_md(name: str, pane: dict[str, Any], batch: int = 1) -> str:
     number = f"{rate:,.1f} tok/s" if rate else "– tok/s"
     live = " (live)" if pane.get("live") else " (decode, median)" if rate else ""
     return f"**{name}** · {number}{live}{rows}"
+
+
+def trials_shown(report: dict[str, Any]) -> str:
+    """The trials a replayed report holds: those it asked for, or for a run cut short, the rounds its runs hold of
+    those planned."""
+    planned = upgrade_report(report)["request"].get("trials", "?")
+    if report.get("interrupted") is not True:
+        return f"{planned} trial(s)"
+    facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
+    planned = facts.get("trials_planned", planned)
+    done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
+    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel measurement, say)
+        return f"{done} trial(s)"
+    return f"{done} of {planned} trial(s) (cut short)"
+
+
+def replay_command(report: dict[str, Any]) -> str:
+    """The command a replayed report says reproduces it, as text of a bounded length."""
+    command = report.get("command")
+    if not isinstance(command, str) or not command:
+        return "(this report was written before reports carried the command that reproduces them)"
+    if len(command) > MAX_COMMAND_CHARS:
+        return command[:MAX_COMMAND_CHARS] + f"… ({len(command) - MAX_COMMAND_CHARS:,} more characters not shown)"
+    return command

@@ -1,12 +1,11 @@
 """A run's summary as Compare and Replay show it: two tables (the verdict's evidence, then where the time went and
-the rest) and what the run shows in words (core.explain), with its code quotes as code."""
+the rest) and what the run shows in words (core.explain), with its code quotes as code. Plain data, no gradio: the
+exported run (dashboard.run_html) shows the same; the tables' components are in dashboard.tabs.compare."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
-
-import gradio as gr
 
 from core.explain import what_this_run_shows
 from core.report_schema import upgrade_report
@@ -27,17 +26,8 @@ EVIDENCE_WIDTHS = ["115px", "95px", "110px", "90px", "110px", "150px", "100px"] 
 _EVIDENCE_FROM_SUMMARY = ("contestant", "decode tok/s", "decode spread %", "same tokens")
 DETAIL_HEADERS = ("contestant", *(h for h in SUMMARY_HEADERS if h not in _EVIDENCE_FROM_SUMMARY))
 DETAIL_WIDTHS = ["130px", *("110px" for _ in DETAIL_HEADERS[1:])]
-
-
-def summary_components(elem_id: str) -> tuple[gr.Dataframe, gr.Dataframe]:
-    """The summary's two tables (summary_tables): the verdict's evidence, then where the time went and the rest."""
-    evidence = gr.Dataframe(headers=list(EVIDENCE_HEADERS), value=[], interactive=False, wrap=True,
-                            elem_id=elem_id, label="Summary: the verdict's evidence (medians over trials)",
-                            column_widths=EVIDENCE_WIDTHS, datatype="str")
-    details = gr.Dataframe(headers=list(DETAIL_HEADERS), value=[], interactive=False, wrap=True,
-                           elem_id=f"{elem_id}-more", label="Where the time went, and the rest",
-                           column_widths=DETAIL_WIDTHS, datatype="str")
-    return evidence, details
+EVIDENCE_LABEL = "Summary: the verdict's evidence (medians over trials)"
+DETAIL_LABEL = "Where the time went, and the rest"
 
 
 def run_shows_md(report: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from core.report_schema import BenchReport
 
 # Shares of the measurement's own step: tracing slows its host, so its gaps are longer than the timed trials' (the
 # summary's "kernel % of the timed step" relates the same kernel time to the timed step).
+STEP_TIME_LABEL = "Where a decode step's device time went (the kernel measurement)"
 STEP_TIME_HEADERS = ("contestant", "part of the step", "µs a step", "kernels a step", "share of the measured step")
 GAPS = "gaps between kernels"
 ALL_KERNELS = "all kernels (this report does not split them by kind)"

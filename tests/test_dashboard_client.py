@@ -116,6 +116,7 @@ def test_a_run_gives_both_texts_identical_under_greedy(served_app):
     trace = json.loads(Path(out["trace_file"]["value"]).read_text())
     assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} == {"naive", "pipelined"}
     assert "host" not in trace["metadata"]["environment"]
+    assert "outputs identical: yes" in Path(out["html_file"]).read_text(encoding="utf-8")  # the run, to share offline
     assert ("GPU:" if served_app.runner.monitor.available else "No NVIDIA GPU found") in out["banner"]
 
 
@@ -168,6 +169,7 @@ def test_replay_opens_a_bench_report(served_app, tiny, tmp_path):
     assert "outputs identical: yes" in out["headline"]
     assert json.loads(out["tokens_plot"]["plot"])["data"]
     assert out["command"].startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu")
+    assert "<title>syncscope: tiny-random on cpu, " in Path(out["html_file"]["value"]).read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -373,7 +375,7 @@ def test_download_buttons_are_disabled_until_there_is_something_to_download(serv
     config = json.loads(urllib.request.urlopen(served_app.url + "config", timeout=30).read())
     buttons = {c["props"].get("elem_id"): c["props"] for c in config["components"]
                if c["props"].get("elem_id", "").startswith("download-")}
-    assert set(buttons) == {"download-csv", "download-json", "download-report", "download-trace"}
+    assert set(buttons) == {"download-csv", "download-json", "download-report", "download-trace", "download-html"}
     trace = buttons.pop("download-trace")
     assert trace.get("visible") is False, "the trace button appears only once there is a trace"
     assert not any(props.get("interactive", True) for props in buttons.values()), buttons

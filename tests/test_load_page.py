@@ -16,6 +16,7 @@ from gradio_client import handle_file
 from core.load.workload import WorkloadSpec
 from core.report_schema import LOAD, kind_of
 from core.report_schema import load as load_document
+from core.run_schema import python_command
 from dashboard import load_charts, load_view
 from dashboard.jobs import DONE, RUNNING, UNDER_LOAD, Job
 from dashboard.limits import EXPOSED_LOAD_LIMITS
@@ -106,8 +107,8 @@ def test_the_engine_runs_a_load_job_streams_its_events_and_says_what_it_shows(en
     report, described, events = ran
     assert sent.of(7, Started) and kind_of(report) == LOAD and load_document(json.dumps(report), expect=LOAD)
     assert [(p["slots"], p["rate"]) for p in report["load"]["points"]] == [(2, 0.0), (1, 0.0)]
-    assert report["command"].startswith("python -m core.bench --model tiny-random --device cpu --dtype fp32 "
-                                        "--requests 6 --max-batch 2 --sweep-batch 1")
+    assert report["command"].startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype "
+                                        "fp32 --requests 6 --max-batch 2 --sweep-batch 1")
     kinds = {e["type"] for e in events}
     assert {"solo", "point", "phase", "load-run", "load-tokens"} <= kinds
     runs = [e for e in events if e["type"] == "load-run"]
@@ -245,7 +246,7 @@ def test_a_small_load_run_through_the_page_gives_its_report_and_replays(served_a
     assert [row[0] for row in out["sweep_table"]["data"]] == ["B=1, all at once", "B=2, all at once"]
     slots = json.loads(out["slots_plot"]["plot"])
     assert {t["name"] for t in slots["data"]} >= {"naive", "pipelined", load_charts.PAST_STOP}
-    assert out["command"].startswith("python -m core.bench --model tiny-random --device cpu")
+    assert out["command"].startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu")
     assert out["cli_text"].startswith("tiny-random on cpu")
     saved = load_document(Path(out["report_file"]), expect=LOAD)
     assert "host" not in saved["environment"]

@@ -110,7 +110,7 @@ def named(*keys):
 COMPARE_KEYS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
                 "summary_more", "shows", "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot",
                 "timeline_plot", "model", "run_note")
-HISTORY_KEYS = ("history", "csv", "json", "report_file", "trace_file", "run_a", "run_b")
+HISTORY_KEYS = ("history", "csv", "json", "report_file", "trace_file", "html_file", "run_a", "run_b")
 
 
 class QuietPage:

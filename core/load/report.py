@@ -17,7 +17,7 @@ from core.models import LoadedModel
 from core.options import NO_CHECK
 from core.report import environment, model_facts
 from core.report_schema import LOAD_SCHEMA
-from core.run_schema import python_command, shell_quote
+from core.run_schema import bench_words, shell_quote
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
 NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
@@ -34,7 +34,7 @@ def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[s
 def load_command(request: LoadRequest, model: str, *, device: str | None = None, dtype: str | None = None) -> str:
     """The `python -m core.bench` command that repeats this load run."""
     spec, options = request.workload, request.options
-    words = [python_command(), "-m", "core.bench", "--model", model]
+    words = [*bench_words(), "--model", model]
     words += ["--device", device] if device else []
     words += ["--dtype", dtype] if dtype else []
     words += ["--requests", str(spec.requests), "--max-batch", str(request.slots)]

@@ -20,7 +20,16 @@ from dashboard.form import build_form, from_widget
 from dashboard.jobs import COMPARE, FAILED, RUNNING, Job
 from dashboard.page import PageContext
 from dashboard.report_text import as_text, headline_md, plain, rate_md, status_md
-from dashboard.run_summary import run_shows_md, summary_components, summary_tables
+from dashboard.run_summary import (
+    DETAIL_HEADERS,
+    DETAIL_LABEL,
+    DETAIL_WIDTHS,
+    EVIDENCE_HEADERS,
+    EVIDENCE_LABEL,
+    EVIDENCE_WIDTHS,
+    run_shows_md,
+    summary_tables,
+)
 from dashboard.runner import Runner
 from dashboard.session_copies import SessionCopies
 from dashboard.tabs.history import HistoryTab
@@ -30,7 +39,7 @@ from dashboard.tabs.history import HistoryTab
 OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_text", "headline", "summary",
            "command", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "history", "csv", "json",
            "report_file", "trace_file", "banner", "model", "run_note", "summary_more", "shows", "run_a", "run_b",
-           "text")
+           "text", "html_file")
 TEXT_OUTPUTS = ("status", "naive_rate", "pipelined_rate", "headline", "shows", "run_note", "banner")
 # A run whose page went away (a reload, a closed tab) goes on this long for the same browser to come back to it.
 RECONNECT_GRACE_S = 15.0
@@ -323,6 +332,18 @@ class CompareTab:
             update[c["model"]] = runner.model_spec  # a spec that failed to load does not stay selected
         update.update(self.history.after_run(owner, report, job.page))
         return update
+
+
+def summary_components(elem_id: str) -> tuple[gr.Dataframe, gr.Dataframe]:
+    """The summary's two tables (dashboard.run_summary.summary_tables): the verdict's evidence, then where the time
+    went and the rest."""
+    evidence = gr.Dataframe(headers=list(EVIDENCE_HEADERS), value=[], interactive=False, wrap=True,
+                            elem_id=elem_id, label=EVIDENCE_LABEL,
+                            column_widths=EVIDENCE_WIDTHS, datatype="str")
+    details = gr.Dataframe(headers=list(DETAIL_HEADERS), value=[], interactive=False, wrap=True,
+                           elem_id=f"{elem_id}-more", label=DETAIL_LABEL,
+                           column_widths=DETAIL_WIDTHS, datatype="str")
+    return evidence, details
 
 
 def address_of(request: gr.Request | None) -> str | None:

@@ -1,5 +1,6 @@
 """The Compare tab's History section: this browser's runs as a table, their downloads (history as CSV and JSON,
-the last run's report and trace), two of them side by side, and the /report endpoint (one run's report as JSON).
+the last run's report, its trace, and the run as one HTML file that opens offline), two of them side by side, and the
+/report endpoint (one run's report as JSON).
 
 A visitor's runs are numbered from 1 on the page and in the downloads; the server's own job id stays under "job".
 """
@@ -21,12 +22,14 @@ from dashboard.history import HISTORY_SCHEMA, OPTION_COLUMNS, history_csv
 from dashboard.job_queue import KEEP_FINISHED_JOBS
 from dashboard.jobs import DONE, Job
 from dashboard.page import PageContext
-from dashboard.page_record import PageRecord, page_report, public_report
+from dashboard.page_record import PageRecord, SavedReport, page_report, public_report
 from dashboard.report_text import cell, plain
+from dashboard.run_html import html_download
 
 HISTORY_COLUMNS = ("run", "status", "model", "tp", *OPTION_COLUMNS, "naive_decode_tok_s", "pipelined_decode_tok_s",
                    "speedup", "verdict", "identical", "clock", "notes")
-DOWNLOADS = ("csv", "json", "report_file", "trace_file")
+DOWNLOADS = ("csv", "json", "report_file", "trace_file", "html_file")
+HTML_NAME = "syncscope-report.html"
 
 
 class HistoryTab:
@@ -53,6 +56,8 @@ class HistoryTab:
                                                      elem_id="download-report", size="sm", interactive=False)
                 c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                     elem_id="download-trace", size="sm", visible=False)
+                c["html_file"] = gr.DownloadButton("Download the last run as HTML (one file, opens offline)",
+                                                   value=None, elem_id="download-html", size="sm", interactive=False)
         with gr.Accordion("Diff two runs of this history", open=False, elem_id="compare-runs"):
             gr.Markdown("Pick two of your runs, for instance before and after changing one toggle: the settings that "
                         "differ come first, highlighted; then each loop's rate in both with B / A and whether that is "
@@ -112,6 +117,7 @@ class HistoryTab:
         update[c["report_file"]] = self._write_report(owner, report, page) if report else None
         update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
                                             else None)
+        update[c["html_file"]] = self._write_html(owner, report, page) if report else None
         return update
 
     # ---- two runs side by side
@@ -190,10 +196,12 @@ class HistoryTab:
         csv_path, json_path = self._write_history(owner) if history else (None, None)
         report_path = self._write_report(owner, report, page) if report else None
         trace_path = self._write_trace(owner, report) if report else None
+        html_path = self._write_html(owner, report, page) if report else None
         return {c["csv"]: gr.DownloadButton(value=csv_path, interactive=history),
                 c["json"]: gr.DownloadButton(value=json_path, interactive=history),
                 c["report_file"]: gr.DownloadButton(value=report_path, interactive=report_path is not None),
-                c["trace_file"]: gr.DownloadButton(value=trace_path, visible=trace_path is not None)}
+                c["trace_file"]: gr.DownloadButton(value=trace_path, visible=trace_path is not None),
+                c["html_file"]: gr.DownloadButton(value=html_path, interactive=html_path is not None)}
 
     def _owner_dir(self, owner: str) -> Path:
         return self.page.downloads.folder_for(owner)
@@ -210,6 +218,10 @@ class HistoryTab:
         path = self._owner_dir(owner) / "syncscope-report.json"
         path.write_text(json.dumps(page_report(report, page), indent=1), encoding="utf-8")
         return str(path)
+
+    def _write_html(self, owner: str, report: dict[str, Any], page: PageRecord | None) -> str | None:
+        """The run as one HTML file that opens offline (dashboard.run_html); None where it could not be made."""
+        return html_download(self._owner_dir(owner) / HTML_NAME, SavedReport(public_report(report), page))
 
     def _write_trace(self, owner: str, report: dict[str, Any]) -> str:
         path = self._owner_dir(owner) / "syncscope-trace.json"

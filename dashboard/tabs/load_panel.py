@@ -12,9 +12,8 @@ from typing import Any, Self
 import gradio as gr
 
 from dashboard import charts, load_charts, load_view
-from dashboard.report_text import plain
+from dashboard.load_view import findings_md
 
-SENTENCE_CHARS = 2000  # a finding names every point it is about: longer than a field of a report
 PANEL_OUTPUTS = ("findings", "point", "table", "slots_of", "slots_plot", "sweep_plot", "rate_plot", "sweep_table",
                  "throughput_plot", "cli_text", "command")
 NOTHING_YET = "*What the run shows appears here when it finishes.*"
@@ -152,15 +151,3 @@ def slot_choices(point: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _color_mode(value: Any) -> str:
     return value if value in load_charts.COLOR_MODES else load_charts.BY_CONTESTANT
-
-
-def findings_md(report: dict[str, Any], described: dict[str, list[str]] | None, why_not: str | None = None) -> str:
-    """What ran, the report's notices, and what it shows (core.load.report's findings, a list), as the page's
-    Markdown: text from the report is shown as text."""
-    head = [f"**What ran:** {plain(load_view.what_ran(report), SENTENCE_CHARS)}"]
-    head += [f"Note: {plain(notice, SENTENCE_CHARS)}" for notice in load_view.notices(report)]
-    if described is None:
-        head += [f"*No findings: {plain(why_not, SENTENCE_CHARS)}*"] if why_not else []
-        return "  \n".join(head)
-    findings = [f"- {plain(sentence, SENTENCE_CHARS)}" for sentence in described["findings"]]
-    return "  \n".join([*head, "**What this run shows:**"]) + "\n\n" + "\n".join(findings)

@@ -5,7 +5,6 @@ one line, and the page stays as it was."""
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 from collections.abc import Callable
@@ -14,8 +13,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.options import MAX_PROMPT_CHARS
-from core.report_schema import too_large, upgrade_report
+from core.report_schema import too_large
 from dashboard import charts, timeline
 from dashboard.banner import report_device
 from dashboard.diff_panel import DiffPanel
@@ -24,9 +22,11 @@ from dashboard.load_view import what_ran
 from dashboard.page import PageContext
 from dashboard.page_record import SavedReport
 from dashboard.rate_series import live_series_from_report
-from dashboard.report_text import headline_md, plain
-from dashboard.run_summary import run_shows_md, summary_components, summary_tables
-from dashboard.step_time import STEP_TIME_HEADERS, step_time_rows
+from dashboard.report_text import headline_md, plain, replay_command, trials_shown
+from dashboard.run_html import html_download
+from dashboard.run_summary import run_shows_md, summary_tables
+from dashboard.step_time import STEP_TIME_HEADERS, STEP_TIME_LABEL, step_time_rows
+from dashboard.tabs.compare import summary_components
 from dashboard.tabs.load_panel import LoadReportPanel
 from dashboard.uploads import open_bench_report, open_replayable, upload_row
 
@@ -35,9 +35,8 @@ CANNOT_DRAW = ("it passed the format checks but could not be drawn; the server's
 OPEN_A_REPORT = "Choose a JSON file written by `python -m core.bench --json` (or `--requests N --json`, under load)."
 log = logging.getLogger(__name__)
 REPLAY_OUTPUTS = ("status", "headline", "summary", "tokens_plot", "device_plot", "steps_plot", "gap_plot", "command",
-                  "summary_more", "shows", "step_time")
-# The longest reproduce command a page shows: a prompt at the page's limit, quoted, plus the flags.
-MAX_COMMAND_CHARS = 2 * MAX_PROMPT_CHARS + 2000
+                  "summary_more", "shows", "step_time", "html_file")
+HTML_NAME = "syncscope-replay.html"
 # Runs once in each visitor's browser: a report file over the limit is stopped before Gradio sees it (Gradio would
 # refuse it in a toast) and handed, as {name, size}, to the hidden #replay-refused box, whose handler says so in the
 # status line. Capture listeners on the document run before the upload component's own.
@@ -85,13 +84,15 @@ class ReplayTab:
                     "The file is only parsed as JSON.")
         upload_row(r, "replay", "Report JSON (or .json.gz)", page.config.replay_files, "Bundled results")
         r["status"] = gr.Markdown(elem_id="replay-status")
+        r["html_file"] = gr.DownloadButton("Download as HTML (one file, opens offline)", value=None, size="sm",
+                                           elem_id="replay-download-html", interactive=False)
         with gr.Column(elem_id="replay-bench") as r["bench_view"]:
             r["headline"] = gr.Markdown(elem_id="replay-headline")
             r["shows"] = gr.Markdown(elem_id="replay-run-shows")
             r["summary"], r["summary_more"] = summary_components("replay-summary")
             r["step_time"] = gr.Dataframe(headers=list(STEP_TIME_HEADERS), value=[], interactive=False, wrap=True,
                                           elem_id="replay-step-time", datatype="str",
-                                          label="Where a decode step's device time went (the kernel measurement)")
+                                          label=STEP_TIME_LABEL)
             r["command"] = gr.Textbox(label="Reproduce from the command line", interactive=False,
                                       elem_id="replay-command", buttons=["copy"])
             r["timeline_note"] = gr.Markdown(elem_id="replay-lanes-note")
@@ -136,11 +137,12 @@ class ReplayTab:
 
     # ---- one report
 
-    def replay_upload(self, data: bytes | None) -> dict:
+    def replay_upload(self, data: bytes | None, request: gr.Request = None) -> dict:  # type: ignore[assignment]
         if data is None:
             return {self.components["status"]: OPEN_A_REPORT}
         limit = self.page.config.max_report_bytes
-        return self._replay_guarded(lambda: self._open(data, limit), "the uploaded file", "this file")
+        return self._replay_guarded(lambda: self._open(data, limit), "the uploaded file", "this file",
+                                    self.page.owner(request))
 
     def _open(self, source: bytes | Path, limit: int) -> SavedReport | dict[str, Any]:
         """The report in `source`: a bench report, or (where this tab shows them) a load report."""
@@ -157,24 +159,33 @@ class ReplayTab:
         why = too_large(size, self.page.config.max_report_bytes)
         return {self.components["status"]: f"**Cannot open {plain(name)}:** {plain(why)}."}
 
-    def replay_bundled(self, name: str | None) -> dict:
+    def replay_bundled(self, name: str | None, request: gr.Request = None) -> dict:  # type: ignore[assignment]
         path = self.page.config.replay_files.get(name or "")
         if path is None:
             return {self.components["status"]: "Choose one of the bundled results."}
         limit = self.page.config.max_report_bytes
-        return self._replay_guarded(lambda: self._open(path, limit), name or "", name or "")
+        return self._replay_guarded(lambda: self._open(path, limit), name or "", name or "", self.page.owner(request))
 
-    def _replay_guarded(self, read: Callable[[], SavedReport | dict[str, Any]], source: str, called: str) -> dict:
+    def _replay_guarded(self, read: Callable[[], SavedReport | dict[str, Any]], source: str, called: str,
+                        owner: str) -> dict:
         status = self.components["status"]
         try:
             opened = read()
-            return self._replay(opened, source) if isinstance(opened, SavedReport) else \
+            update = self._replay(opened, source) if isinstance(opened, SavedReport) else \
                 self._replay_load(opened, source)
         except (OSError, ValueError) as exc:
             return {status: f"**Cannot open {plain(called)}:** {plain(exc)}"}
         except Exception:  # a report that passed the checks but still breaks a chart: say so in words, keep the page
             log.exception("a report that passed the checks could not be shown")
             return {status: f"**Cannot show {plain(called)}:** {plain(CANNOT_DRAW)}."}
+        return {**update, self.components["html_file"]: self._html_button(opened, owner)}
+
+    def _html_button(self, opened: SavedReport | dict[str, Any], owner: str) -> gr.DownloadButton:
+        """The report shown, as one HTML file that opens offline (a load report with the sentences shown above)."""
+        path = self.page.downloads.folder_for(owner) / HTML_NAME
+        described, why_not = self._sentences(opened) if not isinstance(opened, SavedReport) else (None, None)
+        written = html_download(path, opened, described=described, why_not=why_not)
+        return gr.DownloadButton(value=written, interactive=written is not None)
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
         r, report = self.components, saved.report
@@ -215,10 +226,7 @@ class ReplayTab:
         """A load report, as the Under load tab shows its run; the bench report's parts are emptied and hidden."""
         r, panel = self.components, self.load_panel
         assert panel is not None
-        try:
-            described, why_not = self.describer.describe(report), None
-        except ValueError as exc:
-            described, why_not = None, str(exc)
+        described, why_not = self._sentences(report)
         status = (f"Showing {plain(source)}, a load report: {plain(what_ran(report), 600)}; created "
                   f"{plain(report.get('created', '?'))}.")
         update = {r["status"]: status, r["headline"]: "", r["shows"]: "", r["summary"]: [], r["summary_more"]: [],
@@ -228,6 +236,13 @@ class ReplayTab:
         update.update({r["bench_view"]: gr.Column(visible=False), r["load_view"]: gr.Column(visible=True)})
         update.update(self._view_of(report))
         return update
+
+    def _sentences(self, report: dict[str, Any]) -> tuple[dict[str, list[str]] | None, str | None]:
+        """A load report's findings and text (made once, in a child process: dashboard.load_describe), or why not."""
+        try:
+            return self.describer.describe(report), None
+        except ValueError as exc:
+            return None, str(exc)
 
     # ---- two report files side by side
 
@@ -242,27 +257,3 @@ class ReplayTab:
             except ValueError as exc:
                 return self.diff_panel.status(f"**Cannot open report {side}:** {plain(exc)}")
         return self.diff_panel.show(*reports, "A", "B")
-
-
-def trials_shown(report: dict[str, Any]) -> str:
-    """The trials a replayed report holds: those it asked for, or for a run cut short, the rounds its runs hold of
-    those planned."""
-    planned = upgrade_report(report)["request"].get("trials", "?")
-    if report.get("interrupted") is not True:
-        return f"{planned} trial(s)"
-    facts = report.get("interruption") if isinstance(report.get("interruption"), dict) else {}
-    planned = facts.get("trials_planned", planned)
-    done = min(collections.Counter(run["contestant"] for run in report.get("runs", [])).values(), default=0)
-    if isinstance(planned, int) and done >= planned:  # cut short after its trials (in the kernel measurement, say)
-        return f"{done} trial(s)"
-    return f"{done} of {planned} trial(s) (cut short)"
-
-
-def replay_command(report: dict[str, Any]) -> str:
-    """The command a replayed report says reproduces it, as text of a bounded length."""
-    command = report.get("command")
-    if not isinstance(command, str) or not command:
-        return "(this report was written before reports carried the command that reproduces them)"
-    if len(command) > MAX_COMMAND_CHARS:
-        return command[:MAX_COMMAND_CHARS] + f"… ({len(command) - MAX_COMMAND_CHARS:,} more characters not shown)"
-    return command

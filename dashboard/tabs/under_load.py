@@ -1,7 +1,8 @@
 """The Under load tab: the loops under continuous batching (core.load), as a serving engine runs them. Its settings
 (dashboard.load_form) queue a run under load on the runner, in the one queue in front of the engine process; the
 status line and each trial's throughput stream while it goes; its report's findings, tables and charts
-(dashboard.tabs.load_panel) and the report's file follow when it ends. A reload finds the visitor's run again.
+(dashboard.tabs.load_panel) and the report's files (its JSON, and the run as one HTML file) follow when it ends. A
+reload finds the visitor's run again.
 """
 
 from __future__ import annotations
@@ -24,17 +25,19 @@ from dashboard.load_form import COMPILE_CHOICES, CONTESTANT_LABELS, LOAD_CONTEST
 from dashboard.page import PageContext, Visitors
 from dashboard.page_record import public_report
 from dashboard.report_text import as_text, plain
+from dashboard.run_html import html_download
 from dashboard.tabs.compare import address_of
 from dashboard.tabs.load_panel import LoadReportPanel
 
 # The /run_load endpoint's outputs, in order (a client zips them with these names); the panel's controls follow them.
 OUTPUTS = ("status", "throughput_plot", "findings", "table", "sweep_table", "slots_plot", "sweep_plot", "rate_plot",
-           "cli_text", "command", "report_file", "run_note", "text")
+           "cli_text", "command", "report_file", "run_note", "text", "html_file")
 SETTINGS = ("model", "requests", "slots", "rate", "max_new_tokens", "prompts", "prompt_lengths", "output_lengths",
             "output_median", "workload_seed", "compile", "lag", "trials", "sweep_slots", "sweep_rates", "contestants",
             "audit", "solo_checks")
 RECONNECT_GRACE_S = 15.0  # as the Compare tab's: a run whose page went away goes on this long for it to come back
 REPORT_NAME = "syncscope-load-report.json"
+HTML_NAME = "syncscope-load-report.html"
 INTRO = ("Many requests of different lengths share each decode step (continuous batching): a finished request's slot "
          "goes to the next one waiting. The naive loop reads each step's tokens at once; the pipelined loop reads "
          "them a few steps late, so a slot runs on past its request's stop until the host learns of it. Both run "
@@ -76,8 +79,11 @@ class UnderLoadTab:
                                           label="status", show_label=False)
                 c["throughput_plot"] = gr.Plot(load_charts.throughput_figure([]), elem_id="load-plot-throughput",
                                                show_label=False, label="throughput of each trial")
-                c["report_file"] = gr.DownloadButton("Report (JSON, opens in Replay)", value=None, size="sm",
-                                                     elem_id="load-download-report", interactive=False)
+                with gr.Row():
+                    c["report_file"] = gr.DownloadButton("Report (JSON, opens in Replay)", value=None, size="sm",
+                                                         elem_id="load-download-report", interactive=False)
+                    c["html_file"] = gr.DownloadButton("Download as HTML (one file, opens offline)", value=None,
+                                                       size="sm", elem_id="load-download-html", interactive=False)
                 c["text"] = gr.JSON(visible=False, label="text")  # the API's plain text (the page shows Markdown)
         with gr.Column(visible=False, elem_id="load-report") as c["report_view"]:  # shown once there is a report
             panel = LoadReportPanel.build("load", with_throughput=False)
@@ -92,7 +98,7 @@ class UnderLoadTab:
         c["run_btn"].click(self.run, inputs_kwargs={name: c[name] for name in SETTINGS}, outputs=self.outputs,
                            api_name="run_load", concurrency_limit=None, concurrency_id="run_load",
                            show_progress="hidden", trigger_mode="multiple").then(
-            self.enable_download, outputs=[c["report_file"]], api_visibility="private", queue=False)
+            self.enable_download, outputs=[c["report_file"], c["html_file"]], api_visibility="private", queue=False)
         c["cancel_btn"].click(self.cancel, outputs=[c["status"]], api_name="cancel_load", queue=False)
 
     @property
@@ -152,7 +158,8 @@ class UnderLoadTab:
     def _cleared(self) -> dict:
         c = self.components
         return {**self.panel.cleared(), c["throughput_plot"]: load_charts.throughput_figure([]),
-                c["report_file"]: gr.DownloadButton(value=None, interactive=False), c["run_note"]: "",
+                c["report_file"]: gr.DownloadButton(value=None, interactive=False),
+                c["html_file"]: gr.DownloadButton(value=None, interactive=False), c["run_note"]: "",
                 c["report_view"]: gr.Column(visible=False)}
 
     def _follow(self, job: Job) -> Iterator[dict]:
@@ -189,13 +196,18 @@ class UnderLoadTab:
         update[c["report_view"]] = gr.Column(visible=True)
         update[c["throughput_plot"]] = load_charts.throughput_figure(load_view.trial_runs(report))
         update[c["report_file"]] = self._write_report(job)  # the API's callers get the path; enable_download follows
+        update[c["html_file"]] = self._write_html(job)
         return update
 
-    def enable_download(self, request: gr.Request) -> Any:
-        """After a run: the report's button, clickable where the visitor's latest run under load has a report."""
+    def enable_download(self, request: gr.Request) -> tuple[Any, Any]:
+        """After a run: the report's buttons (its JSON, and the run as HTML), clickable where the visitor's latest run
+        under load has a report."""
         job = self.page.runner.latest_run(self.page.owner(request), UNDER_LOAD)
-        done = job is not None and job.done and job.report is not None
-        return gr.DownloadButton(value=self._write_report(job) if done else None, interactive=done)
+        if job is None or not job.done or job.report is None:
+            return gr.DownloadButton(value=None, interactive=False), gr.DownloadButton(value=None, interactive=False)
+        html = self._write_html(job)
+        return (gr.DownloadButton(value=self._write_report(job), interactive=True),
+                gr.DownloadButton(value=html, interactive=html is not None))
 
     def _write_report(self, job: Job) -> str:
         """The report as the page offers it for download (without the server's host name), in the visitor's
@@ -204,6 +216,13 @@ class UnderLoadTab:
         path = self.page.downloads.folder_for(job.owner or "anonymous") / REPORT_NAME
         path.write_text(json.dumps(public_report(job.report), indent=1), encoding="utf-8")
         return str(path)
+
+    def _write_html(self, job: Job) -> str | None:
+        """The run as one HTML file that opens offline, with its findings (dashboard.run_html); None where it could not
+        be made."""
+        assert job.report is not None
+        path = self.page.downloads.folder_for(job.owner or "anonymous") / HTML_NAME
+        return html_download(path, public_report(job.report), described=job.described)
 
     def _said(self, update: dict) -> dict:
         """`update` with the API's plain text of it: the status, and the findings once there are some."""
@@ -268,7 +287,8 @@ class UnderLoadTab:
             else:
                 yield {**self._cleared(), **self._live(job)}
                 yield from self._follow(job)
-            yield {self.components["report_file"]: self.enable_download(request)}
+            report_file, html_file = self.enable_download(request)
+            yield {self.components["report_file"]: report_file, self.components["html_file"]: html_file}
         except Exception:  # drawing a run again must not break the page's load; the run itself is unaffected
             log.exception("showing the latest run under load again failed")
         finally:
