@@ -305,6 +305,7 @@ def test_an_idle_page_shows_the_servers_state_within_seconds(page, served_app):
     served_app.demo.dashboard.notes.append(note)
     try:
         page.wait_for_function(f"document.querySelector('#banner')?.innerText.includes({note!r})", timeout=6000)
+        assert note in page.inner_text("#banner")
     finally:
         served_app.demo.dashboard.notes.remove(note)
 
