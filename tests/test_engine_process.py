@@ -147,13 +147,14 @@ def test_an_engine_that_dies_mid_run_fails_that_run_and_the_queued_one_still_run
 def test_after_five_sigkills_in_a_minute_the_server_serves_again_within_two_minutes_of_the_last(caplog):
     """Issue 32's "done when": each new engine is killed as soon as it has said hello, five times; the restarts wait
     twice as long each time; a run submitted right after the last kill completes on the engine that follows, within
-    two minutes of it with the default backoff's last wait (16 s). The backoff here starts at a quarter second, so
-    that the test does not sleep 31 s; the default's 1, 2, 4, 8 and 16 s are test_supervisor's."""
+    two minutes of it with the default backoff's last wait (16 s). The backoff here starts at 1/16 s, so that the
+    test does not sleep 31 s (it slept 7.75 s with a quarter second: now 1.9 s); the default's 1, 2, 4, 8 and 16 s
+    are test_supervisor's."""
     from dashboard.runner import Runner
     from dashboard.supervisor import BACKOFF_FIRST_S, RestartPolicy
 
     caplog.set_level("INFO", logger="syncscope")
-    first_s = 0.25
+    first_s = 1 / 16
     runner = Runner(TINY, device="cpu", monitor=False, restart_policy=RestartPolicy(first_s=first_s))
     try:
         assert wait_until(lambda: runner.model_spec == TINY, 180)
@@ -174,7 +175,7 @@ def test_after_five_sigkills_in_a_minute_the_server_serves_again_within_two_minu
         runner.close()
     logged = [r.getMessage() for r in caplog.records if r.name == "syncscope"]
     waits = [line.split("restarting in ")[1].split(" s")[0] for line in logged if line.startswith("engine lost")]
-    assert waits == ["0.25", "0.5", "1", "2", "4"], logged
+    assert waits == ["0.0625", "0.125", "0.25", "0.5", "1"], logged  # twice as long after each loss in a row
 
 
 @pytest.mark.slow
@@ -205,41 +206,70 @@ def machine_margin_s(report: dict) -> float:
     return 2.0 + 20 * step_ms / 1000
 
 
-@pytest.mark.slow
-def test_a_cancel_that_does_not_land_restarts_the_engine(monkeypatch, caplog):
-    # Inductor compiling on the CPU is a step of seconds with no token in it: a cancel cannot land inside it.
+@pytest.fixture(scope="module")
+def compiling_runner():
+    """One runner for the tests that cancel during a compile (each such cancel restarts its engine): inductor's
+    caches are off in the engine it starts here, and each test turns them off for the engines its cancels restart.
+    Inductor compiling on the CPU is a step of seconds with no token in it: a cancel cannot land inside it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+        runner = make_runner(monitor=False)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture
+def cancels_cannot_land(compiling_runner, monkeypatch):
+    """The shared runner, with inductor's caches off for the engines started during the test: the engine's grace
+    for a cancel is set by the test (its `cancel_grace_s`, read at each check)."""
     monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    return compiling_runner
+
+
+@pytest.mark.slow
+def test_a_cancel_that_does_not_land_restarts_the_engine(cancels_cannot_land, monkeypatch, caplog):
+    runner = cancels_cannot_land
+    monkeypatch.setattr(runner.engine_client, "cancel_grace_s", 2.0)
     caplog.set_level("INFO", logger="syncscope")
-    runner = make_runner(monitor=False, engine={"cancel_grace_s": 2.0})
-    try:
-        _cancel_during_compile(runner)
-    finally:
-        runner.close()
+    _cancel_during_compile(runner)
     logged = [r.getMessage() for r in caplog.records if r.name == "syncscope"]
     assert any("engine restarted on purpose (cancel)" in line and "did not stop within 2 s" in line
                for line in logged), logged
     assert runner.supervisor.policy.streak == 0, "a restart the server chose is no loss"
 
 
+OLD_POLICY_RESTARTS = 3  # the policy before issue 32 restarted the engine three times, and gave up at the 4th loss
+RESTARTING_CANCELS = OLD_POLICY_RESTARTS + 1
+MOST_CANCELS = 2 * RESTARTING_CANCELS  # a cancel that reaches the engine before its compile lands, restarting nothing
+
+
 @pytest.mark.slow
-def test_ten_cancels_during_compilation_in_a_row_then_a_normal_run_works(monkeypatch):
+def test_four_cancels_during_compilation_in_a_row_then_a_normal_run_works(cancels_cannot_land, monkeypatch):
     """Issue 32's "done when": "compile, Run, Cancel during warm-up" ten times; each cancel that cannot land kills
-    the engine, which the server chose, so none counts against it (the old policy gave up after the fourth)."""
-    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-    runner = make_runner(monitor=False, engine={"cancel_grace_s": 1.0})
-    try:
-        for _ in range(10):
-            job = runner.submit(fast_settings(compile="default", cache="static", max_new_tokens=8))
-            assert wait_until(lambda job=job: runner.snapshot(job)["state"] == "running", 120)
-            time.sleep(0.3)
-            runner.cancel(job.id)
-            assert job.wait(60) and job.state == CANCELLED, job.error
-        print(f"engine starts: {runner.engine_client.starts}")
-        assert runner.engine_client.starts > 4, "more restarts than the old policy allowed, none of them a loss"
-        assert runner.supervisor.policy.streak == 0
-        assert runner.run(fast_settings(), timeout=180)["all_identical"]
-    finally:
-        runner.close()
+    the engine, which the server chose, so none counts against it (the old policy gave up at the fourth). Here
+    cancels in a row until four have restarted the engine: the fourth is a restart the old policy would have
+    refused, and each takes about 7 s on the 2-core machine (a cancel that reaches the engine before its compile
+    lands: it is cancelled too, and restarts nothing). The issue's ten (or more) in a row are a soak:
+    `python benchmarks/soak.py cancels --count 10`."""
+    runner = cancels_cannot_land
+    monkeypatch.setattr(runner.engine_client, "cancel_grace_s", 1.0)
+    starts_before, restarting = runner.engine_client.starts, 0
+    for _ in range(MOST_CANCELS):
+        job = runner.submit(fast_settings(compile="default", cache="static", max_new_tokens=8))
+        assert wait_until(lambda job=job: runner.snapshot(job)["state"] == "running", 120)
+        time.sleep(0.3)
+        runner.cancel(job.id)
+        assert job.wait(60) and job.state == CANCELLED, job.error
+        assert runner.supervisor.policy.streak == 0, "a restart the server chose is no loss"
+        restarting += "did not stop within 1 s of the cancel" in (job.error or "")
+        if restarting == RESTARTING_CANCELS:
+            break
+    assert restarting == RESTARTING_CANCELS, f"{restarting} of {MOST_CANCELS} cancels restarted the engine"
+    assert runner.run(fast_settings(), timeout=180)["all_identical"]  # on the engine the last cancel restarted
+    restarts = runner.engine_client.starts - starts_before  # counted once that engine runs (it starts just after)
+    print(f"engine restarts: {restarts}")
+    assert restarts >= RESTARTING_CANCELS > OLD_POLICY_RESTARTS, "more restarts than the old policy allowed"
+    assert runner.supervisor.policy.streak == 0
 
 
 def _cancel_during_compile(runner):
@@ -461,7 +491,10 @@ def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_
         expected = [r["token_ids"] for r in one.run(fast_settings(trials=2))["runs"]]
     finally:
         one.close()
-    runner = make_runner(monitor=False, tp=2)
+    from dashboard.supervisor import RestartPolicy
+
+    # The dead rank is a real loss: the new group starts after a tenth of a second, not the default's second.
+    runner = make_runner(monitor=False, tp=2, restart_policy=RestartPolicy(first_s=0.1))
     try:
         assert len(runner.engine_client.pids) == 2 and runner.model_facts.tp == 2
         assert "tensor parallel over 2 GPUs (all-reduce: gloo); fused qkv, fused gate_up" in runner.device_label()
