@@ -277,13 +277,14 @@ def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, describe
 
     page = quiet_page()
     replayed = page.replay.replay_upload(json.dumps(tiny_report).encode())["html_file"]
-    compared = page.history.downloads("someone", tiny_report)["html_file"]
+    assert page.history.downloads("someone", tiny_report)["html_file"].visible is False, "made when asked"
+    compared = page.history._write_html("someone", tiny_report, None)
     job = SimpleNamespace(report=load_report, owner="someone", described=described)
     under_load = UnderLoadTab(page.context, {}, panel=None)._write_html(job)  # type: ignore[arg-type]
-    for path in (replayed.value["path"], compared.value["path"], under_load):  # the buttons' are Gradio's copies
+    for path in (replayed.value["path"], compared, under_load):  # the replay button's is Gradio's copy
         text = Path(path).read_text()
         assert "<title>syncscope" in text and "tiny-random on cpu" in text and Parsed(text).charts()
-    assert replayed.interactive and compared.interactive
+    assert replayed.interactive
     folder = page.context.downloads.folder_for("someone")
     assert sorted(p.name for p in folder.glob("*.html")) == ["syncscope-load-report.html", "syncscope-report.html"]
     assert described["findings"][0][:40] in Path(under_load).read_text().replace("&#x27;", "'")
@@ -323,3 +324,17 @@ def test_the_file_draws_every_chart_with_the_network_off(browser, tmp_path, kind
     context.close()
     assert charts == len(BENCH_CHARTS if kind == "bench" else LOAD_CHARTS) and drawn == [True] * charts
     assert asked == [] and problems == [], (asked, problems)
+
+
+def test_make_html_writes_the_visitors_last_run_and_shows_its_download(tiny_report, monkeypatch):
+    from tests.test_ui import quiet_page
+
+    page = quiet_page()
+    history = page.history
+    monkeypatch.setattr(history.page, "owner", lambda request: "someone")
+    monkeypatch.setattr(history.page.runner, "latest_run", lambda owner, *work: None, raising=False)
+    assert history.make_html(None).visible is False, "no run yet: nothing to make"
+    monkeypatch.setattr(history.page.runner, "latest_run",
+                        lambda owner, *work: SimpleNamespace(report=tiny_report, page=None), raising=False)
+    shown = history.make_html(None)
+    assert shown.visible and shown.interactive and "<title>syncscope" in Path(shown.value["path"]).read_text()

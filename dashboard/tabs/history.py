@@ -56,8 +56,10 @@ class HistoryTab:
                                                      elem_id="download-report", size="sm", interactive=False)
                 c["trace_file"] = gr.DownloadButton("Last run's trace (opens in ui.perfetto.dev)", value=None,
                                                     elem_id="download-trace", size="sm", visible=False)
-                c["html_file"] = gr.DownloadButton("Download the last run as HTML (one file, opens offline)",
-                                                   value=None, elem_id="download-html", size="sm", interactive=False)
+                c["html_make"] = gr.Button("Make the last run one HTML file (opens offline)", elem_id="make-html",
+                                           size="sm")
+                c["html_file"] = gr.DownloadButton("Download the HTML file", value=None, elem_id="download-html",
+                                                   size="sm", visible=False)
         with gr.Accordion("Diff two runs of this history", open=False, elem_id="compare-runs"):
             gr.Markdown("Pick two of your runs, for instance before and after changing one toggle: the settings that "
                         "differ come first, highlighted; then each loop's rate in both with B / A and whether that is "
@@ -75,6 +77,10 @@ class HistoryTab:
 
     def _wire(self) -> None:
         c = self.components
+        # Made when asked, not after every run: the file is 5-8 MB (plotly inlined), and a server that wrote one per
+        # run grew 2 MiB a run in the 120-run memory test.
+        c["html_make"].click(self.make_html, outputs=[c["html_file"]], api_visibility="private",
+                             concurrency_limit=2, concurrency_id="reports")
         c["diff_btn"].click(self.diff_runs, inputs=[c["run_a"], c["run_b"]], outputs=self.diff_panel.outputs,
                                api_name="compare_runs", concurrency_limit=4, concurrency_id="reports")
 
@@ -117,8 +123,15 @@ class HistoryTab:
         update[c["report_file"]] = self._write_report(owner, report, page) if report else None
         update[c["trace_file"]] = gr.update(visible=bool(report), value=self._write_trace(owner, report) if report
                                             else None)
-        update[c["html_file"]] = self._write_html(owner, report, page) if report else None
+        update[c["html_file"]] = gr.DownloadButton(value=None, visible=False)  # the last run's is made when asked
         return update
+
+    def make_html(self, request: gr.Request) -> gr.DownloadButton:
+        """The visitor's last run as one HTML file, its download shown (hidden where there is no run to make it of)."""
+        owner = self.page.owner(request)
+        job = self.page.runner.latest_run(owner)
+        path = self._write_html(owner, job.report, job.page) if job is not None and job.report else None
+        return gr.DownloadButton(value=path, visible=path is not None, interactive=path is not None)
 
     # ---- two runs side by side
 
@@ -196,12 +209,11 @@ class HistoryTab:
         csv_path, json_path = self._write_history(owner) if history else (None, None)
         report_path = self._write_report(owner, report, page) if report else None
         trace_path = self._write_trace(owner, report) if report else None
-        html_path = self._write_html(owner, report, page) if report else None
         return {c["csv"]: gr.DownloadButton(value=csv_path, interactive=history),
                 c["json"]: gr.DownloadButton(value=json_path, interactive=history),
                 c["report_file"]: gr.DownloadButton(value=report_path, interactive=report_path is not None),
                 c["trace_file"]: gr.DownloadButton(value=trace_path, visible=trace_path is not None),
-                c["html_file"]: gr.DownloadButton(value=html_path, interactive=html_path is not None)}
+                c["html_file"]: gr.DownloadButton(value=None, visible=False)}
 
     def _owner_dir(self, owner: str) -> Path:
         return self.page.downloads.folder_for(owner)

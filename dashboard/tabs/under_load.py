@@ -82,8 +82,10 @@ class UnderLoadTab:
                 with gr.Row():
                     c["report_file"] = gr.DownloadButton("Report (JSON, opens in Replay)", value=None, size="sm",
                                                          elem_id="load-download-report", interactive=False)
-                    c["html_file"] = gr.DownloadButton("Download as HTML (one file, opens offline)", value=None,
-                                                       size="sm", elem_id="load-download-html", interactive=False)
+                    c["html_make"] = gr.Button("Make it one HTML file (opens offline)", size="sm",
+                                               elem_id="load-make-html")
+                    c["html_file"] = gr.DownloadButton("Download the HTML file", value=None, size="sm",
+                                                       elem_id="load-download-html", visible=False)
                 c["text"] = gr.JSON(visible=False, label="text")  # the API's plain text (the page shows Markdown)
         with gr.Column(visible=False, elem_id="load-report") as c["report_view"]:  # shown once there is a report
             panel = LoadReportPanel.build("load", with_throughput=False)
@@ -100,6 +102,9 @@ class UnderLoadTab:
                            show_progress="hidden", trigger_mode="multiple").then(
             self.enable_download, outputs=[c["report_file"], c["html_file"]], api_visibility="private", queue=False)
         c["cancel_btn"].click(self.cancel, outputs=[c["status"]], api_name="cancel_load", queue=False)
+        # made when asked (5-8 MB with plotly inlined), not after every run
+        c["html_make"].click(self.make_html, outputs=[c["html_file"]], api_visibility="private",
+                             concurrency_limit=2, concurrency_id="reports")
 
     @property
     def outputs(self) -> list[Any]:
@@ -159,7 +164,7 @@ class UnderLoadTab:
         c = self.components
         return {**self.panel.cleared(), c["throughput_plot"]: load_charts.throughput_figure([]),
                 c["report_file"]: gr.DownloadButton(value=None, interactive=False),
-                c["html_file"]: gr.DownloadButton(value=None, interactive=False), c["run_note"]: "",
+                c["html_file"]: gr.DownloadButton(value=None, visible=False), c["run_note"]: "",
                 c["report_view"]: gr.Column(visible=False)}
 
     def _follow(self, job: Job) -> Iterator[dict]:
@@ -196,18 +201,23 @@ class UnderLoadTab:
         update[c["report_view"]] = gr.Column(visible=True)
         update[c["throughput_plot"]] = load_charts.throughput_figure(load_view.trial_runs(report))
         update[c["report_file"]] = self._write_report(job)  # the API's callers get the path; enable_download follows
-        update[c["html_file"]] = self._write_html(job)
+        update[c["html_file"]] = gr.DownloadButton(value=None, visible=False)  # made when asked (make_html)
         return update
 
+    def make_html(self, request: gr.Request) -> gr.DownloadButton:
+        """The visitor's last run under load as one HTML file, its download shown (hidden where there is none)."""
+        job = self.page.runner.latest_run(self.page.owner(request), UNDER_LOAD)
+        path = self._write_html(job) if job is not None and job.done and job.report is not None else None
+        return gr.DownloadButton(value=path, visible=path is not None, interactive=path is not None)
+
     def enable_download(self, request: gr.Request) -> tuple[Any, Any]:
-        """After a run: the report's buttons (its JSON, and the run as HTML), clickable where the visitor's latest run
-        under load has a report."""
+        """After a run: the report's JSON, clickable where the visitor's latest run under load has a report; the
+        HTML file's download hidden until it is made (make_html)."""
         job = self.page.runner.latest_run(self.page.owner(request), UNDER_LOAD)
         if job is None or not job.done or job.report is None:
-            return gr.DownloadButton(value=None, interactive=False), gr.DownloadButton(value=None, interactive=False)
-        html = self._write_html(job)
+            return gr.DownloadButton(value=None, interactive=False), gr.DownloadButton(value=None, visible=False)
         return (gr.DownloadButton(value=self._write_report(job), interactive=True),
-                gr.DownloadButton(value=html, interactive=html is not None))
+                gr.DownloadButton(value=None, visible=False))
 
     def _write_report(self, job: Job) -> str:
         """The report as the page offers it for download (without the server's host name), in the visitor's
