@@ -27,7 +27,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from core.options import HF_MODULES_HELP, check_tuning_environment
 from core.report_files import read_report_bytes, report_paths
-from core.report_schema import MAX_REPORT_BYTES
+from core.report_schema import LOAD, MAX_REPORT_BYTES, kind_of
 from core.run_schema import (
     Limits,
     OneLineParser,
@@ -51,7 +51,9 @@ from dashboard.limits import (
 )
 from dashboard.page_record import parse_report
 
-RESULTS_DIR = Path(__file__).resolve().parent / "benchmarks" / "results"
+# The reports the page offers ready to open (Replay) and the audits (Your loop): a curated few, copied from the lab's
+# results (benchmarks/lab/results, which the page never reads), and installed with the package.
+BUNDLED_DIR = Path(__file__).resolve().parent / "dashboard" / "bundled"
 BUNDLED_INDEX = "bundled-reports.json"  # in the cache folder: what find_bundled found at the last start
 BUNDLED_KINDS = ("report", "audit", None)  # a bundled file's kind in that index (None: neither, or does not load)
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
@@ -204,7 +206,7 @@ def find_bundled(folder: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """The benchmark reports (Replay's bundled results) and the audit reports (Your loop's) under `folder`, by path
     relative to it; other JSON files (summaries, traces) and files that do not load are left out. A file is read only
     when the index of the last start (BUNDLED_INDEX in the cache folder) lacks it as it is now (its size and time,
-    and the code that checks it): reading all of benchmarks/results took seconds of every start."""
+    and the code that checks it): reading every report of the lab's results took seconds of every start."""
     index_path = cache_dir() / BUNDLED_INDEX
     known = _bundled_index(index_path, folder)
     kinds: dict[str, list[Any]] = {}
@@ -232,6 +234,9 @@ def _bundled_kind(path: Path) -> str | None:
         data = read_report_bytes(path)
     except (OSError, ValueError):
         return None
+    with contextlib.suppress(ValueError):
+        if kind_of(json.loads(data)) == LOAD:
+            return "report"  # a load report: Replay opens it too
     try:
         parse_report(data)
         return "report"
@@ -310,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     named_models=args.model or (),
                     in_process_engine=args.engine_in_process, sharing=sharing_for(is_exposed(args)))
     print(f"Starting the engine process and loading {defaults['model']} in the background; the page shows progress.")
-    reports, audits = find_bundled(RESULTS_DIR)
+    reports, audits = find_bundled(BUNDLED_DIR)
     demo = build_demo(runner, defaults=defaults, replay_files=reports, audit_files=audits)
     demo.queue(default_concurrency_limit=4, max_size=64)
     files = GradioFiles(Path(os.environ["GRADIO_TEMP_DIR"]))

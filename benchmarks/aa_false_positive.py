@@ -1,8 +1,8 @@
 """How often does the verdict call a difference between a loop and itself? (issue 20, item 1)
 
-    python benchmarks/aa_false_positive.py --device cpu --out benchmarks/results/cpu/aa_false_positive.json
+    python benchmarks/aa_false_positive.py --device cpu --out benchmarks/lab/results/cpu/aa_false_positive.json
     python benchmarks/aa_false_positive.py --model synthetic:smollm2-135m --comparisons 20 --out $OUT/aa-gpu.json
-    python benchmarks/aa_false_positive.py --reports benchmarks/results     # both rules on committed reports
+    python benchmarks/aa_false_positive.py --reports benchmarks/lab/results     # both rules on committed reports
     python benchmarks/aa_false_positive.py --rejudge aa.json                # an A/A result judged again
 
 An A/A comparison is one core.bench.compare of the pipelined loop against itself (contestants `pipelined` and

@@ -1,9 +1,9 @@
 """The headline tables (docs/NUMBERS.md), measured with today's code and default settings through the command line
 users type.
 
-    python benchmarks/headline.py --part one-gpu --out benchmarks/results/headline-DATE --gpus 0,1
-    python benchmarks/headline.py --part two-gpu --out benchmarks/results/headline-DATE
-    python benchmarks/headline.py --tables-from benchmarks/results/headline-DATE [--update-docs]
+    python benchmarks/headline.py --part one-gpu --out benchmarks/lab/results/headline-DATE --gpus 0,1
+    python benchmarks/headline.py --part two-gpu --out benchmarks/lab/results/headline-DATE
+    python benchmarks/headline.py --tables-from benchmarks/lab/results/headline-DATE [--update-docs]
     python benchmarks/headline.py --smoke --out /tmp/headline          # on the CPU: tiny-random, 2 trials, 8 tokens
 
 Every run is `python -m core.bench ... --json OUT/NAME.json` in a process of its own (bf16, batch 1, a 32-token
@@ -13,7 +13,7 @@ measured is what a user types. Each report is written by its run as soon as it f
 runs start and end, so a call cut short keeps what finished, and calls for the two parts can share one folder.
 `tables.md` is then written from the reports alone; `--tables-from` writes it again without running anything, and
 `--update-docs` puts it between the `<!-- headline:start -->` and `<!-- headline:end -->` markers of docs/NUMBERS.md
-and benchmarks/RESULTS.md.
+and benchmarks/lab/RESULTS.md.
 
 One GPU: the offline default model (or its synthetic shape where the model's package is not installed), Llama-1B and
 Llama-8B shapes, each in reduce-overhead (with transformers' generate() and generate() with DeferredStopCheck beside
@@ -66,7 +66,7 @@ SMOKE_TRIALS = 2
 SMOKE_NEW_TOKENS = 8
 START_MARK = "<!-- headline:start -->"
 END_MARK = "<!-- headline:end -->"
-DOCS = ("docs/NUMBERS.md", "benchmarks/RESULTS.md")
+DOCS = ("docs/NUMBERS.md", "benchmarks/lab/RESULTS.md")
 SMALL_SHAPE = SYNTHETIC_PREFIX + "smollm2-135m"
 WARMED_UP = re.compile(r"^core\.bench: round 1 of \d+ done")  # --progress's line once every warm-up is over
 # Lines a compile prints by the hundred (max-autotune's choices and the like); the device calls drop them too.
@@ -784,7 +784,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables-from", type=Path, default=None, metavar="DIR",
                    help="write DIR/tables.md from the reports saved there; run nothing")
     p.add_argument("--update-docs", action="store_true",
-                   help="put the tables between the headline markers of docs/NUMBERS.md and benchmarks/RESULTS.md")
+                   help="put the tables between the headline markers of docs/NUMBERS.md and benchmarks/lab/RESULTS.md")
     return p
 
 

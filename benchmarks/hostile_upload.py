@@ -1,5 +1,5 @@
 """Hostile audit uploads through the served app (issue 42, items 1 and 5): app.py on tiny-random, the files of
-tests/hostile_audits.py posted to the Your loop endpoint (/audit) with gradio_client, the server's RSS sampled
+benchmarks/hostile_audits.py posted to the Your loop endpoint (/audit) with gradio_client, the server's RSS sampled
 every 20 ms (and the peak of its audit reader, a child process), and each answer's size and time.
 
     python benchmarks/hostile_upload.py --out /tmp/hostile_upload.json [--reads 2000000]
@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.hostile_audits import field_audits, long_audit_bytes, nested_audit  # noqa: E402
+from benchmarks.hostile_audits import field_audits, long_audit_bytes, nested_audit  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:

@@ -4,7 +4,7 @@
         --compile reduce-overhead --max-new-tokens 256 --trials 5 --ignore-eos
     python benchmarks/process_drift.py -n 3 -- --model tiny-random --max-new-tokens 16 --trials 3
     python benchmarks/process_drift.py -n 6 --load 1 --out drift-loaded.json -- --model tiny-random ...
-    python benchmarks/process_drift.py --reports benchmarks/results/h200-2026-12-01-b   # committed reports
+    python benchmarks/process_drift.py --reports benchmarks/lab/results/h200-2026-12-01-b   # committed reports
 
 Runs `python -m core.bench ARGS --json ...` (everything after `--`) in N separate processes, one after the other,
 and reads their reports; or, with --reports, reads the report files under the folders given and groups those of

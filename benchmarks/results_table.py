@@ -1,4 +1,7 @@
-"""Markdown tables from a folder of `matrix.py` reports: `python benchmarks/results_table.py benchmarks/results/DIR`."""
+"""Markdown tables from a folder of `matrix.py` reports:
+
+    python benchmarks/results_table.py benchmarks/lab/results/DIR
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Benchmark report files on disk: plain JSON, or gzipped JSON (benchmarks/results keeps its large reports gzipped,
+"""Benchmark report files on disk: plain JSON, or gzipped JSON (benchmarks/lab/results keeps its large reports gzipped,
 so that a device call, which carries the whole working tree, stays under its 64 MiB). Every read is bounded: a file,
 a pipe or a gzip that would give more than the limit is refused once the limit is passed, not read to its end."""
 

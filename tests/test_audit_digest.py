@@ -1,6 +1,6 @@
 """dashboard.audit_digest and dashboard.audit_process (issue 42, items 1 and 5): an uploaded audit is read bounded
 (its chart drawn from at most a fixed number of steps and reads, and the page says so), every field is clipped and
-escaped, and what is wrong with a file is one line in words. In-process, on files made by tests/hostile_audits.py;
+escaped, and what is wrong with a file is one line in words. In-process, on files made by benchmarks/hostile_audits.py;
 the served app's numbers are benchmarks/hostile_upload.py's."""
 
 from __future__ import annotations
@@ -12,9 +12,17 @@ import re
 import gradio as gr
 import pytest
 
+from benchmarks.hostile_audits import (
+    EVIL,
+    NUMBER_FIELDS,
+    field_audits,
+    huge,
+    long_audit_bytes,
+    nested_audit,
+    small_audit,
+)
 from dashboard import audit_digest, audit_process, audit_view
 from dashboard.audit_digest import MAX_SHOWN_READS, MAX_SHOWN_STEPS, MAX_SITES, digest_bytes
-from tests.hostile_audits import EVIL, NUMBER_FIELDS, field_audits, huge, long_audit_bytes, nested_audit, small_audit
 from tests.test_dashboard_client import text_of
 from tests.test_ui import QuietRunner, quiet_page
 

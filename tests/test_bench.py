@@ -236,7 +236,7 @@ def test_the_table_names_whose_spread_each_column_is_and_ends_with_what_the_run_
 
 @pytest.mark.parametrize("flag", ["--diff", "--compare"])  # --compare: its old name, still accepted
 def test_diff_prints_two_reports_side_by_side(capsys, flag):
-    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01"
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results" / "h200-2026-12-01"
     assert main([flag, str(results / "audit-ro-1b.json.gz"), str(results / "audit-eager-1b.json.gz")]) == 0
     printed = capsys.readouterr().out
     assert "settings that differ (A -> B):" in printed and "compile  reduce-overhead -> off" in printed
@@ -249,7 +249,7 @@ def test_diff_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, conten
     bad = tmp_path / "bad.json"
     if content is not None:
         bad.write_bytes(content)
-    good = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01" / "audit-ro-1b.json.gz"
+    good = Path(__file__).resolve().parent.parent / "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
     assert main(["--diff", str(good), str(bad)]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
@@ -285,7 +285,7 @@ def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path
     (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b" " * 64 * 2**20, compresslevel=1))
     (tmp_path / "big.json").write_bytes(b" " * (2 * 2**20 + 1))
     path = hostile if hostile.startswith("/") else str(tmp_path / hostile)
-    good = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01" / "audit-ro-1b.json.gz"
+    good = Path(__file__).resolve().parent.parent / "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
     assert main(["--diff", str(good), path]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
@@ -297,7 +297,7 @@ def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path
 def test_diff_writes_out_the_control_characters_of_a_reports_fields(tmp_path, capsys):
     from core.report_files import read_report_bytes
 
-    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-2026-12-01"
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results" / "h200-2026-12-01"
     report = json.loads(read_report_bytes(results / "audit-ro-1b.json.gz"))
     report["model"]["spec"] = "evil\x1b[2J\x1b]0;title\x07\nB: forged line"
     report["environment"]["gpu"] = "\x9b31mred"

@@ -2,7 +2,7 @@
 debug mode ("warn"), with each warning put at the innermost frame outside torch and counted per decode step (the
 steps found as core.audit finds them), and once under core.audit. The two must agree line by line, h2d copies
 included, and the audit must find what the loop says it reads. Skipped without a GPU; on the H200:
-`python -m pytest -q -m cuda tests/test_cuda_audit_loops.py` (benchmarks/calls/audit_loops_gpu.sh)."""
+`python -m pytest -q -m cuda tests/test_cuda_audit_loops.py` (benchmarks/lab/calls/audit_loops_gpu.sh)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Also makes the README screenshots (not a test):
     python -m tests.test_dashboard_browser cpu                      # docs/dashboard-cpu.png, real default model
-    python -m tests.test_dashboard_browser replay benchmarks/results/h200.json   # docs/dashboard-replay-h200.png
+    python -m tests.test_dashboard_browser replay benchmarks/lab/results/h200.json   # docs/dashboard-replay-h200.png
 """
 
 from __future__ import annotations
@@ -472,7 +472,7 @@ def test_choosing_step_graph_on_the_cpu_page_says_at_once_what_runs_instead(page
             "GPU; running without compile (mode 'off') on the CPU.") in note
 
 
-EXAMPLE_AUDIT = "benchmarks/results/h200-2026-12-01/example-audit-hf_generate.json"  # every column filled
+EXAMPLE_AUDIT = "benchmarks/lab/results/h200-2026-12-01/example-audit-hf_generate.json"  # every column filled
 
 
 def site_rows_drawn(page: Any) -> dict[str, Any]:

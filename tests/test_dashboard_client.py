@@ -581,7 +581,7 @@ def test_your_loop_refuses_a_benchmark_report_in_one_line(served_app, tiny, tmp_
     assert "not an audit report" in text_of(status) and "\n" not in status.strip()
 
 def test_your_loop_draws_a_long_audit_from_its_first_steps_read_in_a_child_and_says_so(served_app, tmp_path):
-    from tests.hostile_audits import long_audit_bytes
+    from benchmarks.hostile_audits import long_audit_bytes
 
     path = tmp_path / "long.json"
     path.write_bytes(long_audit_bytes(reads=200_000, reads_per_step=10))  # 8.5 MB: over the in-process size
@@ -598,7 +598,7 @@ def test_your_loop_draws_a_long_audit_from_its_first_steps_read_in_a_child_and_s
 # started as a user starts it, with its defaults (the offline default model where its package is installed, else its
 # shape with random weights: SYNCSCOPE_PAGE_MODEL overrides), a default run and an audited one: on CUDA a default run
 # also runs the kernel measurement. With SYNCSCOPE_PAGE_OUT set, what the page showed is written there
-# (benchmarks/calls/served_page_gpu.sh commits it).
+# (benchmarks/lab/calls/served_page_gpu.sh commits it).
 
 OUTPUT_NAMES = (*OUTPUTS, "lanes_plot")
 

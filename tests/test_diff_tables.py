@@ -139,7 +139,7 @@ def test_two_history_runs_diff_by_their_numbers_on_the_page(two_h200_runs, monke
 
 
 def test_two_committed_h200_runs_differing_in_the_product_kernel_say_so_first():
-    folder = "benchmarks/results/h200-2026-12-02c"
+    folder = "benchmarks/lab/results/h200-2026-12-02c"
 
     def opened(name: str) -> dict:
         with gzip.open(f"{folder}/sg-llama-8b-{name}.json.gz", "rt") as f:

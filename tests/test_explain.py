@@ -11,7 +11,7 @@ from core.explain import duration, plus_minus, what_this_run_shows
 from core.report_diff import diff_reports, diff_text
 from core.report_files import read_report_bytes
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 RO_1B = RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz"
 EAGER_1B = RESULTS / "h200-2026-12-01" / "audit-eager-1b.json.gz"
 OLD_STEP_GRAPH = RESULTS / "h200-2026-11-29" / "llama-1b-step-graph.json.gz"

@@ -15,6 +15,7 @@ from typing import Any
 import plotly.offline
 import pytest
 
+from benchmarks.hostile_audits import EVIL
 from core.report_files import read_report_bytes
 from core.report_schema import load
 from dashboard import export_html
@@ -22,12 +23,11 @@ from dashboard.page_record import PageRecord, page_report
 from dashboard.run_html import NO_SENTENCES, run_html
 from dashboard.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
 from tests.conftest import bench_report
-from tests.hostile_audits import EVIL
 from tests.test_dashboard_browser import browser  # noqa: F401
 from tests.test_packaging import BLOCK_DASHBOARD
 
 REPO = Path(__file__).resolve().parent.parent
-H200_REPORT = REPO / "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
+H200_REPORT = REPO / "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
 BENCH_CHARTS = ["timeline", "tokens/s", "device", "step latency", "idle gap"]
 LOAD_CHARTS = ["slots B=2, all at once", "slots B=1, all at once", "slots sweep", "rate sweep", "throughput"]
 REMOTE = re.compile(r"""(?:src|href|action|poster|srcset)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
@@ -204,7 +204,7 @@ def test_the_command_writes_the_file_and_refuses_what_is_not_a_report_in_one_lin
     assert export_html.main([str(H200_REPORT), str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n" and list(Parsed(out.read_text()).charts()) == BENCH_CHARTS
     (tmp_path / "other.json").write_text('{"schema": "something/1"}')
-    (tmp_path / "audit.json").write_bytes(read_report_bytes(REPO / "benchmarks/results/cpu-2026-12-01/"
+    (tmp_path / "audit.json").write_bytes(read_report_bytes(REPO / "benchmarks/lab/results/cpu-2026-12-01/"
                                                                    "audit-naive_loop.json"))
     for name, said in (("other.json", "not a syncscope benchmark report"), ("audit.json", "Your loop tab"),
                        ("missing.json", "cannot read it")):

@@ -163,25 +163,25 @@ def test_the_caption_names_other_trial_counts_and_machines(saved):
 
 
 def test_the_docs_regions_are_replaced_and_nothing_else(tmp_path):
-    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "lab").mkdir(parents=True)
     (tmp_path / "docs").mkdir()
     readme = f"# x\nbefore\n{headline.START_MARK}\nold table\n{headline.END_MARK}\nafter\n"
     (tmp_path / "docs" / "NUMBERS.md").write_text(readme, encoding="utf-8")
-    (tmp_path / "benchmarks" / "RESULTS.md").write_text(
+    (tmp_path / "benchmarks" / "lab" / "RESULTS.md").write_text(
         f"## Current summary\n{headline.START_MARK}{headline.END_MARK}\n## First run\nhistory\n", encoding="utf-8")
     headline.update_docs("new table\n", tmp_path)
     assert (tmp_path / "docs" / "NUMBERS.md").read_text() == (
         f"# x\nbefore\n{headline.START_MARK}\nnew table\n{headline.END_MARK}\nafter\n")
-    assert (tmp_path / "benchmarks" / "RESULTS.md").read_text() == (
+    assert (tmp_path / "benchmarks" / "lab" / "RESULTS.md").read_text() == (
         f"## Current summary\n{headline.START_MARK}\nnew table\n{headline.END_MARK}\n## First run\nhistory\n")
 
 
 def test_a_document_without_markers_changes_no_file(tmp_path):
-    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "lab").mkdir(parents=True)
     (tmp_path / "docs").mkdir()
     numbers = tmp_path / "docs" / "NUMBERS.md"
     numbers.write_text(f"{headline.START_MARK}\nold\n{headline.END_MARK}\n", encoding="utf-8")
-    (tmp_path / "benchmarks" / "RESULTS.md").write_text("no markers\n", encoding="utf-8")
+    (tmp_path / "benchmarks" / "lab" / "RESULTS.md").write_text("no markers\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"RESULTS\.md: no <!-- headline:start -->"):
         headline.update_docs("new\n", tmp_path)
     assert "old" in (tmp_path / "docs" / "NUMBERS.md").read_text()

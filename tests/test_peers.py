@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CALL1 = ROOT / "benchmarks/results/h200-2026-12-02/call1"
+CALL1 = ROOT / "benchmarks/lab/results/h200-2026-12-02/call1"
 
 
 @pytest.fixture(scope="module")

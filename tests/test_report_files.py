@@ -14,7 +14,7 @@ import pytest
 from core.report_files import read_report_bytes, report_paths, write_json
 from core.report_schema import BENCH, bench_report, load
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 
 
 def test_plain_and_gzipped_reports_read_alike_and_are_listed_in_order(tmp_path):

@@ -231,7 +231,7 @@ def test_a_contestant_that_disagrees_with_itself_is_marked():
 
 # ---------------------------------------------------------------------------------- the page's saved document
 
-OLD_PAGE_DOWNLOAD = REPO / "benchmarks/results/h200-2026-11-29-c/live-dashboard-llama-1b-step-graph.json.gz"
+OLD_PAGE_DOWNLOAD = REPO / "benchmarks/lab/results/h200-2026-11-29-c/live-dashboard-llama-1b-step-graph.json.gz"
 
 
 def recorded_page(saved: dict) -> PageRecord:

@@ -26,3 +26,35 @@ def tracked_top_level() -> set[str]:
 def test_the_root_holds_only_the_allowed_names():
     stray = sorted(tracked_top_level() - ROOT_NAMES)
     assert not stray, f"files at the repository's root that are not on its allow-list: {stray}"
+
+
+def test_the_app_and_the_page_read_nothing_of_the_lab():
+    """The lab (benchmarks/lab: device calls, their results, the diary) is not the product: the page offers its own
+    curated reports (dashboard/bundled), installed with the package."""
+    import ast
+
+    for path in [REPO / "app.py", *sorted((REPO / "dashboard").rglob("*.py"))]:
+        strings = [node.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        named = [s for s in strings if "benchmarks" in s or "lab/results" in s]
+        assert not named, f"{path.relative_to(REPO)} names the lab: {named[:3]}"
+
+
+def test_the_bundled_reports_are_a_curated_few_that_all_open():
+    import app
+
+    reports, audits = app.find_bundled(app.BUNDLED_DIR)
+    bundled = sorted(p for p in app.BUNDLED_DIR.rglob("*") if p.is_file())
+    assert len(bundled) <= 12 and sum(p.stat().st_size for p in bundled) < 2 * 2**20
+    assert sorted([*reports.values(), *audits.values()]) == bundled, "every bundled file opens in Replay or Your loop"
+    assert "h200-2026-12-01/audit-ro-1b.json.gz" in reports, "the README's featured report"
+
+
+def test_the_labs_index_is_current_and_names_every_results_folder():
+    from benchmarks.lab_index import INDEX, RESULTS, index_text
+
+    text = INDEX.read_text(encoding="utf-8")
+    assert text == index_text((RESULTS.parent / "RESULTS.md").read_text(encoding="utf-8")), \
+        "benchmarks/lab/INDEX.md is out of date: run python benchmarks/lab_index.py"
+    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert all(f"(results/{name})" in text for name in folders)

@@ -13,7 +13,7 @@ import pytest
 from core.measure.stats import MIN_EFFECT, MIN_TRIALS_FOR_A_CALL, t_quantile, verdict, verdict_sentence
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "lab" / "results"
 AA_CPU = RESULTS / "cpu" / "aa_false_positive.json"
 
 

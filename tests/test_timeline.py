@@ -320,7 +320,7 @@ def test_on_the_h200_the_naive_steps_spans_open_long_before_the_host_has_queued_
     """reduce-overhead, call 19: naive's device spans open ~0.6 ms before its work starts (the device waits for the
     launch inside the step, which the gap between steps does not show); pipelined's next to none. The chart states
     the mean as 'idle inside' and draws that part of each span pale."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks/results/h200-2026-11-30-b/call19-ro-1b.json.gz"
+    path = Path(__file__).resolve().parents[1] / "benchmarks/lab/results/h200-2026-11-30-b/call19-ro-1b.json.gz"
     report = json.loads(read_report_bytes(path))
     means = timeline_means(report)
     assert means["naive"]["trial"].inside_us > 500 and means["pipelined"]["trial"].inside_us < 50

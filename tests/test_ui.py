@@ -60,7 +60,7 @@ def test_the_compare_tab_redraws_the_timeline_each_time_a_trial_ends(cuda_report
 
 # ---- issue 33: a page that describes what it shows
 
-H200_REPORT = "benchmarks/results/h200-2026-12-01/audit-ro-1b.json.gz"
+H200_REPORT = "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
 
 
 def h200_saved_report():
@@ -293,8 +293,8 @@ def test_two_clicks_handled_at_once_submit_one_run():
 
 # ---- issue 39: the page's smaller defects
 
-INTERRUPTED_REPORT = "benchmarks/results/h200-2026-12-01/interrupted-ro-1b.json.gz"  # SIGINT after 2 of 50 rounds
-CPU_AUDIT = "benchmarks/results/cpu-2026-12-01/audit-naive_loop.json"
+INTERRUPTED_REPORT = "benchmarks/lab/results/h200-2026-12-01/interrupted-ro-1b.json.gz"  # SIGINT after 2 of 50 rounds
+CPU_AUDIT = "benchmarks/lab/results/cpu-2026-12-01/audit-naive_loop.json"
 
 
 def replay_page(**config):
@@ -479,7 +479,7 @@ def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_roundi
 
 
 STEP_TIME_REPORT = (Path(__file__).parent.parent
-                    / "benchmarks/results/h200-2026-12-02/call4/sg-llama-8b-o-proj-library-1.json.gz")
+                    / "benchmarks/lab/results/h200-2026-12-02/call4/sg-llama-8b-o-proj-library-1.json.gz")
 
 
 def test_replay_shows_where_a_decode_step_s_device_time_went():

@@ -11,7 +11,7 @@ from core.explain import contestant_waits
 from core.measure.waits import KERNEL_MEASUREMENT, STEP_EVENTS, step_waits, step_work_ms, trial_waits
 from core.report_files import read_report_bytes
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 
 
 def timings(spans: list[tuple[float, float]], waits: list[tuple[float, float]]) -> dict:

@@ -1,7 +1,7 @@
 """Tensor parallelism with each all-reduce fused into the residual add and RMSNorm that follow it: one kernel.
 
 Why: at batch 1 a TP decode step is bound by fixed costs, not by the weights each GPU reads. Llama-8B at TP=2
-runs about 450 kernels and 65 all-reduces a step (profile in benchmarks/RESULTS.md), and after every all-reduce of
+runs about 450 kernels and 65 all-reduces a step (profile in benchmarks/lab/RESULTS.md), and after every all-reduce of
 an o_proj or down_proj output comes an add to the residual stream and an RMSNorm: two more kernels, each reading
 what the one before wrote. vLLM and TensorRT-LLM fuse the three (FlashInfer's `trtllm_allreduce_fusion`,
 TensorRT-LLM's AllReduce+RMSNorm). Here one Triton kernel does it over PyTorch's symmetric memory: each rank

@@ -33,7 +33,7 @@ class ProcessDrift:
 
 PROCESS_DRIFT: dict[str, ProcessDrift] = {
     # Committed GPU reports of identical settings from separate processes, the same command one process at a time
-    # (`process_drift.py --reports benchmarks/results/h200-*`), and a fresh measurement at the page's GPU defaults
+    # (`process_drift.py --reports benchmarks/lab/results/h200-*`), and a fresh measurement at the page's GPU defaults
     # (`process_drift.py -n 6 -- --model synthetic:smollm2-135m --cache static --compile reduce-overhead
     # --max-new-tokens 256 --trials 5 --ignore-eos`). Each figure is rounded up from the largest seen: the largest of
     # a few pairs understates the next pair (the pair that set the rates' figure was itself still called).
@@ -42,8 +42,8 @@ PROCESS_DRIFT: dict[str, ProcessDrift] = {
     "cuda": ProcessDrift(
         rates=0.25, against_control=0.12,
         measured="one H200: committed reports of identical settings from separate processes (process_drift.py "
-                 "--reports benchmarks/results/h200-*), 2026-11-29 to 2026-12-01, and 5 + 4 processes of the "
-                 "page's GPU defaults (benchmarks/results/h200-2026-12-01-c/drift*.json)"),
+                 "--reports benchmarks/lab/results/h200-*), 2026-11-29 to 2026-12-01, and 5 + 4 processes of the "
+                 "page's GPU defaults (benchmarks/lab/results/h200-2026-12-01-c/drift*.json)"),
 }
 DEVICE_WORDS = {"cuda": "on a GPU", "cpu": "on the CPU"}
 DRIFT_COMMAND = "python benchmarks/process_drift.py -n 6 -- <the run's core.bench flags>"

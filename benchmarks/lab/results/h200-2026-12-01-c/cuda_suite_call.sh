@@ -1,0 +1,3 @@
+# Device call 2 of issue 39's session (nvidia-h200, warm after served_page_gpu.sh; carry .whlmin and
+# .carry/tokenizer.tgz): the one-GPU CUDA suite but the two files call 1 ran. As typed, one line.
+source benchmarks/lab/device_setup.sh; FILES=$(grep -l "mark\.cuda\b" tests/test_*.py | grep -v "test_served_page\|test_cuda_nvtx" | tr '\n' ' '); echo "$FILES"; T0=$(date +%s); timeout -s INT -k 30 540 python3 -m pytest -v -m "cuda and not cuda_long" --durations=30 -rfEs -p no:cacheprovider $FILES 2>&1 | grep -v "^DEBUG\|^E1\|^W1" > $OUT/cuda-suite.log; echo "rc=${PIPESTATUS[0]} in $(( $(date +%s) - T0 )) s"; cp $R/smi.csv $OUT/; grep -v " PASSED" $OUT/cuda-suite.log | tail -45 | cut -c1-220
