@@ -25,7 +25,7 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.options import HF_MODULES_HELP, check_tuning_environment
+from core.options import HF_MODULES_HELP
 from core.report_files import read_report_bytes, report_paths
 from core.report_schema import LOAD, MAX_REPORT_BYTES, kind_of
 from core.run_schema import (
@@ -37,6 +37,7 @@ from core.run_schema import (
     values_from_args,
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
+from core.tuning import Tuning
 from dashboard.limits import (
     EXPOSED_LIMITS,
     EXPOSED_LOAD_LIMITS,
@@ -288,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         auth = parse_auth(args.auth)
         defaults = check_args(args)
-        check_tuning_environment()  # the engine processes inherit these; a typo fails here, not at the first run
+        Tuning.from_environment()  # the engine processes inherit the switches; a typo fails here, not at a run
         check_port_free(args.host, args.port)
     except ValueError as exc:
         sys.stderr.write(f"app.py: error: {exc}\n")

@@ -35,8 +35,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.options import DECODE_ATTENTION_ENV, PDL_CHOICES, PDL_ENV  # noqa: E402
-from core.options import DECODE_ATTENTION_KERNELS as KERNELS  # noqa: E402
+from core.tuning import SWITCH  # noqa: E402
+
+DECODE_ATTENTION_ENV, PDL_ENV = SWITCH["decode_attention"].variable, SWITCH["pdl"].variable
+PDL_CHOICES = SWITCH["pdl"].choices
+KERNELS = tuple(choice for choice in SWITCH["decode_attention"].choices if choice != "auto")
 
 STDERR_TAIL_LINES = 60  # kept with a failed run in --out's "runs"
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)(: |$)")

@@ -7,10 +7,9 @@ times that product too, and keeps the fastest correct configuration. Writes the 
 merges the best configurations into core/kernels/gemv_configs.json under this GPU's name.
 
 `--parts` also sweeps the products of core.kernels.decode_layer's fused layer that read more than the row: "norm",
-gate/up with the RMSNorm before it, "qkv", the q/k/v kernel with the norm, the rotary embedding and the cache
-write, and "swiglu", gate/up with the norm writing silu(gate) * up (SYNCSCOPE_DECODE_SWIGLU=gate-up), each checked
-against the same steps in fp32; their best configurations go into the table as parts of their own. "down" is the down
-projection as it runs after "swiglu", without its activation: a plain product of the table.
+gate/up with the RMSNorm before it, and "qkv", the q/k/v kernel with the norm, the rotary embedding and the cache
+write, each checked against the same steps in fp32; their best configurations go into the table as parts of their
+own.
 
 `--timing graph` times each configuration as a decode step runs it: launches back to back in one CUDA graph, over
 copies of the weight that together overflow the L2 cache (so each launch reads its weight from memory), the graph's
@@ -61,27 +60,17 @@ def _spec(shape: str | dict[str, int]) -> dict[str, int]:
 
 
 def part_products(shape: str | dict[str, int], part: str) -> list[tuple[str, int, int, bool]]:
-    """The products of `shape` that core.kernels.decode_layer runs as `part` ("" every product alone; "down" the down
-    projection without its activation, as it runs after a "swiglu" gate/up, a plain product in the table)."""
-    if part == "down":
-        return [(name, n, k, False) for name, n, k, _ in products(shape) if name == "down"]
-    names = {"": None, "norm": ("gate_up",), "qkv": ("qkv",), "swiglu": ("gate_up",)}[part]
+    """The products of `shape` that core.kernels.decode_layer runs as `part` ("" every product alone)."""
+    names = {"": None, "norm": ("gate_up",), "qkv": ("qkv",)}[part]
     return [p for p in products(shape) if names is None or p[0] in names]
 
 
-def table_part(part: str) -> str:
-    """The part of core.kernels.triton_gemv's table a swept part's configurations go under."""
-    return "" if part == "down" else part
-
-
 def grid(part: str = "") -> list[Any]:
-    """Configurations with 4 to 64 fp32 accumulators a thread (for "qkv", rows a program in pairs; for "swiglu",
-    `block_n` pairs of rows, two accumulators each)."""
+    """Configurations with 4 to 64 fp32 accumulators a thread (for "qkv", rows a program in pairs)."""
     from core.kernels.triton_gemv import GemvConfig
 
-    rows = 2 if part == "swiglu" else 1
     return [GemvConfig(n, k, w, s) for n, k, w, s in itertools.product(BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES)
-            if 4 <= rows * n * k // (w * 32) <= 64 and (part != "qkv" or n >= 2)]
+            if 4 <= n * k // (w * 32) <= 64 and (part != "qkv" or n >= 2)]
 
 
 class Case:
@@ -107,9 +96,6 @@ class Case:
             product_input = product_input * torch.rsqrt(product_input.pow(2).mean(-1, keepdim=True) + EPS)
             product_input = product_input * self.norm.float()
         self.reference = torch.nn.functional.linear(product_input, self.weight.float()).reshape(-1)
-        if part == "swiglu":
-            gate, up = self.reference.split(n // 2)
-            self.reference = torch.nn.functional.silu(gate) * up
         if part == "qkv":
             self._qkv_setup(device)
 
@@ -148,8 +134,7 @@ class Case:
 
             return launch_qkv(self.x, self.norm, EPS, weight, None, self.cos, self.sin, self.keys, self.values,
                               self.length, self.heads, _direct, config)
-        around = Around(norm=self.norm, eps=EPS, swiglu=self.part == "swiglu") if self.part in ("norm", "swiglu") \
-            else Around()
+        around = Around(norm=self.norm, eps=EPS) if self.part == "norm" else Around()
         return launch_gemv(self.x, weight, None, self.act_mul, _direct, config, around)
 
     def weight_copies(self, total_bytes: int = GRAPH_BYTES) -> list[Any]:
@@ -269,9 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=["llama-8b", "llama-1b"])
     parser.add_argument("--out", type=Path, required=True, help="the raw times, as JSON")
     parser.add_argument("--table", type=Path, help="merge the best configurations into this gemv_configs.json")
-    parser.add_argument("--parts", nargs="+", default=["plain"], choices=["plain", "norm", "qkv", "swiglu", "down"],
-                        help="plain: every product alone; norm, qkv, swiglu: the fused layer's products that read "
-                             "more; down: the down projection as it runs after swiglu (no activation)")
+    parser.add_argument("--parts", nargs="+", default=["plain"], choices=["plain", "norm", "qkv"],
+                        help="plain: every product alone; norm, qkv: the fused layer's products that read more")
     parser.add_argument("--budget-s", type=float, default=400.0, help="stop timing new configurations after this")
     parser.add_argument("--timing", choices=["alone", "graph"], default="alone",
                         help="alone: one launch at a time, L2 cleared (do_bench); graph: back to back in a CUDA graph")
@@ -288,11 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         configs = grid(part)
         for shape in args.shapes:
             for name, n, k, act_mul in part_products(shape, part):
-                stored = table_part(part)
-                if (n, k, act_mul, stored) in seen:
+                if (n, k, act_mul, part) in seen:
                     continue
-                seen.add((n, k, act_mul, stored))
-                case = Case(shape, n, k, act_mul, stored)
+                seen.add((n, k, act_mul, part))
+                case = Case(shape, n, k, act_mul, part)
                 result = {"shape": shape, "product": name, **measure(case, configs, deadline, args.timing)}
                 results.append(result)
                 best = result["best"] or {}

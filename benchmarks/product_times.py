@@ -105,15 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="new tokens of the profiled run")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    import os
-
     import torch
+
+    from core.tuning import Tuning
 
     if not torch.cuda.is_available():
         print("product_times: needs a CUDA GPU", file=sys.stderr)
         return 2
     steps = steps_of(profiled_kernels(args.model, args.tokens))
-    result = {"model": args.model, "decode_layer": os.environ.get("SYNCSCOPE_DECODE_LAYER") or "on",
+    result = {"model": args.model, "decode_layer": Tuning.from_environment().decode_layer,
               "steps": len(steps), "roles": table(steps)}
     for role, row in sorted(result["roles"].items(), key=lambda item: -item[1]["us_per_step"]):
         print(f"{role:14} {row['calls']:5g} calls  {row['us_per_step']:9.1f} us a step  "

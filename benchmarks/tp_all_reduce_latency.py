@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -54,7 +53,6 @@ def _one_width(hidden: int, group) -> list[dict]:
     import torch.distributed._symmetric_memory as symm_mem
 
     from core.kernels.tp_fusion import Workspace, allocate_workspace, launch_fused_kernel
-    from core.options import TP_BARRIER_ENV
 
     dtype = torch.bfloat16
     partial = torch.randn(1, hidden, device="cuda", dtype=dtype)
@@ -65,7 +63,8 @@ def _one_width(hidden: int, group) -> list[dict]:
     symm_mem.rendezvous(one_shot_in, group.group_name)
     workspaces = {}  # one per fused kind: the flag kernel leaves rows where the push kernel wants empty slots
     for kind in KINDS[2:]:
-        workspaces[kind] = Workspace(group, 2, dist.get_rank(group), hidden, slots=CALLS_PER_GRAPH)
+        workspaces[kind] = Workspace(group, 2, dist.get_rank(group), hidden, slots=CALLS_PER_GRAPH,
+                                     barrier=kind.removeprefix("fused-"))
         allocate_workspace(workspaces[kind], torch.empty(0, dtype=dtype, device="cuda"))
 
     def call(kind: str, slot: int) -> None:
@@ -74,7 +73,6 @@ def _one_width(hidden: int, group) -> list[dict]:
         elif kind == "one-shot":
             torch.ops.symm_mem.one_shot_all_reduce(one_shot_in, "sum", group.group_name)
         else:
-            os.environ[TP_BARRIER_ENV] = kind.removeprefix("fused-")
             launch_fused_kernel(partial, residual, weight, out, 1e-5, workspaces[kind], slot)
 
     return [{"hidden": hidden, "kind": kind, "us_per_call": _per_call_us(call, kind, group)} for kind in KINDS]

@@ -45,7 +45,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
     from core.models import LoadedModel, load_model
-    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions, check_tuning_environment
+    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
     from core.report import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
@@ -55,6 +55,7 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, is_random_weights
     from core.text import escaped, printable
+    from core.tuning import Tuning
 except KeyboardInterrupt:
     sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
     raise SystemExit(130) from None
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_path(args.html_path, "--html")
         check_output_path(args.trace_path, "--trace")
         check_profile_dir(args.profile)
-        check_tuning_environment()  # a malformed SYNCSCOPE_* tuning variable is refused before any work
+        tuning = Tuning.from_environment()  # once, before any work: a malformed switch is refused here
         if args.tp < 1:
             raise ValueError(f"--tp must be 1 or more, got {args.tp}")
         if args.deterministic:  # cuBLAS reads it once, when this process first uses it
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_ranks(args.tp, list(argv) if argv is not None else sys.argv[1:], main)
     in_a_rank = args.tp > 1  # started by run_ranks or torchrun: the ranks stop together (core.parallel.ranks)
     with noted_interrupts(int(os.environ.get("RANK", 0))) if in_a_rank else interrupt_signals() as received:
-        return run_bench(args, request, notices, received)
+        return run_bench(args, request, notices, received, tuning)
 
 
 def load_request_from_args(args: argparse.Namespace) -> tuple[LoadRequest, list[str]]:
@@ -229,7 +230,7 @@ def run_load_cli(args: argparse.Namespace) -> int:
         check_output_path(args.json_path)
         check_output_path(args.html_path, "--html")
         check_output_path(args.trace_path, "--trace")
-        check_tuning_environment()
+        tuning = Tuning.from_environment()  # once, before any work: a malformed switch is refused here
         if args.tp != 1:
             raise ValueError("under load (--requests) the loops run on one device: leave out --tp")
         if args.do_sample or args.profile or args.hf or args.no_check or args.aa:
@@ -240,7 +241,8 @@ def run_load_cli(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with interrupt_signals() as received:
         try:
-            loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules)
+            loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules,
+                                tuning=tuning)
             section = run_load(loaded, request, on_event=_load_progress if args.progress else None)
         except KeyboardInterrupt:
             sys.stderr.write(f"core.bench: interrupted ({_signal_name(received)}) under load; no report written\n")
@@ -326,10 +328,11 @@ def _ignore_interrupts() -> None:
 
 
 def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence[str] = (),
-              received: list[int] | None = None) -> int:
+              received: list[int] | None = None, tuning: Tuning | None = None) -> int:
     """Load, compare, print and write: this process alone, or one rank of a tensor-parallel group. `notices` say
     what the flags' check adjusted (rank 0 prints them with the table); `received` fills with the signals that
-    interrupted it (interrupt_signals, or on a rank noted_interrupts)."""
+    interrupted it (interrupt_signals, or on a rank noted_interrupts); `tuning`: the switches read at the start
+    (None: the defaults)."""
     rank, profiled, received = 0, None, received if received is not None else []
     try:
         if args.tp > 1:
@@ -337,7 +340,8 @@ def run_bench(args: argparse.Namespace, request: BenchRequest, notices: Sequence
 
             rank = int(os.environ.get("RANK", 0))
             init_tensor_parallel(rank, int(os.environ["WORLD_SIZE"]), None, args.device)
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules)
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, tp=args.tp, hf_modules=args.hf_modules,
+                            tuning=tuning or Tuning())
         if args.trace_path:  # NVTX ranges in every run, so that an Nsight Systems capture lines up with the trace
             request = with_ranges(request, loaded.device.type)
         started = time.perf_counter()

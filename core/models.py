@@ -29,6 +29,7 @@ from core.specs import (
     TINY_RANDOM,
     TINY_SHAPE,
 )
+from core.tuning import Tuning
 
 _load_lock = threading.Lock()
 
@@ -58,6 +59,8 @@ class LoadedModel:
     # Whether the decoder layers are core.kernels.decode_layer's (their step-graph decode step in six kernels a layer)
     decode_layers: bool = False
     hf_modules: bool = False  # load_model(hf_modules=True): transformers' modules as they are, not prepared
+    # The tuning switches it was prepared with, and its steps are compiled with (core.tuning)
+    tuning: Tuning = field(default_factory=Tuning)
     setups: dict = field(default_factory=dict, repr=False)
     compiled_forwards: dict = field(default_factory=dict, repr=False)
 
@@ -141,14 +144,18 @@ def load_model(
     trust_remote_code: bool = False,
     hf_modules: bool = False,
     admitted: bool = False,
+    tuning: Tuning | None = None,
 ) -> LoadedModel:
     """Load a model by spec: the offline default, `synthetic:<shape>`, `tiny-random`, an HF id or a local path.
 
     With tp > 1 this process must be one rank of a process group of that size (core.parallel.tensor_parallel): it gets
     its shard of the weights, on its own GPU (cuda:LOCAL_RANK), or on the CPU with gloo. Unless `hf_modules`, the model
     is prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels.
-    A model that cannot fit where it would run is a ValueError in one line before anything is allocated
-    (core.memory.admit); `admitted`: the caller has asked it already (the engine, counting the model it replaces)."""
+    `tuning`: the switches it is prepared and its steps compiled with (a process reads them once, at its start; None:
+    from this process's environment now). A model that cannot fit where it would run is a ValueError in one line before
+    anything is allocated (core.memory.admit); `admitted`: the caller has asked it already (the engine, counting the
+    model it replaces)."""
+    tuning = Tuning.from_environment() if tuning is None else tuning
     spec = check_spec(spec)
     _quiet_transformers()
     if tp > 1:
@@ -165,20 +172,21 @@ def load_model(
     model.to(target).eval()
     model.requires_grad_(False)
     _ensure_pad_token(model, tokenizer)
-    prepared = Preparation() if hf_modules else prepare_for_decode(model)
+    prepared = Preparation() if hf_modules else prepare_for_decode(model, tuning)
     all_reduce, all_reduce_note = "", ""
     if tp > 1:
         from core.kernels.tp_fusion import fuse_decoder_all_reduces
         from core.parallel.tensor_parallel import use_one_shot_all_reduce
 
-        all_reduce, all_reduce_note = use_one_shot_all_reduce(model)
+        all_reduce, all_reduce_note = use_one_shot_all_reduce(model, tuning.tp_all_reduce)
         if not hf_modules:
-            all_reduce, all_reduce_note = fuse_decoder_all_reduces(model, all_reduce)
+            all_reduce, all_reduce_note = fuse_decoder_all_reduces(model, all_reduce, tuning.tp_all_reduce,
+                                                                   tuning.tp_barrier)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, device=target, dtype=torch_dtype, tp=tp,
                        all_reduce=all_reduce, all_reduce_note=all_reduce_note,
                        fused_projections=prepared.fused_projections, decode_attention=prepared.decode_attention,
                        not_prepared=prepared.not_prepared, decode_layers=prepared.decode_layers,
-                       hf_modules=hf_modules)
+                       hf_modules=hf_modules, tuning=tuning)
 
 
 @dataclass(frozen=True)
@@ -191,11 +199,12 @@ class Preparation:
     decode_layers: bool = False
 
 
-def prepare_for_decode(model: Any) -> Preparation:
-    """Fuse q/k/v and gate/up projections (core.kernels.fusion) and read grouped KV heads in place in compiled decode
-    steps (core.kernels.attention, the kernel from SYNCSCOPE_DECODE_ATTENTION at load time); returns what was done, and
-    why anything was left out."""
-    from core.kernels.attention import decode_attention_kernel, use_decode_attention
+def prepare_for_decode(model: Any, tuning: Tuning | None = None) -> Preparation:
+    """Fuse q/k/v and gate/up projections (core.kernels.fusion), read grouped KV heads in place in compiled decode
+    steps (core.kernels.attention, with the kernel of the `decode_attention` switch) and, where they qualify, make the
+    decoder layers core.kernels.decode_layer's (the `decode_layer` switch); `tuning`: the switches (default: their
+    defaults). Returns what was done, and why anything was left out."""
+    from core.kernels.attention import use_decode_attention
     from core.kernels.fusion import fuse_projections, unknown_layouts
     from core.kernels.products import route_output_layer
 
@@ -207,24 +216,26 @@ def prepare_for_decode(model: Any) -> Preparation:
         reasons.append(f"not fused: {', '.join(unknown)} (a forward that core.kernels.fusion does not know)")
     elif not fused:
         reasons.append(_why_nothing_to_fuse(model))
-    kernel, why_not = use_decode_attention(model, decode_attention_kernel())
+    tuning = Tuning() if tuning is None else tuning
+    kernel, why_not = use_decode_attention(model, tuning.decode_attention)
     if why_not:
         reasons.append(why_not)
-    layers_fused, why_not = _fuse_decode_layers(model, kernel)
+    layers_fused, why_not = _fuse_decode_layers(model, kernel, tuning.decode_layer)
     if why_not:
         reasons.append(f"decoder layers not fused: {why_not}")
     return Preparation(fused_projections=fused, decode_attention=kernel, not_prepared=tuple(reasons),
                        decode_layers=layers_fused)
 
 
-def _fuse_decode_layers(model: Any, kernel: str | None) -> tuple[bool, str | None]:
-    """core.kernels.decode_layer's layers on a CUDA model with the triton decode attention: whether done, and why
-    not where it could have been (nothing is said for the CPU, tensor parallelism or another attention kernel)."""
+def _fuse_decode_layers(model: Any, kernel: str | None, switch: str) -> tuple[bool, str | None]:
+    """core.kernels.decode_layer's layers on a CUDA model with the triton decode attention, unless the `decode_layer`
+    switch is off: whether done, and why not where it could have been (nothing is said for the CPU, tensor
+    parallelism or another attention kernel)."""
     from core.kernels.decode_layer import fuse_decode_layers
 
     if kernel != "triton" or model.device.type != "cuda" or getattr(model, "_device_mesh", None) is not None:
         return False, None
-    why_not = fuse_decode_layers(model)
+    why_not = fuse_decode_layers(model, switch)
     return why_not is None, why_not
 
 

@@ -6,9 +6,7 @@ them imports `core.loops.generation` and `core.bench`, which re-export everythin
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,71 +30,8 @@ STATIC_CACHE_BUCKET = 256  # static caches come in multiples of this many keys
 # The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
 HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
                    "copied per query head in compiled steps (default: fused, and read in place)")
-# Environment variables that change what a run computes or how fast; a command that reproduces a run carries those
-# that are set. Each is read here, where the CLI and the app check them all before any work
-# (check_tuning_environment); the module that acts on one documents it.
-DECODE_ATTENTION_ENV = "SYNCSCOPE_DECODE_ATTENTION"  # core.kernels.attention
-DECODE_ATTENTION_KERNELS = ("reduce", "split", "sdpa", "triton")
-DECODE_ATTENTION_CHOICES = ("auto", *DECODE_ATTENTION_KERNELS)  # auto: triton on CUDA where it can, else reduce
-INDUCTOR_OPTIONS_ENV = "SYNCSCOPE_INDUCTOR_OPTIONS"  # core.loops.step
-PDL_ENV = "SYNCSCOPE_PDL"  # core.kernels.pdl
-PDL_CHOICES = ("off", "safe", "inductor")
-# core.kernels.pdl: programmatic dependent launch for the project's own Triton kernels (the gemv products, the fused
-# layer's, the decode attention) on Hopper and newer: "wait" waits for the kernel before at each program's start,
-# "prefetch" first asks L2 for the start of the program's weight rows (constant in a decode step).
-KERNEL_PDL_ENV = "SYNCSCOPE_KERNEL_PDL"
-KERNEL_PDL_CHOICES = ("off", "wait", "prefetch")
-TP_ALL_REDUCE_ENV = "SYNCSCOPE_TP_ALL_REDUCE"  # core.parallel.tensor_parallel
-TP_ALL_REDUCE_CHOICES = ("auto", "one-shot", "nccl")
-TP_BARRIER_ENV = "SYNCSCOPE_TP_BARRIER"  # core.kernels.tp_fusion: how its kernel learns the peers' rows are there
-TP_BARRIER_CHOICES = ("push", "asm", "atomic")
-# core.kernels.attention: "on" turns the new token by the rotary embedding and writes it into a static cache inside
-# the triton decode attention kernel (one kernel a layer instead of five); "off" (the default) leaves that to
-# transformers' steps. Off by default: it decoded slower (docs/TUNING.md, "The appending decode attention, measured").
-APPEND_IN_ATTENTION_ENV = "SYNCSCOPE_APPEND_IN_ATTENTION"
-APPEND_IN_ATTENTION_CHOICES = ("off", "on")
-# core.kernels.fusion: in compiled steps the attention's output projection is the BLAS library's product ("library",
-# the default: opaque to inductor) or inductor's own ("inductor": in step-graph mode a Triton reduction fused with
-# the residual add, whose tuned configuration varied from compile to compile; docs/TUNING.md).
-O_PROJ_ENV = "SYNCSCOPE_O_PROJ"
-O_PROJ_CHOICES = ("library", "inductor")
-# core.kernels.products: in compiled CUDA decode steps every batch-1 product is core.kernels.triton_gemv's kernel
-# with a configuration fixed per shape ("triton") or inductor's own ("inductor"); "auto", the default, is "triton"
-# in step-graph compiles (where it was measured faster and steadier, docs/TUNING.md) and "inductor" in the others.
-DECODE_PRODUCTS_ENV = "SYNCSCOPE_DECODE_PRODUCTS"
-DECODE_PRODUCTS_CHOICES = ("auto", "triton", "inductor")
-# core.kernels.decode_layer: "on", the default, runs a Llama-layout decoder layer's batch-1 step-graph decode step in
-# six kernels (the norms, the rotary embedding, the cache write and the residual adds inside the products) where the
-# products are the gemv kernel's; "off" leaves the layer's code to transformers and inductor.
-DECODE_LAYER_ENV = "SYNCSCOPE_DECODE_LAYER"
-DECODE_LAYER_CHOICES = ("on", "off")
-DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"  # the model's transform (they run so in step-graph steps)
-# core.kernels.decode_layer: which kernel of the fused layer computes silu(gate) * up. "down", the default: every
-# program of the down projection, for its columns (reading gate and up); "gate-up": the gate/up product once, each of
-# its programs taking a gate row with its up row and writing the activation, so the down projection reads half as
-# much and computes no sigmoid. Not measured on a GPU yet (docs/TUNING.md).
-DECODE_SWIGLU_ENV = "SYNCSCOPE_DECODE_SWIGLU"
-DECODE_SWIGLU_CHOICES = ("down", "gate-up")
-# core.kernels.decode_layer: "on" has the fused layer's attention ask L2 for the output projection's weight once its
-# own reads are done (Hopper's bulk prefetch), so that the projection after it reads from L2 what the memory would
-# otherwise only start to send when it begins; "off", the default, until measured on a GPU (docs/TUNING.md).
-ATTENTION_PREFETCH_ENV = "SYNCSCOPE_ATTENTION_PREFETCH"
-ATTENTION_PREFETCH_CHOICES = ("off", "on")
-# core.kernels.decode_layer: "on" has each of the fused layer's products, once its last programs have read their
-# weight, ask L2 for the start of the next product's weight (the output projection for gate/up's, gate/up for the
-# down projection's, the down projection for the next layer's q/k/v or the output layer's), 8 MiB at most, so the next
-# product's first reads find it there; "off", the default, until measured on a GPU (docs/TUNING.md).
-PRODUCT_PREFETCH_ENV = "SYNCSCOPE_PRODUCT_PREFETCH"
-PRODUCT_PREFETCH_CHOICES = ("off", "on")
-# core.loops.step: what a greedy step-graph step compiles after the forward. "argmax", the default: the token choice
-# only, the rest of the step's bookkeeping (finished rows padded, the stop flag, the step's row written, the fed
-# token, the step and position moved on) in eager kernels, about ten small ones and a device-to-device copy; "whole":
-# all of it in one compile, which inductor fuses into a few kernels. Not measured on a GPU yet (docs/TUNING.md).
-STEP_COMMIT_ENV = "SYNCSCOPE_STEP_COMMIT"
-STEP_COMMIT_CHOICES = ("argmax", "whole")
-TUNING_ENV = (DECODE_ATTENTION_ENV, INDUCTOR_OPTIONS_ENV, PDL_ENV, KERNEL_PDL_ENV, TP_ALL_REDUCE_ENV, TP_BARRIER_ENV,
-              APPEND_IN_ATTENTION_ENV, O_PROJ_ENV, DECODE_PRODUCTS_ENV, DECODE_LAYER_ENV, DECODE_SWIGLU_ENV,
-              ATTENTION_PREFETCH_ENV, PRODUCT_PREFETCH_ENV, STEP_COMMIT_ENV)
+# core.kernels.decode_layer's transform of the model, as the report names it (its layers run so in step-graph steps)
+DECODE_LAYERS_TRANSFORM = "decoder layers in six kernels"
 
 
 def require(condition: bool, message: str) -> None:
@@ -404,58 +339,7 @@ def effective_options(contestant: str, options: GenerationOptions,
     return adapt_to_device(options, device_type)
 
 
-
 # How a tensor-parallel model's all-reduces run when symmetric memory is available (core.parallel.tensor_parallel).
 ONE_SHOT_ALL_REDUCE = "one-shot symmetric-memory all-reduce in step-graph mode, NCCL in the other modes"
 FUSED_ALL_REDUCE = ("decoder layers: all-reduce + residual add + RMSNorm in one symmetric-memory kernel at decode "
                     "(core.kernels.tp_fusion; NCCL for long prefills); other all-reduces: " + ONE_SHOT_ALL_REDUCE)
-
-
-def env_choice(name: str, choices: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
-    """The value of the environment variable `name`, one of `choices` (its first when unset or empty)."""
-    environ = os.environ if environ is None else environ
-    choice = environ.get(name, "").strip().lower() or choices[0]
-    if choice not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {choice!r}")
-    return choice
-
-
-def decode_products_choice(step_graph: bool, environ: Mapping[str, str] | None = None) -> str:
-    """Which kernel SYNCSCOPE_DECODE_PRODUCTS gives the batch-1 products of a compile: "triton" or "inductor" ("auto"
-    resolved: "triton" for a step-graph compile)."""
-    choice = env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
-    if choice == "auto":
-        return "triton" if step_graph else "inductor"
-    return choice
-
-
-def inductor_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The inductor options a user adds to every compile, a JSON object in SYNCSCOPE_INDUCTOR_OPTIONS."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(INDUCTOR_OPTIONS_ENV, "").strip()
-    if not raw:
-        return {}
-    try:
-        options = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{INDUCTOR_OPTIONS_ENV} is not valid JSON ({exc.msg}): {raw!r}") from exc
-    require(isinstance(options, dict), f"{INDUCTOR_OPTIONS_ENV} must be a JSON object of inductor options, got {raw!r}")
-    return options
-
-
-def check_tuning_environment(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a malformed tuning variable (TUNING_ENV) with a one-line reason, before any work starts."""
-    env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES, environ)
-    env_choice(PDL_ENV, PDL_CHOICES, environ)
-    env_choice(KERNEL_PDL_ENV, KERNEL_PDL_CHOICES, environ)
-    env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES, environ)
-    env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES, environ)
-    env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES, environ)
-    env_choice(O_PROJ_ENV, O_PROJ_CHOICES, environ)
-    env_choice(DECODE_PRODUCTS_ENV, DECODE_PRODUCTS_CHOICES, environ)
-    env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES, environ)
-    env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES, environ)
-    env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES, environ)
-    env_choice(PRODUCT_PREFETCH_ENV, PRODUCT_PREFETCH_CHOICES, environ)
-    env_choice(STEP_COMMIT_ENV, STEP_COMMIT_CHOICES, environ)
-    inductor_options_from_env(environ)

@@ -16,25 +16,13 @@ from typing import Any
 import torch
 
 from core.audit_words import copies_per_step, per_step_words
-from core.kernels.pdl import kernel_pdl_in_effect, pdl_in_effect
+from core.kernels.pdl import pdl_in_effect
+from core.loops.step import step_kernels
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
 from core.models import LoadedModel
-from core.options import (
-    HF,
-    HF_DEFERRED,
-    NO_CHECK,
-    O_PROJ_CHOICES,
-    O_PROJ_ENV,
-    PIPELINED_AGAIN,
-    STEP_GRAPH,
-    BenchRequest,
-    GenerationOptions,
-    decode_products_choice,
-    env_choice,
-    inductor_options_from_env,
-)
+from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, GenerationOptions
 from core.report_schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
 from core.run_schema import cli_command
 
@@ -93,12 +81,12 @@ DTYPE_FLAGS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 
 def reproduce_command(loaded: LoadedModel, request: BenchRequest) -> str:
     """The `python -m core.bench` command that repeats this run, on this model, device and dtype, with
-    the tuning variables this process runs with."""
+    the tuning switches the model ran with."""
     device = loaded.device
     on_default_gpu = device.type == "cuda" and (loaded.tp > 1 or not device.index)
     return cli_command(request, loaded.spec, device=None if on_default_gpu else str(device),
                        dtype=DTYPE_FLAGS.get(loaded.dtype), tp=loaded.tp, hf_modules=loaded.hf_modules,
-                       prompt_tokens=request.prompt_tokens)
+                       prompt_tokens=request.prompt_tokens, tuning=loaded.tuning)
 
 
 def _identity(loaded: LoadedModel, request: BenchRequest, width: int, runs: list[dict[str, Any]],
@@ -108,7 +96,7 @@ def _identity(loaded: LoadedModel, request: BenchRequest, width: int, runs: list
                             dtype=str(loaded.dtype).replace("torch.", ""), keys=keys,
                             compile_mode=request.options.compile,
                             fused_attention=_fused_attention(loaded, request.options.compile),
-                            pdl=pdl_in_effect(loaded.device, request.options.compile, inductor_options_from_env()))
+                            pdl=_pdl(loaded, request.options.compile))
 
 
 def _fused_attention(loaded: LoadedModel, compile_mode: str) -> bool:
@@ -202,73 +190,40 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def environment(loaded: LoadedModel, compile_mode: str, greedy: bool = True) -> dict[str, Any]:
+    """Where the run ran, the tuning switches whole (`tuning`, core.tuning), and what they and prepare_for_decode made
+    of the model and its compiled steps (core.loops.step.step_kernels): facts, None where they had no part."""
     import transformers
-
 
     gpu = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else None
     return {"device": str(loaded.device), "gpu": gpu, "dtype": str(loaded.dtype).replace("torch.", ""),
             "tp": loaded.tp, "tp_all_reduce": loaded.all_reduce_text or None,
-            "inductor_options": inductor_options_from_env() or None,
-            "pdl": pdl_in_effect(loaded.device, compile_mode, inductor_options_from_env()),
-            "kernel_pdl": kernel_pdl_in_effect(loaded.device, compile_mode),  # the project's own Triton kernels
+            "tuning": loaded.tuning.as_report(),
+            "pdl": _pdl(loaded, compile_mode),
             "model_transforms": list(loaded.transforms),  # sentences; the same as facts in the next two
             "decode_attention": loaded.decode_attention, "fused_projections": list(loaded.fused_projections),
-            # in compiled steps (core.kernels.fusion.output_projection); None where nothing is compiled
-            "o_proj": env_choice(O_PROJ_ENV, O_PROJ_CHOICES) if compile_mode != "off" else None,
-            # the batch-1 products of compiled CUDA steps (core.kernels.products); None where nothing is compiled
-            "decode_products": (decode_products_choice(compile_mode == STEP_GRAPH)
-                                if compile_mode != "off" and loaded.device.type == "cuda" else None),
-            # whether the decoder layers' step ran core.kernels.decode_layer's kernels; None where nothing is compiled
-            "decode_layer": _decode_layer(loaded, compile_mode),
-            # the fused layer's kernel that computed silu(gate) * up (SYNCSCOPE_DECODE_SWIGLU); None where not fused
-            "decode_swiglu": _decode_swiglu(loaded, compile_mode),
-            # whether its attention asked L2 for the output projection's weight (SYNCSCOPE_ATTENTION_PREFETCH), and
-            # its products for the next one's (SYNCSCOPE_PRODUCT_PREFETCH)
-            "attention_prefetch": _prefetch(loaded, compile_mode, "attention"),
-            "product_prefetch": _prefetch(loaded, compile_mode, "product"),
-            # what a greedy step-graph step compiled after the forward (SYNCSCOPE_STEP_COMMIT); None elsewhere
-            "step_commit": _step_commit(compile_mode, greedy),
+            **step_facts(loaded, compile_mode, greedy),
             "gpus": _gpu_facts(loaded),
             "torch": str(torch.__version__), "transformers": str(transformers.__version__),
             "python": platform.python_version(), "host": platform.node()}
 
 
-def _decode_layer(loaded: LoadedModel, compile_mode: str) -> str | None:
-    if compile_mode == "off" or loaded.device.type != "cuda":
-        return None
-    from core.kernels.decode_layer import decode_layer_choice
-
-    fused = (loaded.decode_layers and compile_mode == STEP_GRAPH and decode_products_choice(True) == "triton"
-             and decode_layer_choice() != "off")  # the layers were fused at load; the choice is read again at trace
-    return "fused" if fused else "off"
-
-
-def _decode_swiglu(loaded: LoadedModel, compile_mode: str) -> str | None:
-    if _decode_layer(loaded, compile_mode) != "fused":
-        return None
-    from core.kernels.decode_layer import swiglu_choice
-
-    return swiglu_choice()
+def step_facts(loaded: LoadedModel, compile_mode: str, greedy: bool = True) -> dict[str, str | None]:
+    """What the compiled steps ran (core.loops.step.step_kernels), None where it had no part: the output projection's
+    kernel where the gemv kernel does not take it (`o_proj`), the batch-1 products of CUDA steps (`decode_products`),
+    whether the decoder layers ran core.kernels.decode_layer's kernels (`decode_layer`: "fused" or "off", on CUDA),
+    and what a greedy step-graph step compiled after the forward (`step_commit`)."""
+    kernels = step_kernels(loaded, compile_mode)
+    if kernels is None:
+        return dict.fromkeys(("o_proj", "decode_products", "decode_layer", "step_commit"))
+    on_cuda = loaded.device.type == "cuda"
+    return {"o_proj": kernels.o_proj, "decode_products": kernels.products if on_cuda else None,
+            "decode_layer": ("fused" if kernels.fused_layers else "off") if on_cuda else None,
+            "step_commit": kernels.commit if greedy else None}
 
 
-def _prefetch(loaded: LoadedModel, compile_mode: str, kernels: str) -> str | None:
-    """What the fused layer's attention or products (`kernels`) asked L2 for: "on", "off", "unsupported" (asked below
-    Hopper, which has no bulk prefetch), or None where the layers were not fused."""
-    if _decode_layer(loaded, compile_mode) != "fused":
-        return None
-    from core.kernels.decode_layer import attention_prefetch_choice, product_prefetch_choice
-    from core.kernels.pdl import hopper_or_newer
-
-    choice = attention_prefetch_choice() if kernels == "attention" else product_prefetch_choice()
-    return "unsupported" if choice == "on" and not hopper_or_newer(loaded.device) else choice
-
-
-def _step_commit(compile_mode: str, greedy: bool) -> str | None:
-    if compile_mode != STEP_GRAPH or not greedy:
-        return None
-    from core.loops.step import step_commit_choice
-
-    return step_commit_choice()
+def _pdl(loaded: LoadedModel, compile_mode: str) -> str:
+    """The programmatic dependent launch a compile in `compile_mode` got (core.kernels.pdl.pdl_in_effect)."""
+    return pdl_in_effect(loaded.device, compile_mode, loaded.tuning.pdl, loaded.tuning.inductor_options)
 
 
 def _gpu_facts(loaded: LoadedModel) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ processes: docs/MEASUREMENT.md, "Diffing two runs") and the call, and the per-st
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -24,29 +25,18 @@ from core.measure.stats import (
     welch_ratio_interval,
     widened,
 )
-from core.options import (
-    ALL_LOOPS,
-    APPEND_IN_ATTENTION_CHOICES,
-    APPEND_IN_ATTENTION_ENV,
-    NO_CHECK,
-    OPTIONS,
-    PIPELINED_AGAIN,
-    RUN_OPTION,
-    RUN_OPTIONS,
-    TP_BARRIER_CHOICES,
-    TP_BARRIER_ENV,
-)
-from core.report_schema import command_assignments, upgrade_report
+from core.options import ALL_LOOPS, NO_CHECK, OPTIONS, PIPELINED_AGAIN, RUN_OPTION, RUN_OPTIONS
+from core.report_schema import upgrade_report
 from core.text import SENTENCE_FIELD_CHARS, clip, escaped
+from core.tuning import RETIRED, SWITCHES
 
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
+# What the run was and what its switches made of the model and its compiled steps (core.report.environment)
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
-                      "pdl", "kernel_pdl", "o_proj", "decode_products", "decode_layer", "decode_swiglu",
-                      "attention_prefetch", "product_prefetch", "step_commit", "inductor_options", "torch",
-                      "transformers", "python")
-# Tuning variables whose effect the environment does not record: read from the reproduce command, where an unset one
-# is its first choice (options.env_choice).
-COMMAND_ENVIRONMENT = {APPEND_IN_ATTENTION_ENV: APPEND_IN_ATTENTION_CHOICES, TP_BARRIER_ENV: TP_BARRIER_CHOICES}
+                      "pdl", "o_proj", "decode_products", "decode_layer", "step_commit", "torch", "transformers",
+                      "python")
+# A retired switch is a setting only where a report set it (core.tuning.RETIRED); absent, it was at its default
+ABSENT_MEANS = {retired.variable: retired.default for retired in RETIRED}
 CONTROL_CANDIDATES = ("naive", NO_CHECK)  # in this order: the contestants a control may be
 # The contestants that share the control's decode setup (compiled forward, cache, step graph) in a process, so that
 # what moves one between processes moves the others alike; generate() has its own.
@@ -62,7 +52,8 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     Returns a dict with:
       - "a", "b": each run's facts: model, device (the GPU's name, else the device), created, command, interrupted;
       - "settings": one row per setting, in a fixed order: {"name", "a", "b", "differs"} (the model, the device,
-        dtype and versions from "environment", the tuning variables the command set, every run option from
+        dtype, versions and what the switches made of the model from "environment", every tuning switch by its
+        variable from "environment.tuning" (a retired one where either report set it), every run option from
         "request.options", the request's trials, contestants, audit ...; what a loop ran with where the device
         changed it, as "ran <option>");
       - "differs": the names of the settings that differ;
@@ -128,7 +119,7 @@ def diff_settings(report: dict[str, Any]) -> dict[str, Any]:
     options = request.get("options", {})
     values: dict[str, Any] = {"model": report.get("model", {}).get("spec"), "prompt": request.get("prompt")}
     values.update({key: env.get(key) for key in DIFFED_ENVIRONMENT})
-    values.update(_command_environment(report.get("command")))
+    values.update(_tuning_settings(env.get("tuning")))
     values.update({key: value for key, value in options.items() if key != "loop"})
     if options:  # an option added after the report was written: the run had what its default does
         values.update({o.name: o.default for o in RUN_OPTIONS if o.part == OPTIONS and o.name not in options})
@@ -138,12 +129,20 @@ def diff_settings(report: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _command_environment(command: Any) -> dict[str, str | None]:
-    """COMMAND_ENVIRONMENT's variables as the reproduce command set them (None for all without a command)."""
-    if not isinstance(command, str):
-        return dict.fromkeys(COMMAND_ENVIRONMENT)
-    assigned = command_assignments(command)
-    return {name: assigned.get(name, choices[0]) for name, choices in COMMAND_ENVIRONMENT.items()}
+def _tuning_settings(tuning: Any) -> dict[str, Any]:
+    """Each tuning switch by its variable, as the report's `environment.tuning` holds it (upgrade_report fills it in
+    for a report from before), absent ones at their default; a retired switch only where it was not at its
+    default."""
+    tuning = tuning if isinstance(tuning, dict) else {}
+    values = {switch.variable: _switch_value(tuning.get(switch.key, switch.default)) for switch in SWITCHES}
+    values.update({retired.variable: _switch_value(tuning[retired.key]) for retired in RETIRED
+                   if tuning.get(retired.key, retired.default) != retired.default})
+    return values
+
+
+def _switch_value(value: Any) -> Any:
+    """A switch's value as a setting: a JSON object as its JSON text (the same options give the same text)."""
+    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, dict) else value
 
 
 def _loop_ran(report: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +154,7 @@ def _settings_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]
     left, right = diff_settings(a), diff_settings(b)
     rows = []
     for name in dict.fromkeys([*left, *right]):
-        x, y = left.get(name), right.get(name)
+        x, y = left.get(name, ABSENT_MEANS.get(name)), right.get(name, ABSENT_MEANS.get(name))
         if name.startswith("ran ") and x == left.get(name[4:]) and y == right.get(name[4:]):
             continue  # ran as asked in both: the asked-for row says it
         if x is None and y is None:

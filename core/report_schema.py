@@ -19,13 +19,15 @@ import codecs
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from core.options import DECODE_PRODUCTS_ENV, is_int
+from core.options import STEP_GRAPH, is_int
 from core.phases import phase_named
 from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.text import clip
+from core.tuning import RETIRED, SWITCH, SWITCHES
 
 BENCH_SCHEMA_PREFIX, AUDIT_SCHEMA_PREFIX = "syncscope.bench/", "syncscope.audit/"  # any version of each
 LOAD_SCHEMA_PREFIX = "syncscope.load/"
@@ -344,17 +346,10 @@ def upgrade_report(report: Any) -> Any:
     if isinstance(out["environment"], dict) and "decode_layer" not in out["environment"]:
         compiled_on_cuda = out["environment"].get("decode_products") is not None
         out["environment"] = {**out["environment"], "decode_layer": "off" if compiled_on_cuda else None}
-    if isinstance(out["environment"], dict) and "kernel_pdl" not in out["environment"]:
-        out["environment"] = {**out["environment"], "kernel_pdl": "off"}  # before SYNCSCOPE_KERNEL_PDL existed
-    if isinstance(out["environment"], dict) and "decode_swiglu" not in out["environment"]:
-        fused = out["environment"].get("decode_layer") == "fused"  # before SYNCSCOPE_DECODE_SWIGLU: in down
-        out["environment"] = {**out["environment"], "decode_swiglu": "down" if fused else None}
-    for field in ("attention_prefetch", "product_prefetch"):  # before SYNCSCOPE_*_PREFETCH, a fused layer asked none
-        if isinstance(out["environment"], dict) and field not in out["environment"]:
-            fused = out["environment"].get("decode_layer") == "fused"
-            out["environment"] = {**out["environment"], field: "off" if fused else None}
     if isinstance(out["environment"], dict) and "step_commit" not in out["environment"]:
         out["environment"] = {**out["environment"], "step_commit": _commit_before_the_field(out)}
+    if isinstance(out["environment"], dict) and not isinstance(out["environment"].get("tuning"), dict):
+        out["environment"] = {**out["environment"], "tuning": _tuning_before_the_field(out)}
     if isinstance(out["summary"], dict) and isinstance(out.get("kernel_measurement"), dict):
         out["summary"] = _kernel_fields_before_the_summary_had_them(out)
     return out
@@ -416,14 +411,75 @@ def _commit_before_the_field(report: dict[str, Any]) -> str | None:
     return "argmax"
 
 
+# Environment fields that recorded a switch's value where the switch acted (None elsewhere), under its key
+_RECORDED_AS_SET = ("o_proj", "step_commit", "kernel_pdl", "decode_swiglu", "attention_prefetch", "product_prefetch")
+
+
+def _tuning_before_the_field(report: dict[str, Any]) -> dict[str, Any]:
+    """environment.tuning of a report written before it was recorded (core.tuning): each switch as its reproduce
+    command set it, else as its environment recorded it, else its default; the inductor options as recorded. A
+    retired switch only where it was not at its default (what its default did is what runs now)."""
+    assigned = command_assignments(report.get("command"))
+    tuning: dict[str, Any] = {}
+    for switch in SWITCHES:
+        tuning[switch.key] = _switch_before_the_field(switch.key, switch.variable, switch.choices, report, assigned)
+    for retired in RETIRED:
+        value = _switch_before_the_field(retired.key, retired.variable, retired.choices, report, assigned)
+        if value != retired.default:
+            tuning[retired.key] = value
+    return tuning
+
+
+def _switch_before_the_field(key: str, variable: str, choices: tuple[str, ...], report: dict[str, Any],
+                             assigned: dict[str, str]) -> Any:
+    env = report["environment"]
+    if key == "inductor_options":  # a JSON object, as the environment recorded it (None: none), else as set
+        recorded = env.get("inductor_options")
+        return dict(recorded) if isinstance(recorded, dict) else _json_object(assigned.get(variable))
+    if variable in assigned:
+        return assigned[variable].strip().lower() or choices[0]
+    recorded = env.get(key)
+    if key in _RECORDED_AS_SET and recorded in choices:
+        return recorded
+    if key == "decode_products":
+        return _products_switch_before_the_field(report)
+    return choices[0]
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _products_switch_before_the_field(report: dict[str, Any]) -> str:
+    """The `decode_products` switch of a report whose command did not set it: "auto", unless the products it recorded
+    are not those "auto" gives its compile (before "auto", the default was "inductor" everywhere)."""
+    ran = report["environment"].get("decode_products")
+    options = report["request"].get("options") if isinstance(report["request"], dict) else None
+    compile_mode = options.get("compile") if isinstance(options, dict) else None
+    auto = "triton" if compile_mode == STEP_GRAPH else "inductor"
+    return ran if ran in SWITCH["decode_products"].choices and ran != auto else "auto"
+
+
 def command_assignments(command: Any) -> dict[str, str]:
-    """The variables a reproduce command sets before `python` (run_schema.cli_command writes each as one word)."""
+    """The variables a reproduce command sets before `python` (run_schema.cli_command writes each as one word, quoted
+    as a shell reads it), their values unquoted."""
     assigned: dict[str, str] = {}
-    for word in command.split(" ") if isinstance(command, str) else []:
-        name, equals, value = word.partition("=")
-        if not equals or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
-            break
-        assigned[name] = value
+    if not isinstance(command, str):
+        return assigned
+    words = shlex.shlex(command, posix=True)
+    words.whitespace_split = True
+    try:
+        for word in words:  # read lazily: a quote the shell would refuse further on does not matter here
+            name, equals, value = word.partition("=")
+            if not equals or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+                break
+            assigned[name] = value
+    except ValueError:  # a quote left open inside the assignments: those before it
+        pass
     return assigned
 
 
@@ -433,7 +489,7 @@ def _products_before_the_field(report: dict[str, Any]) -> str | None:
     env = report["environment"]
     if env.get("o_proj") is None or not str(env.get("device", "")).startswith("cuda"):
         return None
-    return command_assignments(report.get("command")).get(DECODE_PRODUCTS_ENV, "inductor")  # the default then
+    return command_assignments(report.get("command")).get(SWITCH["decode_products"].variable, "inductor")  # then
 
 
 def upgrade_page(page: Any) -> Any:

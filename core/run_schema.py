@@ -30,13 +30,13 @@ from core.options import (
     RUN_OPTION,
     RUN_OPTIONS,
     TEXT,
-    TUNING_ENV,
     WHOLE,
     BenchRequest,
     GenerationOptions,
     RunOption,
     compile_needs_static_cache,
 )
+from core.tuning import Tuning
 
 
 @dataclass(frozen=True)
@@ -235,13 +235,13 @@ def command_words(request: BenchRequest) -> list[str]:
 
 
 def cli_command(request: BenchRequest, model: str, device: str | None = None, dtype: str | None = None,
-                tp: int = 1, hf_modules: bool = False, environ: Mapping[str, str] | None = None,
+                tp: int = 1, hf_modules: bool = False, tuning: Tuning | None = None,
                 prompt_tokens: int | None = None) -> str:
-    """The `python -m core.bench` command that reproduces `request`, after the tuning variables (TUNING_ENV) set in
-    `environ` (default: this process's environment, which the engine processes inherit). `prompt_tokens`: the prompt
-    is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens)."""
-    environ = os.environ if environ is None else environ
-    assignments = [f"{name}={shell_quote(environ[name])} " for name in TUNING_ENV if environ.get(name, "").strip()]
+    """The `python -m core.bench` command that reproduces `request`, after the variables of the tuning switches that
+    differ from their default in `tuning` (None: none do). `prompt_tokens`: the prompt is the CLI's fixed synthetic
+    prompt of that many token ids (--prompt-tokens)."""
+    differing = (tuning or Tuning()).assignments()
+    assignments = [f"{name}={shell_quote(value)} " for name, value in differing.items()]
     words = [*bench_words(), "--model", model]
     words += ["--device", device] if device else []
     words += ["--dtype", dtype] if dtype else []

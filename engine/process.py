@@ -29,6 +29,7 @@ from typing import Any
 
 from core.options import BenchRequest, Cancelled
 from core.specs import loading_note
+from core.tuning import Tuning
 from engine.protocol import (
     Compare,
     Done,
@@ -104,12 +105,15 @@ class EventBatcher:
 
 
 class EngineCore:
-    """Loads models and does the runs of one rank; reports through `send`. Usable in-process (tests)."""
+    """Loads models and does the runs of one rank; reports through `send`. Usable in-process (tests). The tuning
+    switches are read from its environment (the server's, inherited) once, when it starts, and every model it loads
+    is prepared with them."""
 
     def __init__(self, send: Send, config: EngineConfig, cancel_flag: Any = None):
         self.send = send
         self.config = config
         self.cancel_flag = cancel_flag
+        self.tuning = Tuning.from_environment()
         self.loaded: Any = None
         self.must_restart = False
 
@@ -155,7 +159,7 @@ class EngineCore:
             self.loaded = None
             _free_memory()
         new = load_model(spec, device=self.config.device, dtype=self.config.dtype,
-                         hf_modules=self.config.hf_modules, admitted=True, **self._tp())
+                         hf_modules=self.config.hf_modules, admitted=True, tuning=self.tuning, **self._tp())
         self.loaded = None
         _free_memory()
         self.loaded = new
@@ -361,11 +365,11 @@ def serve(conn: Any, cancel_flag: Any, heartbeat: Any, config: EngineConfig) -> 
     send = _locked_sender(conn)
     try:
         _start_distributed(config)
+        core = EngineCore(send, config, cancel_flag)  # a malformed tuning switch fails the start, in one line
         send(hello_message(config))
     except Exception as exc:
         send(Failed(job=None, category=FailureCategory.START, error=f"{type(exc).__name__}: {exc}"))
         raise SystemExit(RESTART_EXIT_CODE) from exc
-    core = EngineCore(send, config, cancel_flag)
     while True:
         try:
             request = conn.recv()

@@ -15,8 +15,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 # another process holds a core, which made a tiny model's forward up to ten times slower on a busy machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ import torch
 
 from core.models import load_model
 from core.parallel.launch import free_port
+from core.tuning import Tuning
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
@@ -62,16 +64,19 @@ TINY_GPU_COMPILE = '{"max_autotune": false, "coordinate_descent_tuning": false}'
 def cuda_models():
     """load(spec, dtype, decode_attention=None): a model on the GPU, loaded once for the whole run per (spec, dtype,
     decode attention). Tests that share one also share what it compiled and captured (the model keeps its compiled
-    forward per mode and its decode steps per shape), so a compile is paid once, not once per module."""
+    forward per mode and its decode steps per shape), so a compile is paid once, not once per module. Its tuning is
+    the run's environment's, with the decode attention asked for, and for tiny-random TINY_GPU_COMPILE's inductor
+    options, whichever test loads it first."""
     loaded: dict[tuple[str, str, str | None], Any] = {}
 
     def load(spec: str, dtype: str, decode_attention: str | None = None) -> Any:
         key = (spec, dtype, decode_attention)
         if key not in loaded:
-            with pytest.MonkeyPatch.context() as patch:
-                if decode_attention is not None:
-                    patch.setenv("SYNCSCOPE_DECODE_ATTENTION", decode_attention)  # read once, when the model loads
-                loaded[key] = load_model(spec, device="cuda", dtype=dtype)
+            changes: dict[str, Any] = {"decode_attention": decode_attention} if decode_attention else {}
+            if spec == TINY:
+                changes["inductor_options"] = json.loads(TINY_GPU_COMPILE)
+            loaded[key] = load_model(spec, device="cuda", dtype=dtype,
+                                     tuning=replace(Tuning.from_environment(), **changes))
         return loaded[key]
 
     return load

@@ -13,7 +13,6 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from core.kernels.attention import (
     IMPLEMENTATIONS,
     _reads_cache_in_place,
-    decode_attention_kernel,
     decode_sdpa,
     grouped_decode_attention,
     resolve_decode_attention,
@@ -21,6 +20,7 @@ from core.kernels.attention import (
 )
 from core.loops.step import blockwise_argmax
 from core.models import load_model
+from core.tuning import Tuning
 
 
 class _Attention(torch.nn.Module):
@@ -77,19 +77,16 @@ def test_the_reduction_form_of_decode_attention_matches_sdpa(dtype):
     assert torch.allclose(got.float(), expected, atol=1e-6 if dtype == torch.float32 else 1e-2)
 
 
-def test_the_decode_attention_kernel_is_chosen_by_environment_when_the_model_loads(monkeypatch):
-    monkeypatch.delenv("SYNCSCOPE_DECODE_ATTENTION", raising=False)
-    assert decode_attention_kernel() == "auto"
-    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "sdpa")
-    assert decode_attention_kernel() == "sdpa"
-    loaded = load_model("tiny-random", device="cpu", dtype="fp32")
-    assert loaded.transforms[-1] == "compiled decode attention: sdpa"
+def test_the_decode_attention_kernel_is_chosen_by_the_tuning_when_the_model_loads(monkeypatch):
+    loaded = load_model("tiny-random", device="cpu", dtype="fp32", tuning=Tuning(decode_attention="sdpa"))
+    assert loaded.transforms[-1] == "compiled decode attention: sdpa" and loaded.tuning.decode_attention == "sdpa"
     assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
-    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # later changes do not touch a loaded model
-    assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]
+    monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "reduce")  # the environment, without a tuning: read at the load
+    assert load_model("tiny-random", device="cpu", dtype="fp32").decode_attention == "reduce"
+    assert loaded.model.config._attn_implementation == IMPLEMENTATIONS["sdpa"]  # the loaded model is left as it was
     monkeypatch.setenv("SYNCSCOPE_DECODE_ATTENTION", "flash")
-    with pytest.raises(ValueError, match="one of auto, reduce, split, sdpa, triton"):
-        decode_attention_kernel()
+    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_ATTENTION must be one of auto, reduce, split, sdpa, triton"):
+        load_model("tiny-random", device="cpu", dtype="fp32")
 
 
 def _model_on(device: str, head_dim: int) -> SimpleNamespace:

@@ -10,7 +10,6 @@ overwritten while a peer reads it. Some replays' partials hold negative zeros, t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,9 +33,7 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
     from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
     from core.kernels.tp_fusion import FUSED_ROWS, Workspace, allocate_workspace
-    from core.options import TP_BARRIER_ENV
 
-    os.environ[TP_BARRIER_ENV] = barrier
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             device_id=torch.device("cuda", rank))
@@ -46,7 +43,7 @@ def _check_on_rank(rank: int, port: int, barrier: str, out_file: str) -> None:
     try:
         for dtype_name, hidden, rows in CASES:
             dtype = getattr(torch, dtype_name)
-            workspace = Workspace(group, 2, rank, hidden, slots=4)
+            workspace = Workspace(group, 2, rank, hidden, slots=4, barrier=barrier)
             allocate_workspace(workspace, torch.empty(0, dtype=dtype, device="cuda"))
             assert rows <= FUSED_ROWS
             results.append({"case": [dtype_name, hidden, rows],

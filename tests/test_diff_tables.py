@@ -10,6 +10,7 @@ import json
 import pytest
 
 from core.report_diff import diff_reports, diff_text
+from core.tuning import Tuning
 from dashboard import diff_tables
 from dashboard.report_text import plain
 from tests.test_dashboard_client import text_of
@@ -41,21 +42,34 @@ def test_the_settings_that_differ_come_first_highlighted_and_marked(two_h200_run
     assert text_of(diff_tables.summary_md(result, plain)).startswith("1 setting differs: cache.")
 
 
-@pytest.mark.parametrize(("field", "before", "after"), [
-    ("decode_swiglu", "down", "gate-up"),  # where the fused layer computed silu(gate) * up
-    ("attention_prefetch", "off", "on"),  # whether its attention asked L2 for the output projection
-    ("product_prefetch", "off", "on"),  # whether its products asked L2 for the next one's weight
-    ("step_commit", "argmax", "whole"),  # what the greedy step compiled after the forward
+@pytest.mark.parametrize(("field", "before", "after", "fact"), [
+    ("step_commit", "argmax", "whole", True),  # what the greedy step compiled after the forward
+    ("decode_swiglu", "down", "gate-up", False),  # a switch removed since: where the fused layer computed silu(g) * up
 ])
-def test_each_step_graph_kernel_choice_is_a_setting_of_its_own(field, before, after):
+def test_each_step_graph_kernel_choice_is_a_setting_of_its_own(field, before, after, fact):
+    """Old reports, which recorded each choice as a field of their environment: upgraded, the switch is a setting of
+    its own, by its variable, and so is what ran where the environment still records it."""
     a = h200_saved_report().report
     a["request"]["options"] = {**a["request"]["options"], "compile": "step-graph", "do_sample": False}
     a["environment"] = {**a["environment"], "decode_layer": "fused"}
     a["environment"].pop(field, None)  # as a report from before the field was written: upgraded to `before`
+    a["environment"].pop("tuning", None)
     b = copy.deepcopy(a)
     b["environment"][field] = after
     table = diff_tables.settings_table(diff_reports(a, b))
-    assert table["data"][0] == [field, before, after, "differs"]
+    differing = [[field, before, after, "differs"]] * fact + [[f"SYNCSCOPE_{field.upper()}", before, after, "differs"]]
+    assert table["data"][:len(differing)] == differing
+    assert all(row[3] == "" for row in table["data"][len(differing):])
+
+
+def test_a_switch_of_todays_reports_is_a_setting_of_its_own():
+    a = h200_saved_report().report
+    a["environment"] = {**a["environment"], "tuning": Tuning().as_report()}
+    b = copy.deepcopy(a)
+    b["environment"]["tuning"]["step_commit"] = "whole"
+    table = diff_tables.settings_table(diff_reports(a, b))
+    assert table["data"][0] == ["SYNCSCOPE_STEP_COMMIT", "argmax", "whole", "differs"]
+    assert all(row[3] == "" for row in table["data"][1:])
 
 
 def test_the_rates_say_b_over_a_the_call_and_the_interval_it_was_judged_by(two_h200_runs):
@@ -147,5 +161,8 @@ def test_two_committed_h200_runs_differing_in_the_product_kernel_say_so_first():
 
     result = diff_reports(opened("default-2"), opened("triton-1"))
     table = diff_tables.settings_table(result)
-    assert table["data"][0] == ["decode_products", "inductor", "triton", "differs"]
-    assert text_of(diff_tables.summary_md(result, plain)).startswith("1 setting differs: decode_products.")
+    # what ran, then the switch that asked for it (before "auto", the default was inductor's products everywhere)
+    assert table["data"][:2] == [["decode_products", "inductor", "triton", "differs"],
+                                 ["SYNCSCOPE_DECODE_PRODUCTS", "inductor", "triton", "differs"]]
+    assert text_of(diff_tables.summary_md(result, plain)).startswith(
+        "2 settings differ: decode_products, SYNCSCOPE_DECODE_PRODUCTS.")

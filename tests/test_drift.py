@@ -17,6 +17,7 @@ from core.measure.drift import NOT_COMPARABLE, PROCESS_DRIFT, device_kind, drift
 from core.measure.stats import welch_ratio_interval, widened
 from core.options import RUN_OPTION
 from core.report_diff import CALLS, diff_reports, diff_text
+from core.tuning import SWITCHES, Tuning
 
 
 def report(rates: dict[str, list[float]], device: str = "cuda", keys: int | None = None, command: str | None = None,
@@ -189,14 +190,34 @@ def test_generate_has_its_own_decode_path_and_keeps_the_drift_allowance_beside_a
     assert hf["metric"] == "decode_tokens_per_s" and "hf, with a decode path of its own" in result["note"]
 
 
-def test_a_tuning_variable_of_the_command_is_a_setting():
+def test_every_tuning_switch_is_a_setting():
+    a = report({"naive": STEADY, "pipelined": STEADY})
+    a["environment"]["tuning"] = Tuning().as_report()
+    for switch in SWITCHES:
+        b = copy.deepcopy(a)
+        b["environment"]["tuning"][switch.key] = switch.choices[-1] if switch.choices else {"max_autotune": False}
+        result = diff_reports(a, b)
+        assert result["differs"] == [switch.variable] and result["control"] is None, switch.key
+    assert diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}))["differs"] == [], \
+        "a report from before the tuning was recorded, with no switch set: every switch at its default"
+
+
+def test_a_switch_of_an_old_reports_command_is_a_setting_and_so_is_one_removed_since():
+    tp = "SYNCSCOPE_TP_BARRIER=asm python -m core.bench --model tiny-random"
+    a = report({"naive": STEADY, "pipelined": STEADY}, command="python -m core.bench --model tiny-random")
+    result = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, command=tp))
+    assert result["differs"] == ["SYNCSCOPE_TP_BARRIER"] and result["control"] is None
     off = "SYNCSCOPE_APPEND_IN_ATTENTION=off python -m core.bench --model tiny-random"
     on = "SYNCSCOPE_APPEND_IN_ATTENTION=on python -m core.bench --model tiny-random"
     a = report({"naive": STEADY, "pipelined": STEADY}, command=off)
     result = diff_reports(a, report({"naive": STEADY, "pipelined": STEADY}, command=on))
     assert result["differs"] == ["SYNCSCOPE_APPEND_IN_ATTENTION"] and result["control"] is None
-    unset = report({"naive": STEADY, "pipelined": STEADY}, command="python -m core.bench --model tiny-random")
-    assert diff_reports(a, unset)["differs"] == [], "unset is the first choice, off"
+    assert [(row["a"], row["b"]) for row in result["settings"] if row["differs"]] == [("off", "on")]
+    today = report({"naive": STEADY, "pipelined": STEADY})
+    today["environment"]["tuning"] = Tuning().as_report()
+    assert diff_reports(a, today)["differs"] == [], "off, its default, is what runs now"
+    assert diff_reports(report({"naive": STEADY, "pipelined": STEADY}, command=on), today)["differs"] == [
+        "SYNCSCOPE_APPEND_IN_ATTENTION"]
 
 
 def test_an_option_added_after_a_report_was_written_ran_as_its_default_there():

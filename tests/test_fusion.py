@@ -3,6 +3,7 @@ tp=1 and over two gloo ranks on the CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -18,6 +19,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCach
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 
 from core.kernels.fusion import FusedLinear, fuse_projections, fused_attention_class, fused_mlp_class
+from core.kernels.products import traced_with
 from core.loops.generation import generate
 from core.models import load_model
 from core.parallel.launch import free_port
@@ -148,9 +150,9 @@ def test_biases_are_stacked_too():
 
 
 @pytest.mark.parametrize(("choice", "library"), [("library", True), ("inductor", False), ("", True)])
-def test_a_compiled_step_s_output_projection_is_the_library_s_product(fused, monkeypatch, choice, library):
-    # SYNCSCOPE_O_PROJ (read while the step is traced): the library's op, opaque to inductor, or inductor's own mm.
-    monkeypatch.setenv("SYNCSCOPE_O_PROJ", choice)
+def test_a_compiled_step_s_output_projection_is_the_library_s_product(fused, choice, library):
+    # The `o_proj` switch, which the step gives the trace (core.kernels.products.traced_with; "": nothing given, as a
+    # compile outside the loops): the library's op, opaque to inductor, or inductor's own mm.
     seen: list[str] = []
 
     def backend(graph: torch.fx.GraphModule, inputs: Any) -> Any:
@@ -160,7 +162,8 @@ def test_a_compiled_step_s_output_projection_is_the_library_s_product(fused, mon
     torch._dynamo.reset()
     cache = new_cache("static", fused.model)
     eager = step_logits(fused.model, new_cache("static", fused.model), steps=0)[0]
-    with torch.inference_mode():
+    given = traced_with("inductor", choice) if choice else contextlib.nullcontext()
+    with torch.inference_mode(), given:
         compiled = torch.compile(fused.model, backend=backend, fullgraph=True)
         logits = compiled(input_ids=torch.tensor(IDS), cache=cache, use_cache=True).logits[:, -1]
     torch._dynamo.reset()

@@ -1,6 +1,5 @@
 """benchmarks/gemv_sweep.py on the CPU: the cases it times (a product alone, gate/up with the norm before it, the
-q/k/v kernel with the norm, the rotary embedding and the cache write, gate/up writing silu(gate) * up, the down
-projection after it) computed by the kernels in Triton's interpreter
+q/k/v kernel with the norm, the rotary embedding and the cache write) computed by the kernels in Triton's interpreter
 against the script's own fp32 steps, and the table it writes keyed by part. The sweep itself needs a GPU."""
 
 from __future__ import annotations
@@ -34,11 +33,11 @@ def case_errors() -> dict[str, float]:
 
     sweep = load_sweep()
     errors = {}
-    for part, name in (("", "o"), ("norm", "gate_up"), ("qkv", "qkv"), ("swiglu", "gate_up"), ("down", "down")):
+    for part, name in (("", "o"), ("", "down"), ("norm", "gate_up"), ("qkv", "qkv")):
         (product,) = [p for p in sweep.part_products(SMALL, part) if p[0] == name]
-        case = sweep.Case(SMALL, *product[1:], sweep.table_part(part), device="cpu")
+        case = sweep.Case(SMALL, *product[1:], part, device="cpu")
         for config in (GemvConfig(2, 64, 4, 1), GemvConfig(8, 32, 4, 1)):
-            errors[f"{part or 'plain'} {config.block_n}"] = case.error(case.run(config))
+            errors[f"{part or 'plain'} {name} {config.block_n}"] = case.error(case.run(config))
     return errors
 
 
@@ -50,7 +49,7 @@ def test_the_sweeps_cases_are_what_the_kernels_compute():
                             env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     errors = json.loads(result.stdout.splitlines()[-1])
-    assert len(errors) == 10
+    assert len(errors) == 8
     # bf16 in the interpreter (rounding by truncation); a wrong row, rotation or cache slot is off by the output itself
     assert all(error < 0.05 for error in errors.values()), errors
 
@@ -67,11 +66,7 @@ def test_the_table_keeps_each_part_under_a_key_of_its_own(tmp_path):
     assert set(entries) == {"28672x4096", "28672x4096-norm"}  # an incomplete sweep is not written
     assert entries["28672x4096-norm"] == {k: best[k] for k in ("block_n", "block_k", "num_warps", "num_stages")}
     assert all(config.block_n >= 2 for config in sweep.grid("qkv")) and len(sweep.grid("qkv")) < len(sweep.grid())
-    # swiglu's programs take rows in pairs, two accumulators; down after it is a plain product, without activation
-    assert all(c.block_n * c.block_k // (c.num_warps * 32) <= 32 for c in sweep.grid("swiglu"))
-    assert sweep.part_products("llama-1b", "down") == [("down", 2048, 8192, False)]
-    assert sweep.part_products("llama-1b", "swiglu") == [("gate_up", 16384, 2048, False)]
-    assert sweep.table_part("down") == "" and sweep.table_part("swiglu") == "swiglu"
+    assert sweep.part_products("llama-1b", "norm") == [("gate_up", 16384, 2048, False)]
 
 
 def test_a_graph_cycles_through_enough_weight_copies_to_overflow_the_cache():
@@ -85,12 +80,12 @@ def test_a_graph_cycles_through_enough_weight_copies_to_overflow_the_cache():
 @pytest.mark.cuda
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or not __import__("torch").cuda.is_available(),
                     reason="needs an NVIDIA GPU (CUDA) and the triton package")
-@pytest.mark.parametrize("part", ["", "norm", "qkv", "swiglu"])
+@pytest.mark.parametrize("part", ["", "norm", "qkv"])
 def test_the_graph_timing_times_each_part_and_its_copies_compute_the_same(part):
     from core.kernels.triton_gemv import GemvConfig
 
     sweep = load_sweep()
-    name = {"": "o", "norm": "gate_up", "qkv": "qkv", "swiglu": "gate_up"}[part]
+    name = {"": "o", "norm": "gate_up", "qkv": "qkv"}[part]
     (product,) = [p for p in sweep.part_products("llama-1b", part) if p[0] == name]
     case = sweep.Case("llama-1b", *product[1:], part)
     weights = case.weight_copies(64 * 2**20)

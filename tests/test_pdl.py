@@ -7,50 +7,43 @@ import torch
 
 from core.bench import main
 from core.kernels.pdl import (
-    PDL_ENV,
     SafePdlCacheKey,
     install_safe_pdl_placement,
-    pdl_choice,
     pdl_in_effect,
     pdl_inductor_options,
     supports_pdl,
 )
 from core.options import STEP_GRAPH
+from core.tuning import Tuning
 
 
-def test_pdl_is_off_by_default_and_a_typo_is_refused(monkeypatch):
-    monkeypatch.delenv(PDL_ENV, raising=False)
-    assert pdl_choice() == "off"
-    monkeypatch.setenv(PDL_ENV, " Inductor ")
-    assert pdl_choice() == "inductor"
-    monkeypatch.setenv(PDL_ENV, "fast")
+def test_pdl_is_off_by_default_and_a_typo_is_refused():
+    assert Tuning.from_environment({}).pdl == "off"
+    assert Tuning.from_environment({"SYNCSCOPE_PDL": " Inductor "}).pdl == "inductor"
     with pytest.raises(ValueError, match="SYNCSCOPE_PDL must be one of off, safe, inductor, got 'fast'"):
-        pdl_choice()
+        Tuning.from_environment({"SYNCSCOPE_PDL": "fast"})
 
 
 def test_the_cli_refuses_a_bad_choice_before_any_work(monkeypatch, capsys):
-    monkeypatch.setenv(PDL_ENV, "always")
+    monkeypatch.setenv("SYNCSCOPE_PDL", "always")
     assert main(["--model", "tiny-random", "--max-new-tokens", "2"]) == 2
     assert "SYNCSCOPE_PDL must be one of" in capsys.readouterr().err
 
 
-def test_no_pdl_on_the_cpu_and_no_options_for_it(monkeypatch):
-    monkeypatch.setenv(PDL_ENV, "safe")
+def test_no_pdl_on_the_cpu_and_no_options_for_it():
     assert not supports_pdl("cpu")
     assert pdl_inductor_options("cpu", "safe") == {}
-    assert pdl_in_effect("cpu", STEP_GRAPH, {}) == "unsupported"
+    assert pdl_in_effect("cpu", STEP_GRAPH, "safe", {}) == "unsupported"
 
 
 def test_the_report_follows_the_mode_and_the_users_inductor_options(monkeypatch):
     monkeypatch.setattr("core.kernels.pdl.supports_pdl", lambda device: True)
-    monkeypatch.setenv(PDL_ENV, "safe")
-    assert pdl_in_effect("cuda", STEP_GRAPH, {}) == "safe"
-    assert pdl_in_effect("cuda", "reduce-overhead", {}) == "off"
-    assert pdl_in_effect("cuda", STEP_GRAPH, {"triton.enable_pdl": False}) == "off"
-    assert pdl_in_effect("cuda", "reduce-overhead", {"triton.enable_pdl": True}) == "inductor"
-    monkeypatch.delenv(PDL_ENV)
-    assert pdl_in_effect("cuda", STEP_GRAPH, {}) == "off"
-    assert pdl_in_effect("cuda", STEP_GRAPH, {"triton.enable_pdl": True}) == "inductor"
+    assert pdl_in_effect("cuda", STEP_GRAPH, "safe", {}) == "safe"
+    assert pdl_in_effect("cuda", "reduce-overhead", "safe", {}) == "off"
+    assert pdl_in_effect("cuda", STEP_GRAPH, "safe", {"triton.enable_pdl": False}) == "off"
+    assert pdl_in_effect("cuda", "reduce-overhead", "safe", {"triton.enable_pdl": True}) == "inductor"
+    assert pdl_in_effect("cuda", STEP_GRAPH, "off", {}) == "off"
+    assert pdl_in_effect("cuda", STEP_GRAPH, "off", {"triton.enable_pdl": True}) == "inductor"
 
 
 def test_the_safe_options_carry_a_cache_key_of_their_own(monkeypatch):

@@ -88,7 +88,7 @@ def old_way(loaded, request, report):
     rows = request.prompt if request.batch > 1 else [request.prompt]
     synthetic = all(isinstance(row, list) and row == synthetic_prompt(len(row)) for row in rows)
     command = cli_command(request, loaded.spec, device=str(loaded.device), dtype=DTYPE_FLAGS.get(loaded.dtype),
-                          tp=loaded.tp, hf_modules=loaded.hf_modules,
+                          tp=loaded.tp, hf_modules=loaded.hf_modules, tuning=loaded.tuning,
                           prompt_tokens=len(rows[0]) if synthetic else None)
     width = encode_prompt(loaded, request.prompt)[0].shape[1]
     effective = {name: effective_options(name, request.options, device) for name in request.contestants}

@@ -11,6 +11,7 @@ import pytest
 from core import report_schema
 from core.report_files import report_paths
 from core.report_schema import AUDIT, BENCH, LOAD, PAGE, ReportError, kind_of, load, upgrade
+from core.tuning import Tuning
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 
@@ -117,21 +118,54 @@ def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_c
     assert report_schema.upgrade(old)["environment"]["decode_layer"] == ("off" if products else None)
     fused = {**old, "environment": {**old["environment"], "decode_layer": "fused"}}
     assert report_schema.upgrade(fused)["environment"]["decode_layer"] == "fused"
-    # and SYNCSCOPE_KERNEL_PDL after them: a report from before launched its kernels without PDL
-    assert report_schema.upgrade(old)["environment"]["kernel_pdl"] == "off"
-    waited = {**old, "environment": {**old["environment"], "kernel_pdl": "wait"}}
-    assert report_schema.upgrade(waited)["environment"]["kernel_pdl"] == "wait"
-    # and SYNCSCOPE_DECODE_SWIGLU: a fused layer from before computed the activation in the down projection
-    assert report_schema.upgrade(fused)["environment"]["decode_swiglu"] == "down"
-    assert report_schema.upgrade(old)["environment"]["decode_swiglu"] is None
-    in_gate_up = {**old, "environment": {**fused["environment"], "decode_swiglu": "gate-up"}}
-    assert report_schema.upgrade(in_gate_up)["environment"]["decode_swiglu"] == "gate-up"
-    # and SYNCSCOPE_ATTENTION_PREFETCH, SYNCSCOPE_PRODUCT_PREFETCH: a fused layer from before asked L2 for nothing
-    for field in ("attention_prefetch", "product_prefetch"):
-        assert report_schema.upgrade(fused)["environment"][field] == "off"
-        assert report_schema.upgrade(old)["environment"][field] is None
-        asked = {**old, "environment": {**fused["environment"], field: "on"}}
-        assert report_schema.upgrade(asked)["environment"][field] == "on"
+
+
+def _tuning_of(command: str | None = None, request: dict | None = None, **environment) -> dict:
+    """environment.tuning of a report from before it was recorded, as upgrade() fills it in."""
+    old = {"schema": "syncscope.bench/1", "command": command, "request": request or {}, "environment": environment}
+    return report_schema.upgrade(old)["environment"]["tuning"]
+
+
+def test_a_report_from_before_the_tuning_was_recorded_gets_every_switch_from_its_command_and_fields():
+    assert _tuning_of() == Tuning().as_report()  # no command, no fields: every switch at its default
+    command = "SYNCSCOPE_PDL=safe SYNCSCOPE_TP_BARRIER=asm SYNCSCOPE_O_PROJ=library python -m core.bench --model x"
+    assert _tuning_of(command) == {**Tuning().as_report(), "pdl": "safe", "tp_barrier": "asm"}
+    # its fields: the inductor options whole (the command's words do not hold a JSON object with spaces), the
+    # output projection and the step's commit where they acted
+    assert _tuning_of(inductor_options={"max_autotune": False}, o_proj="inductor", step_commit="whole") == {
+        **Tuning().as_report(), "inductor_options": {"max_autotune": False}, "o_proj": "inductor",
+        "step_commit": "whole"}
+    assert _tuning_of("SYNCSCOPE_O_PROJ=library python -m core.bench", o_proj="inductor")["o_proj"] == "library"
+    # quoted values, as the command wrote them: a JSON object with spaces does not end the assignments
+    quoted = _tuning_of("""SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": false}' SYNCSCOPE_DECODE_LAYER='off' python""")
+    assert quoted == {**Tuning().as_report(), "inductor_options": {"max_autotune": False}, "decode_layer": "off"}
+    recorded = {"schema": "syncscope.bench/1", "environment": {"tuning": {"pdl": "inductor"}}}
+    assert report_schema.upgrade(recorded)["environment"]["tuning"] == {"pdl": "inductor"}  # as it was written
+
+
+@pytest.mark.parametrize(("compile_mode", "ran", "switch"), [
+    ("step-graph", "triton", "auto"),  # what "auto" gives a step-graph compile
+    ("step-graph", "inductor", "inductor"),  # before "auto": inductor's products were the default everywhere
+    ("default", "inductor", "auto"), (None, None, "auto")])
+def test_the_product_switch_of_a_report_from_before_is_what_its_products_say(compile_mode, ran, switch):
+    options = {"compile": compile_mode} if compile_mode else {}
+    assert _tuning_of(request={"options": options}, device="cuda:0", o_proj="library" if ran else None,
+                      decode_products=ran)["decode_products"] == switch
+
+
+def test_a_report_that_set_a_switch_removed_since_keeps_it_and_only_then():
+    """The switches that lost their A/B (core.tuning.RETIRED): their default is what runs now, so a report of theirs
+    at the default holds nothing of them; one that set another value keeps it, from its command or its field."""
+    assert not set(_tuning_of()) - set(Tuning().as_report())
+    assert _tuning_of(kernel_pdl="off", decode_swiglu="down", attention_prefetch="off", product_prefetch="off") == \
+        Tuning().as_report()
+    assert _tuning_of(kernel_pdl="unsupported") == Tuning().as_report()  # asked for where it could not run
+    fields = _tuning_of(kernel_pdl="wait", decode_swiglu="gate-up", attention_prefetch="on", product_prefetch="on")
+    assert {key: fields[key] for key in ("kernel_pdl", "decode_swiglu", "attention_prefetch", "product_prefetch")} == \
+        {"kernel_pdl": "wait", "decode_swiglu": "gate-up", "attention_prefetch": "on", "product_prefetch": "on"}
+    command = "SYNCSCOPE_APPEND_IN_ATTENTION=on SYNCSCOPE_KERNEL_PDL=prefetch python -m core.bench --model x"
+    assert _tuning_of(command, kernel_pdl="unsupported") == {**Tuning().as_report(), "append_in_attention": "on",
+                                                            "kernel_pdl": "prefetch"}
 
 
 @pytest.mark.parametrize(("options", "commit"), [

@@ -25,6 +25,7 @@ from core.run_schema import (
     shell_quote,
     values_from_args,
 )
+from core.tuning import Tuning
 from tests.conftest import TINY, fast_settings, page_request
 
 
@@ -158,7 +159,7 @@ def shell_words(command: str) -> list[str]:
 @pytest.mark.parametrize("prompt", TRICKY)
 def test_the_reproduce_command_runs_the_prompt_it_shows(prompt):
     request, _ = page_request(dict(prompt=prompt))
-    command = cli_command(request, "tiny-random", environ={})
+    command = cli_command(request, "tiny-random")
     assert command.isprintable(), command  # nothing invisible or reordering is shown
     words = shell_words(command)
     assert words[words.index("--prompt") + 1] == prompt
@@ -170,12 +171,15 @@ def test_plain_words_keep_their_familiar_quoting():
     assert shell_quote("a\u202eb") == "$'a\\xe2\\x80\\xaeb'"
 
 
-def test_tuning_variables_are_quoted_the_same_way():
+def test_a_tuning_switch_s_value_is_quoted_and_reads_back_as_it_was():
     request, _ = page_request(dict(prompt="Hi"))
-    command = cli_command(request, "tiny-random", environ={"SYNCSCOPE_PDL": "off\u202e"})
-    assert command.startswith(f"SYNCSCOPE_PDL=$'off\\xe2\\x80\\xae' {python_command()} -m core.bench")
-
-
+    options = {"a b": "it's \u202e"}  # JSON writes the character as an escape: the command stays printable
+    command = cli_command(request, "tiny-random", tuning=Tuning(inductor_options=options))
+    assert command.startswith(f"""SYNCSCOPE_INDUCTOR_OPTIONS='{{"a b": "it'"'"'s \\u202e"}}' {python_command()} """)
+    result = subprocess.run(["bash", "-c", command.split(f" {python_command()} ")[0] + " env"], capture_output=True,
+                            text=True, check=True)
+    assert Tuning.from_environment(dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)) \
+        == Tuning(inductor_options=options)
 
 
 def test_the_cli_command_rebuilds_the_same_request():
@@ -193,25 +197,27 @@ def test_the_cli_command_rebuilds_the_same_request():
     assert build_parser().parse_args(argv).hf_modules and build_parser().parse_args(argv).tp == 2
 
 
-def test_the_cli_command_carries_the_tuning_variables_the_engines_ran_with():
+def test_the_cli_command_sets_exactly_the_switches_that_differ_from_their_default():
     request = page_request(dict(prompt="Hi"))[0]
     environ = {"SYNCSCOPE_PDL": "safe", "SYNCSCOPE_INDUCTOR_OPTIONS": '{"max_autotune": true}',
-               "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " "}
-    command = cli_command(request, TINY, environ=environ)
+               "SYNCSCOPE_CACHE": "/tmp/x", "SYNCSCOPE_DECODE_ATTENTION": " ", "SYNCSCOPE_O_PROJ": "library"}
+    command = cli_command(request, TINY, tuning=Tuning.from_environment(environ))
     expected = (f"""SYNCSCOPE_INDUCTOR_OPTIONS='{{"max_autotune": true}}' SYNCSCOPE_PDL=safe {python_command()} """
                 "-m core.bench")
     assert command.startswith(expected)
-    assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command  # a location, and an empty one
+    # a location, not a switch; an empty one; one set to its default
+    assert "SYNCSCOPE_CACHE" not in command and "DECODE_ATTENTION" not in command and "O_PROJ" not in command
     result = subprocess.run(["bash", "-c", command.split(f" {python_command()} ")[0] + ' env'], capture_output=True,
                             text=True, check=True)
     assert 'SYNCSCOPE_INDUCTOR_OPTIONS={"max_autotune": true}' in result.stdout.splitlines()
-    assert cli_command(request, TINY, environ={}).startswith(f"{python_command()} -m core.bench")
+    assert cli_command(request, TINY, tuning=Tuning()).startswith(f"{python_command()} -m core.bench")
+    assert cli_command(request, TINY) == cli_command(request, TINY, tuning=Tuning())
 
 
 def test_the_reproduce_command_starts_with_an_interpreter_that_runs_from_here(tmp_path):
     """Issue 60: a bare `python` had no torch where the README runs `.venv/bin/python`."""
     request = page_request(dict(prompt="Hi"))[0]
-    assert shlex.split(cli_command(request, TINY, environ={}))[0] == python_command()
+    assert shlex.split(cli_command(request, TINY))[0] == python_command()
     venv = tmp_path / ".venv" / "bin"
     assert python_command(str(venv / "python"), str(tmp_path)) == ".venv/bin/python"
     assert python_command(str(venv / "python"), str(venv)) == "./python", "a bare name would be looked up on PATH"

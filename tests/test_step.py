@@ -9,9 +9,11 @@ import dataclasses
 import pytest
 import torch
 
+from core.kernels import products
 from core.loops.prompt import encode
-from core.loops.step import DecodeSetup, StepGraph, decode_setup_for, greedy_commit, select_next_tokens
+from core.loops.step import DecodeSetup, StepGraph, decode_setup_for, greedy_commit, select_next_tokens, step_kernels
 from core.options import STATIC_CACHE_BUCKET, STEP_GRAPH, GenerationOptions
+from core.tuning import Tuning
 
 PAD_ROW = ["Hi", "A much longer prompt, so that the first row is padded"]
 
@@ -27,13 +29,17 @@ class FakeCompile:
 
     def __init__(self) -> None:
         self.calls: list[dict] = []
+        self.functions: list = []
         self.runs: list[dict] = []
+        self.traced_with: list[tuple[str, bool]] = []  # what the products were given at each call
 
     def __call__(self, fn, **kwargs):
         self.calls.append(kwargs)
+        self.functions.append(fn)
 
         def compiled(*args, **kw):
             self.runs.append(kw)
+            self.traced_with.append((products._products, products.library_o_proj()))
             return "logits"
 
         compiled.wrapped = fn
@@ -184,8 +190,8 @@ def test_commit_stops_at_any_of_many_eos_ids(loaded):
 
 @pytest.mark.parametrize(("compiled", "ignore_eos"), [(False, False), (True, False), (True, True)])
 def test_the_whole_commit_writes_what_commit_and_the_step_write(loaded, compiled, ignore_eos):
-    """SYNCSCOPE_STEP_COMMIT=whole: `greedy_commit`, as it runs and compiled (inductor on the CPU here), leaves every
-    buffer as the eager step's commit and position move do, step after step, through rows ending and padding."""
+    """The `step_commit` switch at "whole": `greedy_commit`, as it runs and compiled (inductor on the CPU here), leaves
+    every buffer as the eager step's commit and position move do, step after step, through rows ending and padding."""
     setup = begun(loaded, PAD_ROW, eos_token_id=[7, 9], ignore_eos=ignore_eos)
     state = setup.state
     copies = {name: getattr(state, name).clone() for name in ("tokens", "positions", "unfinished", "record",
@@ -201,16 +207,15 @@ def test_the_whole_commit_writes_what_commit_and_the_step_write(loaded, compiled
     assert state.done[:4].tolist() == ([0] * 4 if ignore_eos else [0, 0, 1, 1])
 
 
-def test_only_a_greedy_step_graph_step_commits_whole(loaded, fake_compile, captures, monkeypatch):
-    monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "whole")
+def test_only_a_greedy_step_graph_step_commits_whole(loaded, fake_compile, captures):
+    whole_loaded = dataclasses.replace(loaded, tuning=Tuning(step_commit="whole"), setups={}, compiled_forwards={})
     prompt = encode(loaded, "Hi")
     for mode, whole in (("off", False), ("reduce-overhead", False), (STEP_GRAPH, True)):
         options = GenerationOptions(cache="static", compile=mode, max_new_tokens=8)
-        setup = decode_setup_for(loaded, prompt.input_ids.shape, options)
+        setup = decode_setup_for(whole_loaded, prompt.input_ids.shape, options)
         assert (setup.whole_commit is not None) is whole, mode
     assert setup.whole_commit.wrapped is greedy_commit
-    monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "argmax")  # the default: the argmax compiled alone
-    loaded.setups.clear()
+    # the default: the argmax compiled alone
     assert decode_setup_for(loaded, prompt.input_ids.shape, options).whole_commit is None
 
 
@@ -267,7 +272,7 @@ def test_a_mode_is_compiled_once_per_model_whatever_the_shape(loaded, fake_compi
     a = DecodeSetup(loaded, 1, 256, options)
     b = DecodeSetup(loaded, 4, 512, options)
     assert a.forward is b.forward and len(fake_compile.calls) == 1
-    assert a.forward.wrapped == loaded.model.forward
+    assert fake_compile.functions == [loaded.model.forward]
     assert fake_compile.calls[0]["dynamic"] is False  # one graph per shape, never a dynamic one
 
 
@@ -285,8 +290,8 @@ def test_cuda_graph_modes_mark_each_call_a_new_step(loaded, fake_compile, monkey
 
 
 def test_step_graph_mode_compiles_without_cuda_graphs_of_inductors_own_and_with_the_users_options(
-        loaded, fake_compile, monkeypatch):
-    monkeypatch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", '{"max_autotune": false}')
+        loaded, fake_compile):
+    loaded = dataclasses.replace(loaded, tuning=Tuning(inductor_options={"max_autotune": False}))
     setup = DecodeSetup(loaded, 1, 256, GenerationOptions(cache="static", compile=STEP_GRAPH))
     assert isinstance(setup.step_graph, StepGraph) and setup.argmax is not None
     forward_call = next(call for call in fake_compile.calls if "options" in call)
@@ -296,11 +301,32 @@ def test_step_graph_mode_compiles_without_cuda_graphs_of_inductors_own_and_with_
     assert "mode" not in forward_call
 
 
-def test_the_users_inductor_options_reach_every_compiled_mode(loaded, fake_compile, monkeypatch):
-    monkeypatch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", '{"max_autotune": false}')
+def test_the_users_inductor_options_reach_every_compiled_mode(loaded, fake_compile):
+    loaded = dataclasses.replace(loaded, tuning=Tuning(inductor_options={"max_autotune": False}))
     DecodeSetup(loaded, 1, 256, GenerationOptions(cache="static", compile="max-autotune"))
     options = fake_compile.calls[0]["options"]
     assert options["max_autotune"] is False and options["triton.cudagraphs"] is True
+
+
+@pytest.mark.parametrize(("mode", "switches", "traced"), [
+    (STEP_GRAPH, {}, ("triton", True)),  # the defaults: auto products (the kernel's in step-graph), cuBLAS's o_proj
+    ("default", {}, ("inductor", True)),
+    ("reduce-overhead", {"o_proj": "inductor"}, ("inductor", False)),
+    ("default", {"decode_products": "triton"}, ("triton", True)),
+    (STEP_GRAPH, {"decode_products": "inductor", "o_proj": "inductor"}, ("inductor", False)),
+])
+def test_every_compiled_mode_traces_with_the_products_its_tuning_gives(loaded, fake_compile, mode, switches, traced):
+    """What the model's forward is traced with (core.kernels.products) comes from the model's tuning, resolved for
+    the mode by step_kernels: no step reads the environment."""
+    loaded = dataclasses.replace(loaded, tuning=Tuning(**switches))
+    forward = DecodeSetup(loaded, 1, 256, GenerationOptions(cache="static", compile=mode)).forward
+    forward(input_ids=1)
+    assert fake_compile.traced_with == [traced]
+    assert (products._products, products.library_o_proj()) == ("inductor", True)  # undone after the call
+    kernels = step_kernels(loaded, mode)
+    assert (kernels.products, kernels.o_proj == "library") == traced
+    assert kernels.commit == ("argmax" if mode == STEP_GRAPH else None)
+    assert step_kernels(loaded, "off") is None
 
 
 def test_compile_time_is_reported_once_and_only_for_a_compiled_shape(loaded, fake_compile):

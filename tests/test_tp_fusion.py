@@ -126,15 +126,13 @@ def test_the_push_kernel_compiles_for_hopper_with_wide_stores_and_volatile_polls
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_an_empty_slot_holds_negative_zero_and_push_is_the_default_kernel(dtype, monkeypatch):
-    from core.kernels.tp_fusion import _mark_empty, barrier_kind
-    from core.options import TP_BARRIER_ENV
+def test_an_empty_slot_holds_negative_zero_and_push_is_the_default_kernel(dtype):
+    from core.kernels.tp_fusion import Workspace, _mark_empty
 
     buffer = torch.ones(64, dtype=dtype)
     _mark_empty(buffer)
     assert torch.equal(buffer, torch.zeros(64, dtype=dtype)) and torch.signbit(buffer).all()
-    monkeypatch.delenv(TP_BARRIER_ENV, raising=False)
-    assert barrier_kind() == "push"  # a malformed value is refused with the other tuning variables (test_tuning_env)
+    assert Workspace(None, 2, 0, 64, 2).barrier == "push"  # the `tp_barrier` switch's default (tests/test_tuning.py)
 
 
 def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypatch):
@@ -147,9 +145,10 @@ def test_a_fusion_that_fails_keeps_the_one_shot_all_reduce_and_says_why(monkeypa
     monkeypatch.setattr(tp_fusion, "fuse_all_reduce", no_buffer)
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (
         ONE_SHOT, "not fused with the norms: RuntimeError: CUDA out of memory. Tried to allocate 40.00 MiB")
-    monkeypatch.setattr(tp_fusion, "fuse_all_reduce", lambda model, **_: None)
-    monkeypatch.delenv("SYNCSCOPE_TP_BARRIER", raising=False)
+    barriers = []
+    monkeypatch.setattr(tp_fusion, "fuse_all_reduce", lambda model, barrier, **_: barriers.append(barrier))
     assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (FUSED, "SYNCSCOPE_TP_BARRIER=push")
-    monkeypatch.setenv("SYNCSCOPE_TP_ALL_REDUCE", "one-shot")
-    assert fuse_decoder_all_reduces(object(), ONE_SHOT) == (ONE_SHOT, "")
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT, barrier="asm") == (FUSED, "SYNCSCOPE_TP_BARRIER=asm")
+    assert barriers == ["push", "asm"]  # the workspace's kernel learns the peers' rows are there the switch's way
+    assert fuse_decoder_all_reduces(object(), ONE_SHOT, all_reduce="one-shot") == (ONE_SHOT, "")
     assert fuse_decoder_all_reduces(object(), "gloo") == ("gloo", "")

@@ -124,10 +124,6 @@ def _compile_for_hopper(kernel, pointers: dict[str, str], constants: dict, scala
     assert ".target sm_90" in ptx and f".entry {kernel.fn.__name__}" in ptx, "an sm_90 kernel of that name"
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def _hopper_cases() -> list:
     """Every combination; the fast tier keeps Llama-8B's (bf16, a boolean mask, the fp64 scale a compile passes),
     one program and split, since each case is a second of Triton and ptxas on a 2-core machine."""
@@ -137,19 +133,17 @@ def _hopper_cases() -> list:
             for mask_kind in ("bool", "additive"):
                 for scale_type in ("fp64", "fp32"):  # inside a compile inductor passes a Python float as fp64
                     fast = dtype == "bf16" and mask_kind == "bool" and scale_type == "fp64"
-                    for append in (False, True):
-                        cases.append(pytest.param(
-                            scale_type, mask_kind, single, dtype, head_dim, group, append,
-                            marks=[] if fast and (append or single) else [pytest.mark.slow],
-                            id=f"{dtype}-{head_dim}-{group}-{single}-{mask_kind}-{scale_type}-{append}"))
+                    cases.append(pytest.param(
+                        scale_type, mask_kind, single, dtype, head_dim, group,
+                        marks=[] if fast else [pytest.mark.slow],
+                        id=f"{dtype}-{head_dim}-{group}-{single}-{mask_kind}-{scale_type}"))
     return cases
 
 
 @needs_triton
-@pytest.mark.parametrize(("scale_type", "mask_kind", "single", "dtype", "head_dim", "group", "append"),
-                         _hopper_cases())
+@pytest.mark.parametrize(("scale_type", "mask_kind", "single", "dtype", "head_dim", "group"), _hopper_cases())
 def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(scale_type, mask_kind, single,
-                                                                               dtype, head_dim, group, append):
+                                                                               dtype, head_dim, group):
     """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
     from core.kernels.triton_attention import _kernels
 
@@ -159,18 +153,12 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     buffer = "*fp32" if not single else f"*{dtype}"  # a single program is passed the output in their place
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
-                 "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False, "APPEND": append,
-                 "SPLITS_PAD": 8, "GROUP_POW2": _next_pow2(group), "PDL": 0,
-                 "AHEAD_PIECE": 0 if append else 64, "AHEAD_PIECES": 128}  # the prefetch, where a launch may ask
-    elements["ahead_ptr"] = f"*{dtype}"
-    if append:  # the new token, its rotary cos and sin, the cache's length and the counters
-        elements.update({"new_k_ptr": f"*{dtype}", "new_v_ptr": f"*{dtype}", "cos_ptr": f"*{dtype}",
-                         "sin_ptr": f"*{dtype}", "slot_ptr": "*i64", "semaphore_ptr": "*i32"})
+                 "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False}
     _compile_for_hopper(attend, {**elements, "partial_ptr": buffer, "stats_ptr": buffer}, constants,
-                        {"scale": scale_type, "ahead_last": "i64"})
-    if not single and not append:
+                        {"scale": scale_type})
+    if not single:
         _compile_for_hopper(combine, {"partial_ptr": "*fp32", "stats_ptr": "*fp32", "out_ptr": f"*{dtype}"},
-                            {"SPLITS_PAD": 8, "HEAD_DIM": head_dim, "PDL": 0}, {})
+                            {"SPLITS_PAD": 8, "HEAD_DIM": head_dim}, {})
 
 
 def test_shapes_it_cannot_take_are_refused_with_the_reason():
@@ -199,65 +187,3 @@ def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
     assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
     unsplit = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, length)  # the one-kernel path
     torch.testing.assert_close(unsplit, expected, atol=1.6e-2, rtol=0)
-
-
-APPEND_CASES = [  # batch, query heads, KV heads, cache length, head size, slot, keys per program
-    (1, 16, 4, 256, 128, 37, 64),  # Llama-8B's grouping, split over 4 programs: the last one combines
-    (2, 8, 2, 200, 64, 130, None),  # one program per KV head
-    (1, 4, 1, 128, 16, 127, 64),  # the last slot, in the second of two programs
-]
-
-
-def _append_case(dtype, batch, heads, kv_heads, length, dim, slot):
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    generator = torch.Generator().manual_seed(length + slot)
-    query = torch.randn(batch, 1, heads, dim, generator=generator).to(dtype).transpose(1, 2)
-    new_key, new_value = (torch.randn(batch, 1, kv_heads, dim, generator=generator).to(dtype).transpose(1, 2)
-                          for _ in range(2))
-    angles = torch.rand(batch, 1, dim // 2, generator=generator) * 6.0
-    cos, sin = (torch.cat((f(angles), f(angles)), dim=-1).to(dtype) for f in (torch.cos, torch.sin))
-    key_cache, value_cache = (torch.randn(batch, kv_heads, length, dim, generator=generator).to(dtype)
-                              for _ in range(2))
-    mask = (torch.arange(length) <= slot).view(1, 1, 1, length).expand(batch, 1, 1, length)
-    turned_query, turned_key = apply_rotary_pos_emb(query.float(), new_key.float(), cos.float(), sin.float())
-    expected_keys, expected_values = key_cache.clone(), value_cache.clone()
-    expected_keys[:, :, slot] = turned_key[:, :, 0].to(dtype)
-    expected_values[:, :, slot] = new_value[:, :, 0]
-    expected = grouped_decode_attention(turned_query.to(dtype), expected_keys, expected_values, mask, None)
-    return query, new_key, new_value, cos, sin, key_cache, value_cache, mask, (
-        expected, expected_keys, expected_values)
-
-
-def append_interpreter_errors() -> dict[str, float]:
-    """In a process with TRITON_INTERPRET=1: the appending kernel against transformers' rotary, a cache write and the
-    reduction form; the cache, its length and the counters are checked exactly."""
-    import core.kernels.triton_attention as module
-
-    errors = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        for case in APPEND_CASES:
-            batch, heads, kv_heads, length, dim, slot, split_keys = case
-            query, new_key, new_value, cos, sin, keys, values, mask, (expected, want_keys, want_values) = (
-                _append_case(dtype, batch, heads, kv_heads, length, dim, slot))
-            slot_tensor = torch.tensor(slot)
-            semaphores = torch.zeros(batch * kv_heads + 1, dtype=torch.int32)
-            new = module.NewToken(new_key, new_value, cos, sin, slot_tensor, semaphores)
-            got = module._launch(query, keys, values, mask, dim ** -0.5, lambda kernel: kernel, module._kernels(),
-                                 split_keys, new=new)
-            assert int(slot_tensor) == slot + 1 and not semaphores.any()
-            # The rotary in one fp32 expression, rounded once: at most one step of the dtype from transformers'
-            step = 2.0 ** (-23 if dtype == torch.float32 else -7)
-            assert ((keys.float() - want_keys.float()).abs() <= want_keys.float().abs() * step).all()
-            assert torch.equal(values, want_values)
-            errors[f"{dtype} {case}"] = (got.float() - expected.float()).abs().max().item()
-    return errors
-
-
-@pytest.mark.slow
-@needs_triton
-def test_the_appending_kernel_turns_writes_and_attends_as_transformers_in_tritons_interpreter():
-    errors = _in_tritons_interpreter("append_interpreter_errors")
-    assert len(errors) == 2 * len(APPEND_CASES)
-    for name, error in errors.items():
-        assert error <= (1e-5 if "float32" in name else 1.6e-2), (name, error)

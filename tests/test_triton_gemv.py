@@ -17,10 +17,9 @@ import torch
 from torch import nn
 
 from core.kernels import products
-from core.kernels.products import DecodeLinear, decode_product, gemv_takes, products_of_step_graph, route_output_layer
+from core.kernels.products import DecodeLinear, decode_product, gemv_takes, route_output_layer, traced_with
 from core.kernels.triton_gemv import CONFIG_FILE, GemvConfig, config_for, heuristic_config, shape_key, takes
 from core.models import load_model
-from core.options import decode_products_choice
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -54,48 +53,9 @@ def interpreter_errors() -> dict[str, list[float]]:
     return errors
 
 
-# (gate/up rows, inputs, bias, config): a tile that divides the shape, ragged rows and columns with a bias
-SWIGLU_CASES = [(128, 256, False, GemvConfig(4, 64, 4, 1)), (70, 200, True, GemvConfig(2, 64, 4, 1))]
-
-
-def swiglu_differences() -> dict[str, list[float]]:
-    """Run with TRITON_INTERPRET=1: per case and dtype, the largest difference between the gate/up kernel writing
-    silu(gate) * up (`Around.swiglu`) and the same kernel writing gate and up for the down projection's activation
-    to read (as the step does without it), with and without the norm, each with the same configuration; and the
-    swiglu output's largest difference from the same steps in fp64, relative to its largest entry."""
-    from core.kernels.triton_gemv import Around, launch_gemv
-
-    generator = torch.Generator().manual_seed(0)
-    differences = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        for rows, k, bias, config in SWIGLU_CASES:
-            weight = torch.randn(rows, k, generator=generator).to(dtype) * k**-0.5
-            x = torch.randn(1, 1, k, generator=generator).to(dtype)
-            norm = torch.rand(k, generator=generator).add(0.5).to(dtype)
-            b = torch.randn(rows, generator=generator).to(dtype) if bias else None
-            for around in (Around(), Around(norm=norm, eps=1e-5)):
-                fused = launch_gemv(x, weight, b, False, lambda kernel: kernel, config,
-                                    Around(around.norm, around.eps, swiglu=True))
-                gate_up = launch_gemv(x, weight, b, False, lambda kernel: kernel, config, around)
-                # the down projection's activation, as its kernel computes it: through an identity weight
-                identity = torch.eye(rows // 2, dtype=dtype)
-                two_steps = launch_gemv(gate_up, identity, None, True, lambda kernel: kernel, GemvConfig(2, 64, 4, 1))
-                inputs = x.double()
-                if around.norm is not None:
-                    inputs = inputs * torch.rsqrt(inputs.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.double()
-                product = nn.functional.linear(inputs, weight.double(), None if b is None else b.double())
-                gate, up = product.split(rows // 2, dim=-1)
-                expected = nn.functional.silu(gate) * up
-                assert fused.shape == (1, 1, rows // 2) and fused.dtype == dtype
-                name = f"{dtype} {rows}x{k} bias={bias} norm={around.norm is not None}"
-                differences[name] = [(fused.double() - two_steps.double()).abs().max().item(),
-                                     ((fused.double() - expected).abs().max() / expected.abs().max()).item()]
-    return differences
-
-
 def interpreted() -> dict[str, dict[str, list[float]]]:
-    """Both of the interpreter's checks, in one process (TRITON_INTERPRET=1): each takes seconds to start."""
-    return {"products": interpreter_errors(), "swiglu": swiglu_differences()}
+    """The interpreter's checks, in one process (TRITON_INTERPRET=1): it takes seconds to start."""
+    return {"products": interpreter_errors()}
 
 
 @pytest.fixture(scope="module")
@@ -105,28 +65,6 @@ def interpreted_results() -> dict[str, dict[str, list[float]]]:
                             env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
-
-
-@pytest.mark.slow
-@needs_triton
-def test_the_gate_up_kernel_writes_the_activation_the_down_projection_computed_in_tritons_interpreter(
-        interpreted_results):
-    differences = interpreted_results["swiglu"]
-    assert len(differences) == 2 * 2 * len(SWIGLU_CASES)
-    for name, (from_two_steps, error) in differences.items():
-        assert from_two_steps == 0.0, name  # the same sums, roundings and activation: the same bits
-        assert error <= (1e-5 if "float32" in name else 2**-5), (name, error)
-
-
-def test_swiglu_takes_a_gate_up_weight_of_even_rows_and_no_act_mul():
-    from core.kernels.triton_gemv import Around, launch_gemv
-
-    with pytest.raises(ValueError, match="even number of rows"):
-        launch_gemv(torch.randn(1, 1, 16), torch.randn(7, 16), None, False, lambda kernel: kernel,
-                    around=Around(swiglu=True))
-    with pytest.raises(ValueError, match="no act_mul"):
-        launch_gemv(torch.randn(1, 1, 32), torch.randn(8, 16), None, True, lambda kernel: kernel,
-                    around=Around(swiglu=True))
 
 
 @pytest.mark.slow
@@ -185,12 +123,6 @@ def test_a_part_of_a_layer_not_measured_gets_the_parts_rule_not_its_products_con
     assert config_for(6144, 4096, False, "NVIDIA A100", "qkv") == heuristic_config(6144, 4096, False, "qkv")
     assert config_for(2048, 2048, False, "NVIDIA A100", "norm") == GemvConfig(2, 2048, 8, 1)
     assert heuristic_config(100, 96, False, "norm").block_k == 128
-    # swiglu, unmeasured: the norm's configuration with its rows in pairs (as many bytes a program)
-    assert config_for(28672, 4096, False, "NVIDIA H200", "swiglu") == GemvConfig(2, 512, 8, 1)
-    assert config_for(2048, 2048, False, "NVIDIA A100", "swiglu") == GemvConfig(1, 2048, 8, 1)
-    swiglu = {"block_n": 8, "block_k": 1024, "num_warps": 4, "num_stages": 3}
-    table["NVIDIA H200"]["28672x4096-swiglu"] = swiglu
-    assert config_for(28672, 4096, False, "NVIDIA H200", "swiglu") == GemvConfig(**swiglu)
     with pytest.raises(ValueError, match="no product part 'rope'"):
         config_for(6144, 4096, False, "NVIDIA H200", "rope")
 
@@ -221,33 +153,26 @@ def test_the_output_layer_is_routed_and_computes_what_it_did():
 def test_the_kernel_is_given_nothing_outside_a_compile_on_the_cpu_or_by_default(monkeypatch):
     linear = nn.Linear(16, 8, bias=False)
     x = torch.randn(1, 1, 16)
-    monkeypatch.setenv("SYNCSCOPE_DECODE_PRODUCTS", "triton")
-    assert not gemv_takes(linear, x, act_mul=False)  # not compiling, and on the CPU
+    with traced_with("triton", "library"):
+        assert not gemv_takes(linear, x, act_mul=False)  # not compiling, and on the CPU
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    assert gemv_takes(linear, x, act_mul=False) == hasattr(torch.ops.syncscope, "gemv")
-    linear.register_forward_hook(lambda *args: None)
-    assert not gemv_takes(linear, x, act_mul=False)  # a hook would be skipped
-    monkeypatch.delenv("SYNCSCOPE_DECODE_PRODUCTS")
-    assert not gemv_takes(nn.Linear(16, 8), x, act_mul=False)  # by default, outside step-graph, inductor's
-    with products_of_step_graph():
-        assert gemv_takes(nn.Linear(16, 8), x, act_mul=False) == hasattr(torch.ops.syncscope, "gemv")
+    with traced_with("triton", "library"):
+        assert gemv_takes(linear, x, act_mul=False) == hasattr(torch.ops.syncscope, "gemv")
+        linear.register_forward_hook(lambda *args: None)
+        assert not gemv_takes(linear, x, act_mul=False)  # a hook would be skipped
+    assert not gemv_takes(nn.Linear(16, 8), x, act_mul=False)  # by default (no compile says), inductor's
+    with traced_with("inductor", "library"):
+        assert not gemv_takes(nn.Linear(16, 8), x, act_mul=False)
     assert torch.equal(decode_product(linear, x), linear(x))
 
 
-@pytest.mark.parametrize("value, step_graph, choice", [
-    ("", True, "triton"), ("", False, "inductor"), ("auto", True, "triton"), ("AUTO", False, "inductor"),
-    ("triton", False, "triton"), ("inductor", True, "inductor")])
-def test_auto_gives_the_products_to_the_kernel_in_step_graph_compiles_only(value, step_graph, choice):
-    assert decode_products_choice(step_graph, {"SYNCSCOPE_DECODE_PRODUCTS": value}) == choice
-
-
-def test_the_step_graph_context_is_undone_when_it_ends():
-    with products_of_step_graph():
-        with products_of_step_graph():
-            pass
-        assert products._in_step_graph
-    assert not products._in_step_graph
+def test_what_a_compile_is_traced_with_is_undone_when_it_ends():
+    with traced_with("triton", "inductor"):
+        with traced_with("inductor", "library"):
+            assert (products._products, products.library_o_proj()) == ("inductor", True)
+        assert (products._products, products.library_o_proj()) == ("triton", False)
+    assert (products._products, products.library_o_proj()) == ("inductor", True)  # the defaults
 
 
 def test_the_activation_is_fused_only_when_it_is_silu():

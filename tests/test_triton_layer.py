@@ -1,6 +1,7 @@
 """core.kernels.decode_layer on the CPU: the fused decode step of a layer against transformers' layer in Triton's
 interpreter (where the triton package is installed), its kernels compiled for Hopper, its operators traced as a
-compile traces them, and which layers it takes. On a GPU: tests/test_cuda_layer.py."""
+compile traces them (and what torch's analysis finds they write), and which layers it takes. On a GPU:
+tests/test_cuda_layer.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ import torch
 from core.kernels import decode_layer
 from core.kernels.decode_layer import DecodeLayer, fuse_decode_layers, why_not_fusable
 from core.models import load_model
-from core.options import DECODE_SWIGLU_CHOICES, DECODE_SWIGLU_ENV
+from core.tuning import Tuning
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 
@@ -68,37 +70,28 @@ class DirectOps:
         return decode_layer.launch_qkv(x, norm, eps, weight, bias, cos, sin, keys, values, length, heads, _direct)
 
     @staticmethod
-    def triton_decode_attention(query, keys, values, mask, scale, ahead=None):
+    def triton_decode_attention(query, keys, values, mask, scale):
         from core.kernels import triton_attention
 
-        return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels(),
-                                        ahead=ahead)
+        return triton_attention._launch(query, keys, values, mask, scale, _direct, triton_attention._kernels())
 
     @staticmethod
-    def gemv_add_advance(x, weight, bias, residual, length, ahead=None):
+    def gemv_add_advance(x, weight, bias, residual, length):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct,
-                           around=Around(residual=residual, length=length, ahead=ahead))
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(residual=residual, length=length))
 
     @staticmethod
-    def gemv_norm(x, norm, eps, weight, bias, ahead=None):
+    def gemv_norm(x, norm, eps, weight, bias):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps, ahead=ahead))
+        return launch_gemv(x, weight, bias, False, _direct, around=Around(norm=norm, eps=eps))
 
     @staticmethod
-    def gemv_norm_swiglu(x, norm, eps, weight, bias, ahead=None):
+    def gemv_add(x, weight, bias, act_mul, residual):
         from core.kernels.triton_gemv import Around, launch_gemv
 
-        return launch_gemv(x, weight, bias, False, _direct,
-                           around=Around(norm=norm, eps=eps, swiglu=True, ahead=ahead))
-
-    @staticmethod
-    def gemv_add(x, weight, bias, act_mul, residual, ahead=None):
-        from core.kernels.triton_gemv import Around, launch_gemv
-
-        return launch_gemv(x, weight, bias, act_mul, _direct, around=Around(residual=residual, ahead=ahead))
+        return launch_gemv(x, weight, bias, act_mul, _direct, around=Around(residual=residual))
 
 
 def _direct(kernel):
@@ -153,20 +146,10 @@ def layer_errors(cases=LAYER_CASES, device: str = "cpu", ops=None) -> dict[str, 
     return errors
 
 
-def errors_by_swiglu() -> dict[str, dict[str, list[float]]]:
-    """`layer_errors` with silu(gate) * up in each kernel that can compute it (SYNCSCOPE_DECODE_SWIGLU, read as the
-    step runs)."""
-    errors = {}
-    for choice in DECODE_SWIGLU_CHOICES:
-        os.environ[DECODE_SWIGLU_ENV] = choice
-        errors[choice] = layer_errors()
-    return errors
-
-
 @pytest.mark.slow
 @needs_triton
 def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
-    script = "import json; from tests.test_triton_layer import errors_by_swiglu; print(json.dumps(errors_by_swiglu()))"
+    script = "import json; from tests.test_triton_layer import layer_errors; print(json.dumps(layer_errors()))"
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -176,10 +159,7 @@ def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
         cwd=Path(__file__).parent.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
-    assert set(errors) == set(DECODE_SWIGLU_CHOICES)
-    for choice_errors in errors.values():
-        check_layer_errors(choice_errors, LAYER_CASES)
+    check_layer_errors(json.loads(result.stdout.splitlines()[-1]), LAYER_CASES)
 
 
 def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
@@ -219,13 +199,12 @@ def _compile_for_hopper(
 
 
 @needs_triton
-@pytest.mark.parametrize("variant", ["norm", "norm-swiglu", "residual-act", "residual-advance"])
+@pytest.mark.parametrize("variant", ["norm", "residual-act", "residual-advance"])
 def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(variant):
     """Triton compiles for an sm_90 target without a GPU: type errors the interpreter lets through surface here."""
     gemv, _ = decode_layer._kernels()
     pointers = {name: "*bf16" for name in ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")}
     pointers["length_ptr"] = "*i64"
-    pointers["ahead_ptr"] = "*bf16"
     constants = {
         "k": 4096,
         "HAS_BIAS": False,
@@ -233,17 +212,12 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "NORM": variant.startswith("norm"),
         "RESIDUAL": not variant.startswith("norm"),
         "ADVANCE": variant == "residual-advance",
-        "SWIGLU": variant == "norm-swiglu",
         "EVEN_N": True,
         "EVEN_K": True,
         "BLOCK_N": 2,
         "BLOCK_K": 1024,
-        "PDL": 0,
-        "AHEAD_PIECE": 128,  # the next weight's prefetch, where a launch may ask for it
-        "AHEAD_PIECES": 256,
     }
-    # a compile passes a Python float as fp64, and the prefetch's last start may pass 2**31
-    ptx = _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64", "ahead_last": "i64"})
+    ptx = _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64"})  # a compile passes a Python float as fp64
     assert ".target sm_90" in ptx and f".entry {gemv.fn.__name__}" in ptx
 
 
@@ -264,7 +238,6 @@ def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
         "EVEN_K": True,
         "BLOCK_P": 1,
         "BLOCK_K": 1024,
-        "PDL": 0,
     }
     ptx = _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
     assert ".target sm_90" in ptx and f".entry {qkv.fn.__name__}" in ptx
@@ -284,16 +257,63 @@ def test_the_operators_trace_with_fake_tensors_as_inside_a_compile():
     def step(x, norm, weight, cos, sin, keys, values, length):
         query = torch.ops.syncscope.qkv_gemv(x, norm, 1e-5, weight, None, cos, sin, keys, values, length, 4)
         out = torch.ops.syncscope.gemv_add_advance(query.reshape(1, 1, 64), weight[:64], None, x, length)
-        out = torch.ops.syncscope.gemv_add(
+        return torch.ops.syncscope.gemv_add(
             torch.ops.syncscope.gemv_norm(out, norm, 1e-5, weight, None), weight[:64, :64], None, True, out
         )
-        activation = torch.ops.syncscope.gemv_norm_swiglu(out, norm, 1e-5, weight, None)
-        assert activation.shape == (1, 1, 64)
-        return torch.ops.syncscope.gemv_add(activation, weight[:64, :64], None, False, out)
 
     graph = make_fx(step, tracing_mode="fake")(x, norm, weight, cos, sin, keys, values, length)
-    for name in ("qkv_gemv", "gemv_add_advance", "gemv_norm", "gemv_norm_swiglu", "gemv_add"):
+    for name in ("qkv_gemv", "gemv_add_advance", "gemv_norm", "gemv_add"):
         assert f"torch.ops.syncscope.{name}.default" in graph.code
+
+
+@needs_triton
+def test_torchs_analysis_finds_what_each_kernel_writes(monkeypatch):
+    """Inside a compile torch analyses what a user-defined kernel writes: a weight it took for written would be
+    copied every step (or break the step's compile), a write it missed would be reordered."""
+    import triton
+    from torch._higher_order_ops import triton_kernel_wrap
+    from triton.backends.compiler import GPUTarget
+
+    from core.kernels import triton_decode_kernels
+
+    class Hopper:
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+    monkeypatch.setattr(type(triton.runtime.driver), "active", property(lambda self: Hopper()))
+
+    def tensor(dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return torch.empty(16, dtype=dtype)
+
+    def written(kernel, arguments: dict) -> set[str]:
+        accessed = triton_kernel_wrap.identify_accessed_tensors(kernel, arguments, {})
+        return {dep.name for dep in accessed.read_writes.writes}
+
+    gemv, qkv = decode_layer._kernels()
+    pointers = ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")
+    gemv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "n": 4096,
+                 "w_row_stride": 2048, "eps": 1e-5, "k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True,
+                 "RESIDUAL": True, "ADVANCE": True, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024}
+    assert written(gemv, gemv_args) == {"out_ptr", "length_ptr"}
+    assert written(gemv, {**gemv_args, "ADVANCE": False}) == {"out_ptr"}
+    pointers = ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr", "key_ptr", "value_ptr")
+    qkv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "w_row_stride": 2048,
+                "cos_stride": 1, "cache_head_stride": 4096, "cache_slot_stride": 64, "eps": 1e-5, "k": 2048,
+                "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True, "BLOCK_P": 2,
+                "BLOCK_K": 1024}
+    assert written(qkv, qkv_args) == {"q_ptr", "key_ptr", "value_ptr"}
+    attend_args = {**{name: tensor() for name in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr")},
+                   "partial_ptr": tensor(torch.float32), "stats_ptr": tensor(torch.float32),
+                   **dict.fromkeys(("sqb", "sqh", "sqd", "skb", "skh", "skl", "skd", "svb", "svh", "svl", "svd", "smb",
+                                    "smh", "sml"), 1),
+                   "length": 512, "scale": 0.125, "SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16,
+                   "HEAD_DIM": 64, "BLOCK_KEYS": 64, "HAS_MASK": True, "MASK_IS_BOOL": False, "SINGLE": False,
+                   "PRECISION": "tf32", "UPCAST": False}
+    assert written(triton_decode_kernels.attend, attend_args) == {"partial_ptr", "stats_ptr"}
+    assert written(triton_decode_kernels.attend, {**attend_args, "SINGLE": True}) == {"out_ptr"}
+    combine_args = {"partial_ptr": tensor(torch.float32), "stats_ptr": tensor(torch.float32), "out_ptr": tensor(),
+                    "splits": 5, "SPLITS_PAD": 8, "HEAD_DIM": 64}
+    assert written(triton_decode_kernels.combine, combine_args) == {"out_ptr"}
 
 
 def test_llama_layers_qualify_and_the_cpu_keeps_transformers_layers():
@@ -313,31 +333,41 @@ def test_llama_layers_qualify_and_the_cpu_keeps_transformers_layers():
     )
 
 
-def test_layers_it_does_not_know_are_left_with_the_reason(monkeypatch):
+def test_layers_it_does_not_know_are_left_with_the_reason():
     if importlib.util.find_spec("triton") is None:
         pytest.skip("needs the triton package")
     unfused = load_model("tiny-random", device="cpu", hf_modules=True).model
     assert "attention is not a fused one" in why_not_fusable(unfused)
-    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")
-    assert why_not_fusable(load_model("tiny-random", device="cpu").model) == "SYNCSCOPE_DECODE_LAYER=off"
-    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "sometimes")
-    with pytest.raises(ValueError, match="SYNCSCOPE_DECODE_LAYER must be one of on, off"):
-        why_not_fusable(unfused)
+    assert why_not_fusable(load_model("tiny-random", device="cpu").model, "off") == "SYNCSCOPE_DECODE_LAYER=off"
 
 
-def test_the_report_says_where_the_fused_layers_ran(monkeypatch):
-    from types import SimpleNamespace
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_the_switch_is_read_once_when_the_model_is_prepared(monkeypatch, switch):
+    """The `decode_layer` switch reaches prepare_for_decode with the tuning: off, no layer is fused and the model
+    says why (on the CPU, where nothing is fused, nothing is said: here the model looks like a CUDA one)."""
+    from core.models import prepare_for_decode
 
-    from core.report import _decode_layer
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs the triton package")
+    model = load_model("tiny-random", device="cpu", hf_modules=True).model
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+    prepared = prepare_for_decode(model, Tuning(decode_layer=switch))
+    assert prepared.decode_attention == "triton" and prepared.decode_layers is (switch == "on")
+    fused = [type(layer) is DecodeLayer for layer in model.model.layers]
+    assert fused == [switch == "on"] * len(fused)
+    assert ("decoder layers not fused: SYNCSCOPE_DECODE_LAYER=off" in prepared.not_prepared) is (switch == "off")
 
-    fused_on_gpu = SimpleNamespace(device=torch.device("cuda"), decode_layers=True)
-    assert _decode_layer(fused_on_gpu, "step-graph") == "fused"
-    assert _decode_layer(fused_on_gpu, "reduce-overhead") == "off"  # the layers run transformers' code there
-    assert _decode_layer(fused_on_gpu, "off") is None
-    assert _decode_layer(SimpleNamespace(device=torch.device("cpu"), decode_layers=False), "step-graph") is None
-    assert _decode_layer(SimpleNamespace(device=torch.device("cuda"), decode_layers=False), "step-graph") == "off"
-    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "off")  # read again when the step is traced
-    assert _decode_layer(fused_on_gpu, "step-graph") == "off"
-    monkeypatch.setenv("SYNCSCOPE_DECODE_LAYER", "on")
-    monkeypatch.setenv("SYNCSCOPE_DECODE_PRODUCTS", "inductor")  # the fused path needs the kernel's products
-    assert _decode_layer(fused_on_gpu, "step-graph") == "off"
+
+def test_the_report_says_where_the_fused_layers_ran():
+    from core.report import step_facts
+
+    def ran(decode_layers: bool, mode: str, device: str = "cuda", **switches) -> str | None:
+        loaded = SimpleNamespace(device=torch.device(device), decode_layers=decode_layers, tuning=Tuning(**switches))
+        return step_facts(loaded, mode)["decode_layer"]
+
+    assert ran(True, "step-graph") == "fused"
+    assert ran(True, "reduce-overhead") == "off"  # the layers run transformers' code there
+    assert ran(True, "off") is None
+    assert ran(False, "step-graph", device="cpu") is None
+    assert ran(False, "step-graph") == "off"
+    assert ran(True, "step-graph", decode_products="inductor") == "off"  # the fused path needs the kernel's products

@@ -7,8 +7,8 @@ routes. Eager decoding packs the query heads onto their KV head (`pack_gqa`), an
 (docs/TUNING.md has what the copies cost).
 
 `decode_sdpa` is transformers' SDPA attention except in that case (one query token, grouped heads, inside a
-compile). There it reads the cache as it is, with one of these kernels (SYNCSCOPE_DECODE_ATTENTION; the default,
-"auto", takes "triton" on CUDA where Triton is installed and takes the head size, else "reduce"):
+compile). There it reads the cache as it is, with one of these kernels (the `decode_attention` switch, core.tuning;
+the default, "auto", takes "triton" on CUDA where Triton is installed and takes the head size, else "reduce"):
 - "triton": one hand-written Triton kernel per layer (core.kernels.triton_attention), flash-decoding with each KV head's
   query heads together. Side by side it decoded Llama-8B and Llama-70B faster than "reduce", every bf16 trial
   repeating bitwise;
@@ -45,23 +45,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.kernels.triton_attention import (
-    NewToken,
-    head_size_fits,
-    takes_shapes,
-    triton_append_decode_attention,
-    triton_decode_attention,
-)
-from core.options import (
-    APPEND_IN_ATTENTION_CHOICES,
-    APPEND_IN_ATTENTION_ENV,
-    DECODE_ATTENTION_CHOICES,
-    DECODE_ATTENTION_ENV,
-    DECODE_ATTENTION_KERNELS,
-    env_choice,
-)
+from core.kernels.triton_attention import head_size_fits, takes_shapes, triton_decode_attention
+from core.tuning import SWITCH
 
-KERNELS = DECODE_ATTENTION_KERNELS
+KERNELS = tuple(choice for choice in SWITCH["decode_attention"].choices if choice != "auto")
 # The name each kernel is registered under with transformers; the model's config names the one it runs. Models that
 # run transformers' "eager" attention get the same kernels under names of their own, with eager's masks.
 IMPLEMENTATIONS = {kernel: f"syncscope_decode_{kernel}" for kernel in KERNELS}
@@ -105,65 +92,6 @@ def decode_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                                   is_causal=is_causal, **kwargs)
 
 
-SEMAPHORES = 1025  # counters each static cache layer keeps for the appending kernel: batch x KV heads + 1 at most
-
-
-def attend_with_append(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                       cos: torch.Tensor, sin: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any,
-                       kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """A compiled decode step's attention of one layer in one kernel: the query and the new key (B, H or KV, 1, D)
-    before the rotary embedding, turned, the key and value written into the static cache, attention over it, and
-    the cache's length moved on (core.kernels.triton_attention.triton_append_decode_attention). Returns what the
-    attention function would, (B, 1, H, D), or None where that kernel does not apply: then the caller turns, updates
-    the cache and attends as transformers does. Applies on CUDA inside a compile, with the "triton" decode attention,
-    a full-length static cache layer, a mask, no soft-capping, and the family's rotary being Llama's."""
-    if not _appends_here(module, query, attention_mask, cache, kwargs):
-        return None
-    layer = cache.layers[module.layer_idx]
-    rows = query.shape[0] * key.shape[1]
-    if cos.dim() != 3 or cos.shape[-1] != query.shape[-1] or rows >= layer.decode_semaphores.numel():
-        return None
-    # cos and sin whole: a slice of each, per layer, made inductor compute them again for every layer
-    new = NewToken(key, value, cos, sin, layer.cumulative_length, layer.decode_semaphores)
-    out = triton_append_decode_attention(query, new, layer.keys, layer.values, attention_mask, module.scaling)
-    return out.transpose(1, 2)
-
-
-def _appends_here(module: torch.nn.Module, query: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any,
-                  kwargs: dict[str, Any]) -> bool:
-    from transformers.cache_utils import StaticLayer
-
-    if not (query.is_cuda and attention_mask is not None and cache is not None
-            and module.config._attn_implementation == IMPLEMENTATIONS["triton"]
-            and _reads_cache_in_place(module, query, kwargs) and not getattr(module.layout, "softcap", False)):
-        return False
-    layers = getattr(cache, "layers", ())
-    layer = layers[module.layer_idx] if module.layer_idx < len(layers) else None
-    return (type(layer) is StaticLayer and layer.is_initialized and hasattr(layer, "decode_semaphores")
-            and type(module).llama_rotary and takes_shapes(query, layer.keys))
-
-
-def attach_append_counters(cache: Any, device: torch.device) -> None:
-    """Give each full-length static layer of `cache` the zeroed counters the appending kernel needs (on CUDA, unless
-    SYNCSCOPE_APPEND_IN_ATTENTION=off), at a fixed address so CUDA graphs keep pointing at them. A layer without
-    them takes transformers' steps."""
-    from transformers.cache_utils import StaticLayer
-
-    if device.type != "cuda" or env_choice(APPEND_IN_ATTENTION_ENV, APPEND_IN_ATTENTION_CHOICES) != "on":
-        return
-    for layer in getattr(cache, "layers", ()):
-        if type(layer) is StaticLayer:
-            layer.decode_semaphores = torch.zeros(SEMAPHORES, dtype=torch.int32, device=device)
-            torch._dynamo.mark_static_address(layer.decode_semaphores)
-
-
-def decode_attention_kernel() -> str:
-    """"auto" (the default: `resolve_decode_attention` picks when the model is known), "triton"
-    (core.kernels.triton_attention), "reduce" (grouped_decode_attention), "split" (split_decode_attention) or "sdpa"
-    (PyTorch's fused attention), from SYNCSCOPE_DECODE_ATTENTION."""
-    return env_choice(DECODE_ATTENTION_ENV, DECODE_ATTENTION_CHOICES)
-
-
 def resolve_decode_attention(model: Any, kernel: str) -> str:
     """The kernel that will run on this model: "auto" and "triton" are "triton" on CUDA where Triton is installed and
     takes the model (`choose_decode_attention`), else "reduce" (the same math; the report names what ran). ValueError
@@ -183,8 +111,8 @@ def choose_decode_attention(model: Any, kernel: str) -> tuple[str, str | None]:
     on_cuda = model.device.type == "cuda"
     installed = importlib.util.find_spec("triton") is not None
     if kernel == "triton" and on_cuda and not installed:
-        raise ValueError(f"{DECODE_ATTENTION_ENV}=triton needs the triton package, which PyTorch's CUDA builds bring "
-                         f"along; it is not installed here")
+        raise ValueError(f"{SWITCH['decode_attention'].variable}=triton needs the triton package, which PyTorch's "
+                         "CUDA builds bring along; it is not installed here")
     if not (on_cuda and installed):
         return "reduce", None
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

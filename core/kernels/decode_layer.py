@@ -1,4 +1,5 @@
-"""A decoder layer's batch-1 decode step in six kernels, in step-graph compiles on one GPU (SYNCSCOPE_DECODE_LAYER).
+"""A decoder layer's batch-1 decode step in six kernels, in step-graph compiles on one GPU (the `decode_layer` switch,
+core.tuning).
 
 Why: with every product by core.kernels.triton_gemv's kernel, a Llama layer's step still ran twelve kernels, six
 of them tiny ones around the products: two residual add + RMSNorm reductions, the rotary embedding of the query and
@@ -8,13 +9,10 @@ they are done inside the products:
 - the q/k/v product normalises its input (the layer's input RMSNorm), turns the queries and keys by the rotary
   embedding and writes the key and value straight into the static cache at its length
   (`triton_gemv_kernel.qkv_gemv`);
-- attention reads the cache as before (core.kernels.triton_attention); with SYNCSCOPE_ATTENTION_PREFETCH=on it then
-  asks L2 for the output projection's weight, so the projection reads it from L2;
+- attention reads the cache as before (core.kernels.triton_attention);
 - the output projection adds the residual, and moves the cache's length on;
-- with SYNCSCOPE_PRODUCT_PREFETCH=on each product's last programs ask L2 for the start of the next product's weight;
 - the gate/up product normalises its input (the post-attention RMSNorm);
-- the down projection computes silu(gate) * up on the fly, as before, and adds the residual (with
-  SYNCSCOPE_DECODE_SWIGLU=gate-up the gate/up product computes the activation, once, and the down projection reads it).
+- the down projection computes silu(gate) * up on the fly, as before, and adds the residual.
 The math is transformers' up to rounding: each product rounded to the model's type where the Linear returns it, the
 rotary in fp32 rounded once (as inductor fuses it). The norm is folded into the product that follows it: the row times
 the norm's weight in fp32, the sum of squares taken in the same pass, the inverse RMS applied to each output once the
@@ -25,10 +23,10 @@ unfused step (fp32 ones agree to rounding); both repeat bitwise.
 Which layers: those whose forward is, token for token, Llama's decoder layer (Llama, Mistral, Qwen2 share it) with
 LlamaRMSNorm norms, core.kernels.fusion's fused attention in Llama's layout (no q/k norm, no soft-capping, Llama's
 rotary) and its fused gate/up MLP with SiLU, plain output and down projections, on one GPU (not under tensor
-parallelism, which core.kernels.tp_fusion rewires instead). A step takes the fused path inside a step-graph compile
-on CUDA with the gemv kernel's products, one token of batch 1, the "triton" decode attention and a full-length,
-initialised static cache layer; anything else (prefill, the CPU, other compile modes, a dynamic cache) runs
-transformers' forward unchanged.
+parallelism, which core.kernels.tp_fusion rewires instead), fused when the model is prepared unless the switch is
+off. A step takes the fused path inside a step-graph compile on CUDA with the gemv kernel's products, one token of
+batch 1, the "triton" decode attention and a full-length, initialised static cache layer; anything else (prefill, the
+CPU, other compile modes, a dynamic cache) runs transformers' forward unchanged.
 """
 
 from __future__ import annotations
@@ -45,47 +43,14 @@ from transformers.utils.deprecation import deprecate_kwarg
 from core.kernels import products, triton_ops_at_import
 from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
-from core.kernels.pdl import kernel_pdl_arguments
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
-from core.options import (
-    ATTENTION_PREFETCH_CHOICES,
-    ATTENTION_PREFETCH_ENV,
-    DECODE_LAYER_CHOICES,
-    DECODE_LAYER_ENV,
-    DECODE_SWIGLU_CHOICES,
-    DECODE_SWIGLU_ENV,
-    PRODUCT_PREFETCH_CHOICES,
-    PRODUCT_PREFETCH_ENV,
-    env_choice,
-)
+from core.tuning import SWITCH
 
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
 _NORM_FORWARD = forward_fingerprint(LlamaRMSNorm)
 # Attention arguments that change what attention computes (core.kernels.attention takes the model's own then)
 _NOT_IN_PLACE = ("position_bias", "s_aux", "output_attentions")
-
-
-def decode_layer_choice() -> str:
-    """SYNCSCOPE_DECODE_LAYER: "on" (the default) or "off"."""
-    return env_choice(DECODE_LAYER_ENV, DECODE_LAYER_CHOICES)
-
-
-def attention_prefetch_choice() -> str:
-    """SYNCSCOPE_ATTENTION_PREFETCH: whether attention asks L2 for the output projection's weight, "off" (the
-    default) or "on"."""
-    return env_choice(ATTENTION_PREFETCH_ENV, ATTENTION_PREFETCH_CHOICES)
-
-
-def product_prefetch_choice() -> str:
-    """SYNCSCOPE_PRODUCT_PREFETCH: whether each product asks L2 for the start of the next one's weight, "off" (the
-    default) or "on"."""
-    return env_choice(PRODUCT_PREFETCH_ENV, PRODUCT_PREFETCH_CHOICES)
-
-
-def swiglu_choice() -> str:
-    """SYNCSCOPE_DECODE_SWIGLU: the kernel that computes silu(gate) * up, "down" (the default) or "gate-up"."""
-    return env_choice(DECODE_SWIGLU_ENV, DECODE_SWIGLU_CHOICES)
 
 
 class DecodeLayer(LlamaDecoderLayer):
@@ -133,11 +98,7 @@ class DecodeLayer(LlamaDecoderLayer):
             and hidden_states.numel() == hidden_states.shape[-1]
         ):
             return None
-        if (
-            decode_layer_choice() == "off"
-            or not hasattr(torch.ops.syncscope, "qkv_gemv")
-            or any(kwargs.get(n) for n in _NOT_IN_PLACE)
-        ):
+        if not hasattr(torch.ops.syncscope, "qkv_gemv") or any(kwargs.get(n) for n in _NOT_IN_PLACE):
             return None
         mlp = self.mlp
         if not (
@@ -208,34 +169,16 @@ def fused_step(
         length,
         attention.config.num_attention_heads,
     )
-    ahead = attention.o_proj.weight if attention_prefetch_choice() == "on" else None
-    attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling), ahead)
+    attended = ops.triton_decode_attention(query, keys, values, attention_mask, float(attention.scaling))
     attended = attended.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
-    # each product's next weight, whose start it asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH), else None
-    after_o, after_gate_up, after_down = _next_weights(layer)
     hidden_states = ops.gemv_add_advance(
-        attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length, after_o
+        attended, attention.o_proj.weight, attention.o_proj.bias, hidden_states, length
     )
     norm = layer.post_attention_layernorm
-    if swiglu_choice() == "gate-up":
-        activation = ops.gemv_norm_swiglu(
-            hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias,
-            after_gate_up,
-        )
-        return ops.gemv_add(activation, mlp.down_proj.weight, mlp.down_proj.bias, False, hidden_states, after_down)
     gate_up = ops.gemv_norm(
-        hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias,
-        after_gate_up,
+        hidden_states, norm.weight, norm.variance_epsilon, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias
     )
-    return ops.gemv_add(gate_up, mlp.down_proj.weight, mlp.down_proj.bias, True, hidden_states, after_down)
-
-
-def _next_weights(layer: Any) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """The weights read after the output projection, gate/up and the down projection (the next layer's q/k/v or the
-    output layer's, `link_next_weights`), where SYNCSCOPE_PRODUCT_PREFETCH asks for them; else Nones."""
-    if product_prefetch_choice() != "on":
-        return None, None, None
-    return layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight, getattr(layer, "next_weight", (None,))[0]
+    return ops.gemv_add(gate_up, mlp.down_proj.weight, mlp.down_proj.bias, True, hidden_states)
 
 
 def _static_layer(cache: Cache | None, index: int) -> Any:
@@ -246,34 +189,21 @@ def _static_layer(cache: Cache | None, index: int) -> Any:
     return layer if type(layer) is StaticLayer and layer.is_initialized else None
 
 
-def fuse_decode_layers(model: nn.Module) -> str | None:
-    """Make every decoder layer of `model` a DecodeLayer, in place, when all of them qualify (module doc) and
-    SYNCSCOPE_DECODE_LAYER is not "off"; returns None when done, else why not (one sentence)."""
-    problem = why_not_fusable(model)
+def fuse_decode_layers(model: nn.Module, switch: str = SWITCH["decode_layer"].default) -> str | None:
+    """Make every decoder layer of `model` a DecodeLayer, in place, when all of them qualify (module doc) and the
+    `decode_layer` switch (`switch`) is not "off"; returns None when done, else why not (one sentence)."""
+    problem = why_not_fusable(model, switch)
     if problem:
         return problem
     for layer in model.model.layers:
         layer.__class__ = DecodeLayer
-    link_next_weights(model)
     return None
 
 
-def link_next_weights(model: nn.Module) -> None:
-    """Give each decoder layer the weight read after its down projection, as `next_weight`: the next layer's q/k/v
-    weight, or after the last layer the output layer's (None where it is not a plain Linear). A one-item tuple, so
-    the layer does not take it for a parameter of its own."""
-    layers = list(model.model.layers)
-    head = getattr(model, "lm_head", None)
-    nexts = [later.self_attn.qkv_proj.weight for later in layers[1:]]
-    nexts.append(head.weight if isinstance(head, nn.Linear) else None)
-    for layer, weight in zip(layers, nexts, strict=True):
-        layer.next_weight = (weight,)
-
-
-def why_not_fusable(model: nn.Module) -> str | None:
+def why_not_fusable(model: nn.Module, switch: str = SWITCH["decode_layer"].default) -> str | None:
     """Why `fuse_decode_layers` would leave `model` as it is, or None."""
-    if decode_layer_choice() == "off":
-        return "SYNCSCOPE_DECODE_LAYER=off"
+    if switch == "off":
+        return f"{SWITCH['decode_layer'].variable}=off"
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed"
     if getattr(model, "_device_mesh", None) is not None:
@@ -346,9 +276,7 @@ def launch_qkv(
     block_p = min(max(1, config.block_n // 2), head_dim // 2)
     query = torch.empty((1, heads, 1, head_dim), device=x.device, dtype=x.dtype)
     cos, sin = cos.reshape(-1), sin.reshape(-1)
-    kernel = _kernels()[1]
-    launcher = launch(kernel)
-    launcher[((heads + 2 * kv_heads) * (head_dim // 2 // block_p),)](
+    launch(_kernels()[1])[((heads + 2 * kv_heads) * (head_dim // 2 // block_p),)](
         x.contiguous(),
         norm.contiguous(),
         weight,
@@ -372,7 +300,6 @@ def launch_qkv(
         EVEN_K=k % config.block_k == 0,
         BLOCK_P=block_p,
         BLOCK_K=config.block_k,
-        **kernel_pdl_arguments(x.device, traced=launcher is not kernel),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -386,43 +313,30 @@ def _kernels() -> tuple[Any, Any]:
 
 
 def register_decode_layer_ops() -> None:
-    """Register the layer's kernels as operators `syncscope::qkv_gemv`, `gemv_norm`, `gemv_norm_swiglu`, `gemv_add`
-    and `gemv_add_advance` (once; when this module is imported where core.kernels.triton_ops_at_import says: compiled
-    code cannot create an operator)."""
+    """Register the layer's kernels as operators `syncscope::qkv_gemv`, `gemv_norm`, `gemv_add` and
+    `gemv_add_advance` (once; when this module is imported where core.kernels.triton_ops_at_import says: compiled code
+    cannot create an operator)."""
     if hasattr(torch.ops.syncscope, "qkv_gemv"):
         return
     from torch.library import triton_op, wrap_triton
 
-    # `ahead`: the next product's weight, whose start the kernel asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH)
     @triton_op("syncscope::gemv_norm", mutates_args=())
     def gemv_norm(
-        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None,
-        ahead: torch.Tensor | None = None,
+        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps, ahead=ahead))
-
-    @triton_op("syncscope::gemv_norm_swiglu", mutates_args=())
-    def gemv_norm_swiglu(
-        x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, bias: torch.Tensor | None,
-        ahead: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton,
-                           around=Around(norm=norm, eps=eps, swiglu=True, ahead=ahead))
+        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(norm=norm, eps=eps))
 
     @triton_op("syncscope::gemv_add", mutates_args=())
     def gemv_add(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act_mul: bool, residual: torch.Tensor,
-        ahead: torch.Tensor | None = None,
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act_mul: bool, residual: torch.Tensor
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, act_mul, wrap_triton, around=Around(residual=residual, ahead=ahead))
+        return launch_gemv(x, weight, bias, act_mul, wrap_triton, around=Around(residual=residual))
 
     @triton_op("syncscope::gemv_add_advance", mutates_args=("length",))
     def gemv_add_advance(
-        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, length: torch.Tensor,
-        ahead: torch.Tensor | None = None,
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, length: torch.Tensor
     ) -> torch.Tensor:
-        return launch_gemv(x, weight, bias, False, wrap_triton,
-                           around=Around(residual=residual, length=length, ahead=ahead))
+        return launch_gemv(x, weight, bias, False, wrap_triton, around=Around(residual=residual, length=length))
 
     @triton_op("syncscope::qkv_gemv", mutates_args=("key_cache", "value_cache"))
     def qkv_gemv(

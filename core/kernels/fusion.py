@@ -54,9 +54,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.deprecation import deprecate_kwarg
 
-from core.kernels.attention import attend_with_append
-from core.kernels.products import decode_product, gemv_takes, silu
-from core.options import O_PROJ_CHOICES, O_PROJ_ENV, env_choice
+from core.kernels.products import decode_product, gemv_takes, library_o_proj, silu
 from core.parallel.tensor_parallel import local
 
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -133,7 +131,7 @@ class FusedAttention(nn.Module):
     qkv_proj: FusedLinear
     layout: ClassVar[AttentionLayout]
     rotary: ClassVar[Callable[..., Any]]
-    llama_rotary: ClassVar[bool]  # the rotary is Llama's, so the appending decode attention may do it
+    llama_rotary: ClassVar[bool]  # the rotary is Llama's, so core.kernels.decode_layer's q/k/v kernel may do it
     eager_attention: ClassVar[Callable[..., Any]]
     # Its forward looks its attention function up in transformers' registry (core.kernels.attention asks; the class
     # is made with type(), so there is no source of it to read)
@@ -161,12 +159,8 @@ class FusedAttention(nn.Module):
         query_states, key_states, value_states = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
 
         cos, sin = position_embeddings
-        attn_output = attend_with_append(self, query_states, key_states, value_states, cos, sin, attention_mask,
-                                         cache, kwargs)
-        attn_weights = None
-        if attn_output is None:
-            attn_output, attn_weights = self._attend(query_states, key_states, value_states, cos, sin,
-                                                     attention_mask, cache, kwargs)
+        attn_output, attn_weights = self._attend(query_states, key_states, value_states, cos, sin, attention_mask,
+                                                 cache, kwargs)
 
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return output_projection(self.o_proj, attn_output), attn_weights
@@ -218,14 +212,15 @@ def _library_linear_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
 
 
 def output_projection(o_proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The attention's output projection. Inside a compile, a plain Linear's product goes to the BLAS library
-    (SYNCSCOPE_O_PROJ=library, the default): with coordinate-descent tuning (step-graph mode) inductor turns a batch-1
-    product into a Triton reduction fused with the residual add after it, and on the H200 that kernel's tuned
-    configuration took 6x as long in two of three fresh Llama-8B compiles (docs/TUNING.md). A Linear whose forward
-    tensor parallelism replaced, or with hooks, runs as it is."""
+    """The attention's output projection. Inside a compile, a plain Linear's product goes to the BLAS library where
+    the compile being traced was given the `o_proj` switch's default, "library" (core.kernels.products.traced_with):
+    with coordinate-descent tuning (step-graph mode) inductor turns a batch-1 product into a Triton reduction fused
+    with the residual add after it, and on the H200 that kernel's tuned configuration took 6x as long in two of
+    three fresh Llama-8B compiles (docs/TUNING.md). A Linear whose forward tensor parallelism replaced, or with
+    hooks, runs as it is."""
     if gemv_takes(o_proj, x, act_mul=False):
         return decode_product(o_proj, x)
-    if torch.compiler.is_compiling() and _plain_linear(o_proj) and env_choice(O_PROJ_ENV, O_PROJ_CHOICES) == "library":
+    if torch.compiler.is_compiling() and _plain_linear(o_proj) and library_o_proj():
         out = library_linear(x, o_proj.weight)
         return out if o_proj.bias is None else out + o_proj.bias
     return o_proj(x)
@@ -262,7 +257,7 @@ def fused_attention_class(cls: type) -> type:
 
 def _llama_rotary(family: Any) -> bool:
     """Whether the family's rotary embedding is Llama's code (x * cos + rotate_half(x) * sin over the whole head),
-    which core.kernels.attention's appending kernel computes."""
+    which core.kernels.decode_layer's q/k/v kernel computes."""
     from transformers.models.llama import modeling_llama
 
     return all(_fingerprint(getattr(family, name, None)) == _fingerprint(getattr(modeling_llama, name))

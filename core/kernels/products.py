@@ -1,13 +1,15 @@
-"""Which kernel computes each batch-1 matrix product of a compiled decode step (SYNCSCOPE_DECODE_PRODUCTS).
+"""Which kernel computes each batch-1 matrix product of a compiled decode step (the `decode_products` and `o_proj`
+switches, core.tuning).
 
-`auto` (the default) is `triton` in step-graph compiles (core.loops.step says which compile traces, with
-`products_of_step_graph`, and turns coordinate-descent tuning off there) and `inductor` in the others. `inductor`
-leaves the products to inductor (in step-graph mode it rewrites each as a Triton reduction, fuses its neighbours into
-it and tunes it by timing while it compiles), except the attention's output projection, which
-SYNCSCOPE_O_PROJ picks. `triton` gives every product with one row of input (q/k/v, the output projection, gate/up,
-down with its activation, the output layer) to core.kernels.triton_gemv's kernel, whose configuration is fixed per
-shape, so that two compiles run the same kernels. Either way a product with several rows (the prefill, a batch), one
-outside a compile, on the CPU, or one whose Linear tensor parallelism or a hook changed runs as before.
+The compile that traces the model says which, with `traced_with` (core.loops.step, from the model's tuning:
+`decode_products` "auto" is "triton" in step-graph compiles, where the step also turns coordinate-descent tuning off,
+and "inductor" in the others). "inductor" leaves the products to inductor (in step-graph mode it rewrites each as a
+Triton reduction, fuses its neighbours into it and tunes it by timing while it compiles), except the attention's
+output projection, which `o_proj` gives to the BLAS library or to inductor (core.kernels.fusion.output_projection).
+"triton" gives every product with one row of input (q/k/v, the output projection, gate/up, down with its activation,
+the output layer) to core.kernels.triton_gemv's kernel, whose configuration is fixed per shape, so that two compiles
+run the same kernels. Either way a product with several rows (the prefill, a batch), one outside a compile, on the
+CPU, or one whose Linear tensor parallelism or a hook changed runs as before.
 """
 
 from __future__ import annotations
@@ -19,21 +21,36 @@ import torch
 from torch import nn
 
 from core.kernels.triton_gemv import takes
-from core.options import decode_products_choice
+from core.tuning import SWITCH
 
-# Whether the step-graph compile is calling (so tracing) the model: dynamo reads it, and guards on it, while it traces
-_in_step_graph = False
+# What the compile calling (so tracing) the model gives its batch-1 products: the kernel of them ("triton" or
+# "inductor") and of the output projection where the gemv kernel does not take it ("library" or "inductor"). Dynamo
+# reads them, and guards on them, while it traces; plain strings, so that a guard compares values.
+_products = "inductor"
+_o_proj = SWITCH["o_proj"].default
 
 
 @contextmanager
-def products_of_step_graph() -> Iterator[None]:
-    """Inside it, a compile traces with the step-graph mode's products (SYNCSCOPE_DECODE_PRODUCTS=auto)."""
-    global _in_step_graph
-    previous, _in_step_graph = _in_step_graph, True
+def traced_with(products: str, o_proj: str) -> Iterator[None]:
+    """Inside it, a compile traces with these products: "triton" or "inductor" (the `decode_products` switch resolved
+    for the compile's mode), and `o_proj`, the `o_proj` switch."""
+    global _products, _o_proj
+    previous = _products, _o_proj
+    _products, _o_proj = products, o_proj
     try:
         yield
     finally:
-        _in_step_graph = previous
+        _products, _o_proj = previous
+
+
+def traced_by_default(products: str, o_proj: str) -> bool:
+    """Whether a compile traces with these choices without `traced_with` (the module's own: no wrapper needed)."""
+    return (products, o_proj) == ("inductor", SWITCH["o_proj"].default)
+
+
+def library_o_proj() -> bool:
+    """Whether the compile being traced gives the output projection to the BLAS library."""
+    return _o_proj == "library"
 
 
 class DecodeLinear(nn.Linear):
@@ -60,7 +77,7 @@ def route_output_layer(model: nn.Module) -> bool:
 
 
 def decode_product(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """linear(x), by the gemv kernel where SYNCSCOPE_DECODE_PRODUCTS gives it the product (see the module)."""
+    """linear(x), by the gemv kernel where the compile being traced gives it the product (see the module)."""
     if gemv_takes(linear, x, act_mul=False):
         return torch.ops.syncscope.gemv(x, linear.weight, linear.bias, False)
     return nn.functional.linear(x, linear.weight, linear.bias) if type(linear) is DecodeLinear else linear(x)
@@ -70,7 +87,7 @@ def gemv_takes(linear: nn.Module, x: torch.Tensor, act_mul: bool) -> bool:
     """Whether the gemv kernel computes this product (of silu(gate) * up of `x` with `act_mul`)."""
     if not (torch.compiler.is_compiling() and x.is_cuda and plain(linear) and hasattr(torch.ops.syncscope, "gemv")):
         return False
-    if decode_products_choice(_in_step_graph) != "triton":
+    if _products != "triton":
         return False
     return takes(x, linear.weight, act_mul) and (linear.bias is None or linear.bias.is_contiguous())
 

@@ -8,11 +8,11 @@ TensorRT-LLM's AllReduce+RMSNorm). Here one Triton kernel does it over PyTorch's
 stores its partial row into every peer's symmetric buffer and polls its own until the peers' rows are all there
 (the Lamport-style one-shot all-reduce of TensorRT-LLM and FlashInfer: an empty slot holds negative zero's bits,
 core.kernels.tp_kernels), sums the rows in rank order in fp32 (so every rank gets the same bits), adds the residual and
-normalises. SYNCSCOPE_TP_BARRIER=asm (or atomic) takes the earlier kernel instead: each rank writes its row into
-its own buffer, meets the peers at a flag in their signal pads (the barrier of PyTorch's one-shot all-reduce), and
-reads their rows over NVLink. The partial sum and the sum with the residual
-are rounded to the model's dtype where transformers rounds them (after the all-reduce, after the add), and the
-norm is LlamaRMSNorm's: fp32 variance, rounded before the weight's product.
+normalises. The `tp_barrier` switch (core.tuning) at asm (or atomic) takes the earlier kernel instead: each rank
+writes its row into its own buffer, meets the peers at a flag in their signal pads (the barrier of PyTorch's one-shot
+all-reduce), and reads their rows over NVLink. The partial sum and the sum with the residual are rounded to the
+model's dtype where transformers rounds them (after the all-reduce, after the add), and the norm is LlamaRMSNorm's:
+fp32 variance, rounded before the weight's product.
 
 How the model changes (`fuse_all_reduce`, only for decoder layers whose code is, token for token, Llama's, with
 LlamaRMSNorm norms, and o_proj / down_proj sharded by rows without bias, as transformers' TP plan shards them):
@@ -49,14 +49,8 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 from transformers.utils.deprecation import deprecate_kwarg
 
 from core.kernels.fusion import forward_fingerprint
-from core.options import (
-    TP_ALL_REDUCE_CHOICES,
-    TP_ALL_REDUCE_ENV,
-    TP_BARRIER_CHOICES,
-    TP_BARRIER_ENV,
-    env_choice,
-)
 from core.parallel.tensor_parallel import FUSED, ONE_SHOT, local
+from core.tuning import SWITCH
 
 FUSED_ROWS = 8  # tokens per call that the fused kernel takes (decode steps up to batch 8); more take NCCL
 _LAYER_FORWARD = forward_fingerprint(LlamaDecoderLayer)
@@ -135,7 +129,9 @@ class FusedAllReduceDecoderLayer(LlamaDecoderLayer):
 @dataclass
 class Workspace:
     """The symmetric buffer the fused kernels publish partial rows in (one slot per call site, FUSED_ROWS rows of each
-    rank in each), with its peers' addresses; `handle` None means no symmetric memory (the PyTorch path)."""
+    rank in each), with its peers' addresses; `handle` None means no symmetric memory (the PyTorch path). `barrier`:
+    how its kernel learns that the peers' rows are there (the `tp_barrier` switch): "push" (rows of a 16-byte
+    multiple, else "asm"), "asm" or "atomic"."""
 
     group: Any  # the ProcessGroup
     world_size: int
@@ -145,6 +141,7 @@ class Workspace:
     key: int = 0  # its key in _WORKSPACES, where the custom op finds it (ops take no Python objects)
     buffer: torch.Tensor | None = None
     handle: Any = None
+    barrier: str = SWITCH["tp_barrier"].default
 
     @property
     def fused(self) -> bool:
@@ -155,12 +152,12 @@ class Workspace:
         return self.world_size * FUSED_ROWS * self.hidden
 
 
-def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
+def fuse_all_reduce(model: Any, *, symmetric: bool = True, barrier: str = SWITCH["tp_barrier"].default) -> str | None:
     """Rewire `model`'s decoder layers as the module doc says; returns None when done, else why not (one sentence).
 
     `symmetric` allocates the CUDA symmetric workspace (a collective: every rank calls this at the same point);
-    without it the op runs its PyTorch path (NCCL or gloo, then the add and the norm). The workspace is made before
-    any module changes, so an error there leaves the model as it was."""
+    without it the op runs its PyTorch path (NCCL or gloo, then the add and the norm); `barrier` is the `tp_barrier`
+    switch. The workspace is made before any module changes, so an error there leaves the model as it was."""
     problem = why_not_fusable(model)
     if not problem and symmetric and importlib.util.find_spec("triton") is None:
         problem = "the triton package is not installed"
@@ -172,7 +169,7 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
     group = mesh.get_group()
     hidden = layers[0].post_attention_layernorm.weight.shape[-1]
     workspace = Workspace(group, dist.get_world_size(group), dist.get_rank(group), hidden, 2 * len(layers),
-                          key=len(_WORKSPACES))
+                          key=len(_WORKSPACES), barrier=barrier)
     _WORKSPACES[workspace.key] = workspace
     if symmetric:
         allocate_workspace(workspace, layers[0].post_attention_layernorm.weight)
@@ -187,19 +184,21 @@ def fuse_all_reduce(model: Any, *, symmetric: bool = True) -> str | None:
     return None
 
 
-def fuse_decoder_all_reduces(model: Any, kind: str) -> tuple[str, str]:
-    """With symmetric memory on (`kind` ONE_SHOT) and SYNCSCOPE_TP_ALL_REDUCE=auto, fuse each decoder layer's
-    all-reduces into the residual add and RMSNorm after them (`fuse_all_reduce`). Returns the kind now in use (FUSED or
-    `kind`) and, where the fusion was wanted but not done, why."""
-    if kind != ONE_SHOT or env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) != "auto":
+def fuse_decoder_all_reduces(model: Any, kind: str, all_reduce: str = SWITCH["tp_all_reduce"].default,
+                             barrier: str = SWITCH["tp_barrier"].default) -> tuple[str, str]:
+    """With symmetric memory on (`kind` ONE_SHOT) and the `tp_all_reduce` switch (`all_reduce`) at "auto", fuse each
+    decoder layer's all-reduces into the residual add and RMSNorm after them (`fuse_all_reduce`, with the `tp_barrier`
+    switch's `barrier`). Returns the kind now in use (FUSED or `kind`) and, where the fusion was wanted but not done,
+    why; where done, the barrier."""
+    if kind != ONE_SHOT or all_reduce != "auto":
         return kind, ""
     try:
-        problem = fuse_all_reduce(model)
+        problem = fuse_all_reduce(model, barrier=barrier)
     except Exception as exc:  # the symmetric buffer could not be made (memory, or no peer access): keep one-shot
         problem = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
     if problem:
         return kind, f"not fused with the norms: {problem}"
-    return FUSED, f"{TP_BARRIER_ENV}={barrier_kind()}"
+    return FUSED, f"{SWITCH['tp_barrier'].variable}={barrier}"
 
 
 def why_not_fusable(model: Any) -> str | None:
@@ -306,7 +305,7 @@ def launch_fused_kernel(partial: torch.Tensor, residual: torch.Tensor, weight: t
     block = 1 << (hidden - 1).bit_length()
     common = dict(HIDDEN=hidden, BLOCK=block, RANK=workspace.rank, WORLD=workspace.world_size,
                   num_warps=16 if hidden > 4096 else 8)
-    kind = barrier_kind()
+    kind = workspace.barrier
     if kind == "push" and (hidden * partial.element_size()) % 16 == 0:
         fused_all_reduce_add_rms_norm_push[(rows,)](
             partial, residual, residual.stride(0), weight, out, workspace.handle.buffer_ptrs_dev,
@@ -317,7 +316,3 @@ def launch_fused_kernel(partial: torch.Tensor, residual: torch.Tensor, weight: t
         workspace.handle.buffer_ptrs_dev, workspace.handle.signal_pad_ptrs_dev,
         slot * workspace.slot_size, eps, ATOMIC_BARRIER=kind == "atomic", **common)
 
-
-def barrier_kind() -> str:
-    """SYNCSCOPE_TP_BARRIER: push (the default; rows of a 16-byte multiple, else asm), asm or atomic."""
-    return env_choice(TP_BARRIER_ENV, TP_BARRIER_CHOICES)

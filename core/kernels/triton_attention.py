@@ -13,47 +13,31 @@ kernel. The split depends only on the shapes and the GPU, and the order of every
 bitwise.
 
 It is registered as a `torch.library.triton_op`, which inductor compiles into its graph like its own kernels (and so
-into the step's CUDA graph). The default on CUDA (SYNCSCOPE_DECODE_ATTENTION=auto or triton); the CPU takes "reduce".
+into the step's CUDA graph). The default on CUDA (the `decode_attention` switch, core.tuning: auto or triton); the
+CPU takes "reduce".
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from core.kernels import triton_ops_at_import
-from core.kernels.pdl import kernel_pdl_arguments
-from core.kernels.prefetch import prefetch_pieces
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
 MAX_SPLITS = 64  # the most programs sharing one KV head's keys
 
 
 def triton_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask: torch.Tensor | None, scaling: float | None,
-                            ahead: torch.Tensor | None = None) -> torch.Tensor:
+                            attention_mask: torch.Tensor | None, scaling: float | None) -> torch.Tensor:
     """One query token per head against the cache: query (B, H, 1, D), key and value (B, KV, L, D) with H a
     multiple of KV, mask None, boolean (True = attend) or additive, shaped (B, 1 or H, 1, L); returns (B, H, 1, D)
-    in the query's dtype. `ahead`: a weight the kernel asks L2 for once its own reads are done, where it can
-    (core.kernels.prefetch)."""
+    in the query's dtype."""
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale, ahead)
-
-
-def triton_append_decode_attention(query: torch.Tensor, new: NewToken, key_cache: torch.Tensor,
-                                   value_cache: torch.Tensor, attention_mask: torch.Tensor | None,
-                                   scaling: float | None) -> torch.Tensor:
-    """`triton_decode_attention` for a query and a new token not yet turned by the rotary embedding, nor in the
-    cache: one kernel turns both, writes the token's key and value at the cache's length, attends over the cache
-    and moves the length on (what transformers' rotary, `StaticLayer.update` and the attention do in five)."""
-    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    return torch.ops.syncscope.triton_append_decode_attention(
-        query, new.key, new.value, new.cos, new.sin, key_cache, value_cache, new.slot, new.semaphores,
-        attention_mask, scale)
+    return torch.ops.syncscope.triton_decode_attention(query, key, value, attention_mask, scale)
 
 
 def takes_shapes(query: torch.Tensor, key: torch.Tensor) -> bool:
@@ -75,31 +59,10 @@ def keys_per_program(length: int, rows: int, programs_wanted: int) -> int:
     return _ceil_to(-(-length // splits), BLOCK_KEYS)
 
 
-PREFETCH_PIECES = 128  # pieces of `ahead` each program asks L2 for: one per thread of its 4 warps
-
-
-@dataclass(frozen=True)
-class NewToken:
-    """What the appending kernel takes besides the query and the cache: the new token's key and value before the
-    cache holds them, (B, KV, 1, D), its rotary cos and sin, (B, D) or (B, 1, D), the cache's length (a 0-d integer
-    tensor: the slot the token goes to, moved on by one), and a zeroed int32 counter buffer of at least B x KV + 1
-    entries."""
-
-    key: torch.Tensor
-    value: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
-    slot: torch.Tensor
-    semaphores: torch.Tensor
-
-
 def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
-            launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None,
-            new: NewToken | None = None, ahead: torch.Tensor | None = None) -> torch.Tensor:
+            launch: Any, kernels: tuple[Any, Any], split_keys: int | None = None) -> torch.Tensor:
     """Shape checks, buffers and grids for both kernels; `launch(kernel)` returns the kernel ready for `[grid]`
-    (`wrap_triton` inside a compile, the kernel itself otherwise). With `new`, one kernel also turns the query and
-    the new key by the rotary embedding, writes the key and value into the cache (`key`, `value`) and combines its
-    own splits. `ahead`: a weight the programs ask L2 for once their own reads are done (not with `new`)."""
+    (`wrap_triton` inside a compile, the kernel itself otherwise)."""
     attend, combine = kernels
     batch, heads, _, dim = query.shape
     _, kv_heads, length, _ = key.shape
@@ -124,45 +87,22 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         mask = mask.expand(batch, mask.shape[1], 1, length)
         mask_head_stride = mask.stride(1) if mask.shape[1] > 1 else 0
     mask_arg = mask if mask is not None else query
-    token_args = _token_arguments(new, query)
-    piece, last = prefetch_pieces(ahead if new is None else None, batch * kv_heads * splits, PREFETCH_PIECES)
-    launcher = launch(attend)
-    pdl = kernel_pdl_arguments(query.device, traced=launcher is not attend)
-    launcher[(batch * kv_heads, splits)](
-        query, key, value, mask_arg, out, partial, stats, *token_args, ahead if piece else query,
+    launch(attend)[(batch * kv_heads, splits)](
+        query, key, value, mask_arg, out, partial, stats,
         query.stride(0), query.stride(1), query.stride(3),
         key.stride(0), key.stride(1), key.stride(2), key.stride(3),
         value.stride(0), value.stride(1), value.stride(2), value.stride(3),
         mask.stride(0) if has_mask else 0, mask_head_stride if has_mask else 0, mask.stride(3) if has_mask else 0,
-        *_token_strides(new),
-        length, scale, last,
+        length, scale,
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
-        UPCAST=_interpreted(), APPEND=new is not None, SPLITS_PAD=_next_power_of_2(splits),
-        GROUP_POW2=_next_power_of_2(group), **pdl, AHEAD_PIECE=piece, AHEAD_PIECES=PREFETCH_PIECES,
-        num_warps=4, num_stages=2)
-    if splits > 1 and new is None:
+        UPCAST=_interpreted(), num_warps=4, num_stages=2)
+    if splits > 1:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,
-            SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, **pdl, num_warps=4)
+            SPLITS_PAD=_next_power_of_2(splits), HEAD_DIM=dim, num_warps=4)
     return out
-
-
-def _token_arguments(new: NewToken | None, placeholder: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    if new is None:
-        return (placeholder,) * 6  # not read without APPEND
-    return new.key, new.value, new.cos, new.sin, new.slot, new.semaphores
-
-
-def _token_strides(new: NewToken | None) -> tuple[int, ...]:
-    if new is None:
-        return (0,) * 8
-    if new.cos.stride() != new.sin.stride():
-        raise ValueError("the rotary cos and sin must share their strides")
-    return (new.key.stride(0), new.key.stride(1), new.key.stride(3),
-            new.value.stride(0), new.value.stride(1), new.value.stride(3),
-            new.cos.stride(0), new.cos.stride(-1))
 
 
 def _sm_count(device: torch.device) -> int:
@@ -196,22 +136,14 @@ def register_triton_decode_attention() -> None:
     """Register the kernels as the operator `syncscope::triton_decode_attention` (once; when this module is imported
     where core.kernels.triton_ops_at_import says: compiled code cannot create an operator, since dynamo traces into
     whatever does)."""
-    if hasattr(torch.ops.syncscope, "triton_append_decode_attention"):
+    if hasattr(torch.ops.syncscope, "triton_decode_attention"):
         return
     from torch.library import triton_op, wrap_triton
 
     @triton_op("syncscope::triton_decode_attention", mutates_args=())
     def op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-           scale: float, ahead: torch.Tensor | None = None) -> torch.Tensor:
-        return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels(), ahead=ahead)
-
-    @triton_op("syncscope::triton_append_decode_attention",
-               mutates_args=("key_cache", "value_cache", "slot", "semaphores"))
-    def append_op(query: torch.Tensor, new_key: torch.Tensor, new_value: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, slot: torch.Tensor,
-                  semaphores: torch.Tensor, attention_mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-        new = NewToken(new_key, new_value, cos, sin, slot, semaphores)
-        return _launch(query, key_cache, value_cache, attention_mask, scale, wrap_triton, _kernels(), new=new)
+           scale: float) -> torch.Tensor:
+        return _launch(query, key, value, attention_mask, scale, wrap_triton, _kernels())
 
 
 if triton_ops_at_import():

@@ -15,22 +15,21 @@ down projection needs no kernel of its own for the activation). Weights are load
 read once a step.
 
 It is registered as the operator `syncscope::gemv` (a `torch.library.triton_op`, which inductor calls inside its
-graph and so inside the step's CUDA graph). core.kernels.fusion chooses it (SYNCSCOPE_DECODE_PRODUCTS).
+graph and so inside the step's CUDA graph). core.kernels.products chooses it (the `decode_products` switch,
+core.tuning).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from core.kernels import triton_ops_at_import
-from core.kernels.pdl import kernel_pdl_arguments
-from core.kernels.prefetch import prefetch_pieces
 
 CONFIG_FILE = Path(__file__).with_name("gemv_configs.json")
 
@@ -51,9 +50,8 @@ class GemvConfig:
 # The parts of a decoder layer a product can carry (core.kernels.decode_layer), each with configurations of its own:
 # "" the product alone (or with the residual add after it, which costs a few loads a program), "norm" with the RMSNorm
 # before it (each program reads the norm's weight beside the row), "qkv" the q/k/v kernel with the norm, the rotary
-# embedding and the cache write (its programs take rows in pairs), "swiglu" gate/up with the norm before it and
-# silu(gate) * up after (its programs take each gate row with its up row: `block_n` pairs)
-PARTS = ("", "norm", "qkv", "swiglu")
+# embedding and the cache write (its programs take rows in pairs)
+PARTS = ("", "norm", "qkv")
 
 
 def shape_key(n: int, k: int, act_mul: bool, part: str = "") -> str:
@@ -89,9 +87,6 @@ def config_for(n: int, k: int, act_mul: bool, device_name: str, part: str = "") 
     measured = _table().get(device_name, {}).get(shape_key(n, k, act_mul, part))
     if measured:
         return GemvConfig(**measured)
-    if part == "swiglu":  # the norm's product with its rows taken in pairs: as many bytes a program
-        norm = config_for(n, k, act_mul, device_name, "norm")
-        return replace(norm, block_n=max(1, norm.block_n // 2))
     return heuristic_config(n, k, act_mul, part)
 
 
@@ -113,23 +108,12 @@ def takes(x: torch.Tensor, weight: torch.Tensor, act_mul: bool = False) -> bool:
 class Around:
     """What a decoder layer does around one product that the kernel does in it: `norm` (the RMSNorm's weight) and
     `eps` normalise the input first; `residual` is added to the output (rounded as the Linear returns it); `length`,
-    a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does); with
-    `swiglu` the weight is a gate/up product's, [gate; up], and the output silu(gate) * up, half as wide (gate and
-    up each rounded as the Linear returns them, the activation as the down projection's `act_mul` computes it).
-    `ahead`: the next product's weight, whose start the kernel's last programs ask L2 for once their own weight is
-    read (core.kernels.prefetch)."""
+    a static cache layer's 0-d length, is moved on by one after the product (what StaticLayer.update does)."""
 
     norm: torch.Tensor | None = None
     eps: float = 0.0
     residual: torch.Tensor | None = None
     length: torch.Tensor | None = None
-    swiglu: bool = False
-    ahead: torch.Tensor | None = None
-
-
-# How much of the next product's weight a product asks L2 for (SYNCSCOPE_PRODUCT_PREFETCH): about 2 µs of the H200's
-# memory, the time of a kernel's last programs, the launch and the next kernel's first reads
-AHEAD_BYTES = 8 << 20
 
 
 def launch_gemv(
@@ -142,34 +126,23 @@ def launch_gemv(
     around: Around = Around(),
 ) -> torch.Tensor:
     """x @ weight.T (+ bias) for one row `x` (of silu(gate) * up with `act_mul`, of RMSNorm(x) with `around.norm`,
-    plus `around.residual`; with `around.swiglu`, silu(gate) * up of its two halves); `launch(kernel)` returns the
-    kernel ready for `[grid]` (`wrap_triton` inside a compile, the kernel itself otherwise)."""
+    plus `around.residual`); `launch(kernel)` returns the kernel ready for `[grid]` (`wrap_triton` inside a compile,
+    the kernel itself otherwise)."""
     if not takes(x, weight, act_mul):
         raise ValueError(
             f"the gemv kernel takes one row of input matching the weight's width (twice it with the "
             f"activation); got input {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
             f"{weight.dtype} with strides {weight.stride()}"
         )
-    rows, k = weight.shape
-    if around.swiglu and (act_mul or rows % 2):
-        raise ValueError(f"swiglu takes a gate/up weight of an even number of rows and no act_mul; got weight "
-                         f"{tuple(weight.shape)}, act_mul={act_mul}")
-    n = rows // 2 if around.swiglu else rows
+    n, k = weight.shape
     if config is None:
-        part = "swiglu" if around.swiglu else "norm" if around.norm is not None else ""
-        config = config_for(rows, k, act_mul, _device_name(x.device), part)
+        config = config_for(n, k, act_mul, _device_name(x.device), "norm" if around.norm is not None else "")
     out = torch.empty((*x.shape[:-1], n), device=x.device, dtype=x.dtype)
     x = x.contiguous()
     norm = around.norm.contiguous() if around.norm is not None else None
     residual = around.residual.contiguous() if around.residual is not None else None
     unused = weight  # a pointer the kernel is given but does not read
-    programs = -(-n // config.block_n)
-    # one wave's worth of the last programs asks L2 for the next weight's start, a piece a thread
-    asking = min(programs, _sm_count(x.device))
-    piece, last = prefetch_pieces(around.ahead, asking, 32 * config.num_warps, AHEAD_BYTES)
-    kernel = _kernel()
-    launcher = launch(kernel)
-    launcher[(programs,)](
+    launch(_kernel())[(-(-n // config.block_n),)](
         x,
         weight,
         bias if bias is not None else unused,
@@ -177,34 +150,23 @@ def launch_gemv(
         norm if norm is not None else unused,
         residual if residual is not None else unused,
         around.length if around.length is not None else unused,
-        around.ahead if piece else unused,
         n,
         weight.stride(0),
         float(around.eps),
-        programs - asking,
-        last,
         k,
         HAS_BIAS=bias is not None,
         ACT_MUL=act_mul,
         NORM=norm is not None,
         RESIDUAL=residual is not None,
         ADVANCE=around.length is not None,
-        SWIGLU=around.swiglu,
         EVEN_N=n % config.block_n == 0,
         EVEN_K=k % config.block_k == 0,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
-        **kernel_pdl_arguments(x.device, traced=launcher is not kernel),
-        AHEAD_PIECE=piece,
-        AHEAD_PIECES=32 * config.num_warps,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
     return out
-
-
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 def _device_name(device: torch.device) -> str:

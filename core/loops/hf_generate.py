@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 
+from core.kernels.products import traced_with
 from core.loops.prompt import cut_at_eos, encode_prompt, resolve_eos_ids
+from core.loops.step import step_kernels
 from core.measure.nvtx import StepRanges, wanted
 from core.measure.step_times import StepClock, Timings
 from core.models import LoadedModel
@@ -64,9 +66,11 @@ def hf_run(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferre
         torch.manual_seed(options.seed)
     ranges = StepRanges(HF_DEFERRED if deferred else HF, options.max_new_tokens) \
         if on_step is not None and wanted(options, loaded.device.type) else None
+    kernels = step_kernels(loaded, options.compile)  # generate() compiles the model's forward with them too
+    traced = traced_with(kernels.products, kernels.o_proj) if kernels is not None else contextlib.nullcontext()
     clock = StepClock(loaded.device, 1)
     clock.start()
-    with _deferred_stop_check(deferred), torch.inference_mode():
+    with _deferred_stop_check(deferred), torch.inference_mode(), traced:
         markers = StoppingCriteriaList([_StepMarker(on_step, ranges)]) if on_step is not None else None
         if ranges is not None:
             ranges.step(0)

@@ -4,6 +4,9 @@ the token choice, and the whole step captured in one CUDA graph (step-graph mode
 A step never reads the device from the host: `DecodeSetup.commit` picks the next tokens, pads finished rows and writes
 the step's tokens and stop flag into one device row, which the naive loop reads at once and the pipelined loop copies
 to pinned host memory (core.loops.generation).
+
+What a compiled step runs follows the model's tuning (core.tuning, `LoadedModel.tuning`), decided once per compile
+mode by `step_kernels`: the step compiles with it, and the report records it.
 """
 
 from __future__ import annotations
@@ -16,23 +19,39 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.kernels.attention import attach_append_counters
 from core.kernels.pdl import pdl_inductor_options
-from core.kernels.products import products_of_step_graph
+from core.kernels.products import traced_by_default, traced_with
 from core.loops.prompt import EncodedPrompt, resolve_eos_ids
 from core.models import LoadedModel, new_static_cache
-from core.options import (
-    CUDA_GRAPH_COMPILE_MODES,
-    STEP_COMMIT_CHOICES,
-    STEP_COMMIT_ENV,
-    STEP_GRAPH,
-    GenerationOptions,
-    decode_products_choice,
-    env_choice,
-    inductor_options_from_env,
-    static_cache_length,
-)
+from core.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, static_cache_length
 from core.parallel.tensor_parallel import SYMMETRIC
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """What a decode step compiled in one mode runs, from the model's tuning and what prepare_for_decode did to it:
+    the batch-1 products' kernel, "triton" (core.kernels.triton_gemv) or "inductor"; the output projection's where
+    the gemv kernel does not take it, "library" or "inductor"; whether the decoder layers run
+    core.kernels.decode_layer's six kernels; and what a greedy step compiles after the forward, "argmax" or "whole"
+    (step-graph only)."""
+
+    products: str
+    o_proj: str
+    fused_layers: bool
+    commit: str | None
+
+
+def step_kernels(loaded: LoadedModel, mode: str) -> StepKernels | None:
+    """What a step compiled in `mode` runs on `loaded` (None for "off": nothing is compiled). The step compiles with
+    it (`decode_forward`, `DecodeSetup`) and the report records it (core.report.environment)."""
+    if mode == "off":
+        return None
+    tuning = loaded.tuning
+    products = tuning.decode_products_for(step_graph=mode == STEP_GRAPH)
+    on_cuda = loaded.device.type == "cuda"
+    return StepKernels(products=products, o_proj=tuning.o_proj,
+                       fused_layers=loaded.decode_layers and mode == STEP_GRAPH and on_cuda and products == "triton",
+                       commit=tuning.step_commit if mode == STEP_GRAPH else None)
 
 
 @dataclass
@@ -90,9 +109,9 @@ class DecodeSetup:
         self.forward = decode_forward(loaded, options.compile)
         self.step_graph: StepGraph | None = StepGraph() if options.compile == STEP_GRAPH else None
         self.argmax = compiled_argmax() if self.step_graph is not None else None
-        # the greedy step's token choice and bookkeeping in one compile (SYNCSCOPE_STEP_COMMIT=whole)
-        self.whole_commit = (_compiled_whole_commit() if self.step_graph is not None and step_commit_choice() == "whole"
-                             else None)
+        # the greedy step's token choice and bookkeeping in one compile (the `step_commit` switch at "whole")
+        kernels = step_kernels(loaded, options.compile)
+        self.whole_commit = _compiled_whole_commit() if kernels is not None and kernels.commit == "whole" else None
         self.ready = False  # its setup run has happened
         self._compile_ms_pending = options.compile != "off"
         self.state: DecodeState = None  # type: ignore[assignment]
@@ -191,12 +210,6 @@ class DecodeSetup:
         state.step_index.add_(1)
 
 
-def step_commit_choice() -> str:
-    """SYNCSCOPE_STEP_COMMIT: what a greedy step-graph step compiles after the forward, "argmax" (the default) or
-    "whole" (core.options)."""
-    return env_choice(STEP_COMMIT_ENV, STEP_COMMIT_CHOICES)
-
-
 def greedy_commit(logits: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, unfinished: torch.Tensor,
                   record: torch.Tensor, step_index: torch.Tensor, pad: torch.Tensor, eos_ids: torch.Tensor,
                   check_eos: bool) -> None:
@@ -276,17 +289,15 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
 
 
 def new_decode_cache(loaded: LoadedModel, cache_len: int) -> Any:
-    """A static cache of `cache_len` positions for `loaded`'s decode loop, with the appending attention kernel's
-    counters where it runs (core.kernels.attention)."""
-    cache = new_static_cache(loaded.model, cache_len)
-    attach_append_counters(cache, loaded.device)
-    return cache
+    """A static cache of `cache_len` positions for `loaded`'s decode loop (core.models.new_static_cache)."""
+    return new_static_cache(loaded.model, cache_len)
 
 
 def decode_forward(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
     """What a decode step calls under compile `mode`: the model itself for "off", else its forward compiled for that
-    mode, once, and kept on `loaded`."""
-    if mode == "off":
+    mode with the kernels `step_kernels` gives it, once, and kept on `loaded`."""
+    kernels = step_kernels(loaded, mode)
+    if kernels is None:
         return loaded.model
     if mode not in loaded.compiled_forwards:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
@@ -294,50 +305,49 @@ def decode_forward(loaded: LoadedModel, mode: str) -> Callable[..., Any]:
         # That mode also turns on coordinate-descent tuning, with which inductor rewrites batch-1 matmuls as
         # fused Triton reductions that read the weights closer to HBM bandwidth than cuBLAS's GEMV.
         inductor_mode = "max-autotune-no-cudagraphs" if mode == STEP_GRAPH else mode
-        extra = pdl_inductor_options(loaded.device) if mode == STEP_GRAPH else {}
-        if mode == STEP_GRAPH and loaded.all_reduce in SYMMETRIC:
-            extra["_collective.auto_select"] = True
-        if mode == STEP_GRAPH and loaded.device.type == "cuda" and decode_products_choice(step_graph=True) == "triton":
-            # the products are the gemv kernel's: coordinate descent would only tune the small norm and rotary
-            # kernels, and it mis-tuned them by up to 3x in some compiles (docs/TUNING.md)
-            extra["coordinate_descent_tuning"] = False
-        extra.update(inductor_overrides())
+        extra = _inductor_options(loaded, mode, kernels)
         if extra:
             options = {**torch._inductor.list_mode_options(inductor_mode), **extra}
             compiled = torch.compile(loaded.model.forward, options=options, dynamic=False, fullgraph=False)
         else:
             compiled = torch.compile(loaded.model.forward, mode=inductor_mode, dynamic=False, fullgraph=False)
-        if mode == STEP_GRAPH:
-            loaded.compiled_forwards[mode] = _with_step_graph_products(compiled)
-        elif mode in CUDA_GRAPH_COMPILE_MODES:
-            loaded.compiled_forwards[mode] = _mark_steps(compiled)
-        else:
-            loaded.compiled_forwards[mode] = compiled
+        mark_steps = mode != STEP_GRAPH and mode in CUDA_GRAPH_COMPILE_MODES
+        loaded.compiled_forwards[mode] = _traced_with_kernels(compiled, kernels, mark_steps)
     return loaded.compiled_forwards[mode]
 
 
-def inductor_overrides() -> dict[str, Any]:
-    """Inductor options a user adds to every compile, as JSON in SYNCSCOPE_INDUCTOR_OPTIONS (reported with results)."""
-    return inductor_options_from_env()
+def _inductor_options(loaded: LoadedModel, mode: str, kernels: StepKernels) -> dict[str, Any]:
+    """What a compile in `mode` adds to its mode's inductor options: PDL and the one-shot all-reduce in step-graph
+    mode, coordinate descent off where the products are the gemv kernel's, then the `inductor_options` switch, which
+    wins."""
+    extra = pdl_inductor_options(loaded.device, loaded.tuning.pdl) if mode == STEP_GRAPH else {}
+    if mode == STEP_GRAPH and loaded.all_reduce in SYMMETRIC:
+        extra["_collective.auto_select"] = True
+    if mode == STEP_GRAPH and loaded.device.type == "cuda" and kernels.products == "triton":
+        # the products are the gemv kernel's: coordinate descent would only tune the small norm and rotary
+        # kernels, and it mis-tuned them by up to 3x in some compiles (docs/TUNING.md)
+        extra["coordinate_descent_tuning"] = False
+    extra.update(loaded.tuning.inductor_options)
+    return extra
 
 
-def _with_step_graph_products(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """The step-graph compile, tracing with that mode's batch-1 products (core.kernels.products)."""
+def _traced_with_kernels(compiled: Callable[..., Any], kernels: StepKernels, mark_steps: bool) -> Callable[..., Any]:
+    """The compiled forward, tracing with `kernels`' products (core.kernels.products); with `mark_steps`, telling
+    CUDA-graph trees that each call is a new step, so the last step's outputs may be overwritten."""
 
-    def forward(**kwargs: Any) -> Any:
-        with products_of_step_graph():
-            return compiled(**kwargs)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if mark_steps:
+            torch.compiler.cudagraph_mark_step_begin()
+        with traced_with(kernels.products, kernels.o_proj):
+            return compiled(*args, **kwargs)
 
-    return forward
-
-
-def _mark_steps(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """Tell CUDA-graph trees that each call is a new step, so the last step's outputs may be overwritten."""
-
-    def forward(**kwargs: Any) -> Any:
+    def marked(*args: Any, **kwargs: Any) -> Any:
         torch.compiler.cudagraph_mark_step_begin()
-        return compiled(**kwargs)
+        return compiled(*args, **kwargs)
 
+    # With the module's own choices the wrapper is left out: a reduce-overhead step calls the forward every step
+    if traced_by_default(kernels.products, kernels.o_proj):
+        return marked if mark_steps else compiled
     return forward
 
 

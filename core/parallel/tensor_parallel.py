@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from core.options import TP_ALL_REDUCE_CHOICES, TP_ALL_REDUCE_ENV, env_choice
+from core.tuning import SWITCH
 
 
 def init_tensor_parallel(rank: int, world_size: int, rendezvous: str | None, device: str | None) -> torch.device:
@@ -89,7 +89,7 @@ FUSED = "fused"  # ONE_SHOT, and the decoder layers' all-reduces fused with thei
 SYMMETRIC = (ONE_SHOT, FUSED)  # the kinds with symmetric memory enabled for the group
 
 
-def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
+def use_one_shot_all_reduce(model: Any, all_reduce: str = SWITCH["tp_all_reduce"].default) -> tuple[str, str]:
     """Let step-graph mode do its small all-reduces with PyTorch's one-shot symmetric-memory all-reduce.
 
     At batch 1 an all-reduce moves a few KB, so its cost is latency (NCCL's and the one-shot's inside a CUDA graph:
@@ -98,13 +98,14 @@ def use_one_shot_all_reduce(model: Any) -> tuple[str, str]:
     each GPU reads the others' buffers directly over NVLink. Here symmetric memory is enabled for the group;
     `core.loops.step.decode_forward` turns the lowering on for the step-graph compile only, because CUDA-graph trees
     (reduce-overhead) refuse the symmetric-memory buffers it allocates ("tensors in the cudagraph pool not tracked
-    as outputs"). SYNCSCOPE_TP_ALL_REDUCE=nccl keeps NCCL everywhere. Returns the kind the model's all-reduces will use
-    ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why. (core.kernels.tp_fusion goes
-    one step further where it can: each decoder layer's all-reduce fused with its add and norm.)"""
+    as outputs"). The `tp_all_reduce` switch (`all_reduce`) at "nccl" keeps NCCL everywhere. Returns the kind the
+    model's all-reduces will use ("gloo", "nccl" or ONE_SHOT) and, for "nccl" where one-shot was wanted, why.
+    (core.kernels.tp_fusion goes one step further where it can: each decoder layer's all-reduce fused with its add
+    and norm.)"""
     mesh = getattr(model, "_device_mesh", None)
     if mesh is None or mesh.device_type != "cuda":
         return "gloo", ""
-    if env_choice(TP_ALL_REDUCE_ENV, TP_ALL_REDUCE_CHOICES) == "nccl":
+    if all_reduce == "nccl":
         return "nccl", ""
     try:
         from torch.distributed._symmetric_memory import enable_symm_mem_for_group

@@ -3,56 +3,44 @@
 # one shape, one process at a time, each from empty inductor and Triton caches: the default against inductor's
 # coordinate-descent tuning off (then a batch-1 matrix product stays a matrix product, chosen among cuBLAS and
 # inductor's templates by max-autotune, instead of a Triton reduction tuned by coordinate descent).
-# Labels library / inductor pick SYNCSCOPE_O_PROJ; a -cd-all suffix adds coordinate descent checking all directions;
-# triton / inductor-products pick SYNCSCOPE_DECODE_PRODUCTS (every batch-1 product by core.kernels.triton_gemv), and
-# triton-cd-off adds coordinate-descent tuning off (then no product is left for it, and the norms keep inductor's rule);
-# layer-off is SYNCSCOPE_DECODE_LAYER=off (each layer's step in twelve kernels, not core.kernels.decode_layer's six),
-# layer-on is SYNCSCOPE_DECODE_LAYER=on (the default since the parts sweep of h200-2026-12-03b; auto, before it, fused
-# only models up to hidden size 2048). combine-kernel was SYNCSCOPE_DECODE_COMBINE=kernel (h200-2026-12-03b/call2: the
-# fused layer's attention combining its splits in a second kernel against its last program; measured and removed).
-# kernel-pdl-wait and kernel-pdl-prefetch are SYNCSCOPE_KERNEL_PDL=wait / prefetch (the project's own Triton kernels
-# launched with programmatic dependent launch; core.kernels.pdl). swiglu-gate-up is SYNCSCOPE_DECODE_SWIGLU=gate-up
-# (the fused layer's gate/up kernel writes silu(gate) * up). attention-prefetch is SYNCSCOPE_ATTENTION_PREFETCH=on (the
-# fused layer's attention asks L2 for the output projection's weight). product-prefetch is
-# SYNCSCOPE_PRODUCT_PREFETCH=on (each product asks L2 for the start of the next one's weight). commit-whole is
-# SYNCSCOPE_STEP_COMMIT=whole (the greedy step's token choice and bookkeeping in one compile). streams-2 adds
-# --streams 2 (the pipelined loop's device-to-host copies on a second stream, off the step's). A label may join several
-# with "+".
+# Labels: `python3 -m core.tuning --labels` lists them, each with the assignment it stands for: one per value of a
+# tuning switch that is not its default (o-proj-inductor is SYNCSCOPE_O_PROJ=inductor, decode-layer-off
+# SYNCSCOPE_DECODE_LAYER=off, step-commit-whole SYNCSCOPE_STEP_COMMIT=whole, ...), and default. This script adds
+# cd-off (inductor's coordinate-descent tuning off, SYNCSCOPE_INDUCTOR_OPTIONS; then a batch-1 matrix product stays a
+# matrix product), cd-all (coordinate descent checking all directions) and streams-2 (--streams 2: the pipelined
+# loop's device-to-host copies on a second stream, off the step's). The labels of before that name a kept switch
+# still work (OLD_LABELS: library, inductor, triton, triton-cd-off, inductor-products, layer-on, layer-off,
+# commit-whole, library-cd-all, inductor-cd-all); those of the switches that lost their A/B (kernel-pdl-wait,
+# kernel-pdl-prefetch, swiglu-gate-up, attention-prefetch, product-prefetch, and combine-kernel before them) are
+# refused, as any label it does not know: docs/TUNING.md, "Tried and removed". A label may join several with "+".
 #   bash benchmarks/lab/calls/floor_ab.sh SHAPE "LABEL LABEL ..." [BUDGET_S]
-#   labels: default, cd-off, library, inductor, library-cd-all, inductor-cd-all, triton, triton-cd-off,
-#   inductor-products, layer-off, layer-on, kernel-pdl-wait, kernel-pdl-prefetch, swiglu-gate-up, attention-prefetch,
-#   product-prefetch, commit-whole, streams-2 (any order, repeats;
-#   e.g. kernel-pdl-wait+swiglu-gate-up)
+#   (any order, repeats; e.g. o-proj-inductor+streams-2)
 SHAPE=${1:-llama-1b}; LABELS=${2:-"cd-off default"}; export CALL_BUDGET_S=${3:-560}
 [ -n "$START" ] || source benchmarks/lab/device_setup.sh
+TUNING_LABELS=$(python3 -m core.tuning --labels) || return 2
+SWITCH_VARIABLES=$(awk 'NF == 2 {split($2, assigned, "="); print assigned[1]}' <<< "$TUNING_LABELS" | sort -u)
+# The labels of before, as today's joined with "+" (library and layer-on set their switch's default)
+declare -A OLD_LABELS=([library]=default [layer-on]=default [inductor]=o-proj-inductor
+    [triton]=decode-products-triton [inductor-products]=decode-products-inductor [layer-off]=decode-layer-off
+    [commit-whole]=step-commit-whole [triton-cd-off]=decode-products-triton+cd-off [library-cd-all]=cd-all
+    [inductor-cd-all]=o-proj-inductor+cd-all)
 SG="python3 -m core.bench --model synthetic:$SHAPE --cache static --compile step-graph --prompt-tokens 32 \
 --max-new-tokens 256 --ignore-eos --trials 5"
 n=0
 for label in $LABELS; do
     n=$((n + 1)); export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$SHAPE-$label-$n TRITON_CACHE_DIR=/tmp/triton-$SHAPE-$label-$n
-    unset SYNCSCOPE_INDUCTOR_OPTIONS SYNCSCOPE_O_PROJ SYNCSCOPE_DECODE_PRODUCTS SYNCSCOPE_DECODE_LAYER \
-        SYNCSCOPE_KERNEL_PDL SYNCSCOPE_DECODE_SWIGLU SYNCSCOPE_ATTENTION_PREFETCH \
-        SYNCSCOPE_PRODUCT_PREFETCH SYNCSCOPE_STEP_COMMIT
-    flags=""
-    for part in ${label//+/ }; do case $part in
-        cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
-        library|inductor) export SYNCSCOPE_O_PROJ=$part ;;
-        triton) export SYNCSCOPE_DECODE_PRODUCTS=triton ;;
-        triton-cd-off) export SYNCSCOPE_DECODE_PRODUCTS=triton \
-            SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
-        inductor-products) export SYNCSCOPE_DECODE_PRODUCTS=inductor ;;
-        layer-off) export SYNCSCOPE_DECODE_LAYER=off ;;
-        layer-on) export SYNCSCOPE_DECODE_LAYER=on ;;
-        kernel-pdl-wait|kernel-pdl-prefetch) export SYNCSCOPE_KERNEL_PDL=${part#kernel-pdl-} ;;
-        swiglu-gate-up) export SYNCSCOPE_DECODE_SWIGLU=gate-up ;;
-        attention-prefetch) export SYNCSCOPE_ATTENTION_PREFETCH=on ;;
-        product-prefetch) export SYNCSCOPE_PRODUCT_PREFETCH=on ;;
-        commit-whole) export SYNCSCOPE_STEP_COMMIT=whole ;;
-        streams-2) flags="--streams 2" ;;
-        library-cd-all|inductor-cd-all) export SYNCSCOPE_O_PROJ=${part%-cd-all} \
-            SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
+    unset SYNCSCOPE_INDUCTOR_OPTIONS $SWITCH_VARIABLES
+    flags="" parts=""
+    for part in ${label//+/ }; do parts+=" ${OLD_LABELS[$part]:-$part}"; done
+    for part in ${parts//+/ }; do case $part in
         default) ;;
-        *) echo "floor_ab.sh: no label $part (in $label); it would have run as the default" >&2; return 2 ;;
+        cd-off) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_tuning": false}' ;;
+        cd-all) export SYNCSCOPE_INDUCTOR_OPTIONS='{"coordinate_descent_check_all_directions": true}' ;;
+        streams-2) flags="--streams 2" ;;
+        *) assignment=$(awk -v label="$part" '$1 == label && NF == 2 {print $2; found = 1} END {exit !found}' \
+               <<< "$TUNING_LABELS") \
+               || { echo "floor_ab.sh: no label $part (in $label); it would have run as the default" >&2; return 2; }
+           export "$assignment" ;;
     esac; done
     [ "$(left)" -gt 60 ] && run sg-$SHAPE-$label-$n $(left) $SG $flags
     grep -h "step on the device\|compile:" $R/sg-$SHAPE-$label-$n.log | cut -c1-300
