@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
+from core.audit.sync import SyncAudit, loop_steps
 from core.loops.generation import TokenEvent, run
 from core.loops.hf_generate import hf_run
 from core.measure.kernel_measurement import kernel_measurement
 from core.measure.nvtx import run_range, wanted, with_ranges
 from core.measure.stats import timeline_center_steps
-from core.measure.sync_audit import SyncAudit, loop_steps
 from core.models import LoadedModel, check_support
 from core.options import (
     ALL_LOOPS,
@@ -165,7 +165,7 @@ def _timed_round(loaded: LoadedModel, request: BenchRequest, trial: int, runs: l
 
 def _audited_runs(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str, Any]], origin_s: float,
                   emit: Callable[[BenchEvent], None], stop: Callable[[], bool]) -> dict[str, dict[str, Any]]:
-    """After the trials, each contestant once more under the sync audit (core.measure.sync_audit): its reads, and
+    """After the trials, each contestant once more under the sync audit (core.audit.sync): its reads, and
     the audited run's decode rate against the timed trials' median (what the audit costs). On CUDA its steps are
     NVTX ranges, so that an Nsight Systems capture shows each read in its step."""
     audits, request = {}, with_ranges(request, loaded.device.type)

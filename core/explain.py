@@ -20,7 +20,7 @@ from core.phases import phase_named
 from core.report_schema import upgrade_report
 from core.text import clip, shown_path
 
-# How a read of each sync-audit kind is named in a sentence (core.measure.sync_audit.KINDS says what each is).
+# How a read of each sync-audit kind is named in a sentence (core.audit.sync.KINDS says what each is).
 READ_NAMES = {
     "item": "`.item()`", "bool": "`bool()`", "tolist": "`.tolist()`", "copy": "a blocking copy to the host",
     "h2d-copy": "a blocking copy to the device",

@@ -78,7 +78,7 @@ class BenchRequest:
     `min_seconds` adds whole rounds of trials until every contestant has been timed at least that long, so the
     coarse device counters (NVML) get enough samples of each; `deterministic` turns on PyTorch's deterministic
     algorithms for the run (and the cuBLAS workspace setting they need); `audit` runs each contestant once more after
-    the trials under the sync audit (core.measure.sync_audit); on CUDA each also runs once more under CUPTI (the kernel
+    the trials under the sync audit (core.audit.sync); on CUDA each also runs once more under CUPTI (the kernel
     measurement, core.measure.kernel_measurement) unless `no_kernel_measurement`. `prompt_tokens` says that the prompt
     (each row of it) is the CLI's fixed synthetic prompt of that many token ids (--prompt-tokens,
     core.loops.prompt.synthetic_prompt); None for any other prompt. Checked when made."""

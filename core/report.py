@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.audit_words import copies_per_step, per_step_words
+from core.audit.words import copies_per_step, per_step_words
 from core.kernels.pdl import pdl_in_effect
 from core.loops.step import step_kernels
 from core.measure import identity
@@ -318,7 +318,7 @@ def _pct(value: float | None, digits: int = 0) -> str:
 
 
 def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
-    """The sync audit (core.measure.sync_audit) in a few lines: each contestant's reads and copies per decode step and
+    """The sync audit (core.audit.sync) in a few lines: each contestant's reads and copies per decode step and
     its top sites; empty when the run had no audit."""
     if not report.get("sync_audit"):  # a run without the audit has no section
         return []

@@ -26,7 +26,7 @@ def clip(text: Any, limit: int = SHOWN_FIELD_CHARS) -> str:
 def shown_path(path: Any) -> str:
     """A file named in a report, as a reader finds it on any machine: from its package on where it lies in an
     installed one (transformers/...), else its last three parts if absolute; clipped for a sentence. (The audit
-    shortens paths on the machine it runs on, by its import roots: core.measure.sync_sites.path_from_root.)"""
+    shortens paths on the machine it runs on, by its import roots: core.audit.sites.path_from_root.)"""
     text = str(path or "?")
     for marker in ("site-packages/", "dist-packages/"):
         if marker in text:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import report_schema
-from core.measure.sync_fixes import MAX_CODE_LINES
+from core.audit.fixes import MAX_CODE_LINES
 from core.report_schema import AUDIT, BENCH, PAGE, ReportError
 from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip
 

@@ -14,8 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core import report_schema
-from core.audit_words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
-from core.measure.sync_fixes import MAX_CODE_LINES
+from core.audit.fixes import MAX_CODE_LINES
+from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
 from core.report_schema import AUDIT
 from core.text import clip
 from dashboard import audit_process, charts

@@ -25,7 +25,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.offline
 
-from core.audit_words import per_step_words
+from core.audit.words import per_step_words
 from core.report_schema import BENCH, LOAD, PAGE, kind_of
 from core.text import clip
 from dashboard import charts, load_charts, load_view, timeline

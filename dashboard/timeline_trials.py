@@ -60,7 +60,7 @@ class LoopTrial:
     # The kernel measurement's merged kernel intervals of some steps (core.measure.kernel_measurement), by step:
     # (starts, ends) in ms since that step's start, scaled onto this trial's span of the step.
     kernels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # The sync audit's reads (core.measure.sync_audit), placed where they fell in their step: times, hover texts.
+    # The sync audit's reads (core.audit.sync), placed where they fell in their step: times, hover texts.
     syncs: tuple[np.ndarray, list[str]] = (np.zeros(0), [])
     work_ms: float | None = None  # the device work of one step (core.measure.waits.step_work_ms)
 

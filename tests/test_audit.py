@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.audit import assert_no_syncs, audit_script, main, watch
-from core.audit_report import summary_text
+from core.audit.report import summary_text
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -334,7 +334,7 @@ def test_what_was_seen_is_kept_when_the_run_must_end_at_once(tmp_path, case):
                           "            m(torch.ones(2)).sum().item()\n    except BaseException:\n        pass\n")
         argv = ["--timeout", "10"]  # its first steps wait for torch._dynamo to import, seconds on a busy machine
     out = tmp_path / "audit.json"
-    code = ("import sys, core.audit_stop as stop; stop.GRACE_S = 1.0; import core.audit as audit; "
+    code = ("import sys, core.audit.stop as stop; stop.GRACE_S = 1.0; import core.audit as audit; "
             "sys.exit(audit.main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "--json", str(out), *argv, "--", str(script)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)

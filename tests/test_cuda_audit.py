@@ -10,12 +10,12 @@ import warnings
 import pytest
 import torch
 
-import core.measure.sync_audit as sync_audit
-import core.measure.sync_sites as sync_sites
+import core.audit.sites as sync_sites
+import core.audit.sync as sync_audit
+from core.audit.sync import SyncAudit, loop_steps
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.measure.sync_audit import SyncAudit, loop_steps
 from core.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 from tests.helpers import sync_errors_from_step_one

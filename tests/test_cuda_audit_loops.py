@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import torch
 
-import core.measure.sync_audit as sync_audit
-import core.measure.sync_sites as sync_sites
-from core.audit import _as_main, _run, _watching, audit_script
-from core.audit_steps import StepWatcher
+import core.audit.sites as sync_sites
+import core.audit.sync as sync_audit
+from core.audit.runner import _as_main, _run, _watching, audit_script
+from core.audit.steps import StepWatcher
 from tests.conftest import requires_cuda
 from tests.test_audit_loops import ALL, LOOPS, loop_truth, per_step_sites
 

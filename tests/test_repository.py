@@ -58,3 +58,18 @@ def test_the_labs_index_is_current_and_names_every_results_folder():
         "benchmarks/lab/INDEX.md is out of date: run python benchmarks/lab_index.py"
     folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert all(f"(results/{name})" in text for name in folders)
+
+
+AUDIT_MODULES = {  # core/audit/: the audit's command line and Python API, and the sync audit itself
+    "__init__.py", "__main__.py", "runner.py", "steps.py", "compile.py", "stop.py", "report.py", "words.py",
+    "sync.py", "dispatch.py", "fixes.py", "results.py", "sites.py", "wrappers.py",
+}
+
+
+def test_the_audits_modules_are_in_one_package():
+    """Issue 59: the audit was spread over core/audit*.py and core/measure/sync_*.py; it is core/audit/ alone."""
+    scattered = sorted(p.relative_to(REPO).as_posix() for p in [*(REPO / "core").glob("audit_*.py"),
+                                                                 *(REPO / "core" / "measure").glob("sync_*.py")])
+    assert not scattered, f"audit modules outside core/audit/: {scattered}"
+    assert not (REPO / "core" / "audit.py").exists(), "core/audit.py would be shadowed by the package core/audit/"
+    assert {p.name for p in (REPO / "core" / "audit").glob("*.py")} == AUDIT_MODULES

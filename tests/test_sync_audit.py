@@ -1,21 +1,22 @@
-"""core.measure.sync_audit: every host read of a device value found at its line, per decode step (on the CPU here:
+"""core.audit.sync: every host read of a device value found at its line, per decode step (on the CPU here:
 what would block on a GPU; tests/test_cuda.py checks the CUDA side)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
 import pytest
 import torch
 
-import core.measure.sync_audit as sync_audit
-import core.measure.sync_sites as sync_sites
+import core.audit.sites as sync_sites
+import core.audit.sync as sync_audit
+from core.audit.dispatch import host_memory
+from core.audit.sync import KINDS, SyncAudit, loop_steps
 from core.bench import main
 from core.compare import compare
 from core.loops.generation import generate
-from core.measure.sync_audit import KINDS, SyncAudit, loop_steps
-from core.measure.sync_dispatch import host_memory
 from core.options import BenchRequest, GenerationOptions
 from tests.conftest import TINY
 
@@ -323,3 +324,13 @@ def test_the_cli_prints_the_top_sites(capsys):
     assert "naive: 1 read of a device value per decode step, over" in out
     assert "pipelined: 0 reads of device values per decode step, over" in out
     assert "core/loops/generation.py:" in out and "cost nothing here" in out
+
+
+def test_no_read_is_placed_in_the_audits_own_files():
+    """Every file of core/audit/ (the sync audit, and what runs a program under it, its __main__.py too) is the
+    audit's own, never the program's; the project's loops beside it in core/ are the program's."""
+    package = os.path.dirname(sync_sites.__file__)
+    own = [os.path.join(package, name) for name in os.listdir(package) if name.endswith(".py")]
+    assert len(own) > 10 and not [path for path in own if sync_sites.in_program(path)]
+    assert sync_sites.in_program(os.path.join(sync_sites.CORE_DIR, "loops", "generation.py"))
+    assert sync_sites.in_program(os.path.join(sync_sites.CORE_DIR, "audit_loop.py")), "core/audit/ alone, no prefix"

@@ -1,4 +1,4 @@
-"""core.measure.sync_fixes: what the audit suggests for a read, told from the read's kind and its line's text. What
+"""core.audit.fixes: what the audit suggests for a read, told from the read's kind and its line's text. What
 the value is for (a position the same step needs, a decision, a value to keep), the expression read, the patterns in
 the line's own names, library sites by their own fix, and this repository's files named only for its own reads.
 (The audit's sites carrying these fixes end to end: test_sync_audit.py.) Torch-free: text in, text out."""
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from core.measure.sync_fixes import (
+from core.audit.fixes import (
     FIXES,
     H2D_FIXES,
     IN_THE_PROJECT,

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
+from core.audit.dispatch import host_memory
 from core.load.slots import RECORD_FIELDS, Slots, unpack_record
 from core.load.workload import Workload
 from core.measure.step_times import StepClock
-from core.measure.sync_dispatch import host_memory
 from core.options import NO_CHECK
 
 NAIVE, PIPELINED = "naive", "pipelined"

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from core.audit.sync import SyncAudit
 from core.load.batching import BATCHED_LOOPS, NAIVE, BatchedRun, run_batched, step_bound
 from core.load.hf_batching import HF_BATCH, HF_BATCH_ASYNC, forget_managers, hf_batching_problem, run_hf_batching
 from core.load.slots import Slots, slot_cache_problem
@@ -33,7 +34,6 @@ from core.load.workload import MAX_SLOTS, Workload, WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import check_length, prompt_rows, resolve_eos_ids
 from core.measure.kernel_measurement import device_kernels_ns, merged_intervals
-from core.measure.sync_audit import SyncAudit
 from core.models import LoadedModel, check_support
 from core.options import NO_CHECK, Cancelled, GenerationOptions, adapt_to_device, require, static_cache_length
 from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP

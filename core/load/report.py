@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
-from core.audit_words import per_step_words
+from core.audit.words import per_step_words
 from core.load.protocol import LoadRequest
 from core.models import LoadedModel
 from core.options import NO_CHECK

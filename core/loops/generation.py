@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
+from core.audit.dispatch import host_memory
 from core.loops.prompt import EncodedPrompt, Prompt, check_length, cut_at_eos, encode
 from core.loops.step import DecodeSetup, DecodeState, decode_setup_for, synchronize
 from core.measure.nvtx import StepRanges, run_range
 from core.measure.step_times import StepClock, Timings
-from core.measure.sync_dispatch import host_memory
 from core.models import LoadedModel, compile_failure
 from core.options import NO_CHECK, GenerationOptions, adapt_to_device
 from core.parallel.tensor_parallel import gather_device_spans

@@ -167,7 +167,7 @@ def _host_events(pid: int, timings: dict[str, Any], start_ms: float) -> Iterable
 
 
 def _audit_events(pid: int, audit: dict[str, Any]) -> Iterable[Event]:
-    """The audited run (core.measure.sync_audit) on the runs track, and an instant per read on a track of its own,
+    """The audited run (core.audit.sync) on the runs track, and an instant per read on a track of its own,
     with the read's site in its args."""
     start = float(audit.get("started_ms") or 0.0)
     events = audit.get("events") or []

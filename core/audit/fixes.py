@@ -1,4 +1,4 @@
-"""What to do about a read the sync audit (core.measure.sync_audit) found: a line of text and, where a pattern says it
+"""What to do about a read the sync audit (core.audit.sync) found: a line of text and, where a pattern says it
 better, at most six lines of code in the kind of code the read's line is.
 
 A fix depends on the read's kind and on what its value is for, told from the text of its line: a position that the

@@ -46,9 +46,9 @@ On the CPU nothing blocks: the audit reports what would block on a GPU, and its 
 program's device there is told from what is host memory (above), and `.to(...)` / `torch.tensor(..., device=...)`
 naming "cpu" in the line's text (not through a variable) as a copy to the host.
 
-Its parts: this module (the audit's state, its step marks, threads and CUDA costs), sync_wrappers (the wrapped
-entry points), sync_dispatch (host memory and the CPU's dispatch mode), sync_sites (where a read is placed, and the
-records it makes) and sync_report (the result).
+Its parts, in core/audit/: this module (the audit's state, its step marks, threads and CUDA costs), wrappers (the
+wrapped entry points), dispatch (host memory and the CPU's dispatch mode), sites (where a read is placed, and the
+records it makes), results (the result) and fixes (what to do about each read).
 """
 
 from __future__ import annotations
@@ -65,12 +65,12 @@ from typing import Any
 
 import torch
 
+from core.audit.dispatch import CpuReads
+from core.audit.fixes import FIXES, KNOWN_SITES
+from core.audit.results import AuditReport
+from core.audit.sites import CALLERS, Caller, Marker, Read, Site, site_at, sync_kind, user_frames
+from core.audit.wrappers import TensorMethodWrappers
 from core.measure.step_times import StepClock
-from core.measure.sync_dispatch import CpuReads
-from core.measure.sync_fixes import FIXES, KNOWN_SITES
-from core.measure.sync_report import AuditReport
-from core.measure.sync_sites import CALLERS, Caller, Marker, Read, Site, site_at, sync_kind, user_frames
-from core.measure.sync_wrappers import TensorMethodWrappers
 
 __all__ = ["FIXES", "KINDS", "KNOWN_SITES", "SyncAudit", "loop_steps"]
 
@@ -299,7 +299,7 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
     # ---- recording
 
     def now_ms(self) -> float:
-        """Milliseconds since the audit began, the clock of its reads, markers and steps (core.audit_steps' too)."""
+        """Milliseconds since the audit began, the clock of its reads, markers and steps (core.audit.steps' too)."""
         return (time.perf_counter() - self._t0) * 1000
 
     def _record(self, kind: str, what: str | None = None) -> Read:
@@ -358,7 +358,7 @@ class SyncAudit(TensorMethodWrappers, AuditReport):
         self._restore.append(lambda: mode.__exit__(None, None, None))
 
     def record_dispatched(self, kind: str | None, args: tuple[Any, ...], what: str | None = None) -> None:
-        """The dispatch mode (core.measure.sync_dispatch) saw an op that reads `args`: a read of `kind` (None:
+        """The dispatch mode (core.audit.dispatch) saw an op that reads `args`: a read of `kind` (None:
         none), where it is the audit's and reads a device value."""
         if kind and self.counts_reads_here() and \
                 any(self._device_value(a) for a in args if isinstance(a, torch.Tensor)):

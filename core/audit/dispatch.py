@@ -1,4 +1,4 @@
-"""Host memory on the CPU, and the dispatch mode through which the sync audit (core.measure.sync_audit) sees the
+"""Host memory on the CPU, and the dispatch mode through which the sync audit (core.audit.sync) sees the
 reads that have no Python entry point there: masked indexing, and reads that PyTorch's C++ makes on its own."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class DispatchedReads(Protocol):
-    """What the dispatch mode asks of the audit it reports to (core.measure.sync_audit.SyncAudit)."""
+    """What the dispatch mode asks of the audit it reports to (core.audit.sync.SyncAudit)."""
 
     active: bool
 

@@ -1,4 +1,4 @@
-"""How an audit's numbers are said, the same on the terminal (core.audit_report), in a bench run's audit lines
+"""How an audit's numbers are said, the same on the terminal (core.audit.report), in a bench run's audit lines
 (core.report) and on the page's Your loop tab (dashboard.audit_view): the waits per decode step, reads of device
 values and host-to-device copies counted apart, and the most frequent site, or the sites that tie for it. Torch-free.
 """
@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-COPY_KIND = "h2d-copy"  # core.measure.sync_audit.KINDS: a blocking copy from host memory to the device
+COPY_KIND = "h2d-copy"  # core.audit.sync.KINDS: a blocking copy from host memory to the device
 RECURRING = 0.5  # a site read in at least half the decode steps is one of the loop's own
 TIE_DIGITS = 2  # sites whose per-step counts print alike (1.00 and 1.00) tie
 _NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from core.audit_words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
+from core.audit.sync import SyncAudit
+from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
 from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
-from core.measure.sync_audit import SyncAudit
 from core.report_schema import AUDIT_SCHEMA
 
 PROG = "python -m core.audit"

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from core.audit_steps import StepWatcher
-from core.measure.sync_audit import SyncAudit
-from core.measure.sync_sites import path_from_root
+from core.audit.sites import path_from_root
+from core.audit.steps import StepWatcher
+from core.audit.sync import SyncAudit
 
 
 @contextlib.contextmanager

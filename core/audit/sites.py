@@ -1,4 +1,4 @@
-"""Where the sync audit (core.measure.sync_audit) places a read: the innermost frame outside torch and the audit,
+"""Where the sync audit (core.audit.sync) places a read: the innermost frame outside torch and the audit,
 with up to two callers beyond it, named as a reader finds the file; what a read and a launch marker record; and the
 kind of a sync that only PyTorch's sync debug mode saw, read from its line's text."""
 
@@ -20,13 +20,11 @@ import torch
 
 CALLERS = 2  # frames kept beyond a read's own, outermost last
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+AUDIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # core/audit/: the audit's own package
 CORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # this repository's core/
-# No read is placed in the audit's own modules, nor in core.audit's, which run a program under it
-_AUDIT_MODULES = ("sync_audit.py", "sync_dispatch.py", "sync_report.py", "sync_sites.py", "sync_wrappers.py")
-_PROGRAM_RUNNERS = ("audit.py", "audit_compile.py", "audit_report.py", "audit_steps.py", "audit_stop.py")
-_SKIPPED_FILES = {*(os.path.join(os.path.dirname(__file__), name) for name in _AUDIT_MODULES), contextlib.__file__,
-                  functools.__file__, warnings.__file__, threading.__file__, runpy.__file__,
-                  *(os.path.join(CORE_DIR, name) for name in _PROGRAM_RUNNERS)}
+# No read is placed in the audit's own files: all of core/audit/ (AUDIT_DIR), the sync audit and what runs a program
+# under it, `python -m core.audit`'s __main__.py among them (code objects name imported files by absolute paths)
+_SKIPPED_FILES = {contextlib.__file__, functools.__file__, warnings.__file__, threading.__file__, runpy.__file__}
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,9 @@ class Marker:
 
 @functools.lru_cache(maxsize=4096)
 def _skipped(filename: str) -> bool:
-    """torch's files, the audit's own and the machinery around a program (threading, runpy, core.audit's)."""
-    return filename.startswith(_TORCH_DIR) or filename in _SKIPPED_FILES or filename.startswith("<frozen")
+    """torch's files, the audit's own (core/audit/) and the machinery around a program (threading, runpy)."""
+    return (filename.startswith((_TORCH_DIR, AUDIT_DIR)) or filename in _SKIPPED_FILES
+            or filename.startswith("<frozen"))
 
 
 def in_program(filename: str) -> bool:

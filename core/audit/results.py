@@ -1,4 +1,4 @@
-"""The sync audit's report (core.measure.sync_audit): its reads counted per decode step, one row per site with
+"""The sync audit's report (core.audit.sync): its reads counted per decode step, one row per site with
 what it costs on CUDA and what to do about it, and the reads one by one for timelines and traces."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import collections
 from collections.abc import Iterator
 from typing import Any
 
-from core.audit_words import COPY_KIND
-from core.measure.sync_fixes import suggest
-from core.measure.sync_sites import CORE_DIR, Caller, Read, Site, path_from_root
+from core.audit.fixes import suggest
+from core.audit.sites import CORE_DIR, Caller, Read, Site, path_from_root
+from core.audit.words import COPY_KIND
 
 MAX_EVENTS = 20_000  # reads kept one by one (for timeline markers and the trace); the counts cover all of them
 
 
 class AuditReport:
-    """`result()` of core.measure.sync_audit.SyncAudit (mixed into it), from its reads, steps and threads."""
+    """`result()` of core.audit.sync.SyncAudit (mixed into it), from its reads, steps and threads."""
 
     def result(self, **extra: Any) -> dict[str, Any]:
         """The audit as the report holds it (JSON-ready); `extra` is added as it is (the audited run's rate, say)."""

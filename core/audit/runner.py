@@ -4,7 +4,7 @@
         [--timeout SECONDS] -- SCRIPT [ARGS...]
 
 SCRIPT runs as `__main__` (as `python -m cProfile` runs it), on whatever device it uses, under the sync audit
-(core.measure.sync_audit): every host read of a device value, at its line, counted per decode step, on every thread.
+(core.audit.sync): every host read of a device value, at its line, counted per decode step, on every thread.
 A decode step is one call of the model's forward: on a thread, the outermost `nn.Module` forward, entered as
 `model(...)` or as `model.forward(...)`, called again and again (watched by a profile function on every thread,
 which torch.compile's code runs under unchanged), or each call of what `--steps-of` names: a class (its instances'
@@ -14,7 +14,7 @@ same run: no second run of your program). On the CPU the report says what would 
 nothing, and what the program compiled with fullgraph=True runs compiled, unseen (the report says so). A program that
 fails still gets its report, its traceback and its exit status (and its sys.exit message); `--fail-on-sync N` exits 1
 when a decode step reads more than N times, 2 when no decode step was seen. Ctrl-C, SIGTERM and `--timeout SECONDS`
-stop the program and report what it ran and the line it was at, without a traceback (core.audit_stop: one that
+stop the program and report what it ran and the line it was at, without a traceback (core.audit.stop: one that
 will not stop is cut off and reported all the same); a program that calls os._exit gets its report before it exits;
 a process it forks reports nothing. A SCRIPT that is a directory, or not a Python program, is one line and exit 2.
 
@@ -28,8 +28,9 @@ For loops with no module call per step, or in your own tests:
 
     assert_no_syncs(decode_step, steps=8)     # AssertionError naming each site, for a test suite
 
-This module parses the command line and runs the script; core.audit_steps finds its decode steps, core.audit_compile
-handles what it compiles, and core.audit_report writes the report, the summary and the trace.
+This module (core.audit.runner; `python -m core.audit` runs its `main`, through core/audit/__main__.py) parses the
+command line and runs the script; core.audit.steps finds its decode steps, core.audit.compile handles what it
+compiles, and core.audit.report writes the report, the summary and the trace.
 """
 
 from __future__ import annotations
@@ -53,13 +54,13 @@ CACHE_NOTICES = usable_compile_caches()  # before torch is imported, which reads
 
 import torch  # noqa: E402
 
-from core.audit_compile import audited_compiles  # noqa: E402
-from core.audit_report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text  # noqa: E402
-from core.audit_steps import StepsOf, StepWatcher  # noqa: E402
-from core.audit_stop import Stops  # noqa: E402
+from core.audit.compile import audited_compiles  # noqa: E402
+from core.audit.report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text  # noqa: E402
+from core.audit.sites import in_program, path_from_root  # noqa: E402
+from core.audit.steps import StepsOf, StepWatcher  # noqa: E402
+from core.audit.stop import Stops  # noqa: E402
+from core.audit.sync import SyncAudit  # noqa: E402
 from core.measure.kernel_measurement import device_intervals_ns  # noqa: E402
-from core.measure.sync_audit import SyncAudit  # noqa: E402
-from core.measure.sync_sites import in_program, path_from_root  # noqa: E402
 from core.report_files import check_output_path, write_json  # noqa: E402
 from core.text import clip, escaped, printable  # noqa: E402
 
@@ -253,7 +254,7 @@ def audit_script(script: str, args: Sequence[str], steps_of: StepsOf | str | Non
                  keep: Callable[[dict[str, Any], int], int] | None = None) -> tuple[dict[str, Any], int]:
     """Run `script` as __main__ with `args` under the audit; (the report, the program's exit status). The report
     covers what ran, also when the program failed (its traceback is printed as Python prints it) or was stopped
-    (Ctrl-C, SIGTERM, `timeout_s`: core.audit_stop). Where the run must end at once (a program that does not stop,
+    (Ctrl-C, SIGTERM, `timeout_s`: core.audit.stop). Where the run must end at once (a program that does not stop,
     or calls os._exit), `keep(report, status)` is given the report of what was seen and returns the exit status,
     and the process exits with it. A process the program forks exits where the program ends there, reporting
     nothing."""
@@ -325,7 +326,7 @@ class _AuditedRun:
                         **stopped, **said)
 
     def keep_now(self, status: int, why: str) -> Any:
-        """The report of what was seen, now, given to `keep`; then the process exits (core.audit_stop calls it)."""
+        """The report of what was seen, now, given to `keep`; then the process exits (core.audit.stop calls it)."""
         sys.setprofile(None)
         threading.setprofile(None)
         self.watcher.stop()
@@ -463,8 +464,4 @@ def _profiling(enabled: bool) -> Iterator[Any]:
 
 def cli() -> None:
     """The `syncscope-audit` command."""
-    raise SystemExit(main())
-
-
-if __name__ == "__main__":
     raise SystemExit(main())

@@ -9,12 +9,12 @@ from typing import Any
 
 import torch
 
-from core.measure.sync_dispatch import HOST_MEMORY, asks_non_blocking, host_memory, storage_pointer
-from core.measure.sync_sites import Marker, names_the_cpu
+from core.audit.dispatch import HOST_MEMORY, asks_non_blocking, host_memory, storage_pointer
+from core.audit.sites import Marker, names_the_cpu
 
 
 class TensorMethodWrappers:
-    """The wrappers of core.measure.sync_audit.SyncAudit (mixed into it): each records a read through the audit's
+    """The wrappers of core.audit.sync.SyncAudit (mixed into it): each records a read through the audit's
     `_bracket` when it is the audit's (`counts_reads_here`) and of a device value."""
 
     def _device_value(self, tensor: Any) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.measure.sync_audit import SyncAudit
+from core.audit.sync import SyncAudit
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class StepWatcher:
 
     def begin_step(self, frame: Any, code: Any) -> None:
         """A call that may open a step on this thread: open one where `frame` is a model's forward (or what
-        `--steps-of` names). core.audit_compile keeps dynamo off it, with `__call__`."""
+        `--steps-of` names). core.audit.compile keeps dynamo off it, with `__call__`."""
         module = _first_argument(frame, code) if code.co_name in ("forward", "_call_impl") else None
         module = module if isinstance(module, torch.nn.Module) else None
         if self.steps_of is None:
