@@ -38,7 +38,7 @@ from core.run_schema import (
 )
 from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
 from core.tuning import Tuning
-from dashboard.limits import (
+from dashboard.service.limits import (
     EXPOSED_LIMITS,
     EXPOSED_LOAD_LIMITS,
     IDLE_SESSION_S,
@@ -50,7 +50,7 @@ from dashboard.limits import (
     LoadLimits,
     is_loopback,
 )
-from dashboard.page_record import parse_report
+from dashboard.service.page_record import parse_report
 
 # The reports the page offers ready to open (Replay) and the audits (Your loop): a curated few, copied from the lab's
 # results (benchmarks/lab/results, which the page never reads), and installed with the package.
@@ -130,7 +130,8 @@ def allowed_models(args: argparse.Namespace) -> set[str] | None:
 
 
 def sessions_per_address(args: argparse.Namespace) -> int | None:
-    """How many sessions one client address keeps: bounded when others can reach the page (dashboard.session_store)."""
+    """How many sessions one client address keeps: bounded when others can reach the page
+    (dashboard.edge.session_store)."""
     return SESSIONS_PER_ADDRESS if is_exposed(args) else None
 
 
@@ -229,7 +230,7 @@ def find_bundled(folder: Path) -> tuple[dict[str, Path], dict[str, Path]]:
 
 def _bundled_kind(path: Path) -> str | None:
     """"report" for a benchmark report that loads, "audit" for an audit report, None for anything else."""
-    from dashboard.audit_view import is_audit
+    from dashboard.service.audit_digest import is_audit
 
     try:
         data = read_report_bytes(path)
@@ -251,9 +252,9 @@ def _bundled_kind(path: Path) -> str | None:
 def _checker_version() -> str:
     """What decides a file's kind: this file and the modules that parse reports, by their size and time."""
     from core import report_schema
-    from dashboard import audit_view, page_record
+    from dashboard.service import audit_digest, page_record
 
-    modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_view)]
+    modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_digest)]
     return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in modules)
 
 
@@ -298,15 +299,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         sys.stderr.write(warning + "\n")
 
-    from dashboard.gradio_files import GradioFiles, server_folder
+    from dashboard.edge.gradio_files import GradioFiles, server_folder
 
     # Gradio reads its folder when it makes its components and app: this server's own, removed at exit.
     os.environ["GRADIO_TEMP_DIR"] = str(server_folder())
     signal.signal(signal.SIGTERM, _interrupt)  # so that a SIGTERM, too, stops the engine and removes the folders
 
-    from dashboard.fair_share import sharing_for
-    from dashboard.http_guard import forget_files_on_unload, launch_options
-    from dashboard.runner import Runner
+    from dashboard.edge.http_guard import forget_files_on_unload, launch_options
+    from dashboard.service.fair_share import sharing_for
+    from dashboard.service.runner import Runner
     from dashboard.ui import CSS, build_demo  # gradio takes seconds to import: only once the flags are good
 
     logging.basicConfig(level=logging.INFO, format="syncscope %(asctime)s %(levelname)s: %(message)s",

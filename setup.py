@@ -67,8 +67,8 @@ class NoEditable(editable_wheel):
 setup(
     packages=list(package_dirs()),
     package_dir=package_dirs(),
-    package_data={f"{PACKAGE}.dashboard": ["explain.md",  # the page's Explain section, read at run time
-                                           "bundled/*/*.json", "bundled/*/*.json.gz"],  # the page's bundled reports
+    package_data={f"{PACKAGE}.dashboard": ["bundled/*/*.json", "bundled/*/*.json.gz"],  # the page's bundled reports
+                  f"{PACKAGE}.dashboard.ui": ["explain.md"],  # the page's Explain section, read at run time
                   f"{PACKAGE}.core.kernels": ["gemv_configs.json"]},  # the gemv kernel's measured configurations
     cmdclass={"build_py": BuildPy, "editable_wheel": NoEditable},
 )

@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 from core.measure.stats import percentile  # noqa: E402
 from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
 from core.run_schema import cli_command, request_from_values  # noqa: E402
-from dashboard.form import page_values  # noqa: E402
-from dashboard.tabs.compare import OUTPUTS  # noqa: E402
+from dashboard.ui.form import page_values  # noqa: E402
+from dashboard.ui.tabs.compare import OUTPUTS  # noqa: E402
 
 Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
 
@@ -122,7 +122,7 @@ def stream_run(url: str, settings: Form, results: dict[str, Any], name: str, go:
     """One client doing what the page does: submit /run, receive every streamed update, keep the report."""
     from gradio_client import Client
 
-    from dashboard.page_record import parse_report  # the page saves the report inside its own document
+    from dashboard.service.page_record import parse_report  # the page saves the report inside its own document
 
     client = Client(url, verbose=False)
     go.wait()

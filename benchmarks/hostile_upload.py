@@ -40,7 +40,7 @@ def rss_mib(pid: int) -> float:
 
 
 def reader_pids(server: int) -> list[int]:
-    """The server's audit readers (dashboard.audit_process children) running now."""
+    """The server's audit readers (dashboard.edge.audit_process children) running now."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

@@ -3,7 +3,7 @@
     python benchmarks/long_run.py --model tiny-random --device cpu --runs 100 --out long_run_cpu.json
     python benchmarks/long_run.py --model synthetic:llama-1b --compile step-graph --runs 50 --out long_run_gpu.json
 
-Each run is one naive-vs-pipelined comparison through `dashboard.runner.Runner` (the Run button's path, with the
+Each run is one naive-vs-pipelined comparison through `dashboard.service.runner.Runner` (the Run button's path, with the
 model in the engine process). After each run it records the server's RSS, and from the report the engine
 process's RSS, its GPU memory allocated and reserved (CUDA only), and how many graphs torch.compile produced
 during that run: after the first run of a shape that must stay 0.
@@ -22,7 +22,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dashboard.runner import Runner
+from dashboard.service.runner import Runner
 
 
 def memory_now(report: dict | None = None) -> dict[str, float]:

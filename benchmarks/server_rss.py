@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.parallel.launch import free_port  # noqa: E402
-from dashboard.form import page_values  # noqa: E402
+from dashboard.ui.form import page_values  # noqa: E402
 
 FORM = dict(prompt="Hello", model="tiny-random", max_new_tokens=1, trials=1, ignore_eos=True)
 

@@ -54,8 +54,8 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
 
 def cancels(count: int, grace_s: float) -> dict[str, Any]:
     """`count` cancels in a row, each during a compile that cannot be interrupted, then a normal run."""
-    from dashboard.jobs import CANCELLED
-    from dashboard.runner import Runner
+    from dashboard.service.jobs import CANCELLED
+    from dashboard.service.runner import Runner
 
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # every compile takes seconds: no cache serves it
     runner = Runner(None, device="cpu", monitor=False, engine={"cancel_grace_s": grace_s})
@@ -91,7 +91,7 @@ def server_runs(settle: int, before: int, refused: int, after: int, clients: int
     from gradio_client import Client
 
     from core.parallel.launch import free_port
-    from dashboard.form import page_values
+    from dashboard.ui.form import page_values
 
     port = free_port()
     proc = _start_app(port)
@@ -168,8 +168,8 @@ def runner_runs(runs: int, warmup: int) -> dict[str, Any]:
     """This process's RSS and the engine's over `runs` short runs through the Runner, after `warmup` runs."""
     import psutil
 
-    from dashboard.job_queue import KEEP_FINISHED_JOBS
-    from dashboard.runner import Runner
+    from dashboard.service.job_queue import KEEP_FINISHED_JOBS
+    from dashboard.service.runner import Runner
 
     short = dict(prompt="Hello", model=TINY, max_new_tokens=8)
     runner = Runner(None, device="cpu", monitor=False)

@@ -1,8 +1,9 @@
 """The documents this project writes and reads, defined once: their schemas, their keys as types, and one way in.
 
 - the bench report (`python -m core.bench --json`, core.report.build_report): `BenchReport`;
-- the page report (the page's download, dashboard.page_record): `{"schema", "report": <bench report>, "page": <the
-  page's record> or null}`; the page's downloads from before kept that record inside the report, under "dashboard";
+- the page report (the page's download, dashboard.service.page_record): `{"schema", "report": <bench report>,
+  "page": <the page's record> or null}`; the page's downloads from before kept that record inside the report, under
+  "dashboard";
 - the audit report (`python -m core.audit --json`): `AuditReport`;
 - the load report (`python -m core.bench --requests N --json`, core.load.report): `LoadReport`, its `load` section a
   `LoadSection` with one `LoadContestant` per contestant at each point.
@@ -99,7 +100,7 @@ class BenchReport(TypedDict):
 class PageReport(TypedDict):
     schema: str
     report: BenchReport
-    page: dict[str, Any] | None  # dashboard.page_record.PageRecord.to_json(), or None
+    page: dict[str, Any] | None  # dashboard.service.page_record.PageRecord.to_json(), or None
 
 
 class AuditReport(TypedDict):

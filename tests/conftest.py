@@ -98,14 +98,14 @@ def fast_settings(**changes: Any) -> dict[str, Any]:
 def page_request(form: dict[str, Any], cuda: bool = False, limits: Any = None) -> tuple[Any, list[str]]:
     """The request a local page (or one with `limits`) on the CPU, or on CUDA, makes of `form`, and its notices."""
     from core.run_schema import request_from_values
-    from dashboard.limits import LOCAL_LIMITS
+    from dashboard.service.limits import LOCAL_LIMITS
 
     return request_from_values(form, limits=limits or LOCAL_LIMITS, deferred_with_hf=cuda)
 
 
 def make_runner(**kwargs: Any) -> Any:
     """A runner with its engine process on the CPU and tiny-random loaded."""
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     runner = Runner(None, device="cpu", **kwargs)
     runner.load(TINY, timeout=180)
@@ -157,7 +157,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     if any("tiny_runner" in getattr(item, "fixturenames", ()) for item in session.items):
-        from dashboard.runner import Runner
+        from dashboard.service.runner import Runner
 
         runner = Runner(None, device="cpu")
         _early.update(runner=runner, load=runner.submit_load(TINY))
@@ -172,7 +172,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def tiny_runner() -> Iterator[Any]:
     """One runner (and engine process) for the tests that do not break it."""
     if "runner" in _early:
-        from dashboard.jobs import DONE
+        from dashboard.service.jobs import DONE
 
         runner, load = _early.pop("runner"), _early.pop("load")
         if not load.wait(180) or load.state != DONE:
@@ -212,7 +212,7 @@ def bench_report(loaded: Any, **settings: Any) -> dict[str, Any]:
 @pytest.fixture
 def validated(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build every figure with plotly's validation on: the specs must be valid plotly."""
-    from dashboard import charts
+    from dashboard.views import charts
 
     monkeypatch.setattr(charts, "VALIDATE", True)
 

@@ -1,7 +1,7 @@
-"""dashboard.audit_digest and dashboard.audit_process (issue 42, items 1 and 5): an uploaded audit is read bounded
-(its chart drawn from at most a fixed number of steps and reads, and the page says so), every field is clipped and
-escaped, and what is wrong with a file is one line in words. In-process, on files made by benchmarks/hostile_audits.py;
-the served app's numbers are benchmarks/hostile_upload.py's."""
+"""dashboard.service.audit_digest and dashboard.edge.audit_process (issue 42, items 1 and 5): an uploaded audit is read
+bounded (its chart drawn from at most a fixed number of steps and reads, and the page says so), every field is clipped
+and escaped, and what is wrong with a file is one line in words. In-process, on files made by
+benchmarks/hostile_audits.py; the served app's numbers are benchmarks/hostile_upload.py's."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from benchmarks.hostile_audits import (
     nested_audit,
     small_audit,
 )
-from dashboard import audit_digest, audit_process, audit_view
-from dashboard.audit_digest import MAX_SHOWN_READS, MAX_SHOWN_STEPS, MAX_SITES, digest_bytes
+from dashboard.edge import audit_process
+from dashboard.service import audit_digest
+from dashboard.service.audit_digest import MAX_SHOWN_READS, MAX_SHOWN_STEPS, MAX_SITES, digest_bytes
+from dashboard.views import audit_view
 from tests.test_dashboard_client import text_of
 from tests.test_ui import QuietRunner, quiet_page
 
@@ -168,7 +170,7 @@ def test_an_audit_that_cannot_be_drawn_says_so_in_words_without_python_names(mon
 
 
 def audit_view_cannot_show() -> str:
-    from dashboard.tabs.your_loop import CANNOT_SHOW
+    from dashboard.ui.tabs.your_loop import CANNOT_SHOW
 
     return CANNOT_SHOW
 
@@ -205,9 +207,9 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path):
 
 
 def test_the_audit_endpoints_read_one_upload_at_a_time_and_hand_over_a_path():
-    from dashboard.banner import ServerBanner
-    from dashboard.page import PageConfig, PageContext
-    from dashboard.tabs.your_loop import AUDITS_AT_ONCE, YourLoopTab
+    from dashboard.ui.page import PageConfig, PageContext
+    from dashboard.ui.tabs.your_loop import AUDITS_AT_ONCE, YourLoopTab
+    from dashboard.views.banner import ServerBanner
 
     runner = QuietRunner()
     with gr.Blocks() as demo:
@@ -224,7 +226,7 @@ def test_audit_digest_imports_neither_gradio_nor_numpy():
     import subprocess
     import sys
 
-    code = ("import sys, dashboard.audit_digest, dashboard.audit_process; "
+    code = ("import sys, dashboard.service.audit_digest, dashboard.edge.audit_process; "
             "print(sorted(m for m in ('gradio', 'numpy', 'torch', 'plotly') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", "the child that reads an upload starts in a fraction of a second"

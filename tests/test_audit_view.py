@@ -1,11 +1,12 @@
-"""dashboard.audit_view: an audit report as the Your loop tab shows it (plain data in, text out)."""
+"""dashboard.views.audit_view: an audit report as the Your loop tab shows it (plain data in, text out)."""
 
 from __future__ import annotations
 
 import re
 
-from dashboard import audit_digest, audit_view
-from dashboard.audit_view import ROWS_AT_ONCE, SITE_COLUMNS, sites_html, summary_md
+from dashboard.service import audit_digest
+from dashboard.views import audit_view
+from dashboard.views.audit_view import ROWS_AT_ONCE, SITE_COLUMNS, sites_html, summary_md
 
 
 def report_with(*sites: dict, **top: object) -> dict:

@@ -167,7 +167,7 @@ def test_a_run_interrupted_after_two_rounds_writes_the_finished_trials_and_print
     """The issue's check: `core.bench` sent SIGINT after two rounds writes a report that Replay (open_report) opens."""
     import signal
 
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
 
     out = tmp_path / "r.json"
     trace = tmp_path / "t.json"

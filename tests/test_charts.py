@@ -11,9 +11,9 @@ import pytest
 
 from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
-from dashboard import charts
-from dashboard.page_record import PageRecord, page_report
-from dashboard.rate_series import live_series_from_report
+from dashboard.service.page_record import PageRecord, page_report
+from dashboard.service.rate_series import live_series_from_report
+from dashboard.views import charts
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 

@@ -43,7 +43,7 @@ def test_an_interrupt_after_two_rounds_keeps_the_finished_rounds_in_a_report_tha
     import pytest
 
     from core.compare import InterruptedRun
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
 
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4, ignore_eos=True), trials=6)
     seen = []

@@ -182,7 +182,7 @@ def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
 
 def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works():
     from core.run_schema import Limits
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     # The form caps batch at 64, which cannot fill the H200 with an 8B model; lift the cap to provoke the fault.
     runner = Runner(None, device="cuda", monitor=False, limits=Limits(batch=4096, max_new_tokens=4096))

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dashboard.jobs import DONE, FAILED
-from dashboard.runner import Runner
+from dashboard.service.jobs import DONE, FAILED
+from dashboard.service.runner import Runner
 from tests.conftest import TINY, TINY_GPU_COMPILE, fast_settings, requires_cuda
 
 pytestmark = [pytest.mark.cuda, requires_cuda]

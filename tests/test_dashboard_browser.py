@@ -565,7 +565,7 @@ def screenshot_page(runner: Any, timeout_ms: int, defaults: Any = None) -> Itera
 
 def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> None:
     """A real run of `model` on the CPU, then the whole page."""
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     runner = Runner(None, device="cpu")
     runner.load(model, timeout=600)
@@ -579,7 +579,7 @@ def screenshot_cpu(out: Path, model: str, max_new_tokens: int, trials: int) -> N
 
 def screenshot_replay(report: Path, out: Path, element: str = "#replay-tab") -> None:
     """The Replay tab (or one element of it) showing `report` (no model is loaded for this)."""
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     with screenshot_page(Runner(None, device="cpu"), 120_000) as page:
         open_replay(page, report)

@@ -25,10 +25,10 @@ import app
 from core.options import RUN_OPTION, WHOLE
 from core.parallel.launch import free_port
 from core.run_schema import python_command
-from dashboard.form import PAGE_OPTIONS, page_values
-from dashboard.jobs import COMPARE
-from dashboard.tabs.compare import OUTPUTS
-from dashboard.tabs.replay import REPLAY_OUTPUTS
+from dashboard.service.jobs import COMPARE
+from dashboard.ui.form import PAGE_OPTIONS, page_values
+from dashboard.ui.tabs.compare import OUTPUTS
+from dashboard.ui.tabs.replay import REPLAY_OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, make_runner, page_client, requires_cuda, serving
 from tests.helpers import wait_until
 from tests.test_timeline import lane_labels
@@ -340,8 +340,8 @@ def test_a_bad_tuning_variable_stops_the_app_before_its_engine_starts(monkeypatc
 
 @pytest.mark.slow
 def test_the_banner_shows_the_engine_then_the_model_and_never_one_users_failure():
-    from dashboard.banner import ServerBanner
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
+    from dashboard.views.banner import ServerBanner
 
     runner = Runner(TINY, device="cpu", monitor=False, in_process_engine=True)
     try:
@@ -392,7 +392,7 @@ def test_with_a_batch_each_pane_says_which_row_it_shows_and_what_the_rate_counts
 
 @pytest.mark.slow  # a served page's run: the fast tier keeps one (identical texts), `make test` all
 def test_the_summary_puts_the_verdicts_evidence_first(served_app):
-    from dashboard.summary_table import SUMMARY_HEADERS
+    from dashboard.views.summary_table import SUMMARY_HEADERS
 
     assert SUMMARY_HEADERS[:4] == ("contestant", "decode tok/s", "decode spread %", "same tokens")
     out = run(served_app.url)
@@ -404,8 +404,8 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from core.specs import TINY_SHAPE
-    from dashboard.banner import ServerBanner
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
+    from dashboard.views.banner import ServerBanner
 
     local = tmp_path / "my-secret-model"
     LlamaForCausalLM(LlamaConfig(**TINY_SHAPE)).save_pretrained(local)
@@ -425,7 +425,7 @@ def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
 def test_a_startup_model_that_fails_is_in_the_banner_at_once_and_leaves_the_field():
     from types import SimpleNamespace
 
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
     from dashboard.ui import build_demo
 
     runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False, in_process_engine=True)

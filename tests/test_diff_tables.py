@@ -1,4 +1,4 @@
-"""Two runs side by side (dashboard.diff_tables): the settings that differ first and highlighted, the rates with
+"""Two runs side by side (dashboard.views.diff_tables): the settings that differ first and highlighted, the rates with
 B / A and the call, the waits; and the page's handlers that find the two runs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from core.report_diff import diff_reports, diff_text
 from core.tuning import Tuning
-from dashboard import diff_tables
-from dashboard.report_text import plain
+from dashboard.views import diff_tables
+from dashboard.views.report_text import plain
 from tests.test_dashboard_client import text_of
 from tests.test_ui import QuietRunner, h200_saved_report, quiet_page
 
@@ -131,7 +131,7 @@ def test_two_report_files_diff_and_a_bad_one_says_which(two_h200_runs):
 
 
 def test_two_history_runs_diff_by_their_numbers_on_the_page(two_h200_runs, monkeypatch):
-    from dashboard.jobs import COMPARE
+    from dashboard.service.jobs import COMPARE
 
     jobs = {7: type("Job", (), {"owner": "me", "work": COMPARE, "report": two_h200_runs[0]})(),
             9: type("Job", (), {"owner": "me", "work": COMPARE, "report": two_h200_runs[1]})(),

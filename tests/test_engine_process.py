@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.jobs import CANCELLED, DONE, FAILED
+from dashboard.service.jobs import CANCELLED, DONE, FAILED
 from engine.process import EngineConfig, EngineCore, EventBatcher
 from engine.protocol import Compare, Done, Events, Failed, FailureCategory, Load
 from tests.conftest import TINY, fast_settings, make_runner
@@ -40,7 +40,7 @@ def test_the_engine_is_a_child_process_and_the_server_holds_no_torch_and_no_mode
     script = textwrap.dedent("""
         import json, os, sys
         sys.path.insert(0, sys.argv[1])
-        from dashboard.runner import Runner
+        from dashboard.service.runner import Runner
 
         def maps(pid):
             with open(f"/proc/{pid}/maps") as handle:
@@ -150,8 +150,8 @@ def test_after_five_sigkills_in_a_minute_the_server_serves_again_within_two_minu
     two minutes of it with the default backoff's last wait (16 s). The backoff here starts at 1/16 s, so that the
     test does not sleep 31 s (it slept 7.75 s with a quarter second: now 1.9 s); the default's 1, 2, 4, 8 and 16 s
     are test_supervisor's."""
-    from dashboard.runner import Runner
-    from dashboard.supervisor import BACKOFF_FIRST_S, RestartPolicy
+    from dashboard.service.runner import Runner
+    from dashboard.service.supervisor import BACKOFF_FIRST_S, RestartPolicy
 
     caplog.set_level("INFO", logger="syncscope")
     first_s = 1 / 16
@@ -491,7 +491,7 @@ def test_tensor_parallel_engines_on_the_cpu_match_one_engine_and_survive_a_dead_
         expected = [r["token_ids"] for r in one.run(fast_settings(trials=2))["runs"]]
     finally:
         one.close()
-    from dashboard.supervisor import RestartPolicy
+    from dashboard.service.supervisor import RestartPolicy
 
     # The dead rank is a real loss: the new group starts after a tenth of a second, not the default's second.
     runner = make_runner(monitor=False, tp=2, restart_policy=RestartPolicy(first_s=0.1))

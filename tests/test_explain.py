@@ -192,7 +192,7 @@ def test_compare_lists_contestants_that_ran_in_one_report_only(cpu_report):
 
 
 def test_the_committed_interrupted_h200_report_opens_and_says_it_was_cut_short():
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
 
     report = open_report(read_report_bytes(RESULTS / "h200-2026-12-01" / "interrupted-ro-1b.json.gz")).report
     assert report["interrupted"] is True and report["interruption"]["signal"] == "SIGINT"

@@ -1,6 +1,6 @@
-"""A run as one HTML file to share offline (issue 60, item 5): dashboard.run_html from a bench, page or load report,
-the command `python -m dashboard.export_html`, `core.bench --html`, the page's "as HTML" downloads, and the file drawn
-in headless Chromium with the network off."""
+"""A run as one HTML file to share offline (issue 60, item 5): dashboard.views.run_html from a bench, page or load
+report, the command `python -m dashboard.export_html`, `core.bench --html`, the page's "as HTML" downloads, and the file
+drawn in headless Chromium with the network off."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from benchmarks.hostile_audits import EVIL
 from core.report_files import read_report_bytes
 from core.report_schema import load
-from dashboard import export_html
-from dashboard.page_record import PageRecord, page_report
-from dashboard.run_html import NO_SENTENCES, run_html
-from dashboard.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
+from dashboard.service.page_record import PageRecord, page_report
+from dashboard.views import export_html
+from dashboard.views.run_html import NO_SENTENCES, run_html
+from dashboard.views.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
 from tests.conftest import bench_report
 from tests.test_dashboard_browser import browser  # noqa: F401
 from tests.test_packaging import BLOCK_DASHBOARD
@@ -181,9 +181,9 @@ def test_the_file_asks_for_nothing_over_the_network(h200_html, tiny_report, load
 
 
 def test_the_pages_markdown_becomes_html_and_text_stays_text():
-    from dashboard.markdown_html import markdown_html
-    from dashboard.report_text import plain
-    from dashboard.run_summary import code_quoted
+    from dashboard.views.markdown_html import markdown_html
+    from dashboard.views.report_text import plain
+    from dashboard.views.run_summary import code_quoted
 
     assert markdown_html("**Verdict** · NO* (see note)  \n*a note* with `x.item()`") == \
         "<p><strong>Verdict</strong> · NO* (see note)<br><em>a note</em> with <code>x.item()</code></p>"
@@ -272,7 +272,7 @@ def test_core_bench_says_in_one_line_how_to_get_the_dashboard_when_the_export_ca
 # ------------------------------------------------------------------------------------------------ the page
 
 def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, described):
-    from dashboard.tabs.under_load import UnderLoadTab
+    from dashboard.ui.tabs.under_load import UnderLoadTab
     from tests.test_ui import quiet_page
 
     page = quiet_page()

@@ -1,11 +1,11 @@
-"""dashboard.fair_share (issue 42): what one client may hold of the queue, and the turns clients take in it."""
+"""dashboard.service.fair_share (issue 42): what one client may hold of the queue, and the turns clients take in it."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.fair_share import EXPOSED_SHARING, LOCAL_SHARING, Client, FairShare, ShareRule, sharing_for
-from dashboard.jobs import COMPARE, DONE, Job
+from dashboard.service.fair_share import EXPOSED_SHARING, LOCAL_SHARING, Client, FairShare, ShareRule, sharing_for
+from dashboard.service.jobs import COMPARE, DONE, Job
 from tests.conftest import TINY, make_runner
 from tests.helpers import FakeClock, wait_until
 
@@ -106,7 +106,7 @@ def test_through_the_page_a_waiting_visitor_sees_its_place_and_a_refused_one_get
     """Served, with one place in the runner's queue and the exposed sharing: the second visitor (once past Gradio's
     handler slots, which were as many as the queue's places) streams its place; the third, a third newcomer from
     the one loopback address, is refused in one line and the page goes on serving."""
-    from dashboard.form import page_values
+    from dashboard.ui.form import page_values
     from tests.conftest import page_client, serve
     from tests.test_dashboard_client import text_of
 

@@ -1,4 +1,4 @@
-"""dashboard.gradio_files: the server's folder for Gradio's files, the uploads' quota and a page's files."""
+"""dashboard.edge.gradio_files: the server's folder for Gradio's files, the uploads' quota and a page's files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.gradio_files import PREFIX, GradioFiles, UploadRefused, remove_stale_folders, server_folder
+from dashboard.edge.gradio_files import PREFIX, GradioFiles, UploadRefused, remove_stale_folders, server_folder
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""dashboard.history: each owner's finished runs, bounded, as CSV and JSON downloads."""
+"""dashboard.service.run_history: each owner's finished runs, bounded, as CSV and JSON downloads."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from dashboard.history import HISTORY_FIELDS, HISTORY_SCHEMA, RunHistory, history_row
+from dashboard.service.run_history import HISTORY_FIELDS, HISTORY_SCHEMA, RunHistory, history_row
 
 
 def row(run: int, **fields) -> dict:

@@ -1,5 +1,6 @@
-"""dashboard.http_guard (and dashboard.downloads): what one request, session, address or visitor may cost the server,
-checked against the served app: in-process on the shared runner, and app.py as a process of its own for memory."""
+"""dashboard.edge.http_guard (and dashboard.edge.downloads): what one request, session, address or visitor may cost the
+server, checked against the served app: in-process on the shared runner, and app.py as a process of its own for
+memory."""
 
 from __future__ import annotations
 
@@ -22,22 +23,22 @@ from gradio.utils import get_upload_folder
 from gradio_client import Client, handle_file
 
 from core.parallel.launch import free_port
-from dashboard import http_guard
-from dashboard.downloads import PREFIX, DownloadFolders, remove_stale_roots
-from dashboard.form import page_values
-from dashboard.gradio_files import GradioFiles
-from dashboard.http_guard import LoginGate, launch_options
-from dashboard.session_store import LeanStateHolder
-from dashboard.tabs.compare import OUTPUTS
-from dashboard.tabs.replay import REPLAY_OUTPUTS
+from dashboard.edge import http_guard
+from dashboard.edge.downloads import PREFIX, DownloadFolders, remove_stale_roots
+from dashboard.edge.gradio_files import GradioFiles
+from dashboard.edge.http_guard import LoginGate, launch_options
+from dashboard.edge.session_store import LeanStateHolder
 from dashboard.ui import CSS, build_demo
+from dashboard.ui.form import page_values
+from dashboard.ui.tabs.compare import OUTPUTS
+from dashboard.ui.tabs.replay import REPLAY_OUTPUTS
 from tests.conftest import TINY, bench_report, fast_settings, page_client
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BODY_LIMIT = 256 * 1024
 USER, PASSWORD = "alice", "secret"
-# The guarded page's upload quota, scaled down from the server's (dashboard.limits) as the body limit is.
+# The guarded page's upload quota, scaled down from the server's (dashboard.service.limits) as the body limit is.
 UPLOAD_REQUEST = 16 * 2**20
 UPLOAD_VISITOR = 2 * UPLOAD_REQUEST
 UPLOAD_FOLDER = 4 * UPLOAD_REQUEST

@@ -97,7 +97,7 @@ def test_one_note_explains_the_no_star_cells_of_new_and_old_reports():
 
 
 def test_the_page_says_why_instead_of_a_bare_no():
-    from dashboard.report_text import identity_notes
+    from dashboard.views.report_text import identity_notes
 
     report = {"self_consistent": {"naive": True, "pipelined": False}, "identity": drifting_pipelined()}
     [note] = identity_notes(report)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from dashboard.jobs import CANCELLED, DONE
+from dashboard.service.jobs import CANCELLED, DONE
 from engine.inprocess import InProcessEngineClient
 from engine.protocol import Done, Events, Load, Ready, Started
 from tests.conftest import TINY, fast_settings, make_runner
@@ -80,7 +80,7 @@ def test_a_runner_with_an_in_process_engine_runs_cancels_and_runs_again():
 def test_events_reach_the_server_in_batches_as_from_a_process(started):
     client, told, _ = started
     from core.run_schema import request_from_values
-    from dashboard.limits import LOCAL_LIMITS
+    from dashboard.service.limits import LOCAL_LIMITS
     from engine.protocol import Compare
 
     request, _ = request_from_values(fast_settings(), limits=LOCAL_LIMITS)

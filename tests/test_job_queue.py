@@ -1,4 +1,5 @@
-"""dashboard.job_queue: first in, first out, one job at a time, cancel, positions; with a stand-in for the engine."""
+"""dashboard.service.job_queue: first in, first out, one job at a time, cancel, positions; with a stand-in for the
+engine."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import threading
 
 import pytest
 
-from dashboard.job_queue import KEEP_FINISHED_JOBS, JobQueue
-from dashboard.jobs import CANCELLED, COMPARE, DONE, LOAD, QUEUED, RUNNING, Job
+from dashboard.service.job_queue import KEEP_FINISHED_JOBS, JobQueue
+from dashboard.service.jobs import CANCELLED, COMPARE, DONE, LOAD, QUEUED, RUNNING, Job
 from tests.helpers import wait_until
 
 

@@ -1,10 +1,10 @@
-"""A job (dashboard.jobs): its states, waiting for it, and the clock its engine events are kept on."""
+"""A job (dashboard.service.jobs): its states, waiting for it, and the clock its engine events are kept on."""
 
 from __future__ import annotations
 
 import time
 
-from dashboard.jobs import COMPARE, DONE, FINISHED, LOAD, QUEUED, RUNNING, Job
+from dashboard.service.jobs import COMPARE, DONE, FINISHED, LOAD, QUEUED, RUNNING, Job
 from tests.conftest import TINY
 
 

@@ -1,11 +1,11 @@
-"""dashboard.limits: what a page others can reach may ask for."""
+"""dashboard.service.limits: what a page others can reach may ask for."""
 
 from __future__ import annotations
 
 import pytest
 
 import app
-from dashboard.limits import EXPOSED_LIMITS
+from dashboard.service.limits import EXPOSED_LIMITS
 from tests.conftest import page_request
 
 

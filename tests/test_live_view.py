@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from core.options import BenchRequest, GenerationOptions
-from dashboard import charts, timeline
-from dashboard.jobs import COMPARE, RUNNING, Job
-from dashboard.live_view import LiveView
+from dashboard.service.jobs import COMPARE, RUNNING, Job
+from dashboard.service.live_view import LiveView
+from dashboard.views import charts, timeline
 from tests.conftest import TINY, fast_settings, page_request
 from tests.test_timeline import lane_labels
 
@@ -38,8 +38,8 @@ def test_a_trials_tokens_per_s_curve_starts_at_the_decode_rate_not_from_zero():
 
 
 def test_the_warm_up_streams_its_text_marked_untimed():
-    from dashboard.jobs import Job
-    from dashboard.live_view import LiveView
+    from dashboard.service.jobs import Job
+    from dashboard.service.live_view import LiveView
 
     request, _ = page_request(fast_settings())
     job = Job(id=1, work=COMPARE, owner=None, model=TINY, request=request, state="running", t0=100.0)

@@ -17,24 +17,24 @@ from core.load.workload import WorkloadSpec
 from core.report_schema import LOAD, kind_of
 from core.report_schema import load as load_document
 from core.run_schema import python_command
-from dashboard import load_charts, load_view
-from dashboard.jobs import DONE, RUNNING, UNDER_LOAD, Job
-from dashboard.limits import EXPOSED_LOAD_LIMITS
-from dashboard.load_describe import LoadDescriber
-from dashboard.load_form import load_defaults, settings_from_values
-from dashboard.load_live import LoadLiveView
-from dashboard.report_text import as_text
-from dashboard.tabs.compare import OUTPUTS as COMPARE_OUTPUTS
-from dashboard.tabs.load_panel import findings_md
-from dashboard.tabs.replay import REPLAY_OUTPUTS
-from dashboard.tabs.under_load import OUTPUTS
+from dashboard.service.jobs import DONE, RUNNING, UNDER_LOAD, Job
+from dashboard.service.limits import EXPOSED_LOAD_LIMITS
+from dashboard.service.load_describe import LoadDescriber
+from dashboard.service.load_form import load_defaults, settings_from_values
+from dashboard.service.load_live import LoadLiveView
+from dashboard.ui.tabs.compare import OUTPUTS as COMPARE_OUTPUTS
+from dashboard.ui.tabs.load_panel import findings_md
+from dashboard.ui.tabs.replay import REPLAY_OUTPUTS
+from dashboard.ui.tabs.under_load import OUTPUTS
+from dashboard.views import load_charts, load_view
+from dashboard.views.report_text import as_text
 from engine.process import EngineConfig, EngineCore
 from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, LoadSettings, Started, UnderLoad
 from tests.conftest import TINY, page_client, serving
 
 SMALL = LoadSettings(workload=WorkloadSpec(requests=6, max_new_tokens=12, prompt_min=4, prompt_max=12), slots=2,
                      trials=1, sweep_slots=(1,), contestants=("naive", "pipelined", "no-check"), solo_checks=2)
-# What the page's form sends for a small run (dashboard.load_form's names).
+# What the page's form sends for a small run (dashboard.service.load_form's names).
 SMALL_FORM = {"requests": 6, "slots": 2, "max_new_tokens": 10, "prompt_lengths": "4-12", "trials": 1,
               "sweep_slots": "1", "contestants": ["naive", "pipelined", "no-check"], "solo_checks": 2}
 EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a>'

@@ -1,11 +1,11 @@
-"""dashboard.model_policy: which models may be loaded, and what the banner every visitor sees may call them."""
+"""dashboard.service.model_policy: which models may be loaded, and what the banner every visitor sees may call them."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.specs import BUILTIN_SPECS
-from dashboard.model_policy import VISITORS_MODEL, ModelPolicy
+from dashboard.service.model_policy import VISITORS_MODEL, ModelPolicy
 
 
 def test_any_model_by_default_with_the_built_ins_offered():

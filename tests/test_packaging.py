@@ -173,7 +173,7 @@ def test_the_wheel_holds_syncscope_alone_with_every_module_and_data_file(install
         built = {name: wheel.read(name).decode("utf-8") for name in names if name.endswith(".py")}
     others = {name.split("/")[0] for name in names} - {"syncscope"}
     assert len(others) == 1 and re.fullmatch(r"syncscope-[^/]+\.dist-info", others.pop()), names
-    assert {"syncscope/dashboard/explain.md", "syncscope/core/kernels/gemv_configs.json"} <= names
+    assert {"syncscope/dashboard/ui/explain.md", "syncscope/core/kernels/gemv_configs.json"} <= names
     assert {f"syncscope/{p.as_posix()}" for p in _checkout_files(REPO)} <= names
     left = [name for name, text in built.items() if rewrite_imports(text, name) != text]
     assert not left, f"absolute imports of the checkout's names left in {left}"

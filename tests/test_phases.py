@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from core.phases import PHASE, PHASES, TRIAL, WARMUP, phase_named
-from dashboard import charts
-from dashboard.jobs import COMPARE, DONE, RUNNING, Job
-from dashboard.live_view import LiveView, status_line
-from dashboard.page_record import PageRecord, open_report, page_report
+from dashboard.service.jobs import COMPARE, DONE, RUNNING, Job
+from dashboard.service.live_view import LiveView, status_line
+from dashboard.service.page_record import PageRecord, open_report, page_report
+from dashboard.views import charts
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_timeline import lane_labels

@@ -268,7 +268,7 @@ def _none_left(ranks: list[psutil.Process]) -> bool:
 def test_ctrl_c_under_tensor_parallelism_stops_every_rank_together_and_keeps_the_finished_rounds(tmp_path):
     """A terminal's Ctrl-C reaches the launcher and both ranks. Neither rank may stop where it stands (the other would
     wait for it in a collective): they agree at the end of a round, and rank 0 writes that round's report."""
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
 
     out = tmp_path / "r.json"
     process = _session_bench(tmp_path, "--max-new-tokens", "24", "--trials", "500", "--json", str(out))

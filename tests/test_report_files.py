@@ -81,7 +81,7 @@ def test_a_device_or_a_pipe_that_never_ends_is_refused_without_reading_it_whole(
 
 
 def test_a_report_with_a_byte_order_mark_opens_everywhere_reports_are_read(tmp_path):
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
 
     text = (RESULTS / "h200-2026-12-01" / "example-audit-naive_loop.json").read_bytes()  # any JSON will do here
     (tmp_path / "bom.json").write_bytes(codecs.BOM_UTF8 + text)

@@ -63,7 +63,7 @@ def test_an_old_reports_kernel_trial_is_read_as_the_kernel_measurement():
 def test_an_old_reports_kernel_numbers_are_filled_in_as_todays_summary_derives_them():
     """The README's featured report (2026-12-01) predates the summary's kernel fields: its table says kernels 1.09 /
     1.10 ms and 67% / 91% of the step (reduce-overhead naive / pipelined), and so does Replay."""
-    from dashboard.run_summary import DETAIL_HEADERS, summary_tables
+    from dashboard.views.run_summary import DETAIL_HEADERS, summary_tables
 
     report = load(RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz")
     naive, pipelined = report["summary"]["naive"], report["summary"]["pipelined"]

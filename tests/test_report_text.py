@@ -1,8 +1,9 @@
-"""dashboard.report_text: a report, a run's status and a pane's rate as the page's Markdown, text shown as text."""
+"""dashboard.views.report_text: a report, a run's status and a pane's rate as the page's Markdown, text shown as
+text."""
 
 from __future__ import annotations
 
-from dashboard.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
+from dashboard.views.report_text import cell, headline_md, plain, rate_md, status_md, table_rows
 from tests.test_dashboard_client import EVIL, text_of
 
 

@@ -18,11 +18,18 @@ from core.compare import compare
 from core.options import BenchRequest, GenerationOptions
 from core.report_files import read_report_bytes
 from core.report_schema import MAX_REPORT_BYTES, PAGE_REPORT_SCHEMA
-from dashboard.history import history_row
-from dashboard.page_record import PageRecord, open_report, page_report, parse_report, report_notices, split_report
-from dashboard.rate_series import live_series_from_report
-from dashboard.report_text import headline_md
-from dashboard.summary_table import SUMMARY_HEADERS, summary_rows
+from dashboard.service.page_record import (
+    PageRecord,
+    open_report,
+    page_report,
+    parse_report,
+    report_notices,
+    split_report,
+)
+from dashboard.service.rate_series import live_series_from_report
+from dashboard.service.run_history import history_row
+from dashboard.views.report_text import headline_md
+from dashboard.views.summary_table import SUMMARY_HEADERS, summary_rows
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 
@@ -162,7 +169,7 @@ def test_numbers_that_mean_nothing_are_dashes(tiny):
 
 
 def test_nvml_means_per_contestant_come_from_its_timed_spans():
-    from dashboard.page_record import nvml_means
+    from dashboard.service.page_record import nvml_means
 
     spans = [{"contestant": "naive", "phase": "warmup", "t0": 0.0, "t1": 1.0},
              {"contestant": "naive", "phase": "trial", "t0": 1.0, "t1": 2.0},
@@ -191,7 +198,7 @@ def test_decode_phase_leads_and_prefill_is_beside_it(tiny):
 
 
 def test_csv_cells_cannot_become_formulas():
-    from dashboard.history import history_csv
+    from dashboard.service.run_history import history_csv
 
     text = history_csv([{"run": 1, "model": "=HYPERLINK(\"x\")", "error": "-1+1"}])
     row = next(csv.DictReader(io.StringIO(text)))
@@ -219,7 +226,7 @@ def test_replay_refuses_what_is_not_a_report(data, message):
 
 
 def test_a_contestant_that_disagrees_with_itself_is_marked():
-    from dashboard.summary_table import summary_rows
+    from dashboard.views.summary_table import summary_rows
 
     report = {"summary": {"naive": {"tokens_per_s": 1.0}, "pipelined": {"tokens_per_s": 1.0}},
               "identical": {"naive": False, "pipelined": False}, "self_consistent": {"naive": False,

@@ -1,4 +1,4 @@
-"""dashboard.request_bodies: a body's deadline and size limit, and the bytes all bodies being received may hold."""
+"""dashboard.edge.request_bodies: a body's deadline and size limit, and the bytes all bodies being received may hold."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from dashboard.request_bodies import BodyBudget, BodyCut, BodyReader, body_deadline_s
+from dashboard.edge.request_bodies import BodyBudget, BodyCut, BodyReader, body_deadline_s
 
 
 def sender(chunks: list[bytes], then_wait: bool = True):

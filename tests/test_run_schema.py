@@ -127,7 +127,7 @@ def test_numbers_from_a_form_may_be_text(kind):
 
 
 def test_the_history_has_a_column_for_each_option_marked_so():
-    from dashboard.history import HISTORY_FIELDS, history_row
+    from dashboard.service.run_history import HISTORY_FIELDS, history_row
 
     request, _ = request_from_values({"lag": 3, "batch": 2})
     row = history_row(1, "done", request, "m", None, None)

@@ -14,9 +14,9 @@ import pytest
 
 from core.options import Cancelled
 from core.run_schema import Limits
-from dashboard.history import HISTORY_FIELDS
-from dashboard.jobs import CANCELLED, DONE, FAILED
-from dashboard.page_record import public_report
+from dashboard.service.jobs import CANCELLED, DONE, FAILED
+from dashboard.service.page_record import public_report
+from dashboard.service.run_history import HISTORY_FIELDS
 from tests.conftest import TINY, fast_settings, make_runner
 from tests.helpers import wait_until
 
@@ -167,7 +167,7 @@ def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses
                                                                                                monkeypatch):
     from core.memory import GIB
     from core.specs import BUILTIN_SPECS
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     exposed = Runner(None, device="cpu", monitor=False, allowed_models=set(BUILTIN_SPECS),
                      free_memory=lambda: 8 * GIB, in_process_engine=True)
@@ -191,7 +191,7 @@ def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses
 
 def test_a_startup_model_that_cannot_fit_is_said_on_the_banner_and_the_server_starts():
     from core.memory import GIB
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     runner = Runner("synthetic:llama-1b", device="cpu", monitor=False, free_memory=lambda: 2 * GIB,
                     in_process_engine=True)
@@ -250,8 +250,9 @@ def test_history_downloads_hold_run_data_only(tiny_runner):
 
 
 def test_runner_imports_neither_gradio_nor_plotly_nor_torch():
-    code = ("import sys, dashboard.runner, dashboard.limits, dashboard.page_record, dashboard.summary_table, "
-            "dashboard.history, dashboard.rate_series, core.measure.gpu_monitor; "
+    code = ("import sys, dashboard.service.runner, dashboard.service.limits, dashboard.service.page_record, "
+            "dashboard.views.summary_table, dashboard.service.run_history, dashboard.service.rate_series, "
+            "core.measure.gpu_monitor; "
             "print(sorted({'gradio', 'plotly', 'torch'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -270,7 +271,7 @@ def test_forty_runs_keep_memory_and_state_bounded(tiny_runner, monkeypatch):
     64. The 100 runs (or more) are a soak: `python benchmarks/soak.py runner-runs --runs 100`."""
     import psutil
 
-    import dashboard.job_queue as job_queue
+    import dashboard.service.job_queue as job_queue
 
     monkeypatch.setattr(job_queue, "KEEP_FINISHED_JOBS", KEPT_IN_THE_TEST)
     process = psutil.Process()
@@ -303,7 +304,7 @@ def test_a_failed_load_is_logged_with_its_reason(tiny_runner, caplog):
 
 @pytest.mark.slow
 def test_a_startup_model_that_fails_to_load_is_said_at_once(caplog):
-    from dashboard.runner import Runner
+    from dashboard.service.runner import Runner
 
     caplog.set_level("ERROR", logger="syncscope")
     runner = Runner("no-such-org/no-such-model", device="cpu", monitor=False, in_process_engine=True)
@@ -356,7 +357,7 @@ def test_the_utilization_line_reaches_the_end_of_the_run(tiny_runner, monkeypatc
 
 
 def test_after_a_cancel_no_pane_says_warm_up(tiny_runner):
-    from dashboard.report_text import rate_md as _rate_md
+    from dashboard.views.report_text import rate_md as _rate_md
 
     job = tiny_runner.submit(dict(prompt="Count to a thousand.", max_new_tokens=1500, ignore_eos=True,
                                          trials=1))

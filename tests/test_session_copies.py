@@ -1,7 +1,7 @@
-"""dashboard.session_copies (issue 42, item 10): when /run returns, the session that streamed it holds no copies of
+"""dashboard.edge.session_copies (issue 42, item 10): when /run returns, the session that streamed it holds no copies of
 the page's components but the run pickers' (their choices). Copies of a few outputs (banner, run note, history table,
 three download buttons) are back in the session about a second later; they go with the session's whole state once
-it is idle without a page (dashboard.session_store, tests/test_session_store.py): these tests check the state at
+it is idle without a page (dashboard.edge.session_store, tests/test_session_store.py): these tests check the state at
 /run's return only."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from dashboard.form import page_values
+from dashboard.ui.form import page_values
 from tests.conftest import fast_settings, make_runner, page_client, serve
 
 
@@ -52,7 +52,7 @@ def test_a_refused_run_leaves_no_copies_in_its_session(served):
 def test_copies_that_an_input_needs_are_kept():
     import gradio as gr
 
-    from dashboard.session_copies import SessionCopies
+    from dashboard.edge.session_copies import SessionCopies
 
     with gr.Blocks() as demo:
         choice = gr.Dropdown(["a"], value="a")

@@ -1,7 +1,7 @@
-"""dashboard.session_store (issue 42, item 2 and item 10): idle sessions without a page go, an address holds so many
-sessions (behind the share tunnel: so many without an open page), the idle ones without an open page going first,
-busy ones never; a page whose session went is answered in one line. The keeper on a fake store and queue, and the
-HTTP guard in front of a fake app."""
+"""dashboard.edge.session_store (issue 42, item 2 and item 10): idle sessions without a page go, an address holds so
+many sessions (behind the share tunnel: so many without an open page), the idle ones without an open page going first,
+busy ones never; a page whose session went is answered in one line. The keeper on a fake store and queue, and the HTTP
+guard in front of a fake app."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from dashboard.form import page_values
-from dashboard.http_guard import RequestGuard, launch_options
-from dashboard.session_store import DROPPED_LINE, LeanStateHolder, SessionKeeper, SessionRule
+from dashboard.edge.http_guard import RequestGuard, launch_options
+from dashboard.edge.session_store import DROPPED_LINE, LeanStateHolder, SessionKeeper, SessionRule
+from dashboard.ui.form import page_values
 from tests.conftest import fast_settings, page_client
 from tests.helpers import FakeClock
 
@@ -122,7 +122,7 @@ def test_the_lean_store_asks_its_keeper_and_makes_lean_states():
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    from dashboard.session_store import LeanSessionState
+    from dashboard.edge.session_store import LeanSessionState
 
     with gr.Blocks() as demo:
         gr.Markdown("x")

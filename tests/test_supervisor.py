@@ -1,16 +1,16 @@
-"""dashboard.supervisor: what the engine's replies do to jobs and to what is loaded, and what a loss of the engine
-does (restart, reload, requeue, give up), with the engine's replies and losses played in by hand: nothing spawned.
-End to end, with real deaths and hangs: tests/test_engine_process.py."""
+"""dashboard.service.supervisor: what the engine's replies do to jobs and to what is loaded, and what a loss of the
+engine does (restart, reload, requeue, give up), with the engine's replies and losses played in by hand: nothing
+spawned. End to end, with real deaths and hangs: tests/test_engine_process.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.job_queue import JobQueue
-from dashboard.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, QUEUED, RUNNING, Job
-from dashboard.limits import LOCAL_LIMITS
-from dashboard.model_policy import ModelPolicy
-from dashboard.supervisor import CULPRIT_LOSSES, EngineSupervisor, RestartPolicy
+from dashboard.service.job_queue import JobQueue
+from dashboard.service.jobs import CANCELLED, COMPARE, DONE, FAILED, LOAD, QUEUED, RUNNING, Job
+from dashboard.service.limits import LOCAL_LIMITS
+from dashboard.service.model_policy import ModelPolicy
+from dashboard.service.supervisor import CULPRIT_LOSSES, EngineSupervisor, RestartPolicy
 from engine.client import EngineLoss
 from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, ModelFacts, Started
 

@@ -1,6 +1,6 @@
-"""The timeline chart (dashboard.timeline) from hand-built reports that follow the timeline contract: the lanes of both
-loops, the waits and gaps drawn, the first view's steps, the stated means, the legend and hovers, the colours, the CPU
-and TP cases, old reports, two reports on one axis."""
+"""The timeline chart (dashboard.views.timeline) from hand-built reports that follow the timeline contract: the lanes of
+both loops, the waits and gaps drawn, the first view's steps, the stated means, the legend and hovers, the colours, the
+CPU and TP cases, old reports, two reports on one axis."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from core.explain import contestant_waits
 from core.report import summarize
 from core.report_files import read_report_bytes
-from dashboard import charts, timeline, timeline_trials
+from dashboard.views import charts, timeline, timeline_trials
 from tests import timeline_reports
 
 MAX_LINE = 50  # characters: a line of the statistics block that fits a phone's chart

@@ -1,4 +1,4 @@
-"""The page (dashboard.ui, its tabs in dashboard.tabs, its form and banner) built in-process, without serving it:
+"""The page (dashboard.ui, its tabs in dashboard.ui.tabs, its form and banner) built in-process, without serving it:
 what its text and its updates say."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dashboard.jobs import COMPARE, DONE, RUNNING, Job
-from dashboard.limits import EXPOSED_LIMITS
+from dashboard.service.jobs import COMPARE, DONE, RUNNING, Job
+from dashboard.service.limits import EXPOSED_LIMITS
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_timeline import lane_labels
@@ -66,7 +66,7 @@ H200_REPORT = "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
 def h200_saved_report():
     """The committed 1B reduce-overhead H200 report, with its sync audit and kernel measurement."""
     from core.report_files import read_report_bytes
-    from dashboard.page_record import open_report
+    from dashboard.service.page_record import open_report
     from tests.test_dashboard_browser import REPO
 
     return open_report(read_report_bytes(REPO / H200_REPORT))
@@ -118,14 +118,14 @@ class QuietPage:
     component its name; the banner is "banner" and the browser's id "browser_state"."""
 
     def __init__(self, runner=None, **config):
-        from dashboard.banner import ServerBanner
-        from dashboard.diff_panel import COMPONENTS, DiffPanel
-        from dashboard.form import OptionsNote
-        from dashboard.page import PageConfig, PageContext
-        from dashboard.tabs import your_loop
-        from dashboard.tabs.compare import CompareTab
-        from dashboard.tabs.history import HistoryTab
-        from dashboard.tabs.replay import REPLAY_OUTPUTS, ReplayTab
+        from dashboard.ui.diff_panel import COMPONENTS, DiffPanel
+        from dashboard.ui.form import OptionsNote
+        from dashboard.ui.page import PageConfig, PageContext
+        from dashboard.ui.tabs import your_loop
+        from dashboard.ui.tabs.compare import CompareTab
+        from dashboard.ui.tabs.history import HistoryTab
+        from dashboard.ui.tabs.replay import REPLAY_OUTPUTS, ReplayTab
+        from dashboard.views.banner import ServerBanner
 
         runner = runner or QuietRunner()
         self.context = PageContext(runner, PageConfig(**{"defaults": {}, "replay_files": {}, **config}),
@@ -144,7 +144,7 @@ def quiet_page(runner=None, **config):
 
 
 def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use_in_words():
-    from dashboard.banner import model_line
+    from dashboard.views.banner import model_line
 
     in_place = "With Compile on, decode attention reads the KV cache in place, without copying it per query head,"
     reduce = f"{in_place} as products and sums that torch.compile turns into reduction kernels."
@@ -168,7 +168,7 @@ def test_the_model_line_names_the_decode_attention_as_what_compiled_runs_use_in_
 
 
 def test_on_replay_the_banner_describes_the_replayed_reports_device(h200_saved):
-    from dashboard.banner import ONE_PROCESSOR, report_device
+    from dashboard.views.banner import ONE_PROCESSOR, report_device
 
     page = quiet_page().banner
     assert ONE_PROCESSOR in page.for_view({"tab": "compare", "replay": None}), "this CPU server's expectation"
@@ -211,7 +211,7 @@ def test_replay_opens_a_gzipped_upload_and_says_when_a_report_was_cut_short(h200
 
 
 def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
-    from dashboard.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS, summary_tables
+    from dashboard.views.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS, summary_tables
 
     evidence, details = summary_tables(h200_saved.report)
     rows = {row[0]: dict(zip(EVIDENCE_HEADERS, row)) for row in evidence}
@@ -225,7 +225,7 @@ def test_the_summary_leads_with_the_verdicts_evidence(h200_saved):
 
 
 def test_each_visitors_runs_are_numbered_from_one_on_the_page_and_in_the_downloads(tmp_path):
-    from dashboard.tabs.history import HISTORY_COLUMNS
+    from dashboard.ui.tabs.history import HISTORY_COLUMNS
 
     rows = [{"run": 7, "status": "done"}, {"run": 12, "status": "failed"}]
     page = quiet_page(QuietRunner(rows=rows), download_dir=tmp_path).history
@@ -238,7 +238,7 @@ def test_each_visitors_runs_are_numbered_from_one_on_the_page_and_in_the_downloa
 
 
 def test_a_second_run_click_is_answered_beside_run(monkeypatch):
-    from dashboard.jobs import COMPARE, QUEUED
+    from dashboard.service.jobs import COMPARE, QUEUED
 
     going = type("Job", (), {"owner": "someone", "work": COMPARE, "state": QUEUED})()
     page = quiet_page(QuietRunner(pending=[going]))
@@ -250,8 +250,8 @@ def test_a_second_run_click_is_answered_beside_run(monkeypatch):
 
 
 def test_what_this_run_shows_is_said_under_the_headline_with_code_as_code(h200_saved, monkeypatch):
-    from dashboard import run_summary
-    from dashboard.run_summary import code_quoted, run_shows_md
+    from dashboard.views import run_summary
+    from dashboard.views.run_summary import code_quoted, run_shows_md
 
     shown = run_shows_md(h200_saved.report)
     assert shown.startswith("**What this run shows:** naive waited 946 µs per step in `.item()` at ")
@@ -269,7 +269,7 @@ def test_two_clicks_handled_at_once_submit_one_run():
     import threading
     import time as clock
 
-    from dashboard.jobs import COMPARE
+    from dashboard.service.jobs import COMPARE
 
     class SlowSubmitRunner(QuietRunner):
         def submit(self, form, owner=None, address=None):
@@ -334,7 +334,7 @@ def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_ta
     import gzip
 
     from core.report_files import read_report_bytes
-    from dashboard.page_record import page_report
+    from dashboard.service.page_record import page_report
     from tests.test_dashboard_browser import REPO
 
     audit = (REPO / CPU_AUDIT).read_bytes()
@@ -446,7 +446,7 @@ def test_a_page_that_picked_a_run_up_on_reload_enables_its_downloads_when_it_end
 def test_a_reload_as_its_run_ends_shows_the_run_in_the_history(tmp_path, tiny):
     """JobQueue.finish sets a run's state, then writes its history row, then sets its finished event. A page loaded
     in between (a reload as the run ends) follows the run to that event, and its history shows the run."""
-    from dashboard.history import history_row
+    from dashboard.service.run_history import history_row
 
     request, _ = page_request(fast_settings())
     job = Job(id=1, work=COMPARE, owner="browser", model=TINY, request=request, state=DONE, t0=100.0)
@@ -468,7 +468,7 @@ def test_a_reload_as_its_run_ends_shows_the_run_in_the_history(tmp_path, tiny):
 
 def test_the_summarys_ratio_is_computed_from_the_rates_not_from_the_cells_rounding(tiny):
     """Rates of 1.04 and 1.02 tok/s show as 1.0 each; their ratio is 0.981, as the verdict's, not 1.000."""
-    from dashboard.run_summary import EVIDENCE_HEADERS, summary_tables
+    from dashboard.views.run_summary import EVIDENCE_HEADERS, summary_tables
 
     report = bench_report(tiny, trials=3)
     report["summary"]["naive"]["decode_tokens_per_s"] = 1.04
@@ -484,7 +484,7 @@ STEP_TIME_REPORT = (Path(__file__).parent.parent
 
 def test_replay_shows_where_a_decode_step_s_device_time_went():
     # A report measured on one H200 (its kernel measurement splits each decode step by kind) and one without the split.
-    from dashboard.step_time import ALL_KERNELS, GAPS, STEP_TIME_HEADERS
+    from dashboard.views.step_time import ALL_KERNELS, GAPS, STEP_TIME_HEADERS
 
     page = quiet_page().replay
     shown = page.replay_upload(STEP_TIME_REPORT.read_bytes())
@@ -512,8 +512,8 @@ PYTHON_NAMES = ("Error", "Exception", "Traceback", "operand")
 
 def test_replay_and_the_file_diff_say_in_words_what_they_cannot_draw(monkeypatch):
     from core.report_files import read_report_bytes
-    from dashboard import diff_panel
-    from dashboard.tabs import replay
+    from dashboard.ui import diff_panel
+    from dashboard.ui.tabs import replay
     from tests.test_dashboard_browser import REPO
 
     def broken(*args, **kwargs):
@@ -541,7 +541,7 @@ def test_the_report_endpoint_refuses_a_run_that_is_not_a_number_quoting_a_little
 
 
 def test_on_a_cpu_host_the_page_keeps_quiet_while_a_trial_is_timed():
-    from dashboard.tabs.compare import quiet_now
+    from dashboard.ui.tabs.compare import quiet_now
 
     timed = {"phase": "trial", "state": "running"}
     assert quiet_now(timed, cuda=False)

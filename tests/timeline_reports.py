@@ -116,7 +116,7 @@ def timings(loop: str, kept: int = 256, *, cpu: bool = False, ranks: int = 1, la
 
 def report(kept: int = 256, *, trials: int = 3, cpu: bool = False, ranks: int = 1, old: bool = False,
            loops: tuple[str, ...] = ("naive", "pipelined")) -> dict[str, Any]:
-    """A complete report (it passes dashboard.page_record.parse_report) of `trials` alternating rounds."""
+    """A complete report (it passes dashboard.service.page_record.parse_report) of `trials` alternating rounds."""
     runs = []
     for trial in range(trials):
         order = loops if trial % 2 == 0 else tuple(reversed(loops))

@@ -78,7 +78,7 @@ IN_THE_BATCHED_LOOPS = " (core/load/batching.py: the pipelined loop's _PinnedRow
 POSITION_FIX = ("the same step needs this position, so it cannot be read a step late: keep it as a host integer "
                 "beside the device counter and advance both (the host knows how far each step moves)")
 IN_THE_PROJECT = " (as the pipelined loop does: core/loops/generation.py, HostMirror)"
-MAX_CODE_LINES = 6  # the most lines of a fix's pattern (fix_code); the page shows no more (dashboard.audit_view)
+MAX_CODE_LINES = 6  # the most lines of a fix's pattern (fix_code); the page shows no more (dashboard.views.audit_view)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def _rate(run: dict[str, Any]) -> float:
 
 def timeline_center_steps(runs_by_loop: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     """Per loop, the decode step the timeline's first view centres on: the loops share one time axis, and the view
-    is centred on the earliest of their representative trials' middle steps (dashboard.timeline.first_view)."""
+    is centred on the earliest of their representative trials' middle steps (dashboard.views.timeline.first_view)."""
     starts = {}
     for name, runs in runs_by_loop.items():
         timings = (representative_run(runs) or {}).get("timings", {})
