@@ -25,10 +25,11 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.options import HF_MODULES_HELP
-from core.report_files import read_report_bytes, report_paths
-from core.report_schema import LOAD, MAX_REPORT_BYTES, kind_of
-from core.run_schema import (
+from core.models.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
+from core.report.files import read_report_bytes, report_paths
+from core.report.schema import LOAD, MAX_REPORT_BYTES, kind_of
+from core.request.options import HF_MODULES_HELP
+from core.request.run_schema import (
     Limits,
     OneLineParser,
     add_run_arguments,
@@ -36,7 +37,6 @@ from core.run_schema import (
     static_cache_for,
     values_from_args,
 )
-from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
 from core.tuning import Tuning
 from dashboard.service.limits import (
     EXPOSED_LIMITS,
@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{IDLE_SESSION_S:.0f} s, and when shared or exposed one address keeps at most "
                         f"{SESSIONS_PER_ADDRESS}")
     # On a GPU the form starts where the per-step sync shows (compiled steps, long runs, enough trials and seconds
-    # for a verdict and for NVML to sample each contestant); core.options.RUN_OPTIONS holds both sets of defaults.
+    # for a verdict and for NVML to sample each contestant);
+    # core.request.options.RUN_OPTIONS holds both sets of defaults.
     add_run_arguments(p.add_argument_group("defaults of the run form (default: chosen for a GPU when one is "
                                            "present, else for the CPU)"), form_defaults=True)
     return p
@@ -251,7 +252,7 @@ def _bundled_kind(path: Path) -> str | None:
 
 def _checker_version() -> str:
     """What decides a file's kind: this file and the modules that parse reports, by their size and time."""
-    from core import report_schema
+    from core.report import schema as report_schema
     from dashboard.service import audit_digest, page_record
 
     modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_digest)]

@@ -2,10 +2,10 @@
 
 The checkout's top-level `app.py`, `core/`, `engine/` and `dashboard/` are installed as `syncscope.app`,
 `syncscope.core`, `syncscope.engine` and `syncscope.dashboard`, so that an installed syncscope claims no name as
-generic as `core` or `app`. Why a build step: the checkout keeps its layout and its imports (`from core.options import
-...`, `python -m core.bench`, the tests), and mapping the folders under `syncscope` (package_dir) is not enough on its
-own, since the modules import each other as `core.…`. So the build's copy of each module has its absolute imports of
-the four rewritten to `syncscope.…` (build_support/rename.py), and nothing else in it changes. A module named in a
+generic as `core` or `app`. Why a build step: the checkout keeps its layout and its imports (`from core.request.options
+import ...`, `python -m core.bench`, the tests), and mapping the folders under `syncscope` (package_dir) is not enough
+on its own, since the modules import each other as `core.…`. So the build's copy of each module has its absolute imports
+of the four rewritten to `syncscope.…` (build_support/rename.py), and nothing else in it changes. A module named in a
 string is not rewritten: such code derives the name from `__name__` (core/__init__.py), and tests/test_packaging.py
 keeps the strings that remain known.
 """

@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.measure.stats import paired_trials, spread, verdict  # noqa: E402
-from core.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
-from core.report_files import read_report_bytes, report_paths  # noqa: E402
-from core.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
+from core.report.files import read_report_bytes, report_paths  # noqa: E402
+from core.request.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
+from core.request.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
 
 CONTESTANTS = ("pipelined", PIPELINED_AGAIN)
 CALLED = ("faster", "slower")
@@ -91,7 +91,7 @@ def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from core.compare import compare
-    from core.models import load_model
+    from core.models.loading import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {"schema": "syncscope.verdict_on_reports/1", "reports": rows}
         table = reports_table(rows)
     else:
-        from core.specs import DEFAULT_MODEL
+        from core.models.specs import DEFAULT_MODEL
 
         args.model = args.model or DEFAULT_MODEL
         result = run_comparisons(args)

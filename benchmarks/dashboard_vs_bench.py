@@ -34,12 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.measure.stats import percentile  # noqa: E402
-from core.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
-from core.run_schema import cli_command, request_from_values  # noqa: E402
+from core.request.options import DEFAULT_PROMPT, LOOPS  # noqa: E402
+from core.request.run_schema import cli_command, request_from_values  # noqa: E402
 from dashboard.ui.form import page_values  # noqa: E402
 from dashboard.ui.tabs.compare import OUTPUTS  # noqa: E402
 
-Form = dict[str, Any]  # run options by name (core.options.RUN_OPTIONS) and the model
+Form = dict[str, Any]  # run options by name (core.request.options.RUN_OPTIONS) and the model
 
 
 def settings_for(model: str, mode: str, args: argparse.Namespace) -> Form:

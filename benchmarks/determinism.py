@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.compare import compare, deterministic_algorithms
 from core.loops.prompt import encode_prompt
 from core.loops.step import decode_forward, new_decode_cache
-from core.models import load_model
-from core.options import BenchRequest, GenerationOptions, static_cache_length
+from core.models.loading import load_model
+from core.request.options import BenchRequest, GenerationOptions, static_cache_length
 
 STARTED = time.monotonic()
 PROMPTS = ("Write a short story about a lighthouse keeper who finds a message in a bottle.",

@@ -3,9 +3,9 @@
     python benchmarks/families_gpu.py OUT_DIR              # one H200: about 5 minutes (see the budget below)
     python benchmarks/families_gpu.py OUT_DIR --smoke      # the CPU: two tiny families, 20 s; checks the script
 
-Part 1, correctness. Each family of core.specs.TINY_FAMILIES (`tiny-random:<family>`: 2 layers, hidden 64, a sliding
-window of 32 where the family has one), in fp32, where eager and compiled decoding should agree token for token, runs
-through the CLI's path (`core.bench.compare`, naive and pipelined, 1 trial) in eager (static cache, compile off),
+Part 1, correctness. Each family of core.models.specs.TINY_FAMILIES (`tiny-random:<family>`: 2 layers, hidden 64, a
+sliding window of 32 where the family has one), in fp32, where eager and compiled decoding should agree token for token,
+runs through the CLI's path (`core.bench.compare`, naive and pipelined, 1 trial) in eager (static cache, compile off),
 reduce-overhead and step-graph, with a 40-token prompt (it crosses the window) and 24 new tokens. A compiled mode's
 tokens are compared with eager's. A mode that is refused, or fails, is one row whose `error` is one line. Families
 run in `--workers` processes side by side on the one GPU: the time is compiling, on the host.
@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.specs import TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
+from core.models.specs import TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
 
 CORRECTNESS_MODES = ("off", "reduce-overhead", "step-graph")
 SPEED_MODES = ("reduce-overhead", "step-graph")
@@ -150,7 +150,7 @@ def run_mode(loaded: Any, spec: str, mode: str, prompt_tokens: int, new_tokens: 
     """One `core.bench.compare` in `mode`, as a row; a refusal or failure as one line."""
     from core.compare import compare
     from core.loops.prompt import synthetic_prompt
-    from core.options import BenchRequest, GenerationOptions
+    from core.request.options import BenchRequest, GenerationOptions
 
     options = GenerationOptions(max_new_tokens=new_tokens, cache="static", compile=mode, ignore_eos=True)
     request = BenchRequest(prompt=synthetic_prompt(prompt_tokens), options=options, trials=trials,
@@ -165,7 +165,7 @@ def run_mode(loaded: Any, spec: str, mode: str, prompt_tokens: int, new_tokens: 
 
 def report_row(spec: str, mode: str, report: dict[str, Any], reference: list[list[int]] | None,
                wall_s: float) -> dict[str, Any]:
-    from core.report import first_difference
+    from core.report.build import first_difference
 
     tokens = next(r["token_ids"] for r in report["runs"] if r["contestant"] == "naive")
     timed = report["summary"].get("pipelined") or report["summary"]["naive"]
@@ -202,7 +202,7 @@ def skipped_row(spec: str, mode: str) -> dict[str, Any]:
 def _load(spec: str, smoke: bool, dtype: str) -> Any:
     import torch
 
-    from core.models import load_model
+    from core.models.loading import load_model
 
     if smoke:
         torch.set_num_threads(1)

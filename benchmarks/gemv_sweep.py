@@ -54,7 +54,7 @@ def products(shape: str | dict[str, int]) -> list[tuple[str, int, int, bool]]:
 
 
 def _spec(shape: str | dict[str, int]) -> dict[str, int]:
-    from core.specs import SYNTHETIC_SHAPES
+    from core.models.specs import SYNTHETIC_SHAPES
 
     return SYNTHETIC_SHAPES[shape] if isinstance(shape, str) else shape
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.prompt import synthetic_prompt
-from core.models import load_model
-from core.options import BenchRequest, GenerationOptions
+from core.models.loading import load_model
+from core.request.options import BenchRequest, GenerationOptions
 
 SHAPES = ("smollm2-135m", "llama-1b", "llama-8b")
 PROMPT_TOKENS = 32

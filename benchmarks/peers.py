@@ -269,7 +269,7 @@ def hf_generate_peer(args: argparse.Namespace, device: Any) -> tuple[Callable[[F
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
     sys.path.insert(0, str(ROOT))
-    from core.models import load_model
+    from core.models.loading import load_model
 
     loaded = load_model(args.model, device=device, hf_modules=True)
     ids = prompt_ids(args, device)

@@ -8,7 +8,7 @@
 
 Runs `python -m core.bench ARGS --json ...` (everything after `--`) in N separate processes, one after the other,
 and reads their reports; or, with --reports, reads the report files under the folders given and groups those of
-identical settings (core.report_diff.diff_settings: the same as `--diff` finding no setting that differs).
+identical settings (core.report.diff.diff_settings: the same as `--diff` finding no setting that differs).
 
 Per contestant it gives the median decode rate (else end to end) of each process and the largest and median pairwise
 max/min - 1 between processes; and the same of each contestant's rate over the naive loop's (the geometric mean of
@@ -36,10 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.explain import rate_metric  # noqa: E402
-from core.report_diff import diff_settings  # noqa: E402
-from core.report_files import report_paths  # noqa: E402
-from core.report_schema import BENCH, bench_report, load  # noqa: E402
+from core.report.diff import diff_settings  # noqa: E402
+from core.report.explain import rate_metric  # noqa: E402
+from core.report.files import report_paths  # noqa: E402
+from core.report.schema import BENCH, bench_report, load  # noqa: E402
 
 SCHEMA = "syncscope.process_drift/1"
 CONTROL = "naive"

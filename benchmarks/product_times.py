@@ -86,7 +86,7 @@ def profiled_kernels(model: str, tokens: int) -> list[tuple[str, float]]:
     from core.loops.generation import generate
     from core.loops.prompt import synthetic_prompt
     from core.measure.kernel_measurement import device_kernels_ns
-    from core.models import load_model
+    from core.models.loading import load_model
 
     loaded = load_model(model, device="cuda", dtype="bf16")
     options = dict(loop="pipelined", cache="static", compile="step-graph", max_new_tokens=tokens, ignore_eos=True)

@@ -85,8 +85,8 @@ def rewrite_imports(source: str, where: str = "<source>") -> str:
 
 
 def module_strings(source: str, where: str = "<source>") -> list[tuple[int, str]]:
-    """(line, text) of each string constant that is a dotted name under TOP_LEVEL (`"core.bench"`, `"core.options"`,
-    `"app:cli"`): a module named in a string, which the rewrite leaves as it is."""
+    """(line, text) of each string constant that is a dotted name under TOP_LEVEL (`"core.bench"`,
+    `"core.request.options"`, `"app:cli"`): a module named in a string, which the rewrite leaves as it is."""
     found = []
     for node in ast.walk(ast.parse(source, filename=where)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.fullmatch(node.value):

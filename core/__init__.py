@@ -1,7 +1,7 @@
 """syncscope core: model loading, the naive and pipelined decode loops, what they measure, and the A/B comparison.
 
-The names below load lazily, so that importing a torch-free part of the package (`core.options`, `core.specs`,
-`core.measure.gpu_monitor`) does not import torch: the dashboard's server process never does.
+The names below load lazily, so that importing a torch-free part of the package (`core.request.options`,
+`core.models.specs`, `core.measure.gpu_monitor`) does not import torch: the dashboard's server process never does.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {  # relative to this package, which is `core` in the checkout and `syncscope.core` when installed
-    "GenerationOptions": ".options", "BUILTIN_SPECS": ".specs", "DEFAULT_MODEL": ".specs",
+    "GenerationOptions": ".request.options", "BUILTIN_SPECS": ".models.specs", "DEFAULT_MODEL": ".models.specs",
     "GenerationResult": ".loops.generation", "TokenEvent": ".loops.generation",
-    "generate": ".loops.generation", "LoadedModel": ".models", "load_model": ".models",
+    "generate": ".loops.generation", "LoadedModel": ".models.loading", "load_model": ".models.loading",
 }
 __all__ = sorted(_EXPORTS)
 

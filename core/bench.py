@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.caches import usable_compile_caches
-from core.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
+from core.request.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
 
 # Before torch is imported: core.kernels registers its triton kernels at import, which reads inductor's cache folder.
 CACHE_NOTICES = usable_compile_caches()
@@ -38,22 +38,22 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     import torch
 
     from core.compare import InterruptedRun, compare, run_contestant
-    from core.explain import what_this_run_shows
     from core.load.protocol import DEFAULT_LOAD_CONTESTANTS, LOAD_CONTESTANTS, LoadRequest
     from core.load.workload import OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
-    from core.models import LoadedModel, load_model
-    from core.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions
+    from core.models.loading import LoadedModel, load_model
+    from core.models.specs import BUILTIN_SPECS, DEFAULT_MODEL, is_random_weights
     from core.parallel.ranks import agreed_stop, interrupts_handled, noted_interrupts, run_ranks
     from core.phases import PROFILE, TRIAL, phase_named
-    from core.report import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
-    from core.report_diff import diff_reports, diff_text
-    from core.report_files import check_output_path, check_profile_dir, write_json
-    from core.report_schema import BENCH, bench_report, load
-    from core.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
-    from core.specs import BUILTIN_SPECS, DEFAULT_MODEL, is_random_weights
+    from core.report.build import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
+    from core.report.diff import diff_reports, diff_text
+    from core.report.explain import what_this_run_shows
+    from core.report.files import check_output_path, check_profile_dir, write_json
+    from core.report.schema import BENCH, bench_report, load
+    from core.request.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions
+    from core.request.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.text import escaped, printable
     from core.tuning import Tuning
 except KeyboardInterrupt:
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tensor parallel over N GPUs (N processes; also works under torchrun)")
     p.add_argument("--hf-modules", action="store_true", help=HF_MODULES_HELP)
     p.add_argument("--prompt-tokens", type=int, default=None, help="use N fixed pseudo-random token ids instead")
-    add_run_arguments(p)  # --prompt, --max-new-tokens ... --top-p: core.options.RUN_OPTIONS
+    add_run_arguments(p)  # --prompt, --max-new-tokens ... --top-p: core.request.options.RUN_OPTIONS
     p.add_argument("--eos-token-id", type=int, action="append", default=None, help="override EOS (repeatable)")
     p.add_argument("--stream", action="store_true", help="hand every token to a streaming callback, as a server")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report here")
@@ -151,8 +151,8 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]]:
-    """The request that parsed flags ask for, and notices of what was adjusted (core.run_schema: the same check as
-    the page's, without its limits)."""
+    """The request that parsed flags ask for, and notices of what was adjusted (core.request.run_schema: the same check
+    as the page's, without its limits)."""
     eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
     prompt_ids = synthetic_prompt(args.prompt_tokens) if args.prompt_tokens is not None else None
     request, notices = request_from_values(values_from_args(args), prompt_ids=prompt_ids, eos_token_id=eos,
@@ -286,8 +286,8 @@ def _load_progress(event: dict[str, Any]) -> None:
 
 
 def diff_files(path_a: str, path_b: str) -> int:
-    """`--diff A B`: the two reports side by side (core.report_diff.diff_text); a file that is not a
-    report, or is larger than a report may be (core.report_files.MAX_REPORT_BYTES, decompressed too), is one line on
+    """`--diff A B`: the two reports side by side (core.report.diff.diff_text); a file that is not a
+    report, or is larger than a report may be (core.report.files.MAX_REPORT_BYTES, decompressed too), is one line on
     stderr and exit code 2."""
     try:
         reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]

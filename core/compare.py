@@ -3,7 +3,7 @@
 Every contestant first runs once untimed (its warm-up: compilation, CUDA-graph capture and library set-up happen
 there and are reported apart); then k timed trials, the order of contestants alternating between trials so that
 neither always runs first; medians over trials; a check that all contestants produced the same tokens
-(core.report). Tokens/s counts the new tokens of all sequences (through EOS) over the host wall time of the run.
+(core.report.build). Tokens/s counts the new tokens of all sequences (through EOS) over the host wall time of the run.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from core.loops.hf_generate import hf_run
 from core.measure.kernel_measurement import kernel_measurement
 from core.measure.nvtx import run_range, wanted, with_ranges
 from core.measure.stats import timeline_center_steps
-from core.models import LoadedModel, check_support
-from core.options import (
+from core.models.loading import LoadedModel, check_support
+from core.parallel.tensor_parallel import gather_objects
+from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP
+from core.report.build import build_report
+from core.request.options import (
     ALL_LOOPS,
     HF_DEFERRED,
     LOOPS,
@@ -36,9 +39,6 @@ from core.options import (
     effective_options,
     hf_generate_options,
 )
-from core.parallel.tensor_parallel import gather_objects
-from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP
-from core.report import build_report
 
 BenchEvent = dict[str, Any]
 

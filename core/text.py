@@ -8,7 +8,7 @@ import os
 import re
 from typing import Any
 
-SENTENCE_FIELD_CHARS = 120  # the most of a report's field that a sentence about the run quotes (core.explain)
+SENTENCE_FIELD_CHARS = 120  # the most of a report's field that a sentence about the run quotes (core.report.explain)
 # The most of any one field (a replayed report's model spec, a visitor's text, an error that quotes either) that the
 # page shows, a status line holds or an error message quotes.
 SHOWN_FIELD_CHARS = 300

@@ -2,9 +2,9 @@
 
 A switch is set by its environment variable (`SWITCHES`' `variable`), read and checked once when a process starts
 (`Tuning.from_environment`: the CLI, app.py, each engine process), and from then on travels as the `Tuning`: the
-model is prepared with it (core.models.load_model), the step compiled with it (core.loops.step), the report records
-it whole (`environment.tuning`), the reproduce command sets the switches that differ from their default, and a diff
-shows every switch that differs. No kernel and no step reads the environment (load_model given no `Tuning` reads it
+model is prepared with it (core.models.loading.load_model), the step compiled with it (core.loops.step), the report
+records it whole (`environment.tuning`), the reproduce command sets the switches that differ from their default, and a
+diff shows every switch that differs. No kernel and no step reads the environment (load_model given no `Tuning` reads it
 as it loads, for a caller of its own).
 
 `python -m core.tuning --labels` prints the labels of benchmarks/lab/calls/floor_ab.sh: one per value of a switch

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.memory import oom_kill_count
+from core.models.memory import oom_kill_count
 from core.parallel.launch import child_environment, free_port, spawn_context
 from engine.process import RESTART_EXIT_CODE, EngineConfig, serve
 from engine.protocol import Failed, Hello, JobCancelled, JobEnd, JobRequest, Ready, Reply, Shutdown, Started

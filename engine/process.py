@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.options import BenchRequest, Cancelled
-from core.specs import loading_note
+from core.models.specs import loading_note
+from core.request.options import BenchRequest, Cancelled
 from core.tuning import Tuning
 from engine.protocol import (
     Compare,
@@ -148,8 +148,8 @@ class EngineCore:
     def _load(self, spec: str, job: int) -> ModelFacts:
         """Load `spec` in place of the loaded model. A bad spec, or one that cannot fit, fails before the loaded
         model is let go; one that fits beside it is loaded first, so that a load failing later keeps it too."""
-        from core.model_sources import check_spec
-        from core.models import load_model
+        from core.models.loading import load_model
+        from core.models.sources import check_spec
 
         check_spec(spec)
         note, beside = self._check_room(spec)
@@ -169,8 +169,8 @@ class EngineCore:
         """ValueError (one line) when `spec` cannot fit where this rank would load it, with the memory the loaded
         model would give back counted as free. Else a note for the progress line (its size is unknown) and whether
         it also fits beside the loaded model (with one rank only: ranks must agree on what they hold)."""
-        from core.memory import admit
-        from core.models import resolve_device, resolve_dtype
+        from core.models.loading import resolve_device, resolve_dtype
+        from core.models.memory import admit
 
         if self.config.world_size > 1:
             from core.parallel.tensor_parallel import tp_device
@@ -305,7 +305,7 @@ def model_facts_of(loaded: Any, job: int, load_s: float) -> ModelFacts:
 def load_request(settings: LoadSettings) -> Any:
     """The core.load.protocol.LoadRequest that `settings` ask for (ValueError in one line from its checks)."""
     from core.load.protocol import LoadRequest
-    from core.options import GenerationOptions
+    from core.request.options import GenerationOptions
 
     options = GenerationOptions(loop="naive", max_new_tokens=settings.workload.max_new_tokens, cache="static",
                                 compile=settings.compile, lag=settings.lag)
@@ -318,7 +318,7 @@ def load_request(settings: LoadSettings) -> Any:
 def load_command_of(loaded: Any, request: Any) -> str:
     """The `python -m core.bench --requests ...` command that repeats a run under load, as the CLI writes it."""
     from core.load.report import load_command
-    from core.report import DTYPE_FLAGS
+    from core.report.build import DTYPE_FLAGS
 
     device = loaded.device
     on_default_gpu = device.type == "cuda" and not device.index

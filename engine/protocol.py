@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from core.load.workload import WorkloadSpec
-from core.options import BenchRequest
+from core.request.options import BenchRequest
 
 
 class MessageType(StrEnum):
@@ -157,7 +157,7 @@ class Progress:
 @dataclass(frozen=True)
 class ModelFacts:
     """The server's description of the model an engine loaded (the model itself, in the engine, is
-    core.models.LoadedModel): names, sizes, what ran, and a tokenizer it can decode with."""
+    core.models.loading.LoadedModel): names, sizes, what ran, and a tokenizer it can decode with."""
 
     type: ClassVar[MessageType] = MessageType.MODEL_FACTS
     job: int
@@ -200,7 +200,7 @@ class Done:
 
 @dataclass(frozen=True)
 class JobCancelled:
-    """The job stopped when asked (its name is not `Cancelled`: that is core.options' exception)."""
+    """The job stopped when asked (its name is not `Cancelled`: that is core.request.options' exception)."""
 
     type: ClassVar[MessageType] = MessageType.CANCELLED
     job: int

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from core.models import load_model
+from core.models.loading import load_model
 from core.parallel.launch import free_port
 from core.tuning import Tuning
 
@@ -97,7 +97,7 @@ def fast_settings(**changes: Any) -> dict[str, Any]:
 
 def page_request(form: dict[str, Any], cuda: bool = False, limits: Any = None) -> tuple[Any, list[str]]:
     """The request a local page (or one with `limits`) on the CPU, or on CUDA, makes of `form`, and its notices."""
-    from core.run_schema import request_from_values
+    from core.request.run_schema import request_from_values
     from dashboard.service.limits import LOCAL_LIMITS
 
     return request_from_values(form, limits=limits or LOCAL_LIMITS, deferred_with_hf=cuda)
@@ -121,7 +121,7 @@ class ServedApp:
 
 def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
     """The page for `runner`, launched as app.py launches it (the upload limit is Replay's report limit)."""
-    from core.report_schema import MAX_REPORT_BYTES
+    from core.report.schema import MAX_REPORT_BYTES
     from dashboard.ui import CSS, build_demo
 
     demo = build_demo(runner, defaults=defaults or fast_settings(), **build)

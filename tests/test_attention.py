@@ -19,7 +19,7 @@ from core.kernels.attention import (
     split_decode_attention,
 )
 from core.loops.step import blockwise_argmax
-from core.models import load_model
+from core.models.loading import load_model
 from core.tuning import Tuning
 
 

@@ -8,8 +8,8 @@ import pytest
 from core.bench import main
 from core.compare import compare
 from core.loops.prompt import synthetic_prompt
-from core.options import BenchRequest, GenerationOptions
-from core.run_schema import python_command
+from core.request.options import BenchRequest, GenerationOptions
+from core.request.run_schema import python_command
 from tests.conftest import TINY
 
 
@@ -259,13 +259,13 @@ def test_diff_of_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, conten
 @pytest.mark.parametrize("model", ["synthetic:llama-70b", "a config.json without sizes"])
 def test_a_model_that_cannot_fit_is_refused_in_one_line_before_a_weight_is_drawn(tmp_path, capsys, monkeypatch,
                                                                                   model):
-    import core.memory
-    import core.model_sources
-    import core.models
+    import core.models.loading
+    import core.models.memory
+    import core.models.sources
 
-    monkeypatch.setattr(core.memory, "free_host_bytes", lambda: 8 * 2**30)
-    monkeypatch.setattr(core.models, "random_model", lambda *a, **k: pytest.fail("weights were drawn"))
-    monkeypatch.setattr(core.model_sources, "_from_pretrained", lambda *a, **k: pytest.fail("it was loaded"))
+    monkeypatch.setattr(core.models.memory, "free_host_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(core.models.loading, "random_model", lambda *a, **k: pytest.fail("weights were drawn"))
+    monkeypatch.setattr(core.models.sources, "_from_pretrained", lambda *a, **k: pytest.fail("it was loaded"))
     if not model.startswith("synthetic:"):
         (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
         model = str(tmp_path)
@@ -279,7 +279,7 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_a_weight_is_drawn
 def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path, capsys, monkeypatch, hostile):
     import gzip
 
-    import core.report_schema as schema
+    import core.report.schema as schema
 
     monkeypatch.setattr(schema.load, "__defaults__", (2 * 2**20,))  # a 2 MiB limit: the test stays small and fast
     (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b" " * 64 * 2**20, compresslevel=1))
@@ -295,7 +295,7 @@ def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path
 
 
 def test_diff_writes_out_the_control_characters_of_a_reports_fields(tmp_path, capsys):
-    from core.report_files import read_report_bytes
+    from core.report.files import read_report_bytes
 
     results = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results" / "h200-2026-12-01"
     report = json.loads(read_report_bytes(results / "audit-ro-1b.json.gz"))
@@ -325,7 +325,7 @@ def test_the_header_names_the_compiled_decode_attention_only_where_a_contestant_
 
 
 def test_the_ratio_line_labels_the_end_to_end_ratio_beside_the_decode_one(tiny):
-    from core.report import format_table
+    from core.report.build import format_table
     from tests.conftest import bench_report
 
     line = next(row for row in format_table(bench_report(tiny, trials=1)).splitlines() if "= " in row and "x" in row)

@@ -1,4 +1,4 @@
-"""core.caches and core.model_sources under a read-only HOME or compile cache (issue 42, item 10): a folder that cannot
+"""core.caches and core.models.sources under a read-only HOME or compile cache (issue 42, item 10): a folder that cannot
 be written is replaced by a temporary one, or what would be kept is used unkept, each said in one line."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core import caches, model_sources
+from core import caches
+from core.models import sources as model_sources
 
 REPO = Path(__file__).resolve().parent.parent
 

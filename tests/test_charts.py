@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from core.compare import compare
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.page_record import PageRecord, page_report
 from dashboard.service.rate_series import live_series_from_report
 from dashboard.views import charts

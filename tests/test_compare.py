@@ -4,8 +4,8 @@ enough, an A/A control)."""
 import json
 
 from core.compare import compare
-from core.options import BenchRequest, GenerationOptions
-from core.report import format_table
+from core.report.build import format_table
+from core.request.options import BenchRequest, GenerationOptions
 
 
 def test_compare_alternates_order_and_checks_identity(tiny):
@@ -73,7 +73,7 @@ def test_a_cancel_after_two_rounds_keeps_the_finished_rounds_as_the_interrupt_do
     import pytest
 
     from core.compare import CancelledRun
-    from core.options import Cancelled
+    from core.request.options import Cancelled
 
     request = BenchRequest(prompt="Hello", options=GenerationOptions(max_new_tokens=4, ignore_eos=True), trials=6)
     rounds: list[int] = []

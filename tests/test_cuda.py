@@ -12,7 +12,7 @@ import torch
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 from tests.helpers import eos_for_steps, first_token_runs, free_run, ids_not_in
 
@@ -181,7 +181,7 @@ def test_step_graph_follows_changed_eos_and_options_between_runs(tiny_gpu):
 
 
 def test_out_of_memory_run_fails_cleanly_frees_its_memory_and_the_next_run_works():
-    from core.run_schema import Limits
+    from core.request.run_schema import Limits
     from dashboard.service.runner import Runner
 
     # The form caps batch at 64, which cannot fill the H200 with an 8B model; lift the cap to provoke the fault.
@@ -247,7 +247,7 @@ def test_pipelined_knows_the_first_token_as_soon_as_naive_does_on_cuda(tiny_gpu,
 @pytest.mark.parametrize("batch", [1, 3])
 def test_the_whole_commit_gives_eagers_tokens_and_stops_exactly_at_eos(monkeypatch, fast_tiny_compiles, batch):
     """SYNCSCOPE_STEP_COMMIT=whole: the step's token choice and bookkeeping in one compile, inside the step's graph."""
-    from core.models import load_model
+    from core.models.loading import load_model
 
     monkeypatch.setenv("SYNCSCOPE_STEP_COMMIT", "whole")  # read when the model loads (core.tuning)
     loaded = load_model("tiny-random", device="cuda", dtype="fp32")

@@ -16,7 +16,7 @@ from core.audit.sync import SyncAudit, loop_steps
 from core.compare import compare
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 from tests.helpers import sync_errors_from_step_one
 

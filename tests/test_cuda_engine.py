@@ -42,7 +42,7 @@ def broken_model_dir(tmp_path: Path) -> Path:
     """A Llama whose vocabulary (100 ids) is smaller than its tokenizer's: the embedding reads out of bounds."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.model_sources import default_tokenizer
+    from core.models.sources import default_tokenizer
 
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                          num_key_value_heads=1, vocab_size=100, max_position_embeddings=512)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.loops.generation import generate
-from core.models import load_model
+from core.models.loading import load_model
 from tests.conftest import requires_cuda
 
 pytestmark = [pytest.mark.cuda, requires_cuda]

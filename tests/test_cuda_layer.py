@@ -10,7 +10,7 @@ import torch
 from core.kernels import decode_layer
 from core.kernels.decode_layer import DecodeLayer
 from core.loops.generation import generate
-from core.models import load_model
+from core.models.loading import load_model
 from tests.conftest import requires_cuda
 from tests.test_triton_layer import LAYER_CASES, check_layer_errors, layer_errors
 

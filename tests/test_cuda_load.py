@@ -14,8 +14,8 @@ from core.load.slots import Slots
 from core.load.workload import WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
-from core.models import load_model
-from core.options import GenerationOptions, static_cache_length
+from core.models.loading import load_model
+from core.request.options import GenerationOptions, static_cache_length
 from tests.conftest import TINY_GPU_COMPILE, requires_cuda
 
 pytestmark = [pytest.mark.cuda, requires_cuda]

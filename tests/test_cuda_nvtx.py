@@ -11,7 +11,7 @@ import torch
 
 from core.compare import compare
 from core.loops.generation import generate
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 from tests.helpers import sync_errors_from_step_one
 from tests.test_nvtx import steps_of, tree

@@ -15,7 +15,7 @@ import importlib.util
 import pytest
 
 from core.compare import compare
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 
 pytestmark = [

@@ -589,7 +589,7 @@ def screenshot_replay(report: Path, out: Path, element: str = "#replay-tab") -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from core.models import DEFAULT_MODEL
+    from core.models.loading import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(prog="python -m tests.test_dashboard_browser", description="README screenshots")
     sub = parser.add_subparsers(dest="what", required=True)

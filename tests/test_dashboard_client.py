@@ -22,9 +22,9 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
-from core.options import RUN_OPTION, WHOLE
 from core.parallel.launch import free_port
-from core.run_schema import python_command
+from core.request.options import RUN_OPTION, WHOLE
+from core.request.run_schema import python_command
 from dashboard.service.jobs import COMPARE
 from dashboard.ui.form import PAGE_OPTIONS, page_values
 from dashboard.ui.tabs.compare import OUTPUTS
@@ -403,7 +403,7 @@ def test_the_summary_puts_the_verdicts_evidence_first(served_app):
 def test_the_banner_never_names_a_visitors_local_model(tiny, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.specs import TINY_SHAPE
+    from core.models.specs import TINY_SHAPE
     from dashboard.service.runner import Runner
     from dashboard.views.banner import ServerBanner
 

@@ -115,7 +115,7 @@ def test_the_rules_read_imports_inside_functions_and_relative_ones():
     assert imports_in("from . import page\n", "dashboard.ui", is_package=True) == [
         (1, "dashboard.ui"), (1, "dashboard.ui.page")]
     assert layer_of("dashboard.views.charts") == "views" and layer_of("dashboard.export_html") == "top level"
-    assert layer_of("core.options") is None and layer_of("dashboard") is None
+    assert layer_of("core.request.options") is None and layer_of("dashboard") is None
 
 
 def test_nothing_is_left_at_the_top_level_but_the_package_and_its_forwarder():

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from core.report_diff import diff_reports, diff_text
+from core.report.diff import diff_reports, diff_text
 from core.tuning import Tuning
 from dashboard.views import diff_tables
 from dashboard.views.report_text import plain

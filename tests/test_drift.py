@@ -1,4 +1,4 @@
-"""Two runs judged with an interval on B / A (core.report_diff.diff_reports): the Welch interval, the drift
+"""Two runs judged with an interval on B / A (core.report.diff.diff_reports): the Welch interval, the drift
 allowance per device kind (core.measure.drift), the control contestant, the calls and their words; and the A/A case of
 issue 39 on the CPU."""
 
@@ -12,11 +12,11 @@ import statistics
 
 import pytest
 
-from core.explain import plus_minus
 from core.measure.drift import NOT_COMPARABLE, PROCESS_DRIFT, device_kind, drift_between, not_comparable
 from core.measure.stats import welch_ratio_interval, widened
-from core.options import RUN_OPTION
-from core.report_diff import CALLS, diff_reports, diff_text
+from core.report.diff import CALLS, diff_reports, diff_text
+from core.report.explain import plus_minus
+from core.request.options import RUN_OPTION
 from core.tuning import SWITCHES, Tuning
 
 

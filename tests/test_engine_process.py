@@ -308,7 +308,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
     from transformers import cache_utils
 
     import core.loops.step as step
-    from core.options import BenchRequest, GenerationOptions
+    from core.request.options import BenchRequest, GenerationOptions
 
     caches: list[weakref.ref] = []
     make_cache = step.new_decode_cache
@@ -351,7 +351,7 @@ def test_an_out_of_memory_run_frees_its_cache_before_it_reports(monkeypatch):
 
 def test_a_cuda_error_is_reported_and_the_engine_asks_for_a_fresh_process(monkeypatch):
     import core.compare as compare_module
-    from core.options import BenchRequest, GenerationOptions
+    from core.request.options import BenchRequest, GenerationOptions
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -391,13 +391,13 @@ def _refused_dir(tmp_path: Path, kind: str) -> str:
 
 @pytest.mark.parametrize("kind", ["remote-code", "no-config", "broken-config", "too-long"])
 def test_a_refused_model_leaves_the_loaded_one_untouched_and_usable(tmp_path, monkeypatch, kind):
-    from core.options import BenchRequest, GenerationOptions
+    from core.request.options import BenchRequest, GenerationOptions
 
     sent: list = []
     core = EngineCore(sent.append, EngineConfig(device="cpu"))
     core.handle(Load(job=1, spec=TINY))
     before = core.loaded
-    import core.models as models
+    import core.models.loading as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the refused model was loaded"))
     core.handle(Load(job=2, spec=_refused_dir(tmp_path, kind)))
@@ -413,8 +413,8 @@ def test_a_refused_model_leaves_the_loaded_one_untouched_and_usable(tmp_path, mo
 
 
 def test_a_model_that_cannot_fit_is_refused_in_one_line_before_anything_is_allocated(monkeypatch):
-    import core.memory as memory
-    import core.models as models
+    import core.models.loading as models
+    import core.models.memory as memory
 
     monkeypatch.setattr(memory, "free_host_bytes", lambda: 8 * memory.GIB)  # a host with 8 GiB free
     sent: list = []
@@ -432,7 +432,7 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_anything_is_alloc
 def test_the_loaded_model_counts_as_room_for_the_next_and_an_unknown_size_is_said(monkeypatch, tmp_path):
     import torch
 
-    import core.memory as memory
+    import core.models.memory as memory
 
     monkeypatch.setattr(memory, "free_host_bytes", lambda: 3 * memory.GIB)
     assert memory.room_for_a_model(torch.device("cpu"), 5 * memory.GIB) == (8 * memory.GIB, "host memory")
@@ -451,8 +451,8 @@ def test_the_loaded_model_counts_as_room_for_the_next_and_an_unknown_size_is_sai
 def test_a_load_that_fails_inside_from_pretrained_keeps_the_model_it_fit_beside(tmp_path):
     import json as json_module
 
-    from core.options import BenchRequest, GenerationOptions
-    from core.specs import TINY_SHAPE
+    from core.models.specs import TINY_SHAPE
+    from core.request.options import BenchRequest, GenerationOptions
 
     (tmp_path / "config.json").write_text(json_module.dumps({**TINY_SHAPE, "model_type": "llama"}))  # no weights
     sent: list = []

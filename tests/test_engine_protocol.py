@@ -11,7 +11,7 @@ from multiprocessing import Pipe
 import pytest
 
 from core.load.workload import WorkloadSpec
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from engine import protocol
 from engine.protocol import (
     Compare,

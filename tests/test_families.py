@@ -1,6 +1,6 @@
-"""The support matrix: every family of core.specs.TINY_FAMILIES (tiny random models from transformers' config classes,
-nothing downloaded), prepared for decoding as the CLI loads it, in each mode, gives transformers' own generate()'s
-tokens on the unprepared model, with a prompt longer than the sliding window.
+"""The support matrix: every family of core.models.specs.TINY_FAMILIES (tiny random models from transformers' config
+classes, nothing downloaded), prepared for decoding as the CLI loads it, in each mode, gives transformers' own
+generate()'s tokens on the unprepared model, with a prompt longer than the sliding window.
 
 Compiling on the CPU takes 10-40 s per family, so the fast tier compiles one representative (Mistral with a sliding
 window: the fused attention, the in-place decode attention under a windowed mask, the full-length static cache),
@@ -20,10 +20,10 @@ from torch._dynamo.utils import counters
 from core.bench import main
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.model_sources import check_spec
-from core.models import LoadedModel, compile_failure, load_model, new_static_cache, support_problem
-from core.options import LOOPS, GenerationOptions
-from core.specs import SYNTHETIC_CONFIG_CLASSES, SYNTHETIC_SHAPES, TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
+from core.models.loading import LoadedModel, compile_failure, load_model, new_static_cache, support_problem
+from core.models.sources import check_spec
+from core.models.specs import SYNTHETIC_CONFIG_CLASSES, SYNTHETIC_SHAPES, TINY_FAMILIES, TINY_FAMILY_PREFIX, TINY_WINDOW
+from core.request.options import LOOPS, GenerationOptions
 
 FAMILIES = tuple(TINY_FAMILIES)
 PROMPT = torch.randint(100, 10_000, (TINY_WINDOW + 8,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -71,7 +71,8 @@ def _matrix() -> list:
 def test_both_loops_give_transformers_tokens(family: str, mode: str) -> None:
     """Greedy: naive and pipelined, on the prepared model (and the unprepared one, uncompiled), give generate()'s
     tokens; seeded sampling: naive and pipelined give the same. Compiled, only the first run compiles: transformers'
-    sliding-window static layer made torch.compile compile again at every decode step (core.models.new_static_cache)."""
+    sliding-window static layer made torch.compile compile again at every decode step
+    (core.models.loading.new_static_cache)."""
     cache, compile_mode = MODES[mode]
     expected = transformers_tokens(family, cache)
     assert len(set(expected[0])) > 1, "a degenerate model (one token repeated) would prove nothing"
@@ -257,7 +258,7 @@ def test_the_fused_forwards_are_those_of_the_installed_transformers() -> None:
 
 
 def test_the_compile_line_counts_recompiles_in_warm_ups_and_trials() -> None:
-    from core.report import compile_note
+    from core.report.build import compile_note
 
     assert compile_note({"warmup": {"naive": {"graphs_compiled": 0}}, "runs": []}) is None
     report = {"warmup": {"naive": {"graphs_compiled": 2, "compiling_ms": 30_000.0},

@@ -21,7 +21,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
 from core.kernels.fusion import FusedLinear, fuse_projections, fused_attention_class, fused_mlp_class
 from core.kernels.products import traced_with
 from core.loops.generation import generate
-from core.models import load_model
+from core.models.loading import load_model
 from core.parallel.launch import free_port
 from tests.conftest import TINY
 

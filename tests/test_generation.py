@@ -8,7 +8,7 @@ import torch
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
 from core.loops.prompt import encode_prompt
-from core.options import GenerationOptions
+from core.request.options import GenerationOptions
 from tests.helpers import eos_for_steps, first_new_at, first_token_runs, free_run, ids_not_in
 
 PROMPT = "Tell me about pipelines."
@@ -221,7 +221,7 @@ def test_no_check_baseline_runs_every_step_but_returns_through_eos(tiny):
 
 def test_step_graph_is_recaptured_when_baked_in_choices_change(tiny):
     from core.loops.step import StepGraph, step_graph_key
-    from core.options import GenerationOptions
+    from core.request.options import GenerationOptions
 
     graph = StepGraph()
     graph.graph, graph.key = object(), step_graph_key(GenerationOptions(), [2], "state")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.loops.hf_generate import _deferred_stop_check, hf_generate, hf_run
-from core.options import GenerationOptions
+from core.request.options import GenerationOptions
 
 BATCH = ["Hi", "Tell me about the sea and the ships on it."]
 STEPS = 12

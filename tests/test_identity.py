@@ -14,8 +14,8 @@ from core.measure.identity import (
     footnote,
     sameness,
 )
-from core.options import BenchRequest, GenerationOptions
-from core.report import build_report, format_table
+from core.report.build import build_report, format_table
+from core.request.options import BenchRequest, GenerationOptions
 
 BOTH = ("naive", "pipelined")
 
@@ -108,7 +108,7 @@ def test_the_page_says_why_instead_of_a_bare_no():
 
 
 def test_the_report_knows_which_attention_ran(tiny):
-    from core.report import _fused_attention
+    from core.report.build import _fused_attention
 
     assert tiny.transforms[-1] == "compiled decode attention: reduce"
     assert _fused_attention(tiny, "off") and not _fused_attention(tiny, "step-graph")

@@ -79,7 +79,7 @@ def test_a_runner_with_an_in_process_engine_runs_cancels_and_runs_again():
 
 def test_events_reach_the_server_in_batches_as_from_a_process(started):
     client, told, _ = started
-    from core.run_schema import request_from_values
+    from core.request.run_schema import request_from_values
     from dashboard.service.limits import LOCAL_LIMITS
     from engine.protocol import Compare
 

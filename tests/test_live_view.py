@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.jobs import COMPARE, RUNNING, Job
 from dashboard.service.live_view import LiveView
 from dashboard.views import charts, timeline

@@ -18,9 +18,9 @@ from core.load.slots import Slots
 from core.load.workload import MAX_REQUESTS, WorkloadSpec, parse_list
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
-from core.models import load_model
-from core.options import GenerationOptions, static_cache_length
-from core.report_schema import LOAD, ReportError, load
+from core.models.loading import load_model
+from core.report.schema import LOAD, ReportError, load
+from core.request.options import GenerationOptions, static_cache_length
 
 SPEC = WorkloadSpec(requests=12, max_new_tokens=24, seed=1)
 STATIC = GenerationOptions(cache="static")
@@ -152,7 +152,7 @@ def test_a_sliding_window_model_is_refused_in_one_line():
 
 
 def test_a_cache_that_does_not_fit_is_one_line(tiny, monkeypatch):
-    monkeypatch.setattr("core.memory.free_host_bytes", lambda: 1000)
+    monkeypatch.setattr("core.models.memory.free_host_bytes", lambda: 1000)
     with pytest.raises(ValueError, match=r"the KV cache of 64 slots of 256 positions .* needs .* GiB, and 0.0 GiB is "
                                          r"free on this host: give fewer slots \(--max-batch\)"):
         check_memory(tiny, 64, 256)

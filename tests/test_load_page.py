@@ -14,9 +14,9 @@ import pytest
 from gradio_client import handle_file
 
 from core.load.workload import WorkloadSpec
-from core.report_schema import LOAD, kind_of
-from core.report_schema import load as load_document
-from core.run_schema import python_command
+from core.report.schema import LOAD, kind_of
+from core.report.schema import load as load_document
+from core.request.run_schema import python_command
 from dashboard.service.jobs import DONE, RUNNING, UNDER_LOAD, Job
 from dashboard.service.limits import EXPOSED_LOAD_LIMITS
 from dashboard.service.load_describe import LoadDescriber

@@ -1,4 +1,4 @@
-"""core.memory: a model's size from its shape or config.json, the room it would get, and the one-line refusal of
+"""core.models.memory: a model's size from its shape or config.json, the room it would get, and the one-line refusal of
 what cannot fit; the free-memory readings from /proc and the cgroup, with the files faked."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from core import memory
-from core.memory import GIB, admission_problem, fits, memory_need, parameter_count, spec_shape
-from core.specs import SYNTHETIC_SHAPES
+from core.models import memory
+from core.models.memory import GIB, admission_problem, fits, memory_need, parameter_count, spec_shape
+from core.models.specs import SYNTHETIC_SHAPES
 
 
 @pytest.mark.parametrize(("spec", "parameters"), [
@@ -132,6 +132,6 @@ def test_naming_a_models_size_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, core.memory as m; m.memory_need('synthetic:llama-8b', 2); m.free_host_bytes(); "
+    code = ("import sys, core.models.memory as m; m.memory_need('synthetic:llama-8b', 2); m.free_host_bytes(); "
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.specs import BUILTIN_SPECS
+from core.models.specs import BUILTIN_SPECS
 from dashboard.service.model_policy import VISITORS_MODEL, ModelPolicy
 
 

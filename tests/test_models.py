@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from core.models import load_model, resolve_dtype
-from core.specs import BUILTIN_SPECS, SYNTHETIC_SHAPES
+from core.models.loading import load_model, resolve_dtype
+from core.models.specs import BUILTIN_SPECS, SYNTHETIC_SHAPES
 
 
 def test_tiny_random_is_a_small_llama_with_the_default_tokenizer(tiny):
@@ -86,8 +86,8 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
 
     import huggingface_hub
 
-    from core.model_sources import check_spec
-    from core.specs import loading_note
+    from core.models.sources import check_spec
+    from core.models.specs import loading_note
 
     tried: list[float | None] = []
 
@@ -115,7 +115,7 @@ def test_an_unknown_model_fails_fast_and_names_its_own_loading(monkeypatch):
 
 @pytest.mark.parametrize("spec", ["x" * 5000, "/tmp/" + "a" * 300, "tiny-random:" + "b" * 300, "c" * 300])
 def test_a_long_spec_is_one_readable_line_never_an_oserror(spec):
-    from core.model_sources import check_spec
+    from core.models.sources import check_spec
 
     with pytest.raises(ValueError) as refused:
         check_spec(spec)
@@ -123,7 +123,7 @@ def test_a_long_spec_is_one_readable_line_never_an_oserror(spec):
 
 
 def test_a_remote_code_directory_is_refused_by_the_cheap_check(tmp_path):
-    from core.model_sources import check_spec
+    from core.models.sources import check_spec
 
     (tmp_path / "config.json").write_text('{"model_type": "my-custom", "auto_map": {"AutoModelForCausalLM": "m.M"}}')
     with pytest.raises(ValueError, match="needs custom code from its repository"):
@@ -133,8 +133,8 @@ def test_a_remote_code_directory_is_refused_by_the_cheap_check(tmp_path):
 
 
 def test_a_config_json_of_a_gigabyte_is_refused_by_its_size_without_being_read(tmp_path):
-    from core.memory import spec_shape
-    from core.model_sources import check_spec
+    from core.models.memory import spec_shape
+    from core.models.sources import check_spec
 
     with open(tmp_path / "config.json", "wb") as handle:
         handle.truncate(2**30)  # sparse: a gigabyte of zeros that costs no disk

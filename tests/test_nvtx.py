@@ -20,8 +20,8 @@ from core.bench import build_parser, main, request_from_args
 from core.compare import compare
 from core.loops.generation import generate, run
 from core.loops.step import DecodeSetup
-from core.options import BenchRequest, Cancelled, GenerationOptions, adapt_to_device
-from core.run_schema import cli_command
+from core.request.options import BenchRequest, Cancelled, GenerationOptions, adapt_to_device
+from core.request.run_schema import cli_command
 from tests.conftest import TINY
 from tests.helpers import eos_for_steps, free_run
 

@@ -1,4 +1,4 @@
-"""core.options: the one run-option table guards itself, and the dataclasses it checks agree with it."""
+"""core.request.options: the one run-option table guards itself, and the dataclasses it checks agree with it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from core.options import (
+from core.request.options import (
     BENCH_REQUEST_FIELDS,
     CLI_ONLY,
     CONTESTANT,
@@ -24,7 +24,7 @@ from core.options import (
     hf_generate_options,
     static_cache_length,
 )
-from core.run_schema import coerce
+from core.request.run_schema import coerce
 
 
 def field_defaults(cls: type) -> dict[str, object]:

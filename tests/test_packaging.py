@@ -24,7 +24,7 @@ from build_support.rename import TOP_LEVEL, module_strings, rewrite_imports
 REPO = Path(__file__).resolve().parent.parent
 # Module names in strings that the installed code keeps as they are: the reproduce command under a run describes the
 # checkout. Any other such string would be wrong once installed: derive the name from __name__ instead.
-KNOWN_MODULE_STRINGS = {("core/run_schema.py", "core.bench")}
+KNOWN_MODULE_STRINGS = {("core/request/run_schema.py", "core.bench")}
 # Left out of the copy the wheel is built from (setuptools builds in the source tree: the checkout stays clean).
 NOT_COPIED = shutil.ignore_patterns(".venv", ".git", "results", "build", "*.egg-info", ".whl*", ".carry", "__pycache__",
                                     ".pytest_cache", ".ruff_cache", ".hypothesis")
@@ -56,11 +56,11 @@ def test_the_rewrite_moves_absolute_imports_under_syncscope_lazy_ones_too():
     source = textwrap.dedent('''\
         """core.bench is named here, and stays."""
         import os, corelib
-        from core.options import LOOPS  # a comment, kept
-        from core import specs
+        from core.request.options import LOOPS  # a comment, kept
+        from core.models import specs
         from . import sibling
         from .core import relative
-        import core.models as models
+        import core.models.loading as models
         import app
         from engine.protocol import (
             Job,
@@ -75,11 +75,11 @@ def test_the_rewrite_moves_absolute_imports_under_syncscope_lazy_ones_too():
     expected = textwrap.dedent('''\
         """core.bench is named here, and stays."""
         import os, corelib
-        from syncscope.core.options import LOOPS  # a comment, kept
-        from syncscope.core import specs
+        from syncscope.core.request.options import LOOPS  # a comment, kept
+        from syncscope.core.models import specs
         from . import sibling
         from .core import relative
-        import syncscope.core.models as models
+        import syncscope.core.models.loading as models
         from syncscope import app
         from syncscope.engine.protocol import (
             Job,
@@ -96,7 +96,7 @@ def test_the_rewrite_moves_absolute_imports_under_syncscope_lazy_ones_too():
     assert module_strings(source) == [(17, "core.bench")]
 
 
-@pytest.mark.parametrize("line", ["import core.models", "import os, app"])
+@pytest.mark.parametrize("line", ["import core.models.loading", "import os, app"])
 def test_an_import_that_binds_a_name_of_the_checkout_is_refused(line):
     with pytest.raises(ValueError, match=r"x\.py:1: .* binds"):
         rewrite_imports(line + "\n", "x.py")

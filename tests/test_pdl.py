@@ -13,7 +13,7 @@ from core.kernels.pdl import (
     pdl_inductor_options,
     supports_pdl,
 )
-from core.options import STEP_GRAPH
+from core.request.options import STEP_GRAPH
 from core.tuning import Tuning
 
 

@@ -10,7 +10,7 @@ import pytest
 from core.bench import main
 from core.measure.kernel_measurement import kinds_per_step
 from core.measure.profiling import format_summary, kernel_kind, summarize_kernels
-from core.report import step_time_lines
+from core.report.build import step_time_lines
 
 H200_NAMES = {  # names seen in the fifth H200 run's profiles (Llama-8B, TP=2, step-graph)
     "void (anonymous namespace)::one_shot_all_reduce_kernel<c10::BFloat16, 16, 2>(c10::BFloat16**)": "all-reduce",

@@ -4,7 +4,7 @@ import pytest
 
 from core.loops.generation import generate
 from core.loops.hf_generate import hf_generate
-from core.options import GenerationOptions
+from core.request.options import GenerationOptions
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""core.report: what a comparison's report says (identity, the reproduce command) and how the CLI prints it."""
+"""core.report.build: what a comparison's report says (identity, the reproduce command) and how the CLI prints it."""
 
 import shlex
 from dataclasses import asdict, replace
@@ -9,10 +9,10 @@ import core.compare
 from core.bench import build_parser, request_from_args
 from core.compare import compare
 from core.loops.prompt import encode_prompt, synthetic_prompt
-from core.options import BenchRequest, GenerationOptions, effective_options
-from core.report import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
-from core.report_schema import BENCH_SCHEMA, BenchReport
-from core.run_schema import cli_command, python_command
+from core.report.build import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
+from core.report.schema import BENCH_SCHEMA, BenchReport
+from core.request.options import BenchRequest, GenerationOptions, effective_options
+from core.request.run_schema import cli_command, python_command
 
 
 def command_request(command: str) -> BenchRequest:

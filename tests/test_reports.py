@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from core.compare import compare
-from core.options import BenchRequest, GenerationOptions
-from core.report_files import read_report_bytes
-from core.report_schema import MAX_REPORT_BYTES, PAGE_REPORT_SCHEMA
+from core.report.files import read_report_bytes
+from core.report.schema import MAX_REPORT_BYTES, PAGE_REPORT_SCHEMA
+from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.page_record import (
     PageRecord,
     open_report,

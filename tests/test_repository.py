@@ -73,3 +73,24 @@ def test_the_audits_modules_are_in_one_package():
     assert not scattered, f"audit modules outside core/audit/: {scattered}"
     assert not (REPO / "core" / "audit.py").exists(), "core/audit.py would be shadowed by the package core/audit/"
     assert {p.name for p in (REPO / "core" / "audit").glob("*.py")} == AUDIT_MODULES
+
+
+CORE_TOP_LEVEL = {  # core/'s own modules: its entry points and what every group shares; the rest is in a group
+    "__init__.py", "bench.py", "compare.py", "phases.py", "tuning.py", "text.py", "caches.py",
+}
+CORE_GROUPS = {  # a folder of core/ each, and the modules it holds
+    "request": {"options.py", "run_schema.py"},
+    "models": {"loading.py", "sources.py", "size.py", "random_weights.py", "specs.py", "memory.py"},
+    "report": {"build.py", "schema.py", "files.py", "diff.py", "explain.py"},
+}
+
+
+def test_cores_top_level_is_grouped_into_request_models_and_report():
+    """Issue 59: core/ had 23 flat modules in unmarked clusters; what a run asks for, the models and the report are
+    each a package, and a new module at core's top level is a choice this test makes someone write down."""
+    top = {p.name for p in (REPO / "core").glob("*.py")}
+    assert top == CORE_TOP_LEVEL, f"core/'s top level changed: {sorted(top ^ CORE_TOP_LEVEL)}"
+    for group, modules in CORE_GROUPS.items():
+        held = {p.name for p in (REPO / "core" / group).glob("*.py")} - {"__init__.py"}
+        assert held == modules, f"core/{group}/ holds {sorted(held)}"
+        assert not (REPO / "core" / f"{group}.py").exists(), f"core/{group}.py would be shadowed by its package"

@@ -1,5 +1,5 @@
-"""core.run_schema: the run-option table put to work (flags, values by name -> request, request -> command): what
-a form asks for is checked once, and the reproduce command runs what the page shows."""
+"""core.request.run_schema: the run-option table put to work (flags, values by name -> request, request -> command):
+what a form asks for is checked once, and the reproduce command runs what the page shows."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import app
 from core.bench import build_parser, request_from_args
-from core.options import CHOICE, FLAG, REAL, RUN_OPTIONS, WHOLE, BenchRequest, GenerationOptions, RunOption
-from core.run_schema import (
+from core.request.options import CHOICE, FLAG, REAL, RUN_OPTIONS, WHOLE, BenchRequest, GenerationOptions, RunOption
+from core.request.run_schema import (
     Limits,
     add_run_arguments,
     cli_command,

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from core.options import Cancelled
-from core.run_schema import Limits
+from core.request.options import Cancelled
+from core.request.run_schema import Limits
 from dashboard.service.jobs import CANCELLED, DONE, FAILED
 from dashboard.service.page_record import public_report
 from dashboard.service.run_history import HISTORY_FIELDS
@@ -165,8 +165,8 @@ def test_a_5000_character_model_spec_is_refused_in_one_short_line_before_it_is_q
 
 def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses_it_in_one_line(tiny_runner,
                                                                                                monkeypatch):
-    from core.memory import GIB
-    from core.specs import BUILTIN_SPECS
+    from core.models.memory import GIB
+    from core.models.specs import BUILTIN_SPECS
     from dashboard.service.runner import Runner
 
     exposed = Runner(None, device="cpu", monitor=False, allowed_models=set(BUILTIN_SPECS),
@@ -190,7 +190,7 @@ def test_with_8_gib_free_an_exposed_server_offers_no_70b_and_a_local_one_refuses
 
 
 def test_a_startup_model_that_cannot_fit_is_said_on_the_banner_and_the_server_starts():
-    from core.memory import GIB
+    from core.models.memory import GIB
     from dashboard.service.runner import Runner
 
     runner = Runner("synthetic:llama-1b", device="cpu", monitor=False, free_memory=lambda: 2 * GIB,

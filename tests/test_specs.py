@@ -1,4 +1,4 @@
-"""core.specs: the built-in model specs, named without torch."""
+"""core.models.specs: the built-in model specs, named without torch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from core.specs import (
+from core.models.specs import (
     BUILTIN_SPECS,
     DEFAULT_MODEL,
     SYNTHETIC_CONFIG_CLASSES,
@@ -49,12 +49,12 @@ def test_each_synthetic_shape_is_a_valid_config_of_its_family(name):
 
 
 def test_naming_the_specs_imports_no_torch():
-    code = "import sys, core.specs; print('torch' in sys.modules)"
+    code = "import sys, core.models.specs; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
 def test_a_spec_is_quoted_whole_when_short_and_cut_at_80_characters_when_long():
-    from core.specs import check_spec_length, quote_spec
+    from core.models.specs import check_spec_length, quote_spec
 
     assert quote_spec("tiny-random") == "'tiny-random'"
     quoted = quote_spec("y" * 5000)

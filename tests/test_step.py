@@ -12,7 +12,7 @@ import torch
 from core.kernels import products
 from core.loops.prompt import encode
 from core.loops.step import DecodeSetup, StepGraph, decode_setup_for, greedy_commit, select_next_tokens, step_kernels
-from core.options import STATIC_CACHE_BUCKET, STEP_GRAPH, GenerationOptions
+from core.request.options import STATIC_CACHE_BUCKET, STEP_GRAPH, GenerationOptions
 from core.tuning import Tuning
 
 PAD_ROW = ["Hi", "A much longer prompt, so that the first row is padded"]

@@ -17,7 +17,7 @@ from core.audit.sync import KINDS, SyncAudit, loop_steps
 from core.bench import main
 from core.compare import compare
 from core.loops.generation import generate
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import TINY
 
 STEPS = 5
@@ -274,7 +274,7 @@ def test_the_pipelined_loop_reads_nothing_per_step_in_other_modes(tiny, options)
 @pytest.fixture(scope="module")
 def hf_modules_tiny():
     """tiny-random with transformers' modules and mask functions as they are (--hf-modules)."""
-    from core.models import load_model
+    from core.models.loading import load_model
 
     return load_model(TINY, device="cpu", hf_modules=True)
 

@@ -14,7 +14,7 @@ import torch
 
 import core.kernels.tp_fusion as tp_fusion
 from core.kernels.tp_fusion import PackedRMSNorm, PartialLinear, why_not_fusable
-from core.models import load_model
+from core.models.loading import load_model
 from tests.helpers import on_two_ranks
 
 PROMPT = "The quick brown fox"

@@ -19,8 +19,8 @@ from core.bench import main
 from core.compare import compare
 from core.loops.generation import generate
 from core.measure.trace import DEVICE_TID, HOST_TID, OLD_REPORT_NOTE, PROFILER_PID_BASE, RUNS_TID, chrome_trace
-from core.options import BenchRequest, GenerationOptions
-from core.report_files import write_json
+from core.report.files import write_json
+from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 
 STEPS = 10
@@ -295,7 +295,7 @@ def test_with_profile_the_profilers_events_land_after_the_trials_on_the_same_axi
 @requires_cuda
 @pytest.mark.parametrize("loop", ["naive", "pipelined"])
 def test_on_cuda_every_computed_step_has_a_device_span_on_the_host_clock(loop):
-    from core.models import load_model
+    from core.models.loading import load_model
 
     loaded = load_model("tiny-random", device="cuda", dtype="fp32")
     rows = generate(loaded, "Hello", max_new_tokens=24, ignore_eos=True).token_ids
@@ -340,7 +340,7 @@ def test_on_cuda_the_naive_loops_waits_add_up_to_its_item_calls_and_fit_the_devi
     excess under 5% of its queuing: assert_waits_hold_the_read_and_little_else). On the device, within the
     alignment's bound: a step ends before the host learns its tokens, and the next one starts only after the host
     began queuing it."""
-    from core.models import load_model
+    from core.models.loading import load_model
 
     loaded = load_model("tiny-random", device="cuda", dtype="fp32")
     spent: list[float] = []

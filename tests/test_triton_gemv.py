@@ -19,7 +19,7 @@ from torch import nn
 from core.kernels import products
 from core.kernels.products import DecodeLinear, decode_product, gemv_takes, route_output_layer, traced_with
 from core.kernels.triton_gemv import CONFIG_FILE, GemvConfig, config_for, heuristic_config, shape_key, takes
-from core.models import load_model
+from core.models.loading import load_model
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
 

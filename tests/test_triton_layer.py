@@ -19,7 +19,7 @@ import torch
 
 from core.kernels import decode_layer
 from core.kernels.decode_layer import DecodeLayer, fuse_decode_layers, why_not_fusable
-from core.models import load_model
+from core.models.loading import load_model
 from core.tuning import Tuning
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
@@ -345,7 +345,7 @@ def test_layers_it_does_not_know_are_left_with_the_reason():
 def test_the_switch_is_read_once_when_the_model_is_prepared(monkeypatch, switch):
     """The `decode_layer` switch reaches prepare_for_decode with the tuning: off, no layer is fused and the model
     says why (on the CPU, where nothing is fused, nothing is said: here the model looks like a CUDA one)."""
-    from core.models import prepare_for_decode
+    from core.models.loading import prepare_for_decode
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("needs the triton package")
@@ -359,7 +359,7 @@ def test_the_switch_is_read_once_when_the_model_is_prepared(monkeypatch, switch)
 
 
 def test_the_report_says_where_the_fused_layers_ran():
-    from core.report import step_facts
+    from core.report.build import step_facts
 
     def ran(decode_layers: bool, mode: str, device: str = "cuda", **switches) -> str | None:
         loaded = SimpleNamespace(device=torch.device(device), decode_layers=decode_layers, tuning=Tuning(**switches))

@@ -27,7 +27,7 @@ from typing import Any
 
 from core.measure.stats import percentile, verdict
 from core.measure.waits import WAIT_KEYS
-from core.report import ratios, summarize
+from core.report.build import ratios, summarize
 
 PREFILL_MS = 3.0
 HOST_QUEUE_MS = 1.5         # the host's time to queue one decode step (reduce-overhead's per-call cost)

@@ -61,7 +61,7 @@ from core.audit.steps import StepsOf, StepWatcher  # noqa: E402
 from core.audit.stop import Stops  # noqa: E402
 from core.audit.sync import SyncAudit  # noqa: E402
 from core.measure.kernel_measurement import device_intervals_ns  # noqa: E402
-from core.report_files import check_output_path, write_json  # noqa: E402
+from core.report.files import check_output_path, write_json  # noqa: E402
 from core.text import clip, escaped, printable  # noqa: E402
 
 THREADS_WAIT_S = 30.0  # how long the audit waits for threads the program left running
@@ -124,7 +124,7 @@ def assert_no_syncs(step: Callable[[], Any], steps: int = 4, warmup: int = 1, al
 # ------------------------------------------------------------------------------------------------ the CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    from core.run_schema import OneLineParser
+    from core.request.run_schema import OneLineParser
 
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                       usage=f"{PROG} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] "

@@ -1,6 +1,7 @@
 """How an audit's numbers are said, the same on the terminal (core.audit.report), in a bench run's audit lines
-(core.report) and on the page's Your loop tab (dashboard.views.audit_view): the waits per decode step, reads of device
-values and host-to-device copies counted apart, and the most frequent site, or the sites that tie for it. Torch-free.
+(core.report.build) and on the page's Your loop tab (dashboard.views.audit_view): the waits per decode step, reads
+of device values and host-to-device copies counted apart, and the most frequent site, or the sites that tie for it.
+Torch-free.
 """
 
 from __future__ import annotations

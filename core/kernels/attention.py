@@ -25,10 +25,10 @@ exactly as for "sdpa" (or, for a model that runs transformers' "eager" attention
 own eager function for everything but these steps).
 
 Families: a sliding window reaches these kernels as the mask (the static cache keeps every position, see
-core.models.new_static_cache, and the mask leaves out those behind the window); a family's attention scale (Granite's
-multiplier, Gemma's query_pre_attn_scalar) as `scaling`; Gemma-2's logit soft-capping, which SDPA cannot do (so
-transformers runs Gemma-2 with "eager" attention), is applied by "reduce" and "split", and a soft-capping model never
-runs "triton" or "sdpa" here. Models whose every query head has its own KV head copy nothing, and attentions that
+core.models.loading.new_static_cache, and the mask leaves out those behind the window); a family's attention scale
+(Granite's multiplier, Gemma's query_pre_attn_scalar) as `scaling`; Gemma-2's logit soft-capping, which SDPA cannot do
+(so transformers runs Gemma-2 with "eager" attention), is applied by "reduce" and "split", and a soft-capping model
+never runs "triton" or "sdpa" here. Models whose every query head has its own KV head copy nothing, and attentions that
 choose their attention code by the implementation's name (Falcon's, GPT-2's) would not run this one: both are left
 as they are, and the report says why (`use_decode_attention`).
 """

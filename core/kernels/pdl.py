@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from core.options import STEP_GRAPH
+from core.request.options import STEP_GRAPH
 from core.tuning import SWITCH
 
 __all__ = [

@@ -62,7 +62,7 @@ _MODEL_FORWARDS = frozenset(forward_fingerprint(cls) for cls in (LlamaModel, Mis
 class PartialLinear(nn.Linear):
     """A row-sharded Linear without its all-reduce: x (this rank's slice of the input) times this rank's columns of
     the weight, so each rank returns its partial sum of the full product. It holds one rank's share of the weight,
-    a plain tensor, and `ranks` says how many ranks share it (so the weights are counted whole, core.models)."""
+    a plain tensor, and `ranks` says how many ranks share it (so the weights are counted whole, core.models.loading)."""
 
     def __init__(self, weight: torch.Tensor, ranks: int) -> None:
         out_features, in_features = weight.shape

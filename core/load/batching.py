@@ -33,7 +33,7 @@ from core.audit.dispatch import host_memory
 from core.load.slots import RECORD_FIELDS, Slots, unpack_record
 from core.load.workload import Workload
 from core.measure.step_times import StepClock
-from core.options import NO_CHECK
+from core.request.options import NO_CHECK
 
 NAIVE, PIPELINED = "naive", "pipelined"
 BATCHED_LOOPS = (NAIVE, PIPELINED, NO_CHECK)
@@ -265,7 +265,7 @@ class _LoopContext:
         if step >= self.capacity:
             raise RuntimeError(f"the run went past {self.capacity} decode steps, more than its workload can need")
         if self.should_stop():
-            from core.options import Cancelled
+            from core.request.options import Cancelled
 
             raise Cancelled("cancelled")
         if self.on_step is not None:

@@ -26,7 +26,7 @@ import torch
 
 from core.load.batching import BatchedRun, RequestResult, TokensListener
 from core.load.workload import Workload
-from core.models import LoadedModel
+from core.models.loading import LoadedModel
 
 HF_BATCH, HF_BATCH_ASYNC = "hf-batch", "hf-batch-async"
 HF_BATCHING = (HF_BATCH, HF_BATCH_ASYNC)

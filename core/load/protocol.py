@@ -34,9 +34,9 @@ from core.load.workload import MAX_SLOTS, Workload, WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import check_length, prompt_rows, resolve_eos_ids
 from core.measure.kernel_measurement import device_kernels_ns, merged_intervals
-from core.models import LoadedModel, check_support
-from core.options import NO_CHECK, Cancelled, GenerationOptions, adapt_to_device, require, static_cache_length
+from core.models.loading import LoadedModel, check_support
 from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP
+from core.request.options import NO_CHECK, Cancelled, GenerationOptions, adapt_to_device, require, static_cache_length
 
 LOAD_CONTESTANTS = (NAIVE, "pipelined", NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
 DEFAULT_LOAD_CONTESTANTS = (NAIVE, "pipelined", NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
@@ -315,7 +315,7 @@ def slot_cache_bytes(loaded: LoadedModel, slots: int, cache_len: int) -> int:
 def check_memory(loaded: LoadedModel, slots: int, cache_len: int) -> None:
     """ValueError in one line when the slots' cache (and transformers' paged one beside it, as large) would not fit
     in the memory free where the model runs."""
-    from core.memory import free_host_bytes, gib
+    from core.models.memory import free_host_bytes, gib
 
     need = 2 * slot_cache_bytes(loaded, slots, cache_len)
     if loaded.device.type == "cuda":

@@ -1,4 +1,4 @@
-"""The load report (core.report_schema.LoadReport): built from core.load.protocol's section, its command line, its text
+"""The load report (core.report.schema.LoadReport): built from core.load.protocol's section, its command line, its text
 for the CLI, what it shows in sentences, and its Chrome trace (each slot a lane: which request held it, and the steps
 computed past a stop).
 
@@ -13,11 +13,11 @@ from typing import Any
 
 from core.audit.words import per_step_words
 from core.load.protocol import LoadRequest
-from core.models import LoadedModel
-from core.options import NO_CHECK
-from core.report import environment, model_facts
-from core.report_schema import LOAD_SCHEMA
-from core.run_schema import bench_words, shell_quote
+from core.models.loading import LoadedModel
+from core.report.build import environment, model_facts
+from core.report.schema import LOAD_SCHEMA
+from core.request.options import NO_CHECK
+from core.request.run_schema import bench_words, shell_quote
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
 NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",

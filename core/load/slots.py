@@ -28,8 +28,8 @@ from transformers.cache_utils import StaticLayer
 
 from core.loops.generation import SETUP_STEPS
 from core.loops.step import StepGraph, compiled_argmax, decode_forward, step_graph_key, synchronize
-from core.models import LoadedModel
-from core.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, require
+from core.models.loading import LoadedModel
+from core.request.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, require
 
 RECORD_FIELDS = 4  # per row: the token fed into the step, the token it chose, live before it, finished after it
 # In CUDA-graph modes an admission's prompt is padded on the right to a multiple of this many tokens, and each such

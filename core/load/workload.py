@@ -16,7 +16,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from core.options import is_int, require
+from core.request.options import is_int, require
 
 OUTPUT_LENGTHS = ("lognormal", "max")
 PROMPT_SOURCES = ("synthetic", "built-in")

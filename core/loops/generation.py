@@ -25,9 +25,9 @@ from core.loops.prompt import EncodedPrompt, Prompt, check_length, cut_at_eos, e
 from core.loops.step import DecodeSetup, DecodeState, decode_setup_for, synchronize
 from core.measure.nvtx import StepRanges, run_range
 from core.measure.step_times import StepClock, Timings
-from core.models import LoadedModel, compile_failure
-from core.options import NO_CHECK, GenerationOptions, adapt_to_device
+from core.models.loading import LoadedModel, compile_failure
 from core.parallel.tensor_parallel import gather_device_spans
+from core.request.options import NO_CHECK, GenerationOptions, adapt_to_device
 
 SETUP_STEPS = 4  # the decode steps of a shape's setup run (compile, capture), before its first timed run
 

@@ -15,8 +15,8 @@ from core.loops.prompt import cut_at_eos, encode_prompt, resolve_eos_ids
 from core.loops.step import step_kernels
 from core.measure.nvtx import StepRanges, wanted
 from core.measure.step_times import StepClock, Timings
-from core.models import LoadedModel
-from core.options import HF, HF_DEFERRED, GenerationOptions, hf_generate_options
+from core.models.loading import LoadedModel
+from core.request.options import HF, HF_DEFERRED, GenerationOptions, hf_generate_options
 
 
 @dataclass(frozen=True)

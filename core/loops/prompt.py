@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from core.models import LoadedModel
-from core.options import is_int, require
+from core.models.loading import LoadedModel
+from core.request.options import is_int, require
 
 Prompt = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 

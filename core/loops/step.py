@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from core.kernels.pdl import pdl_inductor_options
 from core.kernels.products import traced_by_default, traced_with
 from core.loops.prompt import EncodedPrompt, resolve_eos_ids
-from core.models import LoadedModel, new_static_cache
-from core.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, static_cache_length
+from core.models.loading import LoadedModel, new_static_cache
 from core.parallel.tensor_parallel import SYMMETRIC
+from core.request.options import CUDA_GRAPH_COMPILE_MODES, STEP_GRAPH, GenerationOptions, static_cache_length
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class StepKernels:
 
 def step_kernels(loaded: LoadedModel, mode: str) -> StepKernels | None:
     """What a step compiled in `mode` runs on `loaded` (None for "off": nothing is compiled). The step compiles with
-    it (`decode_forward`, `DecodeSetup`) and the report records it (core.report.environment)."""
+    it (`decode_forward`, `DecodeSetup`) and the report records it (core.report.build.environment)."""
     if mode == "off":
         return None
     tuning = loaded.tuning
@@ -289,7 +289,7 @@ def _generator(device: torch.device, options: GenerationOptions, use_default: bo
 
 
 def new_decode_cache(loaded: LoadedModel, cache_len: int) -> Any:
-    """A static cache of `cache_len` positions for `loaded`'s decode loop (core.models.new_static_cache)."""
+    """A static cache of `cache_len` positions for `loaded`'s decode loop (core.models.loading.new_static_cache)."""
     return new_static_cache(loaded.model, cache_len)
 
 

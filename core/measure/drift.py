@@ -1,6 +1,6 @@
 """How far two processes that run the same settings drift apart, per device kind. Torch-free.
 
-A diff of two runs (core.report_diff.diff_reports; docs/MEASUREMENT.md, "Diffing two runs") widens its
+A diff of two runs (core.report.diff.diff_reports; docs/MEASUREMENT.md, "Diffing two runs") widens its
 interval by these figures: two processes of one command differ by more than either run's trials show (another
 compile's kernels, another machine of the same kind, the clocks, other work on the machine).
 
@@ -58,7 +58,7 @@ NOT_COMPARABLE = {
 
 
 def device_kind(environment: Any) -> str | None:
-    """"cuda" or "cpu" from a report's environment, else None (as core.explain.report_device_type reads it)."""
+    """"cuda" or "cpu" from a report's environment, else None (as core.report.explain.report_device_type reads it)."""
     env = environment if isinstance(environment, dict) else {}
     device = env.get("device")
     if env.get("gpu") or (isinstance(device, str) and device.startswith("cuda")):

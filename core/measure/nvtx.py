@@ -10,7 +10,7 @@ next one: the naive loop's `.item()` on step `i`, the pipelined loop's read of s
 Ranges are host calls into NVTX and nothing else: nothing read from the device, nothing queued on it, no tensor made.
 Off, a loop checks `ranges is None` once a step; on, a step costs one pop and one push of a name made before the
 run. NVTX needs CUDA (torch's CPU build raises from every nvtx call): elsewhere nothing here calls it, and
-`core.options.adapt_to_device` turns the option off with one notice.
+`core.request.options.adapt_to_device` turns the option off with one notice.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import torch
 
-from core.options import BenchRequest, GenerationOptions
+from core.request.options import BenchRequest, GenerationOptions
 
 
 def can_range(device_type: str) -> bool:

@@ -22,7 +22,7 @@ import math
 import statistics
 from typing import Any
 
-from core.options import PIPELINED_AGAIN
+from core.request.options import PIPELINED_AGAIN
 
 
 def representative_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:

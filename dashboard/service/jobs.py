@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.options import BenchRequest
+from core.request.options import BenchRequest
 from dashboard.service.page_record import PageRecord
 from engine.protocol import LoadSettings, MessageType
 

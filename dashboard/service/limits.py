@@ -2,7 +2,7 @@
 visitors. How much of one field from a file or a visitor a page shows back is core.text's (`clip`).
 
 The run options themselves (their bounds, defaults, flags and the command that repeats a run) are one table,
-core.options.RUN_OPTIONS, put to work by core.run_schema. No torch here.
+core.request.options.RUN_OPTIONS, put to work by core.request.run_schema. No torch here.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from core.report_schema import MAX_REPORT_BYTES
-from core.run_schema import Limits
+from core.report.schema import MAX_REPORT_BYTES
+from core.request.run_schema import Limits
 
 LOCAL_LIMITS = Limits()
 # When the page is reachable by others (a share link or a non-local address), one visitor must not hold the single
@@ -45,7 +45,7 @@ EXPOSED_LOAD_LIMITS = LoadLimits(requests=128, slots=32, max_new_tokens=512, pro
                                  sweep_points=4, solo_checks=16)
 
 # What the server itself holds for visitors (dashboard.edge.http_guard): the largest request body it reads (a report's
-# upload excepted: core.report_schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
+# upload excepted: core.report.schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
 # A session with no page open in a browser (an API client's, or a page that closed) and nothing queued or running

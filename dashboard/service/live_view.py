@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.options import NO_CHECK
 from core.phases import WARMUP, phase_named
+from core.request.options import NO_CHECK
 from dashboard.service.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
 from dashboard.service.rate_series import RATE_WINDOW, window_rate
 

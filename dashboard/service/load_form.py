@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.load.workload import MAX_SLOTS, OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
-from core.options import NO_CHECK, RUN_OPTION
+from core.request.options import NO_CHECK, RUN_OPTION
 from dashboard.service.limits import LOCAL_LOAD_LIMITS, LoadLimits
 from engine.protocol import LoadSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from core.specs import BUILTIN_SPECS, check_spec_length, quote_spec
+from core.models.specs import BUILTIN_SPECS, check_spec_length, quote_spec
 
 VISITORS_MODEL = "a model a visitor chose"
 

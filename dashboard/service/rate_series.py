@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.options import NO_CHECK
+from core.request.options import NO_CHECK
 from dashboard.service.page_record import PageRecord, SavedReport, no_monitor, split_report
 
 RATE_WINDOW = 8  # steps per point of a tokens/s curve, live (dashboard.service.live_view) or rebuilt from a report

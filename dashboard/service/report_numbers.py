@@ -4,8 +4,8 @@ loops were timed on. Plain data: the run history (dashboard.service.run_history)
 
 from __future__ import annotations
 
-from core.options import LOOPS
-from core.report_schema import BenchReport, upgrade_report
+from core.report.schema import BenchReport, upgrade_report
+from core.request.options import LOOPS
 
 
 def clock_of(report: BenchReport) -> str:

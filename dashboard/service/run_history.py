@@ -14,14 +14,14 @@ import threading
 import time
 from typing import Any
 
-from core.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device
-from core.report_schema import BenchReport
+from core.report.schema import BenchReport
+from core.request.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device
 from dashboard.service.report_numbers import clock_of, percent, rounded
 
 HISTORY_LIMIT = 500
 HISTORY_SCHEMA = "syncscope.history/1"
 # cache, compile and streams are what the loops ran with; compile_asked is the form's, and notes say why they differ.
-# The run options marked history=True in core.options.RUN_OPTIONS have a column each, as they ran.
+# The run options marked history=True in core.request.options.RUN_OPTIONS have a column each, as they ran.
 OPTION_COLUMNS = tuple(option.name for option in RUN_OPTIONS if option.history)
 HISTORY_FIELDS = ("run", "finished", "status", "model", "device", "dtype", "tp", *OPTION_COLUMNS, "compile_asked",
                   "sampling", "naive_decode_tok_s", "pipelined_decode_tok_s", "naive_tok_s", "pipelined_tok_s",

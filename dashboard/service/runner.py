@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from core.measure.gpu_monitor import GpuMonitor, nvml_index
-from core.memory import admission_problem, bytes_per_element, free_gpu_bytes, free_host_bytes, memory_need
-from core.options import BenchRequest, Cancelled
-from core.run_schema import Limits, request_from_values
-from core.specs import DEFAULT_MODEL, loading_note
+from core.models.memory import admission_problem, bytes_per_element, free_gpu_bytes, free_host_bytes, memory_need
+from core.models.specs import DEFAULT_MODEL, loading_note
+from core.request.options import BenchRequest, Cancelled
+from core.request.run_schema import Limits, request_from_values
 from dashboard.service.fair_share import LOCAL_SHARING, Client, FairShare, ShareRule
 from dashboard.service.job_queue import MAX_QUEUE, JobQueue
 from dashboard.service.jobs import CANCELLED, COMPARE, DONE, LOAD, RUNS, UNDER_LOAD, Job
@@ -184,9 +184,9 @@ class Runner:
 
     def submit(self, form: Mapping[str, Any], owner: str | None = None, address: str | None = None) -> Job:
         """Check and queue a run; ValueError with a readable message for a bad form, or when this client may not
-        queue one now (dashboard.service.fair_share). `form` holds the run options by name (core.options.RUN_OPTIONS;
-        missing ones take their defaults) and `model` (None or missing: whatever is loaded); `address` is the
-        client's (None: a caller in this process)."""
+        queue one now (dashboard.service.fair_share). `form` holds the run options by name
+        (core.request.options.RUN_OPTIONS; missing ones take their defaults) and `model` (None or missing: whatever is
+        loaded); `address` is the client's (None: a caller in this process)."""
         request, notices = request_from_values(form, limits=self.limits, deferred_with_hf=self.uses_cuda)
         model = self.check_model(form["model"]) if form.get("model") else None
         self._check_context(request, model)

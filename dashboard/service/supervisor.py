@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from core.specs import quote_spec
+from core.models.specs import quote_spec
 from dashboard.service.job_queue import JobQueue
 from dashboard.service.jobs import (
     CANCELLED,

@@ -15,8 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from core.report_schema import MAX_REPORT_BYTES
-from core.run_schema import option_defaults
+from core.report.schema import MAX_REPORT_BYTES
+from core.request.run_schema import option_defaults
 from dashboard.edge.downloads import DownloadFolders
 from dashboard.edge.session_copies import SessionCopies
 from dashboard.service.runner import Runner

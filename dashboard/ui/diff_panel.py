@@ -1,4 +1,4 @@
-"""Two reports side by side (core.report_diff.diff_reports, drawn by dashboard.views.diff_tables and
+"""Two reports side by side (core.report.diff.diff_reports, drawn by dashboard.views.diff_tables and
 dashboard.views.timeline): a summary line, the settings, the rates and the per-step waits as tables, and both timelines
 on one time axis. The History section diffs two of a visitor's runs with it, Replay two report files."""
 
@@ -9,7 +9,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.report_diff import diff_reports
+from core.report.diff import diff_reports
 from dashboard.views import diff_tables, timeline
 from dashboard.views.report_text import plain
 

@@ -1,4 +1,4 @@
-"""The Compare tab's form: the run-option table (core.options.RUN_OPTIONS) as the page's controls, and back.
+"""The Compare tab's form: the run-option table (core.request.options.RUN_OPTIONS) as the page's controls, and back.
 
 Each option gets a control in its group (`build_form`), two to a row, in the table's order; `to_widget` and
 `from_widget` turn an option's value into what its control holds and back, and `page_values` gives the /run
@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.options import (
+from core.request.options import (
     CHOICE,
     CLI_ONLY,
     DEFAULT_PROMPT,
@@ -28,7 +28,7 @@ from core.options import (
     adapt_to_device,
     compile_needs_static_cache,
 )
-from core.run_schema import option_defaults
+from core.request.run_schema import option_defaults
 from dashboard.service.limits import LOCAL_LIMITS
 from dashboard.service.runner import Runner
 from dashboard.views.report_text import plain
@@ -91,7 +91,7 @@ class OptionsNote:
         return "  \n".join(lines)
 
     def _device_notices(self, compile_mode: str, streams: Any) -> list[str]:
-        """What a CPU runs in place of these choices (core.options.adapt_to_device's notices); none on CUDA."""
+        """What a CPU runs in place of these choices (core.request.options.adapt_to_device's notices); none on CUDA."""
         if self.runner.uses_cuda:
             return []
         try:
@@ -102,7 +102,7 @@ class OptionsNote:
 
 
 def build_form(runner: Runner, d: Mapping[str, Any]) -> Form:
-    """The model, the prompt, Run and Cancel, then a control per run option (core.options.RUN_OPTIONS) in its
+    """The model, the prompt, Run and Cancel, then a control per run option (core.request.options.RUN_OPTIONS) in its
     group, the loop options note wired to compile, StaticCache and streams."""
     model = gr.Dropdown(
         runner.model_choices(), value=d.get("model") or runner.model_spec or runner.model_choices()[0],

@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.report_schema import MAX_REPORT_BYTES
+from core.report.schema import MAX_REPORT_BYTES
 from dashboard.edge.downloads import DownloadFolders
 from dashboard.service.runner import Runner
 from dashboard.views.banner import ServerBanner
@@ -28,7 +28,7 @@ _BROWSER_ID = re.compile(r"[0-9a-f]{32}")
 
 @dataclass
 class PageConfig:
-    defaults: dict[str, Any]  # the form's first values: run options by name (core.options.RUN_OPTIONS) and model
+    defaults: dict[str, Any]  # the form's first values: run options by name (RUN_OPTIONS) and model
     replay_files: dict[str, Path]
     audit_files: dict[str, Path] = dataclasses.field(default_factory=dict)  # bundled audit reports (Your loop)
     live_interval_s: float = 0.25

@@ -27,10 +27,10 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from core.explain import report_device_type
 from core.measure import stats
-from core.options import RUN_OPTION
 from core.phases import phase_named
+from core.report.explain import report_device_type
+from core.request.options import RUN_OPTION
 from dashboard.service.page_record import SavedReport, split_report
 from dashboard.service.report_numbers import clock_of
 

@@ -1,4 +1,4 @@
-"""Two runs side by side on the page: core.report_diff.diff_reports' result as tables, the settings that
+"""Two runs side by side on the page: core.report.diff.diff_reports' result as tables, the settings that
 differ first and highlighted, and lines that say what changed, in the CLI's words (each contestant's sentence, the
 interval it was judged by, its call). Plain data only (no gradio): the page wraps these.
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.explain import duration
-from core.report_diff import diff_interval_text
+from core.report.diff import diff_interval_text
+from core.report.explain import duration
 
 SETTINGS_HEADERS = ("setting", "A", "B", "")
 RATES_HEADERS = ("contestant", "rate", "A", "B", "B / A", "call", "interval judged by")

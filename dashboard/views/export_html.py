@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core import report_schema
-from core.report_files import check_output_path, read_bounded
-from core.report_schema import AUDIT, LOAD
-from core.run_schema import OneLineParser
+from core.report import schema as report_schema
+from core.report.files import check_output_path, read_bounded
+from core.report.schema import AUDIT, LOAD
+from core.request.run_schema import OneLineParser
 from core.text import escaped
 
 PROG = "python -m dashboard.export_html"

@@ -1,4 +1,4 @@
-"""A load report (`python -m core.bench --requests N --json`, core.report_schema.LoadReport) as the page shows it, in
+"""A load report (`python -m core.bench --requests N --json`, core.report.schema.LoadReport) as the page shows it, in
 plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's throughput, and
 the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.options import NO_CHECK
+from core.request.options import NO_CHECK
 from dashboard.views.report_text import plain
 
 # The contestants as the CLI's table names them (core.load.report.NAMES).

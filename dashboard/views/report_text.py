@@ -14,8 +14,8 @@ from typing import Any
 
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
-from core.options import LOOPS, MAX_PROMPT_CHARS
-from core.report_schema import upgrade_report
+from core.report.schema import upgrade_report
+from core.request.options import LOOPS, MAX_PROMPT_CHARS
 from core.text import SHOWN_FIELD_CHARS, clip
 from dashboard.service.page_record import PageRecord, report_notices
 from dashboard.views.summary_table import headline, summary_rows

@@ -1,14 +1,14 @@
 """A run's summary as Compare and Replay show it: two tables (the verdict's evidence, then where the time went and
-the rest) and what the run shows in words (core.explain), with its code quotes as code. Plain data, no gradio: the
-exported run (dashboard.views.run_html) shows the same; the tables' components are in dashboard.ui.tabs.compare."""
+the rest) and what the run shows in words (core.report.explain), with its code quotes as code. Plain data, no gradio:
+the exported run (dashboard.views.run_html) shows the same; the tables' components are in dashboard.ui.tabs.compare."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from core.explain import what_this_run_shows
-from core.report_schema import upgrade_report
+from core.report.explain import what_this_run_shows
+from core.report.schema import upgrade_report
 from core.text import clip
 from dashboard.service.page_record import PageRecord
 from dashboard.views.report_text import plain, table_rows
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 # The summary in two tables, so that the verdict's evidence is in view at 1400 px without scrolling sideways: each
 # contestant's decode rate, its spread and sameness, its ratio to the baseline, and (for the verdict's contender) the
 # interval and the call; then where the time went and the rest (SUMMARY_HEADERS' other columns).
-SPREAD_HEADER = "decode spread %"  # the CLI table's name (core.report.TABLE_KEY: the decode rate's)
+SPREAD_HEADER = "decode spread %"  # the CLI table's name (core.report.build.TABLE_KEY: the decode rate's)
 EVIDENCE_HEADERS = ("contestant", "decode tok/s", SPREAD_HEADER, "same tokens", "× naive (decode)", "interval",
                     "verdict")
 EVIDENCE_WIDTHS = ["115px", "95px", "110px", "90px", "110px", "150px", "100px"]  # 770 px: the results column at 1400
@@ -31,12 +31,12 @@ DETAIL_LABEL = "Where the time went, and the rest"
 
 
 def run_shows_md(report: dict[str, Any]) -> str:
-    """core.explain's sentences on what a run shows, as the page's Markdown: its `code` quotes as code, the rest
+    """core.report.explain's sentences on what a run shows, as the page's Markdown: its `code` quotes as code, the rest
     as text (a report's file can say anything)."""
     try:
         sentences = what_this_run_shows(report)
     except Exception:  # a report that passed the checks but that the sentences cannot read: say so in words
-        log.exception("core.explain could not read a report that passed the checks")
+        log.exception("core.report.explain could not read a report that passed the checks")
         return "*What this run shows cannot be said for this report: a field it reads is not what core.bench writes.*"
     return "**What this run shows:** " + " ".join(code_quoted(sentence) for sentence in sentences)
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.explain import contestant_waits
+from core.report.explain import contestant_waits
 from dashboard.views import charts
 from dashboard.views.charts import Spec, color
 from dashboard.views.timeline_trials import DeviceLane, LoopTrial, Means, first_view, loop_trials, window_means
@@ -317,7 +317,7 @@ NAME_WIDTH = 11
 
 def _stats_block(groups: Sequence[_Group]) -> tuple[str, str]:
     """A small monospace table, a row per loop: its host wait, device gap and idle inside per decode step as the
-    summary states them (core.explain.contestant_waits: the median over its trials of each trial's mean), so the
+    summary states them (core.report.explain.contestant_waits: the median over its trials of each trial's mean), so the
     page has one figure of each; then a legend in words. And the hover that defines each of them."""
     trials = [t for group in groups for t in group.trials]
     means = {id(t): _summary_means(group.report, t) for group in groups for t in group.trials}

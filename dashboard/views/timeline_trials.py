@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from core.explain import report_device_type
 from core.measure.waits import step_work_ms
-from core.options import LOOPS, NO_CHECK
-from core.report_schema import upgrade_report
+from core.report.explain import report_device_type
+from core.report.schema import upgrade_report
+from core.request.options import LOOPS, NO_CHECK
 from core.text import SENTENCE_FIELD_CHARS, clip
 from dashboard.views import charts
 

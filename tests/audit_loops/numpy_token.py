@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for core.models
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for core.models.loading
 
 from transformers import DynamicCache
 
-from core.models import load_model
+from core.models.loading import load_model
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 new_tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 12

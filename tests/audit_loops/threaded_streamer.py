@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from threading import Thread
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for core.models
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for core.models.loading
 
 from transformers import TextIteratorStreamer
 
-from core.models import load_model
+from core.models.loading import load_model
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 new_tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 12

@@ -13,8 +13,8 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.options import RUN_OPTION
 from core.phases import TRIAL
+from core.request.options import RUN_OPTION
 from dashboard.edge.session_copies import SessionCopies
 from dashboard.service.jobs import COMPARE, FAILED, RUNNING, Job
 from dashboard.service.runner import Runner
@@ -128,7 +128,7 @@ class CompareTab:
 
     def run(self, request: gr.Request, **controls: Any) -> Iterator[dict]:
         """Queue a run and stream its progress until it finishes. `controls` are the model and the run options
-        by name (the /run endpoint's parameters, core.options.RUN_OPTIONS), as the page's controls hold them.
+        by name (the /run endpoint's parameters, core.request.options.RUN_OPTIONS), as the page's controls hold them.
         The `text` output holds the status, the rates, the verdict and the banner as plain text, for API callers."""
         said: dict[str, str] = {}
         updates = self._run(request, controls)
@@ -354,7 +354,7 @@ def address_of(request: gr.Request | None) -> str | None:
 
 
 def _command(job: Job) -> str:
-    """The report's own reproduce command (core.report.reproduce_command), with a file to write the report to."""
+    """The report's own reproduce command (core.report.build.reproduce_command), with a file to write the report to."""
     assert job.report is not None
     return job.report["command"] + " --json results.json"
 

@@ -16,7 +16,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.options import RUN_OPTION
+from core.request.options import RUN_OPTION
 from dashboard.service.jobs import UNDER_LOAD, Job
 from dashboard.service.limits import LOCAL_LOAD_LIMITS
 from dashboard.service.load_form import COMPILE_CHOICES, CONTESTANT_LABELS, LOAD_CONTESTANTS, load_defaults

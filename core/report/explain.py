@@ -4,7 +4,7 @@
 each is): where the host waited per decode step and at which line, where the device idled, what the pipelined loop
 removed, and the decode ratio against this run's noise; on the CPU, why no difference is expected. The facts the
 sentences and the page share (a contestant's waits, the audit's top site, the device kind) and numbers as words are
-here too; two reports side by side are core.report_diff's.
+here too; two reports side by side are core.report.diff's.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import statistics
 from typing import Any
 
 from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
-from core.options import (
+from core.phases import phase_named
+from core.report.schema import upgrade_report
+from core.request.options import (
     ALL_LOOPS,
 )
-from core.phases import phase_named
-from core.report_schema import upgrade_report
 from core.text import clip, shown_path
 
 # How a read of each sync-audit kind is named in a sentence (core.audit.sync.KINDS says what each is).
@@ -36,7 +36,7 @@ READ_NAMES = {
 
 def what_this_run_shows(report: dict[str, Any]) -> list[str]:
     """Two to four plain sentences on what the report's numbers show (no Markdown beyond `code` quotes). Any report,
-    old ones too (core.report_schema.upgrade_report)."""
+    old ones too (core.report.schema.upgrade_report)."""
     report = upgrade_report(report)
     summary = report["summary"]
     if not {"naive", "pipelined"} <= set(summary):

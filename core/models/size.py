@@ -2,8 +2,8 @@
 config.json leaves its sizes out (`defaulted_parameter_count`): transformers' own config class fills in the defaults
 it would load with (a Llama config without sizes is a 6.7B Llama), and where the formula cannot read the filled config
 either, the model is built on the meta device (no memory, no weights) and its parameters counted. The latter needs
-torch and transformers, imported when it is asked for (core.memory asks only in the processes that load: the CLI, the
-engine); importing this module imports neither."""
+torch and transformers, imported when it is asked for (core.models.memory asks only in the processes that load: the CLI,
+the engine); importing this module imports neither."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _filled_config(path: Path) -> Any:
     """The config class's instance for this config.json (its defaults filled in), never running the model's code."""
     from transformers import AutoConfig
 
-    from core.report_files import read_bounded
+    from core.report.files import read_bounded
 
     try:
         data = json.loads(read_bounded(path, MAX_CONFIG_BYTES, "a config.json"))

@@ -10,12 +10,6 @@ import json
 import math
 from typing import Any
 
-from core.explain import (
-    contestant_waits,
-    duration,
-    number_or_none,
-    plus_minus,
-)
 from core.measure.drift import PROCESS_DRIFT, ProcessDrift, device_words, drift_between, drift_words, not_comparable
 from core.measure.stats import (
     HOST_CLOCK_CONFIDENCE,
@@ -25,13 +19,19 @@ from core.measure.stats import (
     welch_ratio_interval,
     widened,
 )
-from core.options import ALL_LOOPS, NO_CHECK, OPTIONS, PIPELINED_AGAIN, RUN_OPTION, RUN_OPTIONS
-from core.report_schema import upgrade_report
+from core.report.explain import (
+    contestant_waits,
+    duration,
+    number_or_none,
+    plus_minus,
+)
+from core.report.schema import upgrade_report
+from core.request.options import ALL_LOOPS, NO_CHECK, OPTIONS, PIPELINED_AGAIN, RUN_OPTION, RUN_OPTIONS
 from core.text import SENTENCE_FIELD_CHARS, clip, escaped
 from core.tuning import RETIRED, SWITCHES
 
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
-# What the run was and what its switches made of the model and its compiled steps (core.report.environment)
+# What the run was and what its switches made of the model and its compiled steps (core.report.build.environment)
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
                       "pdl", "o_proj", "decode_products", "decode_layer", "step_commit", "torch", "transformers",
                       "python")
@@ -57,8 +57,8 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "request.options", the request's trials, contestants, audit ...; what a loop ran with where the device
         changed it, as "ran <option>");
       - "differs": the names of the settings that differ;
-      - "control": the contestant the differing settings cannot change (core.options.RunOption.affects), whose B / A
-        is the drift between the two runs, or None; "no_control": why there is none (None when there is one);
+      - "control": the contestant the differing settings cannot change (core.request.options.RunOption.affects), whose
+        B / A is the drift between the two runs, or None; "no_control": why there is none (None when there is one);
       - "drift": {"device" ("cuda", "cpu" or None), "rates", "against_control", "measured"}: the drift between two
         processes of the same settings on that device kind (core.measure.drift.PROCESS_DRIFT); where none is
         measured (the CPU, different or unknown kinds) the figures are None and "measured" says why no change is
@@ -79,7 +79,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "evidence" (the one noise figure the run itself printed: its interval, or for a verdict from before
         intervals, its ±noise).
 
-    Any reports, old ones too (core.report_schema.upgrade_report).
+    Any reports, old ones too (core.report.schema.upgrade_report).
     """
     a, b = upgrade_report(a), upgrade_report(b)
     names_a, names_b = list(a["summary"]), list(b["summary"])
@@ -204,8 +204,8 @@ _UNKNOWN_KEYS = "unknown"
 
 
 def _cache_length_differs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """Lag also sizes every loop's static cache (core.options.static_cache_length): why that breaks the control, or
-    None where both runs' caches held as many keys (or neither was static)."""
+    """Lag also sizes every loop's static cache (core.request.options.static_cache_length): why that breaks the control,
+    or None where both runs' caches held as many keys (or neither was static)."""
     keys = [_static_cache_keys(report) for report in (a, b)]
     if _UNKNOWN_KEYS in keys:
         return "lag differs, and lag sizes every loop's static cache, whose length the reports do not say"

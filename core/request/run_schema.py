@@ -1,4 +1,4 @@
-"""The run options table (core.options.RUN_OPTIONS) put to work: the CLI's flags, values by name coerced into a
+"""The run options table (core.request.options.RUN_OPTIONS) put to work: the CLI's flags, values by name coerced into a
 `BenchRequest`, and the command line that repeats a request. Torch-free: the dashboard's server uses it too.
 
 Every caller goes through `request_from_values`: the page with its limits, the CLI with none. What a loop gets is
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.options import (
+from core.request.options import (
     CHOICE,
     CLI_ONLY,
     CONTESTANT,

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from core.model_sources import sharded
-from core.specs import TINY_FAMILIES
+from core.models.sources import sharded
+from core.models.specs import TINY_FAMILIES
 
 
 def random_model(shape: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device, tp: int = 1,

@@ -1,6 +1,6 @@
 """The documents this project writes and reads, defined once: their schemas, their keys as types, and one way in.
 
-- the bench report (`python -m core.bench --json`, core.report.build_report): `BenchReport`;
+- the bench report (`python -m core.bench --json`, core.report.build.build_report): `BenchReport`;
 - the page report (the page's download, dashboard.service.page_record): `{"schema", "report": <bench report>,
   "page": <the page's record> or null}`; the page's downloads from before kept that record inside the report, under
   "dashboard";
@@ -24,9 +24,9 @@ import shlex
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from core.options import STEP_GRAPH, is_int
 from core.phases import phase_named
-from core.report_files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
+from core.report.files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
+from core.request.options import STEP_GRAPH, is_int
 from core.text import clip
 from core.tuning import RETIRED, SWITCH, SWITCHES
 
@@ -70,7 +70,7 @@ class Effective(TypedDict):
 
 class BenchReport(TypedDict):
     """core.bench's report. The per-contestant entries (summary, warmup, sync_audit, kernel_measurement) are dicts of
-    numbers whose keys core.report.summarize, core.compare and core.measure write."""
+    numbers whose keys core.report.build.summarize, core.compare and core.measure write."""
 
     schema: str
     created: str
@@ -358,7 +358,7 @@ def upgrade_report(report: Any) -> Any:
 
 def _kernel_fields_before_the_summary_had_them(report: dict[str, Any]) -> dict[str, Any]:
     """The summary's kernel_ms_per_step and kernel_busy_of_timed_steps of a report written before the summary held
-    them, from its kernel measurement as core.report.summarize derives them today (the measurement's kernel ms per
+    them, from its kernel measurement as core.report.build.summarize derives them today (the measurement's kernel ms per
     step, and kernel_share_of_timed_steps of it over the median trial's step)."""
     summary = dict(report["summary"])
     for name, measured in report["kernel_measurement"].items():
@@ -393,7 +393,7 @@ def kernel_share_of_timed_steps(measured: dict[str, Any] | None, step_ms: float 
 
 
 def _median_of_trials(runs: Any, name: str, key: str) -> float | None:
-    """The median over a contestant's trials of one of its timings (as core.report.summarize's median_of)."""
+    """The median over a contestant's trials of one of its timings (as core.report.build.summarize's median_of)."""
     values = [r["timings"][key] for r in runs if isinstance(r, dict) and r.get("contestant") == name
               and isinstance(r.get("timings"), dict) and _is_number(r["timings"].get(key))] \
         if isinstance(runs, list) else []

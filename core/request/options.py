@@ -27,7 +27,7 @@ DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a mess
 MAX_MIN_SECONDS = 600.0
 MAX_PROMPT_CHARS = 20_000
 STATIC_CACHE_BUCKET = 256  # static caches come in multiples of this many keys
-# The --hf-modules flag of both the CLI and the app (core.models.prepare_for_decode says what it turns off).
+# The --hf-modules flag of both the CLI and the app (core.models.loading.prepare_for_decode says what it turns off).
 HF_MODULES_HELP = ("keep transformers' modules as they are: separate q/k/v and gate/up projections, and KV heads "
                    "copied per query head in compiled steps (default: fused, and read in place)")
 # core.kernels.decode_layer's transform of the model, as the report names it (its layers run so in step-graph steps)
@@ -170,7 +170,7 @@ class RunOption:
     group: str = "run"
     history: bool = False  # a column of the run history
     # The contestants whose runs the option can change (empty: all). Two reports differing only in options that leave
-    # a contestant out have that contestant as their control (core.report_diff.diff_reports).
+    # a contestant out have that contestant as their control (core.report.diff.diff_reports).
     affects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

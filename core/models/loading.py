@@ -3,8 +3,8 @@
 Every loader returns a `LoadedModel`: the HF causal LM, its tokenizer, the device and dtype it runs in, and what
 `prepare_for_decode` did to it (and why it left anything out).
 
-The spec's weights come from core.model_sources (checked there first, by `check_spec`), random ones from
-core.random_models.
+The spec's weights come from core.models.sources (checked there first, by `check_spec`), random ones from
+core.models.random_weights.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from typing import Any
 
 import torch
 
-from core.memory import admit
-from core.model_sources import check_spec, default_tokenizer, load_default, load_pretrained, sharded
-from core.options import CUDA_GRAPH_COMPILE_MODES, DECODE_LAYERS_TRANSFORM, FUSED_ALL_REDUCE, ONE_SHOT_ALL_REDUCE
-from core.parallel.tensor_parallel import FUSED, ONE_SHOT
-from core.random_models import random_model, tiny_family_model
-from core.specs import (
+from core.models.memory import admit
+from core.models.random_weights import random_model, tiny_family_model
+from core.models.sources import check_spec, default_tokenizer, load_default, load_pretrained, sharded
+from core.models.specs import (
     DEFAULT_MODEL,
     SYNTHETIC_CONFIG_CLASSES,
     SYNTHETIC_PREFIX,
@@ -28,6 +26,13 @@ from core.specs import (
     TINY_FAMILY_PREFIX,
     TINY_RANDOM,
     TINY_SHAPE,
+)
+from core.parallel.tensor_parallel import FUSED, ONE_SHOT
+from core.request.options import (
+    CUDA_GRAPH_COMPILE_MODES,
+    DECODE_LAYERS_TRANSFORM,
+    FUSED_ALL_REDUCE,
+    ONE_SHOT_ALL_REDUCE,
 )
 from core.tuning import Tuning
 
@@ -153,8 +158,8 @@ def load_model(
     is prepared for batch-1 decoding (`prepare_for_decode`): the same weights and math, fewer and larger kernels.
     `tuning`: the switches it is prepared and its steps compiled with (a process reads them once, at its start; None:
     from this process's environment now). A model that cannot fit where it would run is a ValueError in one line before
-    anything is allocated (core.memory.admit); `admitted`: the caller has asked it already (the engine, counting the
-    model it replaces)."""
+    anything is allocated (core.models.memory.admit); `admitted`: the caller has asked it already (the engine, counting
+    the model it replaces)."""
     tuning = Tuning.from_environment() if tuning is None else tuning
     spec = check_spec(spec)
     _quiet_transformers()

@@ -3,12 +3,12 @@
 
 A model's need is its weights (parameters x bytes per element, 1/tp of them per rank under tensor parallel: the
 embedding and the head are split too) plus a margin for activations, the KV cache of a run and the decode setups:
-MARGIN_FRACTION of the weights and MARGIN_BYTES more. The parameters come from the spec's shape (core.specs) or,
+MARGIN_FRACTION of the weights and MARGIN_BYTES more. The parameters come from the spec's shape (core.models.specs) or,
 for an HF id or a path, from the sizes in its config.json; where it leaves them out, from the defaults its config
-class fills in (core.model_size: in the processes that load, the CLI's and the engine's; the page's server, which
+class fills in (core.models.size: in the processes that load, the CLI's and the engine's; the page's server, which
 never imports torch, lets such a config through for the engine to check). The room is free host memory (the lower of
 /proc/meminfo's MemAvailable and the cgroup's limit minus its use) or free device memory, plus what the model that a
-load replaces holds. `admit` is the one check of the CLI (core.models.load_model) and the engine.
+load replaces holds. `admit` is the one check of the CLI (core.models.loading.load_model) and the engine.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.model_size import MAX_CONFIG_BYTES, defaulted_parameter_count, parameter_count, text_shape
-from core.report_files import read_bounded
-from core.specs import (
+from core.models.size import MAX_CONFIG_BYTES, defaulted_parameter_count, parameter_count, text_shape
+from core.models.specs import (
     DEFAULT_MODEL,
     SYNTHETIC_PREFIX,
     SYNTHETIC_SHAPES,
@@ -31,6 +30,7 @@ from core.specs import (
     TINY_SHAPE,
     quote_spec,
 )
+from core.report.files import read_bounded
 
 GIB = 2**30
 MARGIN_FRACTION = 0.25
@@ -120,7 +120,7 @@ def config_file(spec: str) -> Path | None:
 def memory_need(spec: str, element_bytes: int, tp: int = 1, *, config_defaults: bool = False) -> MemoryNeed | None:
     """What loading `spec` takes per rank, or None when its size cannot be known without loading it. With
     `config_defaults` (it imports torch and transformers), a config.json without sizes is sized by its config class's
-    defaults, as transformers would load it (core.model_size)."""
+    defaults, as transformers would load it (core.models.size)."""
     shape = spec_shape(spec)
     parameters = parameter_count(shape) if shape is not None else None
     if parameters is None and config_defaults and (config := config_file(spec)) is not None:
@@ -154,7 +154,7 @@ class Admission:
 def admit(spec: str, device: Any, element_bytes: int, tp: int = 1, held_bytes: int = 0) -> Admission:
     """The admission of a load of `spec` on `device` (a torch.device), 1/tp of it on this rank, in place of a model
     that holds `held_bytes` here; ValueError in one line, before anything is allocated or unloaded, when it cannot
-    fit. The CLI's load (core.models.load_model) and the engine's both ask it."""
+    fit. The CLI's load (core.models.loading.load_model) and the engine's both ask it."""
     need = memory_need(spec, element_bytes, tp, config_defaults=True)
     if need is None:
         return Admission(UNSIZED_NOTE, beside=False)

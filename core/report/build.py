@@ -1,7 +1,7 @@
 """The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
-`format_table` is the report as the CLI prints it. Its keys and schema are core.report_schema's (BenchReport); old
+`format_table` is the report as the CLI prints it. Its keys and schema are core.report.schema's (BenchReport); old
 reports are upgraded to them when loaded.
 """
 
@@ -21,10 +21,10 @@ from core.loops.step import step_kernels
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
-from core.models import LoadedModel
-from core.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, GenerationOptions
-from core.report_schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
-from core.run_schema import cli_command
+from core.models.loading import LoadedModel
+from core.report.schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
+from core.request.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, GenerationOptions
+from core.request.run_schema import cli_command
 
 COPY_BANDWIDTH_BYTES_PER_S = 4.28e12  # device-to-device copy rate, read + write bytes (docs/NUMBERS.md)
 
@@ -37,8 +37,8 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     """The report of a run: its trials and warm-ups, and the extra measurements' findings where they ran (the sync
     audit's per contestant, the kernel measurement's per contestant). Taken from the run, not worked out again: each
     run's `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with
-    (`effective`, core.options.effective_options) and what the loops ran with (`loops_ran`), as core.compare.compare
-    used them."""
+    (`effective`, core.request.options.effective_options) and what the loops ran with (`loops_ran`), as
+    core.compare.compare used them."""
     summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
                                (kernel_measurements or {}).get(name), loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
@@ -171,7 +171,7 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
 
 def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
                 total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran (core.report_schema.kernel_share_of_timed_steps,
+    """The share of the timed trials' device time that kernels ran (core.report.schema.kernel_share_of_timed_steps,
     which also fills it in for a report written before the summary held it)."""
     return kernel_share_of_timed_steps(kernel_measurement, step_ms, total_ms)
 

@@ -1,0 +1,3 @@
+"""What a run asks for, checked without torch: the generation options, the benchmark request and the table of run
+options (options), and that table put to work as the CLI's flags, values by name and the command that repeats a
+request (run_schema). Imports nothing itself: the dashboard's server reads these without torch."""
