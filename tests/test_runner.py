@@ -377,3 +377,69 @@ def test_a_run_past_the_time_limit_is_stopped_and_says_why():
         assert job.state == CANCELLED and "limits the length of a run" in job.error
     finally:
         runner.close()
+
+
+# ---- the pages that stream a run (dashboard.service.watchers): the Compare and Under load tabs share the rule
+
+
+class _CancelsRecorder:
+    def __init__(self):
+        self.cancelled: list[tuple[int, str | None]] = []
+
+    def cancel(self, job_id: int, owner: str | None = None, reason: str | None = None) -> bool:
+        self.cancelled.append((job_id, reason))
+        return True
+
+
+def _job(job_id: int):
+    from dashboard.service.jobs import COMPARE, Job
+
+    return Job(id=job_id, work=COMPARE, owner="o", model=None)
+
+
+def _within(seconds: float, done) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done()
+
+
+def test_a_run_whose_last_page_left_is_cancelled_once_after_the_grace_counted_from_the_last_leave():
+    from dashboard.service.watchers import JobWatchers
+
+    runner, grace = _CancelsRecorder(), 0.3
+    watchers = JobWatchers(runner, grace_s=grace)
+    job = _job(1)
+    with watchers.watching(job):
+        with watchers.watching(job):  # two tabs on one run: one closing leaves it watched
+            assert watchers.count(job) == 2
+        assert watchers.count(job) == 1
+    left = time.monotonic()
+    with watchers.watching(job):  # a reload, back within the grace, then gone again
+        time.sleep(grace * 0.6)
+    left_again = time.monotonic()
+    assert _within(10 * grace + 5, lambda: runner.cancelled)
+    assert time.monotonic() - left_again >= grace * 0.9, "the first leave's timer cancelled it before the last grace"
+    assert time.monotonic() - left >= grace * 1.5
+    time.sleep(grace)
+    assert [job_id for job_id, _ in runner.cancelled] == [1], "cancelled exactly once"
+    assert "not opened again within" in runner.cancelled[0][1] and watchers.count(job) == 0
+
+
+def test_a_page_back_within_the_grace_keeps_the_run_and_a_finished_run_is_never_cancelled():
+    from dashboard.service.jobs import DONE
+    from dashboard.service.watchers import JobWatchers
+
+    runner, grace = _CancelsRecorder(), 0.1
+    watchers = JobWatchers(runner, grace_s=grace)
+    kept, finished = _job(1), _job(2)
+    with watchers.watching(kept):
+        pass
+    with watchers.watching(kept):  # back in time, and still streaming when the grace has run out
+        time.sleep(grace * 4)
+        assert not runner.cancelled
+    with watchers.watching(finished):
+        finished.state = DONE
+    assert _within(10 * grace + 5, lambda: runner.cancelled)
+    time.sleep(grace * 2)
+    assert [job_id for job_id, _ in runner.cancelled] == [1], "kept left at last; the finished run is left alone"

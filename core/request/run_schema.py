@@ -8,6 +8,7 @@ checked here once (and by the dataclasses' own bounds), so the loops trust it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import shutil
@@ -123,7 +124,7 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
         value = value or option.default
         option.check(value, called)
         return value
-    number = _number(called, value)
+    number = finite_number(called, value)
     if option.kind == WHOLE:
         if number != int(number):
             raise ValueError(f"{called} must be a whole number, got {value!r}")
@@ -147,7 +148,8 @@ def _flag(value: Any, called: str) -> bool:
     raise ValueError(f"{called} must be true or false, got {value!r}")
 
 
-def _number(called: str, value: Any) -> float:
+def finite_number(called: str, value: Any) -> float:
+    """`value` from a form or a flag (a float, a numeric string) as a finite float; a message names it `called`."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise ValueError(f"{called} is empty: enter a number")
     if isinstance(value, bool):
@@ -155,10 +157,16 @@ def _number(called: str, value: Any) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{called} must be a number, got {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ValueError(f"{called} must be a finite number, got {value!r}")
+        raise ValueError(f"{called} must be a number, got {quoted(value)}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{called} must be a finite number, got {quoted(value)}")
     return number
+
+
+def quoted(value: Any) -> str:
+    """A value as a message quotes it: short, one line."""
+    text = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _checked_text(text: Any, called: str) -> str:

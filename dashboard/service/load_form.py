@@ -8,12 +8,12 @@ runs in the engine, whose ValueError ends the job with its one line. No torch or
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.load.workload import MAX_SLOTS, OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
 from core.request.options import NO_CHECK, RUN_OPTION
+from core.request.run_schema import finite_number, quoted
 from dashboard.service.limits import LOCAL_LOAD_LIMITS, LoadLimits
 from engine.protocol import LoadSettings
 
@@ -88,32 +88,32 @@ class _Checker:
     def whole(self, value: Any, called: str, low: int, high: int, ceiling: int | None = None) -> int:
         """`value` as a whole number in [low, high]; `ceiling`: the bound without this server's limits, so that a
         message says when `high` is the server's limit."""
-        number = _number(value, called)
+        number = finite_number(called, value)
         if number != int(number):
-            raise ValueError(f"{called} must be a whole number, got {_shown(value)}")
+            raise ValueError(f"{called} must be a whole number, got {quoted(value)}")
         if not low <= number <= high:
             limited = ceiling is not None and high < ceiling and number > high
             note = f" ({self.limit_note()})" if limited else ""
-            raise ValueError(f"{called} must be between {low} and {high}, got {_shown(value)}{note}")
+            raise ValueError(f"{called} must be between {low} and {high}, got {quoted(value)}{note}")
         return int(number)
 
     def rate(self, value: Any, called: str) -> float:
-        number = _number(value, called)
+        number = finite_number(called, value)
         if not 0 <= number <= MAX_RATE:
             raise ValueError(f"{called} must be between 0 (all at once) and {MAX_RATE:g} requests a second, "
-                             f"got {_shown(value)}")
+                             f"got {quoted(value)}")
         return float(number)
 
     def choice(self, value: Any, called: str, choices: Sequence[str]) -> str:
         if value not in choices:
-            raise ValueError(f"unknown {called} {_shown(value)}; use one of: {', '.join(choices)}")
+            raise ValueError(f"unknown {called} {quoted(value)}; use one of: {', '.join(choices)}")
         return str(value)
 
     def flag(self, value: Any, called: str) -> bool:
         word = value.strip().lower() if isinstance(value, str) else None
         if isinstance(value, bool) or word in ("true", "false"):
             return value if isinstance(value, bool) else word == "true"
-        raise ValueError(f"{called} must be true or false, got {_shown(value)}")
+        raise ValueError(f"{called} must be true or false, got {quoted(value)}")
 
     def prompt_lengths(self, text: Any) -> tuple[int, int]:
         """"MIN-MAX" (or one number) in tokens, within this server's longest prompt."""
@@ -121,9 +121,9 @@ class _Checker:
         try:
             shortest, longest = int(low), int(high or low)
         except ValueError:
-            raise ValueError(f"prompt lengths must be MIN-MAX in tokens, as 8-32; got {_shown(text)}") from None
+            raise ValueError(f"prompt lengths must be MIN-MAX in tokens, as 8-32; got {quoted(text)}") from None
         if not 1 <= shortest <= longest:
-            raise ValueError(f"prompt lengths must be MIN-MAX with 1 <= MIN <= MAX, got {_shown(text)}")
+            raise ValueError(f"prompt lengths must be MIN-MAX with 1 <= MIN <= MAX, got {quoted(text)}")
         if longest > self.limits.prompt_tokens:
             raise ValueError(f"the longest prompt must be at most {self.limits.prompt_tokens} tokens, got {longest} "
                              f"({self.limit_note()})")
@@ -139,28 +139,12 @@ class _Checker:
         names = [chosen] if isinstance(chosen, str) else list(chosen or [])
         unknown = [name for name in names if name not in LOAD_CONTESTANTS]
         if unknown:
-            raise ValueError(f"unknown contestant(s) {', '.join(map(_shown, unknown))}; use some of: "
+            raise ValueError(f"unknown contestant(s) {', '.join(map(quoted, unknown))}; use some of: "
                              f"{', '.join(LOAD_CONTESTANTS)}")
         if not names:
             raise ValueError("choose at least one contestant")
         return tuple(name for name in LOAD_CONTESTANTS if name in names)
 
 
-def _number(value: Any, called: str) -> float:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{called} is empty: enter a number")
-    if isinstance(value, bool):
-        raise ValueError(f"{called} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{called} must be a number, got {_shown(value)}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{called} must be a finite number, got {_shown(value)}")
-    return number
 
 
-def _shown(value: Any) -> str:
-    """A value as a message quotes it: short, one line."""
-    text = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 40 else text[:40] + "…"

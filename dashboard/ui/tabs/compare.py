@@ -4,7 +4,6 @@ holds the visitor's runs. A reload finds the visitor's run again and streams it 
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -18,6 +17,7 @@ from core.request.options import RUN_OPTION
 from dashboard.edge.session_copies import SessionCopies
 from dashboard.service.jobs import COMPARE, FAILED, RUNNING, Job
 from dashboard.service.runner import Runner
+from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import build_form, from_widget
 from dashboard.ui.page import PageContext
 from dashboard.ui.tabs.history import HistoryTab
@@ -41,8 +41,6 @@ OUTPUTS = ("status", "naive_rate", "naive_text", "pipelined_rate", "pipelined_te
            "report_file", "trace_file", "banner", "model", "run_note", "summary_more", "shows", "run_a", "run_b",
            "text", "html_file")
 TEXT_OUTPUTS = ("status", "naive_rate", "pipelined_rate", "headline", "shows", "run_note", "banner")
-# A run whose page went away (a reload, a closed tab) goes on this long for the same browser to come back to it.
-RECONNECT_GRACE_S = 15.0
 CPU_QUIET_NOTE = ("*(On the CPU this page redraws every {:g} s, without its charts, while a trial is timed: its "
                   "redraws would share the processor with the loop.)*")
 
@@ -61,8 +59,7 @@ class CompareTab:
         self.components = components
         self.history = history
         self._submitting = threading.Lock()  # a visitor's "already going?" and the submit, as one step
-        self._watchers: collections.Counter[int] = collections.Counter()  # job id -> pages streaming it
-        self._lock = threading.Lock()
+        self.watchers = JobWatchers(page.runner)  # the pages streaming each run
         self.session_copies: SessionCopies | None = None  # build_demo sets it once the page is built
 
     @classmethod
@@ -214,9 +211,7 @@ class CompareTab:
     def _follow(self, job: Job, owner: str) -> Iterator[dict]:
         c, runner, config = self.components, self.page.runner, self.page.config
         last_chart, last_shown, model_seen, timeline_runs = 0.0, 0.0, runner.model_spec, 0
-        with self._lock:
-            self._watchers[job.id] += 1
-        try:
+        with self.watchers.watching(job):
             while not job.wait(config.live_interval_s):
                 snap = runner.snapshot(job)
                 quiet = quiet_now(snap, runner.uses_cuda)
@@ -238,30 +233,7 @@ class CompareTab:
                     model_seen = runner.model_spec
                     update[self.page.banner_md] = self.page.banner.text()
                 yield update
-        finally:
-            self._release(job)
         yield self._final_update(job, owner)
-
-    def _release(self, job: Job) -> None:
-        """A page stopped streaming `job`; if none streams it RECONNECT_GRACE_S later, cancel it (free the device)."""
-        with self._lock:
-            self._watchers[job.id] -= 1
-            if self._watchers[job.id] > 0 or job.done:
-                if job.done:
-                    del self._watchers[job.id]
-                return
-        timer = threading.Timer(RECONNECT_GRACE_S, self._cancel_if_unwatched, args=(job,))
-        timer.daemon = True
-        timer.start()
-
-    def _cancel_if_unwatched(self, job: Job) -> None:
-        with self._lock:
-            watched = self._watchers[job.id] > 0
-            if not watched:
-                del self._watchers[job.id]
-        if not watched and not job.done:
-            self.page.runner.cancel(job.id, reason=f"its page was closed and not opened again within "
-                                                   f"{RECONNECT_GRACE_S:.0f} s, so the device was freed for others")
 
     def cancel(self, request: gr.Request) -> str:
         owner = self.page.owner(request)

@@ -7,7 +7,6 @@ reload finds the visitor's run again.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import threading
@@ -21,6 +20,7 @@ from dashboard.service.jobs import UNDER_LOAD, Job
 from dashboard.service.limits import LOCAL_LOAD_LIMITS
 from dashboard.service.load_form import COMPILE_CHOICES, CONTESTANT_LABELS, LOAD_CONTESTANTS, load_defaults
 from dashboard.service.page_record import public_report
+from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import typed_whole
 from dashboard.ui.page import PageContext, Visitors
 from dashboard.ui.tabs.compare import address_of
@@ -35,7 +35,6 @@ OUTPUTS = ("status", "throughput_plot", "findings", "table", "sweep_table", "slo
 SETTINGS = ("model", "requests", "slots", "rate", "max_new_tokens", "prompts", "prompt_lengths", "output_lengths",
             "output_median", "workload_seed", "compile", "lag", "trials", "sweep_slots", "sweep_rates", "contestants",
             "audit", "solo_checks")
-RECONNECT_GRACE_S = 15.0  # as the Compare tab's: a run whose page went away goes on this long for it to come back
 REPORT_NAME = "syncscope-load-report.json"
 HTML_NAME = "syncscope-load-report.html"
 INTRO = ("Many requests of different lengths share each decode step (continuous batching): a finished request's slot "
@@ -57,8 +56,7 @@ class UnderLoadTab:
         self.panel = panel
         self.session_copies: Any = None  # build_demo sets it once the page is built
         self._submitting = threading.Lock()
-        self._watchers: collections.Counter[int] = collections.Counter()
-        self._lock = threading.Lock()
+        self.watchers = JobWatchers(page.runner)  # the pages streaming each run
 
     @classmethod
     def build(cls, page: PageContext) -> Self:
@@ -169,10 +167,8 @@ class UnderLoadTab:
 
     def _follow(self, job: Job) -> Iterator[dict]:
         c, runner = self.components, self.page.runner
-        with self._lock:
-            self._watchers[job.id] += 1
         drawn = -1
-        try:
+        with self.watchers.watching(job):
             while not job.wait(self.page.config.live_interval_s):
                 snap = runner.snapshot(job)
                 update = self._live(job, snap)
@@ -180,8 +176,6 @@ class UnderLoadTab:
                     drawn = len(snap.get("runs") or [])
                     update[c["throughput_plot"]] = load_charts.throughput_figure(snap.get("runs") or [])
                 yield self._said(update)
-        finally:
-            self._release(job)
         yield self._said(self._final(job))
 
     def _live(self, job: Job, snap: dict[str, Any] | None = None) -> dict:
@@ -246,27 +240,6 @@ class UnderLoadTab:
         if c["run_note"] in update and update[c["run_note"]]:
             text["run_note"] = as_text(update[c["run_note"]])
         return {**update, c["text"]: text} if text else update
-
-    def _release(self, job: Job) -> None:
-        """A page stopped streaming `job`; if none streams it RECONNECT_GRACE_S later, cancel it (free the device)."""
-        with self._lock:
-            self._watchers[job.id] -= 1
-            if self._watchers[job.id] > 0 or job.done:
-                if job.done:
-                    del self._watchers[job.id]
-                return
-        timer = threading.Timer(RECONNECT_GRACE_S, self._cancel_if_unwatched, args=(job,))
-        timer.daemon = True
-        timer.start()
-
-    def _cancel_if_unwatched(self, job: Job) -> None:
-        with self._lock:
-            watched = self._watchers[job.id] > 0
-            if not watched:
-                del self._watchers[job.id]
-        if not watched and not job.done:
-            self.page.runner.cancel(job.id, reason=f"its page was closed and not opened again within "
-                                                   f"{RECONNECT_GRACE_S:.0f} s, so the device was freed for others")
 
     def cancel(self, request: gr.Request) -> str:
         owner = self.page.owner(request)
