@@ -25,9 +25,9 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from core.documents.files import read_report_bytes, report_paths
+from core.documents.schema import LOAD, MAX_REPORT_BYTES, kind_of
 from core.models.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
-from core.report.files import read_report_bytes, report_paths
-from core.report.schema import LOAD, MAX_REPORT_BYTES, kind_of
 from core.request.options import HF_MODULES_HELP
 from core.request.run_schema import (
     Limits,
@@ -252,7 +252,7 @@ def _bundled_kind(path: Path) -> str | None:
 
 def _checker_version() -> str:
     """What decides a file's kind: this file and the modules that parse reports, by their size and time."""
-    from core.report import schema as report_schema
+    from core.documents import schema as report_schema
     from dashboard.service import audit_digest, page_record
 
     modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_digest)]

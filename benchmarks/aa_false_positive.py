@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.documents.files import read_report_bytes, report_paths  # noqa: E402
 from core.measure.stats import paired_trials, spread, verdict  # noqa: E402
-from core.report.files import read_report_bytes, report_paths  # noqa: E402
 from core.request.options import DEFAULT_PROMPT, PIPELINED_AGAIN  # noqa: E402
 from core.request.run_schema import option_defaults, request_from_values, static_cache_for  # noqa: E402
 

@@ -51,8 +51,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.documents.files import read_report_bytes, report_paths  # noqa: E402
 from core.models.specs import DEFAULT_MODEL, SYNTHETIC_PREFIX, TINY_RANDOM  # noqa: E402
-from core.report.files import read_report_bytes, report_paths  # noqa: E402
 from core.request.options import HF, HF_DEFERRED, STEP_GRAPH  # noqa: E402
 
 ONE_GPU, TWO_GPU = "one-gpu", "two-gpu"

@@ -12,14 +12,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.report.files import read_report_bytes, report_paths
+from core.documents.files import read_report_bytes, report_paths
 
 ORDER = ("naive", "pipelined", "no-check", "pipelined-again", "hf", "hf-deferred")
 CASE_ORDER = ("eager-dynamic", "eager-static", "compiled-static", "step-graph")
 
 
 def load_reports(folder: Path) -> list[dict[str, Any]]:
-    """Every report in `folder`, plain or gzipped (core.report.files)."""
+    """Every report in `folder`, plain or gzipped (core.documents.files)."""
     reports = [json.loads(read_report_bytes(path)) for path in report_paths(folder)]
     reports = [r for r in reports if isinstance(r, dict) and "case" in r]
     return sorted(reports, key=lambda r: (r["model"]["weight_bytes"], _case_rank(r["case"]["name"])))

@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.report.schema import load
+from core.documents.schema import load
 
 ORDER = ("matrix products", "attention", "normalisation and rotary", "elementwise", "sampling", "copies", "other")
 

@@ -38,6 +38,8 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     import torch
 
     from core.compare import InterruptedRun, compare, run_contestant
+    from core.documents.files import check_output_path, check_profile_dir, write_json
+    from core.documents.schema import BENCH, bench_report, load
     from core.load.protocol import DEFAULT_LOAD_CONTESTANTS, LOAD_CONTESTANTS, LoadRequest
     from core.load.workload import OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
     from core.loops.prompt import synthetic_prompt
@@ -50,8 +52,6 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.report.build import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
     from core.report.diff import diff_reports, diff_text
     from core.report.explain import what_this_run_shows
-    from core.report.files import check_output_path, check_profile_dir, write_json
-    from core.report.schema import BENCH, bench_report, load
     from core.request.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions
     from core.request.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.text import escaped, printable
@@ -287,7 +287,7 @@ def _load_progress(event: dict[str, Any]) -> None:
 
 def diff_files(path_a: str, path_b: str) -> int:
     """`--diff A B`: the two reports side by side (core.report.diff.diff_text); a file that is not a
-    report, or is larger than a report may be (core.report.files.MAX_REPORT_BYTES, decompressed too), is one line on
+    report, or is larger than a report may be (core.documents.files.MAX_REPORT_BYTES, decompressed too), is one line on
     stderr and exit code 2."""
     try:
         reports = [bench_report(load(Path(path), expect=BENCH)) for path in (path_a, path_b)]

@@ -279,7 +279,7 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_a_weight_is_drawn
 def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path, capsys, monkeypatch, hostile):
     import gzip
 
-    import core.report.schema as schema
+    import core.documents.schema as schema
 
     monkeypatch.setattr(schema.load, "__defaults__", (2 * 2**20,))  # a 2 MiB limit: the test stays small and fast
     (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b" " * 64 * 2**20, compresslevel=1))
@@ -295,7 +295,7 @@ def test_diff_of_a_file_past_the_limit_is_one_line_and_never_read_whole(tmp_path
 
 
 def test_diff_writes_out_the_control_characters_of_a_reports_fields(tmp_path, capsys):
-    from core.report.files import read_report_bytes
+    from core.documents.files import read_report_bytes
 
     results = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results" / "h200-2026-12-01"
     report = json.loads(read_report_bytes(results / "audit-ro-1b.json.gz"))

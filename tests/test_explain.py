@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.documents.files import read_report_bytes
 from core.report.diff import diff_reports, diff_text
 from core.report.explain import duration, plus_minus, what_this_run_shows
-from core.report.files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 RO_1B = RESULTS / "h200-2026-12-01" / "audit-ro-1b.json.gz"

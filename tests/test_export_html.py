@@ -16,8 +16,8 @@ import plotly.offline
 import pytest
 
 from benchmarks.hostile_audits import EVIL
-from core.report.files import read_report_bytes
-from core.report.schema import load
+from core.documents.files import read_report_bytes
+from core.documents.schema import load
 from dashboard.service.page_record import PageRecord, page_report
 from dashboard.views import export_html
 from dashboard.views.run_html import NO_SENTENCES, run_html

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from core.bench import main
+from core.documents.schema import LOAD, ReportError, load
 from core.load.batching import run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching
 from core.load.protocol import LoadRequest, check_memory, run_load
@@ -19,7 +20,6 @@ from core.load.workload import MAX_REQUESTS, WorkloadSpec, parse_list
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
 from core.models.loading import load_model
-from core.report.schema import LOAD, ReportError, load
 from core.request.options import GenerationOptions, static_cache_length
 
 SPEC = WorkloadSpec(requests=12, max_new_tokens=24, seed=1)

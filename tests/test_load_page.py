@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from gradio_client import handle_file
 
+from core.documents.schema import LOAD, kind_of
+from core.documents.schema import load as load_document
 from core.load.workload import WorkloadSpec
-from core.report.schema import LOAD, kind_of
-from core.report.schema import load as load_document
 from core.request.run_schema import python_command
 from dashboard.service.jobs import DONE, RUNNING, UNDER_LOAD, Job
 from dashboard.service.limits import EXPOSED_LOAD_LIMITS

@@ -1,4 +1,5 @@
-"""core.report.files: reports are read alike whether plain or gzipped; a damaged .gz is a ValueError, as bad JSON is."""
+"""core.documents.files: reports are read alike whether plain or gzipped; a damaged .gz is a ValueError, as bad JSON
+is."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.report.files import read_report_bytes, report_paths, write_json
-from core.report.schema import BENCH, bench_report, load
+from core.documents.files import read_report_bytes, report_paths, write_json
+from core.documents.schema import BENCH, bench_report, load
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 

@@ -1,4 +1,4 @@
-"""core.report.schema: one way in for the three documents, torch-free, and every committed report still loads."""
+"""core.documents.schema: one way in for the three documents, torch-free, and every committed report still loads."""
 
 import gzip
 import json
@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from core.report import schema as report_schema
-from core.report.files import report_paths
-from core.report.schema import AUDIT, BENCH, LOAD, PAGE, ReportError, kind_of, load, upgrade
+from core.documents import schema as report_schema
+from core.documents.files import report_paths
+from core.documents.schema import AUDIT, BENCH, LOAD, PAGE, ReportError, kind_of, load, upgrade
 from core.tuning import Tuning
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 
 
 def test_the_schema_module_imports_no_torch():
-    code = "import sys, core.report.schema; print('torch' in sys.modules)"
+    code = "import sys, core.documents.schema; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

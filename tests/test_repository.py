@@ -81,11 +81,12 @@ CORE_TOP_LEVEL = {  # core/'s own modules: its entry points and what every group
 CORE_GROUPS = {  # a folder of core/ each, and the modules it holds
     "request": {"options.py", "run_schema.py"},
     "models": {"loading.py", "sources.py", "size.py", "random_weights.py", "specs.py", "memory.py"},
-    "report": {"build.py", "schema.py", "files.py", "diff.py", "explain.py"},
+    "documents": {"schema.py", "files.py"},
+    "report": {"build.py", "diff.py", "explain.py"},
 }
 
 
-def test_cores_top_level_is_grouped_into_request_models_and_report():
+def test_cores_top_level_is_grouped_into_request_models_documents_and_report():
     """Issue 59: core/ had 23 flat modules in unmarked clusters; what a run asks for, the models and the report are
     each a package, and a new module at core's top level is a choice this test makes someone write down."""
     top = {p.name for p in (REPO / "core").glob("*.py")}
@@ -94,3 +95,30 @@ def test_cores_top_level_is_grouped_into_request_models_and_report():
         held = {p.name for p in (REPO / "core" / group).glob("*.py")} - {"__init__.py"}
         assert held == modules, f"core/{group}/ holds {sorted(held)}"
         assert not (REPO / "core" / f"{group}.py").exists(), f"core/{group}.py would be shadowed by its package"
+
+
+def test_cores_rooms_import_each_other_one_way():
+    """Core's rooms (a package, or a module at its top level) import each other without a circle, so that each group
+    stands above what it needs: the documents below the models, the measurements and the audit that write them, the
+    report above all of those. Imports inside functions count too."""
+    from graphlib import CycleError, TopologicalSorter
+
+    from tests.test_dashboard_layers import imported
+
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "core" and len(parts) > 1 else None
+
+    needs: dict[str, set[str]] = {}
+    for path in sorted((REPO / "core").rglob("*.py")):
+        parts = path.relative_to(REPO / "core").with_suffix("").parts
+        if parts == ("__init__",):
+            continue  # core/__init__.py hands names on lazily, from below
+        own = parts[0]
+        needs.setdefault(own, set()).update(r for _, module in imported(path) if (r := room(module)) not in {None, own})
+    try:
+        order = list(TopologicalSorter(needs).static_order())
+    except CycleError as error:
+        raise AssertionError(f"core's rooms import each other in a circle: {error.args[1]}") from None
+    assert order.index("documents") < min(order.index(r) for r in ("models", "measure", "audit", "report"))
+    assert order.index("report") > max(order.index(r) for r in ("models", "measure", "audit", "loops"))

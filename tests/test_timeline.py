@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.documents.files import read_report_bytes
 from core.report.build import summarize
 from core.report.explain import contestant_waits
-from core.report.files import read_report_bytes
 from dashboard.views import charts, timeline, timeline_trials
 from tests import timeline_reports
 

@@ -17,9 +17,9 @@ import pytest
 import core.loops.generation as generation
 from core.bench import main
 from core.compare import compare
+from core.documents.files import write_json
 from core.loops.generation import generate
 from core.measure.trace import DEVICE_TID, HOST_TID, OLD_REPORT_NOTE, PROFILER_PID_BASE, RUNS_TID, chrome_trace
-from core.report.files import write_json
 from core.request.options import BenchRequest, GenerationOptions
 from tests.conftest import requires_cuda
 

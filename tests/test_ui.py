@@ -65,7 +65,7 @@ H200_REPORT = "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
 
 def h200_saved_report():
     """The committed 1B reduce-overhead H200 report, with its sync audit and kernel measurement."""
-    from core.report.files import read_report_bytes
+    from core.documents.files import read_report_bytes
     from dashboard.service.page_record import open_report
     from tests.test_dashboard_browser import REPO
 
@@ -302,7 +302,7 @@ def replay_page(**config):
 
 
 def test_replay_of_a_run_cut_short_says_how_many_of_its_planned_trials_it_holds():
-    from core.report.files import read_report_bytes
+    from core.documents.files import read_report_bytes
     from tests.test_dashboard_browser import REPO
 
     page = replay_page().replay
@@ -333,7 +333,7 @@ def test_compare_two_runs_preselects_the_last_two_runs_that_have_a_report():
 def test_an_audit_opened_in_replay_and_a_report_opened_in_your_loop_say_which_tab_opens_them(tmp_path):
     import gzip
 
-    from core.report.files import read_report_bytes
+    from core.documents.files import read_report_bytes
     from dashboard.service.page_record import page_report
     from tests.test_dashboard_browser import REPO
 
@@ -511,7 +511,7 @@ PYTHON_NAMES = ("Error", "Exception", "Traceback", "operand")
 
 
 def test_replay_and_the_file_diff_say_in_words_what_they_cannot_draw(monkeypatch):
-    from core.report.files import read_report_bytes
+    from core.documents.files import read_report_bytes
     from dashboard.ui import diff_panel
     from dashboard.ui.tabs import replay
     from tests.test_dashboard_browser import REPO

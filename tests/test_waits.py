@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.documents.files import read_report_bytes
 from core.measure.waits import KERNEL_MEASUREMENT, STEP_EVENTS, step_waits, step_work_ms, trial_waits
 from core.report.explain import contestant_waits
-from core.report.files import read_report_bytes
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 

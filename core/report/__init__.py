@@ -1,3 +1,3 @@
-"""The bench report and everything that reads one: its schema and one way in for every document this project writes
-(schema), building a run's report and its table (build), the files on disk (files), two reports side by side (diff)
-and a report in plain words (explain). Imports nothing itself; schema, files and explain are torch-free."""
+"""A run's report: building it and its table from the trials (build), two reports side by side (diff) and a report
+in plain words (explain). Above the loops, the models, the measurements and the audit, whose results it gathers;
+the documents' schemas and files are core.documents. Imports nothing itself."""

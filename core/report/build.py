@@ -1,7 +1,7 @@
 """The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
-`format_table` is the report as the CLI prints it. Its keys and schema are core.report.schema's (BenchReport); old
+`format_table` is the report as the CLI prints it. Its keys and schema are core.documents.schema's (BenchReport); old
 reports are upgraded to them when loaded.
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from core.audit.words import copies_per_step, per_step_words
+from core.documents.schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
 from core.kernels.pdl import pdl_in_effect
 from core.loops.step import step_kernels
 from core.measure import identity
 from core.measure.stats import percentile, spread, verdict, verdict_sentence
 from core.measure.waits import step_work_ms, trial_waits
 from core.models.loading import LoadedModel
-from core.report.schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
 from core.request.options import HF, HF_DEFERRED, NO_CHECK, PIPELINED_AGAIN, BenchRequest, GenerationOptions
 from core.request.run_schema import cli_command
 
@@ -171,7 +171,7 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
 
 def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
                 total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran (core.report.schema.kernel_share_of_timed_steps,
+    """The share of the timed trials' device time that kernels ran (core.documents.schema.kernel_share_of_timed_steps,
     which also fills it in for a report written before the summary held it)."""
     return kernel_share_of_timed_steps(kernel_measurement, step_ms, total_ms)
 

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from core.documents.schema import upgrade_report
 from core.measure.drift import PROCESS_DRIFT, ProcessDrift, device_words, drift_between, drift_words, not_comparable
 from core.measure.stats import (
     HOST_CLOCK_CONFIDENCE,
@@ -25,7 +26,6 @@ from core.report.explain import (
     number_or_none,
     plus_minus,
 )
-from core.report.schema import upgrade_report
 from core.request.options import ALL_LOOPS, NO_CHECK, OPTIONS, PIPELINED_AGAIN, RUN_OPTION, RUN_OPTIONS
 from core.text import SENTENCE_FIELD_CHARS, clip, escaped
 from core.tuning import RETIRED, SWITCHES
@@ -79,7 +79,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "evidence" (the one noise figure the run itself printed: its interval, or for a verdict from before
         intervals, its ±noise).
 
-    Any reports, old ones too (core.report.schema.upgrade_report).
+    Any reports, old ones too (core.documents.schema.upgrade_report).
     """
     a, b = upgrade_report(a), upgrade_report(b)
     names_a, names_b = list(a["summary"]), list(b["summary"])

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.report.schema import GZIP_MAGIC, ReportError, too_large
+from core.documents.schema import GZIP_MAGIC, ReportError, too_large
 from dashboard.service import audit_digest
 
 IN_PROCESS_BYTES = 2**20  # parsing a plain JSON file this small costs the server a few tens of MiB at most

@@ -1,4 +1,4 @@
-"""A report a visitor uploads or picks from the bundled ones, opened through core.report.schema.load (gzipped or not,
+"""A report a visitor uploads or picks from the bundled ones, opened through core.documents.schema.load (gzipped or not,
 bounded in size), saying where an audit report opens instead. Replay (a bench report, or a load report) and its two
 files side by side read their reports here; the row of controls for an upload is the page's
 (dashboard.ui.page.upload_row), and an audit report is read by dashboard.edge.audit_process. No gradio here."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.report import schema as report_schema
-from core.report.schema import AUDIT, BENCH, LOAD, MAX_REPORT_BYTES
+from core.documents import schema as report_schema
+from core.documents.schema import AUDIT, BENCH, LOAD, MAX_REPORT_BYTES
 from dashboard.service.page_record import SavedReport, split_report
 
 OPEN_AUDITS_IN_YOUR_LOOP = "open it in the Your loop tab"
@@ -28,7 +28,7 @@ def open_bench_report(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES)
 
 def open_replayable(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES) -> SavedReport | dict[str, Any]:
     """What Replay shows: a bench report (or a page's download of one) with the page's record, or a load report (the
-    dict, core.report.schema.LoadReport); ReportError in one line, which for an audit report says where it opens."""
+    dict, core.documents.schema.LoadReport); ReportError in one line, which for an audit report says where it opens."""
     document = report_schema.load(source, limit)
     found = report_schema.kind_of(document)
     if found == AUDIT:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from core.audit.fixes import MAX_CODE_LINES
-from core.report import schema as report_schema
-from core.report.schema import AUDIT, BENCH, PAGE, ReportError
+from core.documents import schema as report_schema
+from core.documents.schema import AUDIT, BENCH, PAGE, ReportError
 from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip
 
 # The chart's window: a few thousand steps hold many screens of the 12-step first view, and the figure stays well
@@ -190,7 +190,7 @@ def text_of_bytes(data: bytes, limit: int) -> str:
 # ------------------------------------------------------------------------------------------------ the digest
 
 def is_audit(document: Any) -> bool:
-    """Whether a parsed JSON document is an audit report (core.report.schema's kind of it)."""
+    """Whether a parsed JSON document is an audit report (core.documents.schema's kind of it)."""
     return report_schema.kind_of(document) == AUDIT
 
 

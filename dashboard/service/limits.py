@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from core.report.schema import MAX_REPORT_BYTES
+from core.documents.schema import MAX_REPORT_BYTES
 from core.request.run_schema import Limits
 
 LOCAL_LIMITS = Limits()
@@ -45,7 +45,7 @@ EXPOSED_LOAD_LIMITS = LoadLimits(requests=128, slots=32, max_new_tokens=512, pro
                                  sweep_points=4, solo_checks=16)
 
 # What the server itself holds for visitors (dashboard.edge.http_guard): the largest request body it reads (a report's
-# upload excepted: core.report.schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
+# upload excepted: core.documents.schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
 # A session with no page open in a browser (an API client's, or a page that closed) and nothing queued or running

@@ -2,11 +2,11 @@
 
 A *report* is the JSON of `python -m core.bench --json`; the engine writes it and nothing here changes it. What the
 page itself saw of a run (its live series, the device samples, the form's notices, NVML means) is a PageRecord,
-kept next to the report. The page's download holds both, each under its own key (core.report.schema's page report):
+kept next to the report. The page's download holds both, each under its own key (core.documents.schema's page report):
 
     {"schema": "syncscope.page-report/1", "report": <the report>, "page": <the PageRecord> or null}
 
-Replay opens that, a bare report, and the page's downloads from before, all through core.report.schema.load().
+Replay opens that, a bare report, and the page's downloads from before, all through core.documents.schema.load().
 Everything here reads plain data; nothing imports torch or gradio.
 """
 
@@ -16,8 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.report import schema as report_schema
-from core.report.schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport, PageReport
+from core.documents import schema as report_schema
+from core.documents.schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport, PageReport
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class PageRecord:
 
     @classmethod
     def from_json(cls, section: dict[str, Any]) -> PageRecord:
-        """A record from its JSON: the "page" of a page report, upgraded (core.report.schema.upgrade_page)."""
+        """A record from its JSON: the "page" of a page report, upgraded (core.documents.schema.upgrade_page)."""
         return cls(t_end=section.get("t_end"), series=section["series"], spans=section["spans"],
                    monitor=dict(section.get("monitor", no_monitor())), notices=tuple(section["notices"]),
                    nvml_by_contestant=section["nvml_by_contestant"])
@@ -82,7 +82,7 @@ def public_report(report: dict[str, Any]) -> dict[str, Any]:
 
 def split_report(document: dict[str, Any] | SavedReport) -> SavedReport:
     """Any document this project writes (a report, a page report, an old page download) as its two parts, each
-    upgraded (core.report.schema.upgrade)."""
+    upgraded (core.documents.schema.upgrade)."""
     if isinstance(document, SavedReport):
         return document
     upgraded = report_schema.upgrade(document)
@@ -101,7 +101,7 @@ def report_notices(report: dict[str, Any] | SavedReport, page: PageRecord | None
 
 
 def open_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> SavedReport:
-    """A complete report and the page's record of it (if the page saved it) from JSON text (core.report.schema.load);
+    """A complete report and the page's record of it (if the page saved it) from JSON text (core.documents.schema.load);
     ValueError naming the first thing that is missing or wrong. Only parses: never opens paths."""
     return split_report(report_schema.load(data, max_bytes, expect=BENCH))
 

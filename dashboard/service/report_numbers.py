@@ -4,7 +4,7 @@ loops were timed on. Plain data: the run history (dashboard.service.run_history)
 
 from __future__ import annotations
 
-from core.report.schema import BenchReport, upgrade_report
+from core.documents.schema import BenchReport, upgrade_report
 from core.request.options import LOOPS
 
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.report import schema as report_schema
-from core.report.files import check_output_path, read_bounded
-from core.report.schema import AUDIT, LOAD
+from core.documents import schema as report_schema
+from core.documents.files import check_output_path, read_bounded
+from core.documents.schema import AUDIT, LOAD
 from core.request.run_schema import OneLineParser
 from core.text import escaped
 

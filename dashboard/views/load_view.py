@@ -1,4 +1,4 @@
-"""A load report (`python -m core.bench --requests N --json`, core.report.schema.LoadReport) as the page shows it, in
+"""A load report (`python -m core.bench --requests N --json`, core.documents.schema.LoadReport) as the page shows it, in
 plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's throughput, and
 the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
 

@@ -12,9 +12,9 @@ import html
 import re
 from typing import Any
 
+from core.documents.schema import upgrade_report
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
-from core.report.schema import upgrade_report
 from core.request.options import LOOPS, MAX_PROMPT_CHARS
 from core.text import SHOWN_FIELD_CHARS, clip
 from dashboard.service.page_record import PageRecord, report_notices

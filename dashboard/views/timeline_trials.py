@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from core.documents.schema import upgrade_report
 from core.measure.waits import step_work_ms
 from core.report.explain import report_device_type
-from core.report.schema import upgrade_report
 from core.request.options import LOOPS, NO_CHECK
 from core.text import SENTENCE_FIELD_CHARS, clip
 from dashboard.views import charts

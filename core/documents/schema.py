@@ -24,8 +24,8 @@ import shlex
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from core.documents.files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.phases import phase_named
-from core.report.files import GZIP_MAGIC, MAX_REPORT_BYTES, gunzip_bounded, read_bounded, too_large
 from core.request.options import STEP_GRAPH, is_int
 from core.text import clip
 from core.tuning import RETIRED, SWITCH, SWITCHES

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SUFFIXES = (".json", ".json.gz")
-# The largest report read (core.report.schema.load, read_report_bytes, and the page's upload limit), decompressed. A
+# The largest report read (core.documents.schema.load, read_report_bytes, and the page's upload limit), decompressed. A
 # 4096-token, 20-trial run of 5 contestants with every per-step list and the page's record is about 65 MiB
 # (tests/test_reports.py builds one); the rest is room for per-step fields yet to come.
 MAX_REPORT_BYTES = 100 * 2**20
