@@ -433,6 +433,8 @@ def test_a_second_click_is_answered_and_two_runs_differing_in_one_toggle_compare
 def test_replay_of_the_h200_report_explains_it_and_the_banner_describes_its_device(page):
     from tests.test_ui import H200_REPORT
 
+    # the banner's Markdown renders after the page's buttons (once seen empty on a busy machine): wait for it
+    page.wait_for_function("document.querySelector('#banner')?.innerText.includes('no difference between')")
     assert "no difference between the loops is expected" in page.inner_text("#banner"), "this CPU server's"
     open_replay(page, REPO / H200_REPORT)
     assert "Showing the uploaded file: synthetic:llama-1b on NVIDIA H200" in page.inner_text("#replay-status")

@@ -548,3 +548,26 @@ def test_on_a_cpu_host_the_page_keeps_quiet_while_a_trial_is_timed():
     assert not quiet_now(timed, cuda=True), "on a GPU the page costs the loop nothing measurable: it stays live"
     assert not quiet_now({"phase": "warmup", "state": "running"}, cuda=False), "a warm-up is untimed: live"
     assert not quiet_now({"phase": "trial", "state": "done"}, cuda=False)
+
+
+def test_a_reloads_old_page_closing_leaves_the_new_pages_downloads_and_the_last_page_takes_them(tmp_path):
+    """A reload opens the new page before the old one's close arrives; both are one browser. The old page's close
+    used to remove the browser's download folder under the new page (its history files, its report), which could
+    fail the new page's end-of-run update mid-write."""
+    from dashboard.ui.page import Visitors
+
+    class Page:
+        def __init__(self, session: str):
+            self.session_hash = session
+
+    visitors, forgotten = Visitors(), []
+    old, new, api = Page("s-old"), Page("s-new"), Page("s-api")
+    browser = visitors.tie(None, old)
+    assert visitors.tie(browser, new) == browser and visitors.owner(new) == browser
+    assert visitors.leave(old, when_last=forgotten.append) == browser
+    assert forgotten == [], "the reloaded page of the same browser is still open"
+    assert visitors.owner(old) == "s-old", "the closed page's session is no longer tied"
+    visitors.leave(new, when_last=forgotten.append)
+    assert forgotten == [browser]
+    visitors.leave(api, when_last=forgotten.append)  # an API client: its session is its owner
+    assert forgotten == [browser, "s-api"]

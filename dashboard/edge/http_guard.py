@@ -395,12 +395,13 @@ def launch_options(max_body_bytes: int = MAX_BODY_BYTES, max_sessions: int = MAX
 
 
 def forget_files_on_unload(demo: gr.Blocks, files: GradioFiles | None = None) -> None:
-    """When a visitor's page closes, their download folder goes (dashboard.edge.downloads), and so do the uploads it
-    used and the copies Gradio made of what it offered the page (`files`)."""
+    """When a visitor's last open page closes, their download folder goes (dashboard.edge.downloads; a reload's old
+    page closing leaves the new page's files), and so do the uploads each page used and the copies Gradio made of
+    what it offered the page (`files`)."""
     dashboard = demo.dashboard  # type: ignore[attr-defined]
 
     def session_ended(request: gr.Request) -> None:
-        dashboard.downloads.forget(dashboard.owner(request))
+        dashboard.page_closed(request)
         if files is not None and request.session_hash:
             files.forget(request.session_hash)
 

@@ -123,6 +123,10 @@ class Dashboard:
     def owner(self, request: gr.Request | None) -> str:
         return self.page.owner(request)
 
+    def page_closed(self, request: gr.Request | None) -> None:
+        """A page closed: its visitor's download folder goes once no other page of that browser is open."""
+        self.page.visitors.leave(request, when_last=self.page.downloads.forget)
+
 
 def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                replay_files: Mapping[str, Path] | None = None, audit_files: Mapping[str, Path] | None = None,

@@ -11,6 +11,7 @@ import dataclasses
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,18 @@ class Visitors:
                 while len(self._browsers) > self.max_browsers:
                     self._browsers.popitem(last=False)
         return browser_id
+
+    def leave(self, request: gr.Request | None, when_last: Callable[[str], None]) -> str:
+        """`request`'s page has closed: its session's tie goes, and `when_last(owner)` runs if no other open page
+        is the same browser's (a reload opens the new page before the old one's close arrives, and both are one
+        owner: what the owner keeps must outlive the old page). `when_last` runs under the lock that `tie` takes, so
+        a page of that browser opening meanwhile ties itself only after it. Returns the owner."""
+        session = getattr(request, "session_hash", None) if request is not None else None
+        with self._lock:
+            owner = self._browsers.pop(session, session) if session else "anonymous"
+            if owner not in self._browsers.values():
+                when_last(owner)
+        return owner
 
 
 @dataclass
