@@ -37,21 +37,26 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def start_app(port: int) -> subprocess.Popen:
+def start_app(port: int, timeout_s: float = 180) -> subprocess.Popen:
+    """app.py on tiny-random on the CPU at `port`, once it serves (its output is drained from then on); exits with
+    the output's tail if it does not serve within `timeout_s`."""
     proc = subprocess.Popen([sys.executable, "app.py", "--model", "tiny-random", "--device", "cpu", "--port",
                              str(port), "--max-new-tokens", "1", "--trials", "1"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "Serving on" in line:
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc
-    raise RuntimeError("app.py did not start")
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while not any("Serving on" in line for line in lines) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if proc.poll() is not None or not any("Serving on" in line for line in lines):
+        proc.kill()
+        raise SystemExit("app.py did not serve:\n" + "".join(lines)[-3000:])
+    return proc
 
 
-def runs(visitors: list[Client], count: int, statuses: list[str]) -> None:
-    form = page_values(FORM)
-
+def runs_in_parallel(visitors: list[Client], form: dict, count: int, statuses: list[str]) -> None:
+    """`count` runs of `form` shared by the visitors (rounded down to a multiple of them), each in a new session;
+    benchmarks/soak.py's server soak runs them too."""
     def some(visitor: Client, n: int) -> None:
         for _ in range(n):
             visitor.session_hash = str(uuid.uuid4())
@@ -78,7 +83,7 @@ def main() -> None:
         statuses: list[str] = []
         samples, t0 = [], time.monotonic()
         while len(statuses) < args.runs:
-            runs(visitors, args.every, statuses)
+            runs_in_parallel(visitors, page_values(FORM), args.every, statuses)
             time.sleep(1.0)
             samples.append({"runs": len(statuses), "rss_mib": round(rss_mib(proc.pid), 1),
                             "s": round(time.monotonic() - t0)})

@@ -23,9 +23,7 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,23 +88,24 @@ def server_runs(settle: int, before: int, refused: int, after: int, clients: int
     """app.py's RSS after runs and refused prompts, from where it stood after `settle` runs."""
     from gradio_client import Client
 
+    from benchmarks.server_rss import rss_mib, runs_in_parallel, start_app
     from core.parallel.launch import free_port
     from dashboard.ui.form import page_values
 
     port = free_port()
-    proc = _start_app(port)
+    proc = start_app(port)
     try:
         visitors = [Client(f"http://127.0.0.1:{port}/", verbose=False, ssl_verify=False) for _ in range(clients)]
         form = page_values(SERVER_RUN)
         statuses: list[str] = []
-        _runs_in_parallel(visitors, form, settle, statuses)
+        runs_in_parallel(visitors, form, settle, statuses)
         time.sleep(1.0)
-        settled = _rss_mib(proc.pid)
-        _runs_in_parallel(visitors, form, before, statuses)
+        settled = rss_mib(proc.pid)
+        runs_in_parallel(visitors, form, before, statuses)
         answers = [_refused(visitors[0], form) for _ in range(refused)]
-        _runs_in_parallel(visitors, form, after, statuses)
+        runs_in_parallel(visitors, form, after, statuses)
         time.sleep(1.0)
-        end = _rss_mib(proc.pid)
+        end = rss_mib(proc.pid)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -117,35 +116,6 @@ def server_runs(settle: int, before: int, refused: int, after: int, clients: int
             "bound_mib": 30, "kept": kept}
 
 
-def _start_app(port: int) -> Any:
-    import subprocess
-
-    proc = subprocess.Popen([sys.executable, "app.py", "--model", TINY, "--device", "cpu", "--port", str(port),
-                             "--max-new-tokens", "1", "--trials", "1"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    if not wait_until(lambda: any("Serving on" in line for line in lines) or proc.poll() is not None, 180) \
-            or proc.poll() is not None:
-        proc.kill()
-        raise SystemExit("app.py did not serve:\n" + "".join(lines)[-3000:])
-    return proc
-
-
-def _runs_in_parallel(visitors: list[Any], form: dict[str, Any], count: int, statuses: list[str]) -> None:
-    """`count` runs shared by the visitors (rounded down to a multiple of them), each in a new session."""
-    def some(visitor: Any, n: int) -> None:
-        for _ in range(n):
-            visitor.session_hash = str(uuid.uuid4())
-            statuses.append(visitor.predict(**form, api_name="/run")[0])
-
-    threads = [threading.Thread(target=some, args=(v, count // len(visitors))) for v in visitors]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
 def _refused(visitor: Any, form: dict[str, Any]) -> bool:
     """Whether a run with a 32 MB prompt is refused with 413."""
     try:
@@ -153,13 +123,6 @@ def _refused(visitor: Any, form: dict[str, Any]) -> bool:
     except Exception as exc:  # gradio_client raises what the server answered
         return "413" in str(exc)
     return False
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 # -------------------------------------------------------------------------------------------- runner runs
