@@ -114,6 +114,18 @@ def test_cancel_while_queued_drops_the_job(tiny_runner):
         tiny_runner.run(LONG, timeout=0.5)
 
 
+def test_cancel_pending_stops_the_owners_runs_of_that_work_and_no_others(tiny_runner):
+    from dashboard.service.jobs import COMPARE, DONE, UNDER_LOAD
+
+    first = tiny_runner.submit(LONG, owner="first")
+    second = tiny_runner.submit(FAST, owner="second")
+    assert tiny_runner.cancel_pending("first", UNDER_LOAD) == 0, "first has no run under load"
+    assert tiny_runner.cancel_pending("first", COMPARE) == 1
+    assert first.wait(60) and first.state == CANCELLED
+    assert second.wait(120) and second.state == DONE, "another owner's run goes on"
+    assert tiny_runner.cancel_pending("first", COMPARE) == 0, "nothing left to cancel"
+
+
 def test_queue_serializes_runs_and_reports_positions(tiny_runner):
     jobs = [tiny_runner.submit(FAST, owner=f"user{i}") for i in range(3)]
     positions = [tiny_runner.position(job) for job in jobs]

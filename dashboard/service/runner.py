@@ -270,6 +270,11 @@ class Runner:
         """Ask a job to stop (queued: dropped at once; running: within one decode step). False if not yours/found."""
         return self.queue.cancel(job_id, owner, reason)
 
+    def cancel_pending(self, owner: str, work: str) -> int:
+        """Cancel `owner`'s queued and running jobs of `work` (COMPARE or UNDER_LOAD); how many were asked to stop."""
+        jobs = [job for job in self.pending() if job.owner == owner and job.work == work]
+        return sum(self.cancel(job.id, owner=owner) for job in jobs)
+
     # ---- reading state
 
     def position(self, job: Job) -> int:

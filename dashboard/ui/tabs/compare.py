@@ -236,12 +236,8 @@ class CompareTab:
         yield self._final_update(job, owner)
 
     def cancel(self, request: gr.Request) -> str:
-        owner = self.page.owner(request)
-        jobs = [j for j in self.page.runner.pending() if j.owner == owner and j.work == COMPARE]
-        if not jobs:
+        if not self.page.runner.cancel_pending(self.page.owner(request), COMPARE):
             return "Nothing to cancel."
-        for job in jobs:
-            self.page.runner.cancel(job.id, owner=owner)
         return "Cancelling… (a run stops within one decode step; if the engine is compiling, it is restarted)"
 
     # ---- page load: who this browser is, its history, and its run if one is going

@@ -242,12 +242,8 @@ class UnderLoadTab:
         return {**update, c["text"]: text} if text else update
 
     def cancel(self, request: gr.Request) -> str:
-        owner = self.page.owner(request)
-        jobs = [j for j in self.page.runner.pending() if j.owner == owner and j.work == UNDER_LOAD]
-        if not jobs:
+        if not self.page.runner.cancel_pending(self.page.owner(request), UNDER_LOAD):
             return "Nothing to cancel."
-        for job in jobs:
-            self.page.runner.cancel(job.id, owner=owner)
         return "**Cancelling…** (a run under load stops at its next decode step)"
 
     def _forget_copies(self, request: gr.Request) -> None:
