@@ -14,14 +14,13 @@ from typing import Any
 from core.audit.words import per_step_words
 from core.documents.schema import LOAD_SCHEMA
 from core.load.protocol import LoadRequest
+from core.load.words import NAMES, gain, num, pair, pct, point_name, same
 from core.models.loading import LoadedModel
 from core.report.build import environment, model_facts
 from core.request.options import NO_CHECK
 from core.request.run_schema import bench_words, shell_quote
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
-NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
-         "hf-batch-async": "hf-batch-async"}
 
 
 def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[str, Any],
@@ -76,11 +75,6 @@ def load_text(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def point_name(point: dict[str, Any]) -> str:
-    rate = "all at once" if not point["rate"] else f"{point['rate']:g} requests/s"
-    return f"B={point['slots']}, {rate}"
-
-
 COLUMNS = ("contestant", "tok/s", "req/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "steps", "past a stop",
            "host wait µs/step", "device idle µs/step", "reads/step", "kernel-busy", "same as solo")
 
@@ -88,13 +82,13 @@ COLUMNS = ("contestant", "tok/s", "req/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
 def contestant_table(contestants: dict[str, dict[str, Any]]) -> list[str]:
     rows = [COLUMNS]
     for name, entry in contestants.items():
-        rows.append((NAMES.get(name, name), _n(entry["tokens_per_s"]), _n(entry["requests_per_s"], 2),
-                     _pair(entry["ttft_ms_p50"], entry["ttft_ms_p99"]), _pair(entry["tpot_ms_p50"],
+        rows.append((NAMES.get(name, name), num(entry["tokens_per_s"]), num(entry["requests_per_s"], 2),
+                     pair(entry["ttft_ms_p50"], entry["ttft_ms_p99"]), pair(entry["tpot_ms_p50"],
                                                                               entry["tpot_ms_p99"], 2),
-                     _n(entry["steps"], 0), _n(entry["wasted_slot_steps"], 0),
-                     _n(entry["host_wait_us_per_step"], 0), _n(entry["device_idle_us_per_step"], 0),
-                     _n(entry.get("reads_per_decode_step"), 2), _pct(entry.get("kernel_busy_fraction")),
-                     _same(entry)))
+                     num(entry["steps"], 0), num(entry["wasted_slot_steps"], 0),
+                     num(entry["host_wait_us_per_step"], 0), num(entry["device_idle_us_per_step"], 0),
+                     num(entry.get("reads_per_decode_step"), 2), pct(entry.get("kernel_busy_fraction")),
+                     same(entry)))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
     return ["  " + "  ".join(str(cell).rjust(w) if i else str(cell).ljust(w) for i, (cell, w) in
                              enumerate(zip(row, widths))) for row in rows]
@@ -105,7 +99,7 @@ def sweep_table(section: dict[str, Any]) -> list[str]:
     rows = [("point", *(NAMES.get(n, n) for n in names), "pipelined/naive")]
     for point in sorted(section["points"], key=lambda p: (p["rate"], p["slots"])):
         entries = point["contestants"]
-        rows.append((point_name(point), *(_n(entries[n]["tokens_per_s"]) if n in entries else "–" for n in names),
+        rows.append((point_name(point), *(num(entries[n]["tokens_per_s"]) if n in entries else "–" for n in names),
                      _ratio(entries)))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -115,13 +109,6 @@ def sweep_table(section: dict[str, Any]) -> list[str]:
 def _ratio(entries: dict[str, Any]) -> str:
     ratio = gain(entries)
     return f"{ratio:.2f}x" if ratio else "–"
-
-
-def gain(entries: dict[str, Any]) -> float | None:
-    """The pipelined loop's output tokens/s over the naive loop's, at one point."""
-    if "pipelined" in entries and "naive" in entries and entries["naive"]["tokens_per_s"]:
-        return entries["pipelined"]["tokens_per_s"] / entries["naive"]["tokens_per_s"]
-    return None
 
 
 # ------------------------------------------------------------------------------------------------ findings
@@ -147,9 +134,10 @@ def _gain_sentences(section: dict[str, Any]) -> Iterator[str]:
     main = section["points"][0]["contestants"]
     ratio = gain(main)
     if ratio is not None:
-        yield (f"At {point_name(section['points'][0])} the pipelined loop gives {_n(main['pipelined']['tokens_per_s'])}"
-               f" output tokens/s against the naive loop's {_n(main['naive']['tokens_per_s'])} ({ratio:.2f}x; "
-               f"trial spread {_pct(main['pipelined'].get('spread'))} / {_pct(main['naive'].get('spread'))}).")
+        yield (f"At {point_name(section['points'][0])} the pipelined loop gives "
+               f"{num(main['pipelined']['tokens_per_s'])} output tokens/s against the naive loop's "
+               f"{num(main['naive']['tokens_per_s'])} ({ratio:.2f}x; "
+               f"trial spread {pct(main['pipelined'].get('spread'))} / {pct(main['naive'].get('spread'))}).")
     by_slots = sorted((p for p in section["points"] if p["rate"] == section["points"][0]["rate"]),
                       key=lambda p: p["slots"])
     ratios = [(p["slots"], gain(p["contestants"])) for p in by_slots]
@@ -175,7 +163,7 @@ def _ceiling_sentence(main: dict[str, Any]) -> list[str]:
         return []
     share = main["pipelined"]["tokens_per_s"] / main[NO_CHECK]["tokens_per_s"]
     return [f"The pipelined loop reaches {share:.0%} of the ceiling (the loop told every output length beforehand, "
-            f"{_n(main[NO_CHECK]['tokens_per_s'])} tokens/s)."]
+            f"{num(main[NO_CHECK]['tokens_per_s'])} tokens/s)."]
 
 
 def _against_transformers(section: dict[str, Any]) -> list[str]:
@@ -191,8 +179,8 @@ def _against_transformers(section: dict[str, Any]) -> list[str]:
     what = "transformers' async batching" if name == "hf-batch-async" else "transformers' continuous batching"
     if not lost:
         return [f"The pipelined loop beats {what} ({name}) at every point measured ({len(points)})."]
-    where = ", ".join(f"{point_name(p)}: {_n(p['contestants']['pipelined']['tokens_per_s'])} against "
-                      f"{_n(p['contestants'][name]['tokens_per_s'])}" for p in lost)
+    where = ", ".join(f"{point_name(p)}: {num(p['contestants']['pipelined']['tokens_per_s'])} against "
+                      f"{num(p['contestants'][name]['tokens_per_s'])}" for p in lost)
     return [f"{what} ({name}) beats the pipelined loop at {len(lost)} of {len(points)} points ({where})."]
 
 
@@ -250,22 +238,3 @@ def load_trace(report: dict[str, Any]) -> dict[str, Any]:
                                "name": "past its stop", "args": {"request": request["index"]}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"note": "time axis: decode steps (1 µs = 1 step)", "command": report["command"]}}
-
-
-# ------------------------------------------------------------------------------------------------ cells
-
-def _n(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _pair(a: float | None, b: float | None, digits: int = 1) -> str:
-    return "–" if a is None else f"{a:,.{digits}f} / {b:,.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _same(entry: dict[str, Any]) -> str:
-    solo = entry.get("identical_to_solo")
-    return "–" if solo is None else ("yes" if solo else "NO")

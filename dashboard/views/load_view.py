@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.load.words import NAMES, gain, num, pair, pct, point_name, same
 from core.request.options import NO_CHECK
 from dashboard.views.report_text import plain
 
-# The contestants as the CLI's table names them (core.load.report.NAMES).
-NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
-         "hf-batch-async": "hf-batch-async"}
 TABLE_HEADERS = ("contestant", "output tok/s", "requests/s", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "decode steps",
                  "slot steps past a stop", "host wait µs/step", "device idle µs/step", "reads/step", "kernel-busy",
                  "same as solo", "trial spread")
@@ -33,12 +31,6 @@ def section(report: dict[str, Any]) -> dict[str, Any]:
 
 def name(contestant: str) -> str:
     return NAMES.get(contestant, contestant)
-
-
-def point_name(point: dict[str, Any]) -> str:
-    """"B=4, all at once" or "B=4, 2 requests/s" (core.load.report.point_name)."""
-    rate = "all at once" if not point["rate"] else f"{point['rate']:g} requests/s"
-    return f"B={point['slots']}, {rate}"
 
 
 def point_names(report: dict[str, Any]) -> list[str]:
@@ -58,13 +50,13 @@ def contestant_rows(contestants: dict[str, dict[str, Any]]) -> list[list[str]]:
     """The contestants table of one point (TABLE_HEADERS): the CLI's table, with the trial spread beside it."""
     rows = []
     for contestant, entry in contestants.items():
-        rows.append([name(contestant), _n(entry.get("tokens_per_s")), _n(entry.get("requests_per_s"), 2),
-                     _pair(entry.get("ttft_ms_p50"), entry.get("ttft_ms_p99")),
-                     _pair(entry.get("tpot_ms_p50"), entry.get("tpot_ms_p99"), 2),
-                     _n(entry.get("steps"), 0), _n(entry.get("wasted_slot_steps"), 0),
-                     _n(entry.get("host_wait_us_per_step"), 0), _n(entry.get("device_idle_us_per_step"), 0),
-                     _n(entry.get("reads_per_decode_step"), 2), _pct(entry.get("kernel_busy_fraction")),
-                     _same(entry), _pct(entry.get("spread"))])
+        rows.append([name(contestant), num(entry.get("tokens_per_s")), num(entry.get("requests_per_s"), 2),
+                     pair(entry.get("ttft_ms_p50"), entry.get("ttft_ms_p99")),
+                     pair(entry.get("tpot_ms_p50"), entry.get("tpot_ms_p99"), 2),
+                     num(entry.get("steps"), 0), num(entry.get("wasted_slot_steps"), 0),
+                     num(entry.get("host_wait_us_per_step"), 0), num(entry.get("device_idle_us_per_step"), 0),
+                     num(entry.get("reads_per_decode_step"), 2), pct(entry.get("kernel_busy_fraction")),
+                     same(entry), pct(entry.get("spread"))])
     return rows
 
 
@@ -83,16 +75,9 @@ def sweep_rows(report: dict[str, Any]) -> list[list[str]]:
     for point in sorted(points, key=lambda p: (p["rate"], p["slots"])):
         entries = point["contestants"]
         ratio = gain(entries)
-        rows.append([point_name(point), *(_n(entries[n]["tokens_per_s"]) if n in entries else "–" for n in names),
+        rows.append([point_name(point), *(num(entries[n]["tokens_per_s"]) if n in entries else "–" for n in names),
                      f"{ratio:.2f}x" if ratio else "–"])
     return rows
-
-
-def gain(entries: dict[str, Any]) -> float | None:
-    """The pipelined loop's output tokens/s over the naive loop's, at one point (core.load.report.gain)."""
-    if "pipelined" in entries and "naive" in entries and entries["naive"]["tokens_per_s"]:
-        return entries["pipelined"]["tokens_per_s"] / entries["naive"]["tokens_per_s"]
-    return None
 
 
 def _contestants(report: dict[str, Any]) -> list[str]:
@@ -204,18 +189,3 @@ def findings_md(report: dict[str, Any], described: dict[str, list[str]] | None, 
     return "  \n".join([*head, "**What this run shows:**"]) + "\n\n" + "\n".join(findings)
 
 
-def _n(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _pair(a: float | None, b: float | None, digits: int = 1) -> str:
-    return "–" if a is None else f"{a:,.{digits}f} / {_n(b, digits)}"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _same(entry: dict[str, Any]) -> str:
-    solo = entry.get("identical_to_solo")
-    return "–" if solo is None else ("yes" if solo else "NO")

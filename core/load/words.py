@@ -1,0 +1,43 @@
+"""How a load report's numbers are said, the same on the CLI (core.load.report, which imports torch) and on the page
+(dashboard.views.load_view, which must not): the contestants' names, a point's name, the pipelined loop's gain at a
+point, and the table's cells. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.request.options import NO_CHECK
+
+NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
+         "hf-batch-async": "hf-batch-async"}
+
+
+def point_name(point: dict[str, Any]) -> str:
+    """"B=4, all at once" or "B=4, 2 requests/s"."""
+    rate = "all at once" if not point["rate"] else f"{point['rate']:g} requests/s"
+    return f"B={point['slots']}, {rate}"
+
+
+def gain(entries: dict[str, Any]) -> float | None:
+    """The pipelined loop's output tokens/s over the naive loop's, at one point."""
+    if "pipelined" in entries and "naive" in entries and entries["naive"]["tokens_per_s"]:
+        return entries["pipelined"]["tokens_per_s"] / entries["naive"]["tokens_per_s"]
+    return None
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def pair(a: float | None, b: float | None, digits: int = 1) -> str:
+    return "–" if a is None else f"{a:,.{digits}f} / {num(b, digits)}"
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def same(entry: dict[str, Any]) -> str:
+    """Whether every checked request's tokens equal its solo decode: yes, NO, or – where none was checked."""
+    solo = entry.get("identical_to_solo")
+    return "–" if solo is None else ("yes" if solo else "NO")
