@@ -45,6 +45,7 @@ class SlotPointers:
 
     def __init__(self, positions: torch.Tensor):
         self.positions = positions
+        self.rows = torch.arange(positions.shape[0], device=positions.device)
         self.prefill_slot: int | torch.Tensor | None = None
 
 
@@ -85,10 +86,11 @@ class SlotLayer(StaticLayer):
             self.keys[slot, :, :width] = key_states
             self.values[slot, :, :width] = value_states
             return self.keys.index_select(0, slot), self.values.index_select(0, slot)
-        rows, heads = key_states.shape[:2]
-        where = self.pointers.positions.view(rows, 1, 1, 1)
-        self.keys.scatter_(2, where.expand(rows, heads, 1, key_states.shape[-1]), key_states)
-        self.values.scatter_(2, where.expand(rows, heads, 1, value_states.shape[-1]), value_states)
+        # Each row's new key at its own position, as an index_put_: inductor writes it in place, where a scatter_
+        # into the cache became a copy of the whole cache and a copy back, every step (docs/TUNING.md).
+        rows, positions = self.pointers.rows, self.pointers.positions
+        self.keys[rows, :, positions] = key_states[:, :, 0]
+        self.values[rows, :, positions] = value_states[:, :, 0]
         return self.keys, self.values
 
     def get_seq_length(self) -> Any:
