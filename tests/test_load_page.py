@@ -5,6 +5,7 @@ the live view, the report's view and charts from plain dicts, and a small run th
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -235,6 +236,10 @@ def test_a_report_that_lacks_what_a_sentence_reads_is_shown_without_findings_say
     assert said == load_view.Sentences(findings=[], text=[], why_not="its findings could not be worded (KeyError: "
                                        "'solo_checked'); its tables and charts are shown")
     assert as_text(findings_md(damaged, said)).endswith(f"\nNo findings: {said.why_not}")
+    main = report["load"]["points"][0]
+    endless = {**main, "contestants": {"naive": {**main["contestants"]["naive"], "reads_per_decode_step": math.inf}}}
+    said = load_view.sentences({**report, "load": {**report["load"], "points": [endless]}})
+    assert said.why_not is not None and said.why_not.startswith("its findings could not be worded (OverflowError")
 
 
 # ------------------------------------------------------------------------------------------------ the served page
