@@ -223,7 +223,8 @@ def _lengths(text: str) -> tuple[int, int]:
 def run_load_cli(args: argparse.Namespace) -> int:
     """`--requests N`: the contestants under load (core.load), its table and findings, --json, --trace and --html."""
     from core.load.protocol import run_load
-    from core.load.report import build_load_report, load_command, load_findings, load_text, load_trace
+    from core.load.report import build_load_report, load_command, load_trace
+    from core.load.words import load_text
 
     try:
         request, notices = load_request_from_args(args)
@@ -267,8 +268,7 @@ def run_load_cli(args: argparse.Namespace) -> int:
     if args.trace_path:
         written = write_json(args.trace_path, load_trace(report), "trace") == args.trace_path and written
     if args.html_path:
-        described = {"findings": load_findings(report), "text": text}
-        written = write_html(args.html_path, report, described) and written
+        written = write_html(args.html_path, report) and written
     return 0 if written else 1
 
 
@@ -466,19 +466,15 @@ def _print_and_write(args: argparse.Namespace, loaded: LoadedModel, request: Ben
     return not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
 
 
-def write_html(path: str, report: dict[str, Any], described: dict[str, list[str]] | None = None) -> bool:
+def write_html(path: str, report: dict[str, Any]) -> bool:
     """--html: the report as one self-contained HTML file, made by `python -m dashboard.export_html` in a child
-    process (core never imports the dashboard); `described`: a load report's sentences. False after one line on
-    stderr when it could not be written (plotly or the dashboard's code not installed, a full disk)."""
+    process (core never imports the dashboard). False after one line on stderr when it could not be written (plotly
+    or the dashboard's code not installed, a full disk)."""
     try:
         with tempfile.TemporaryDirectory(prefix="syncscope-html-") as folder:
             source = Path(folder) / "report.json"
             source.write_text(json.dumps(report), encoding="utf-8")
-            argv = [sys.executable, "-m", EXPORT_MODULE, str(source), os.path.abspath(path)]
-            if described is not None:
-                (Path(folder) / "described.json").write_text(json.dumps(described), encoding="utf-8")
-                argv += ["--described", str(Path(folder) / "described.json")]
-            failure = _export(argv)
+            failure = _export([sys.executable, "-m", EXPORT_MODULE, str(source), os.path.abspath(path)])
     except OSError as exc:  # the temporary folder: a full disk
         failure = f"the report could not be handed to the export ({exc.strerror or exc}); nothing was written"
     if failure is None:

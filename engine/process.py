@@ -210,10 +210,10 @@ class EngineCore:
         self.send(Done(job=job, report=report if self.leader else None))
 
     def _under_load(self, job: int, spec: str | None, settings: LoadSettings) -> None:
-        """A run under load: core.load's contestants on the settings' workload, its load report, and what
-        core.load.report says of it (Done.described)."""
+        """A run under load: core.load's contestants on the settings' workload, and its load report (the page words
+        it with core.load.words)."""
         from core.load.protocol import run_load
-        from core.load.report import build_load_report, load_findings, load_text
+        from core.load.report import build_load_report
 
         request = load_request(settings)  # its checks fail the job as an input error before any model is loaded
         if spec and self.loaded_spec != spec:
@@ -235,8 +235,7 @@ class EngineCore:
             batcher.flush()
         report = build_load_report(self.loaded, request, section, load_command_of(self.loaded, request))
         report["wall_s"] = time.perf_counter() - started
-        described = {"findings": load_findings(report), "text": load_text(report)}
-        self.send(Done(job=job, report=report, described=described))
+        self.send(Done(job=job, report=report))
 
     def _stop_check(self, job: int) -> Callable[[], bool]:
         flag = self.cancel_flag

@@ -189,13 +189,11 @@ class Events:
 @dataclass(frozen=True)
 class Done:
     """The job ended; `report` is core.bench's report of a run, or the load report of a run under load (None for a
-    load, and on ranks other than 0). `described`: what the engine said of a load report with core.load.report, for
-    the page (torch-free, it cannot import that module): {"findings": [sentences], "text": [the CLI's lines]}."""
+    load, and on ranks other than 0)."""
 
     type: ClassVar[MessageType] = MessageType.DONE
     job: int
     report: dict[str, Any] | None = None
-    described: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)

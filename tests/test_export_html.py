@@ -20,7 +20,7 @@ from core.documents.files import read_report_bytes
 from core.documents.schema import load
 from dashboard.service.page_record import PageRecord, page_report
 from dashboard.views import export_html
-from dashboard.views.run_html import NO_SENTENCES, run_html
+from dashboard.views.run_html import run_html
 from dashboard.views.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
 from tests.conftest import bench_report
 from tests.test_dashboard_browser import browser  # noqa: F401
@@ -98,10 +98,10 @@ def load_report(tiny) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def described(load_report) -> dict[str, list[str]]:
-    from core.load.report import load_findings, load_text
+def findings(load_report) -> list[str]:
+    from core.load.words import load_findings
 
-    return {"findings": load_findings(load_report), "text": load_text(load_report)}
+    return load_findings(load_report)
 
 
 # ------------------------------------------------------------------------------------------------ what it shows
@@ -135,18 +135,21 @@ def test_a_page_report_shows_the_pages_own_series_and_notices(tiny_report):
     assert "outputs identical: yes" in text and "tiny-random on cpu (float32)" in text
 
 
-def test_a_load_report_shows_its_findings_each_points_table_and_slots_the_sweep_and_the_audit(load_report, described):
-    text = run_html(load_report, described=described)
+def test_a_load_report_shows_its_findings_each_points_table_and_slots_the_sweep_and_the_audit(load_report, findings):
+    text = run_html(load_report)
     page = Parsed(text)
     assert list(page.charts()) == LOAD_CHARTS
-    assert f"<li>{described['findings'][0]}</li>" in text.replace("&#x27;", "'")
+    assert f"<li>{findings[0]}</li>" in text.replace("&#x27;", "'")
     assert "<h2>B=2, all at once (the main point)</h2>" in text and "<h2>B=1, all at once</h2>" in text
     assert "<caption>The sweep: output tokens/s at each point</caption>" in text
     assert "<h3>naive: 1 read of a device value per decode step" in text and "core/load/batching.py" in text
     assert "The run as the CLI prints it" in text and "the sweep, output tokens/s" in text
     assert "<title>syncscope under load: tiny-random on cpu, " in text
-    without = run_html(load_report)
-    assert f"No findings: {NO_SENTENCES}" in without and "The run as the CLI prints it" not in without
+    damaged = {**load_report, "load": {key: value for key, value in load_report["load"].items()
+                                       if key != "solo_checked"}}
+    without = run_html(damaged).replace("&#x27;", "'")
+    assert "No findings: its findings could not be worded (KeyError: 'solo_checked')" in without
+    assert "The run as the CLI prints it" not in without and list(Parsed(without).charts()) == LOAD_CHARTS
 
 
 def test_every_text_from_a_hostile_report_is_escaped(tiny_report):
@@ -166,8 +169,8 @@ def test_every_text_from_a_hostile_report_is_escaped(tiny_report):
     assert len(page.charts()) == len(BENCH_CHARTS)
 
 
-def test_the_file_asks_for_nothing_over_the_network(h200_html, tiny_report, load_report, described):
-    for text in (h200_html, run_html(tiny_report), run_html(load_report, described=described)):
+def test_the_file_asks_for_nothing_over_the_network(h200_html, tiny_report, load_report):
+    for text in (h200_html, run_html(tiny_report), run_html(load_report)):
         page = Parsed(text)
         assert not {"link", "img", "iframe", "object", "embed", "base", "form", "audio", "video"} & \
             {tag for tag, _ in page.tags}
@@ -199,7 +202,7 @@ def test_the_pages_markdown_becomes_html_and_text_stays_text():
 # ------------------------------------------------------------------------------------------------ the commands
 
 def test_the_command_writes_the_file_and_refuses_what_is_not_a_report_in_one_line(tmp_path, capsys, load_report,
-                                                                                  described):
+                                                                                  findings):
     out = tmp_path / "run.html"
     assert export_html.main([str(H200_REPORT), str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n" and list(Parsed(out.read_text()).charts()) == BENCH_CHARTS
@@ -214,9 +217,8 @@ def test_the_command_writes_the_file_and_refuses_what_is_not_a_report_in_one_lin
     assert export_html.main([str(H200_REPORT), str(tmp_path / "no" / "x.html")]) == 2
     assert "the folder" in capsys.readouterr().err
     (tmp_path / "load.json").write_text(json.dumps(load_report))
-    (tmp_path / "said.json").write_text(json.dumps(described))
-    assert export_html.main([str(tmp_path / "load.json"), str(out), "--described", str(tmp_path / "said.json")]) == 0
-    assert described["findings"][-1].split(" ")[0] in out.read_text() and "No findings" not in out.read_text()
+    assert export_html.main([str(tmp_path / "load.json"), str(out)]) == 0
+    assert f"<li>{findings[-1]}</li>" in out.read_text().replace("&#x27;", "'") and "No findings" not in out.read_text()
 
 
 def test_core_bench_html_writes_the_file_after_the_run(tmp_path, capsys):
@@ -271,7 +273,7 @@ def test_core_bench_says_in_one_line_how_to_get_the_dashboard_when_the_export_ca
 
 # ------------------------------------------------------------------------------------------------ the page
 
-def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, described):
+def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, findings):
     from dashboard.ui.tabs.under_load import UnderLoadTab
     from tests.test_ui import quiet_page
 
@@ -279,7 +281,7 @@ def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, describe
     replayed = page.replay.replay_upload(json.dumps(tiny_report).encode())["html_file"]
     assert page.history.downloads("someone", tiny_report)["html_file"].visible is False, "made when asked"
     compared = page.history._write_html("someone", tiny_report, None)
-    job = SimpleNamespace(report=load_report, owner="someone", described=described)
+    job = SimpleNamespace(report=load_report, owner="someone")
     under_load = UnderLoadTab(page.context, {}, panel=None)._write_html(job)  # type: ignore[arg-type]
     for path in (replayed.value["path"], compared, under_load):  # the replay button's is Gradio's copy
         text = Path(path).read_text()
@@ -287,16 +289,15 @@ def test_the_pages_tabs_offer_the_run_as_html(tiny_report, load_report, describe
     assert replayed.interactive
     folder = page.context.downloads.folder_for("someone")
     assert sorted(p.name for p in folder.glob("*.html")) == ["syncscope-load-report.html", "syncscope-report.html"]
-    assert described["findings"][0][:40] in Path(under_load).read_text().replace("&#x27;", "'")
+    assert f"<li>{findings[0]}</li>" in Path(under_load).read_text().replace("&#x27;", "'")
 
 
 # ------------------------------------------------------------------------------------------------ in a browser
 
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", ["bench", "load"])
-def test_the_file_draws_every_chart_with_the_network_off(browser, tmp_path, kind, tiny_report, load_report,  # noqa: F811
-                                                         described):
-    text = run_html(tiny_report) if kind == "bench" else run_html(load_report, described=described)
+def test_the_file_draws_every_chart_with_the_network_off(browser, tmp_path, kind, tiny_report, load_report):  # noqa: F811
+    text = run_html(tiny_report) if kind == "bench" else run_html(load_report)
     path = tmp_path / "run.html"
     path.write_text(text, encoding="utf-8")
     context = browser.new_context(viewport={"width": 1400, "height": 900})

@@ -14,8 +14,9 @@ from core.documents.schema import LOAD, ReportError, load
 from core.load.batching import run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching
 from core.load.protocol import LoadRequest, check_memory, run_load
-from core.load.report import build_load_report, load_command, load_findings, load_text, load_trace
+from core.load.report import build_load_report, load_command, load_trace
 from core.load.slots import Slots
+from core.load.words import load_findings, load_text
 from core.load.workload import MAX_REQUESTS, WorkloadSpec, parse_list
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
@@ -275,6 +276,6 @@ def test_the_sweep_sentence_says_where_the_gain_is(ratios, said):
                                                              "pipelined": {"tokens_per_s": 100.0 * ratio}}}
 
     section = {"points": [point(b, r) for b, r in ratios.items()]}
-    from core.load.report import _gain_sentences
+    from core.load.words import _gain_sentences
 
     assert said in " ".join(_gain_sentences(section))

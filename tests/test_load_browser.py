@@ -49,7 +49,8 @@ def test_a_small_workload_runs_draws_its_table_and_slots_and_its_report_replays(
     page.wait_for_function("document.querySelector('#load-status')?.innerText.match(/Done|Failed|Not started/)",
                            timeout=TIMEOUT_MS)
     assert page.inner_text("#load-status").startswith("Done in"), page.inner_text("#load-status")
-    assert "What this run shows" in page.inner_text("#load-findings")
+    findings = page.inner_text("#load-findings")
+    assert "What this run shows" in findings
     table = page.inner_text("#load-table")
     assert "naive" in table and "pipelined" in table and "ceiling (no-check)" in table and "hf-batch" not in table
     assert bars_drawn(page, "load-plot-slots") >= 2 * 6, "a bar per request of each loop, and the steps past a stop"
@@ -67,7 +68,7 @@ def test_a_small_workload_runs_draws_its_table_and_slots_and_its_report_replays(
                            timeout=TIMEOUT_MS)
     assert "a load report: tiny-random on cpu" in page.inner_text("#replay-status")
     assert "pipelined" in page.inner_text("#replay-load-table")
-    assert "What this run shows" in page.inner_text("#replay-load-findings")
+    assert page.inner_text("#replay-load-findings") == findings, "Replay words the report as the run's tab did"
     assert bars_drawn(page, "replay-load-plot-slots") >= 2 * 6
     assert not page.locator("#replay-bench").is_visible()
 

@@ -5,6 +5,7 @@ the live view, the report's view and charts from plain dicts, and a small run th
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,11 +16,11 @@ from gradio_client import handle_file
 
 from core.documents.schema import LOAD, kind_of
 from core.documents.schema import load as load_document
+from core.load.words import load_findings, load_text
 from core.load.workload import WorkloadSpec
 from core.request.run_schema import python_command
 from dashboard.service.jobs import DONE, RUNNING, UNDER_LOAD, Job
 from dashboard.service.limits import EXPOSED_LOAD_LIMITS
-from dashboard.service.load_describe import LoadDescriber
 from dashboard.service.load_form import load_defaults, settings_from_values
 from dashboard.service.load_live import LoadLiveView
 from dashboard.ui.tabs.compare import OUTPUTS as COMPARE_OUTPUTS
@@ -61,12 +62,12 @@ def engine(tiny):
 
 
 @pytest.fixture(scope="module")
-def ran(engine) -> tuple[dict[str, Any], dict[str, list[str]], list[dict[str, Any]]]:
-    """One small run under load through the engine: its report, what the engine said of it, and its events."""
+def ran(engine) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One small run under load through the engine: its report and its events."""
     core, sent = engine
     core.handle(UnderLoad(job=7, spec=None, settings=SMALL))
     (done,) = sent.of(7, Done)
-    return done.report, done.described, [e for m in sent.of(7, Events) for e in m.events]
+    return done.report, [e for m in sent.of(7, Events) for e in m.events]
 
 
 # ------------------------------------------------------------------------------------------------ the settings
@@ -102,9 +103,9 @@ def test_each_setting_is_checked_in_one_line_naming_the_servers_limits(changes, 
 
 # ------------------------------------------------------------------------------------------------ the engine
 
-def test_the_engine_runs_a_load_job_streams_its_events_and_says_what_it_shows(engine, ran):
+def test_the_engine_runs_a_load_job_streams_its_events_and_its_report_says_what_it_shows(engine, ran):
     _, sent = engine
-    report, described, events = ran
+    report, events = ran
     assert sent.of(7, Started) and kind_of(report) == LOAD and load_document(json.dumps(report), expect=LOAD)
     assert [(p["slots"], p["rate"]) for p in report["load"]["points"]] == [(2, 0.0), (1, 0.0)]
     assert report["command"].startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype "
@@ -114,8 +115,8 @@ def test_the_engine_runs_a_load_job_streams_its_events_and_says_what_it_shows(en
     runs = [e for e in events if e["type"] == "load-run"]
     assert len(runs) == 2 * 3 and all(e["tokens_per_s"] > 0 for e in runs), "a trial of each contestant at each point"
     assert len(sent.of(7, Events)) < len(events) / 4, "the tokens' events travel in batches"
-    assert described["findings"] and described["text"][0].startswith("tiny-random on cpu (float32), 2 slots")
-    assert any("sync audit" in sentence for sentence in described["findings"])
+    assert load_text(report)[0].startswith("tiny-random on cpu (float32), 2 slots")
+    assert any("sync audit" in sentence for sentence in load_findings(report))
 
 
 def test_a_request_the_load_protocol_refuses_fails_as_input_in_one_line(engine):
@@ -140,7 +141,7 @@ def test_a_cancelled_load_job_ends_cancelled_with_no_report(engine):
 # ------------------------------------------------------------------------------------------------ the live view
 
 def test_the_status_line_names_the_point_the_phase_the_contestant_and_the_trial(ran):
-    _, _, events = ran
+    _, events = ran
     job = Job(id=1, work=UNDER_LOAD, owner="a", model=None, settings=SMALL, state=RUNNING)
     view = LoadLiveView(job, lambda j: 0)
     job.add_events([e for e in events if e["type"] == "solo"][:1])
@@ -161,7 +162,7 @@ def test_the_status_line_names_the_point_the_phase_the_contestant_and_the_trial(
 # ------------------------------------------------------------------------------------------------ the view
 
 def test_the_tables_come_from_the_report_alone(ran):
-    report, _, _ = ran
+    report, _ = ran
     rows = load_view.contestant_rows(report["load"]["contestants"])
     assert [row[0] for row in rows] == ["naive", "pipelined", "ceiling (no-check)"]
     assert all(len(row) == len(load_view.TABLE_HEADERS) for row in rows)
@@ -173,7 +174,7 @@ def test_the_tables_come_from_the_report_alone(ran):
 
 
 def test_the_slots_bars_hold_each_request_and_the_steps_past_its_stop(ran):
-    report, _, _ = ran
+    report, _ = ran
     point = report["load"]["points"][0]
     assert load_view.slotted(point) == ["naive", "pipelined", "no-check"]
     assert load_view.default_slotted(point) == ["naive", "pipelined"]
@@ -185,7 +186,7 @@ def test_the_slots_bars_hold_each_request_and_the_steps_past_its_stop(ran):
 
 
 def test_every_figure_is_valid_plotly_and_draws_what_the_report_holds(ran, validated):
-    report, _, _ = ran
+    report, _ = ran
     figures = load_charts.report_figures(report)
     slots = figures["slots"]
     bars = [t for t in slots.data if t.name != load_charts.PAST_STOP]
@@ -211,19 +212,34 @@ def test_the_rate_sweep_draws_ttft_against_the_rate(validated):
 
 
 def test_text_from_the_report_is_shown_as_text(ran):
-    report, _, _ = ran
+    report, _ = ran
     hostile = {**report, "model": {**report["model"], "spec": EVIL},
                "load": {**report["load"], "notices": [EVIL]}}
-    shown = findings_md(hostile, {"findings": [EVIL], "text": []})
+    shown = findings_md(hostile, load_view.Sentences(findings=[EVIL], text=[]))
     assert "<img" not in shown and "<a " not in shown and "&lt;img" in shown
     assert as_text(shown).count(EVIL) == 3
-    assert as_text(findings_md(report, None, "its findings could not be worded")).endswith(
-        "\nNo findings: its findings could not be worded")
+    cannot = load_view.Sentences(findings=[], text=[], why_not="its findings could not be worded")
+    assert as_text(findings_md(report, cannot)).endswith("\nNo findings: its findings could not be worded")
 
 
-def test_replay_words_a_report_as_the_engine_did(ran):
-    report, described, _ = ran
-    assert LoadDescriber().describe(json.loads(json.dumps(report))) == described
+def test_replay_words_a_report_in_its_own_process_as_the_cli_does(ran):
+    report, _ = ran
+    said = load_view.sentences(json.loads(json.dumps(report)))
+    assert said == load_view.Sentences(findings=load_findings(report), text=load_text(report))
+    assert said.findings and said.why_not is None
+
+
+def test_a_report_that_lacks_what_a_sentence_reads_is_shown_without_findings_saying_why(ran):
+    report, _ = ran
+    damaged = {**report, "load": {key: value for key, value in report["load"].items() if key != "solo_checked"}}
+    said = load_view.sentences(damaged)
+    assert said == load_view.Sentences(findings=[], text=[], why_not="its findings could not be worded (KeyError: "
+                                       "'solo_checked'); its tables and charts are shown")
+    assert as_text(findings_md(damaged, said)).endswith(f"\nNo findings: {said.why_not}")
+    main = report["load"]["points"][0]
+    endless = {**main, "contestants": {"naive": {**main["contestants"]["naive"], "reads_per_decode_step": math.inf}}}
+    said = load_view.sentences({**report, "load": {**report["load"], "points": [endless]}})
+    assert said.why_not is not None and said.why_not.startswith("its findings could not be worded (OverflowError")
 
 
 # ------------------------------------------------------------------------------------------------ the served page

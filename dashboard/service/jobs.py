@@ -27,7 +27,7 @@ class Job:
 
     `report` is core.bench's report (or the load report) exactly as the engine sent it; `page` is what the page itself
     saw of a run (its live series, the device samples, its notices), kept apart so that each has one author. A run
-    under load carries its `settings`, and `described`: what the engine said of its report (engine.protocol.Done)."""
+    under load carries its `settings`."""
 
     id: int
     work: MessageType
@@ -35,7 +35,6 @@ class Job:
     model: str | None
     request: BenchRequest | None = None
     settings: LoadSettings | None = None
-    described: dict[str, list[str]] | None = None
     notices: list[str] = field(default_factory=list)
     state: str = QUEUED
     error: str | None = None

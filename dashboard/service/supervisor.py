@@ -245,7 +245,7 @@ class EngineSupervisor:
                 job.report = message.report
                 self.on_report(job)
             elif job.work == UNDER_LOAD:
-                job.report, job.described = message.report, message.described
+                job.report = message.report
             self._stop_causes.pop(job.id, None)
             self.queue.finish(job, DONE, None)
         elif isinstance(message, JobCancelled):

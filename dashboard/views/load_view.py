@@ -2,16 +2,16 @@
 plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's throughput, and
 the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
 
-The sentences (what the run shows, and the CLI's text) are core.load.report's, which imports torch: the engine sends
-them with a run's report (engine.protocol.Done.described), and Replay has them made in a child process
-(dashboard.service.load_describe); `findings_md` words them for the page. No torch, gradio or plotly here.
+The sentences (what the run shows, and the CLI's text) are core.load.words', made here from the report as the CLI
+makes them (`sentences`); `findings_md` puts them on the page. No torch, gradio or plotly here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from core.load.words import NAMES, gain, num, pair, pct, point_name, same
+from core.load.words import NAMES, gain, load_findings, load_text, num, pair, pct, point_name, same
 from core.request.options import NO_CHECK
 from dashboard.views.report_text import plain
 
@@ -23,6 +23,8 @@ TABLE_WIDTHS = ["150px", "85px", "85px", "105px", "105px", "75px", "85px", "85px
 SLOTTED = ("naive", "pipelined", NO_CHECK)  # the loops over core.load.slots: each request has its slot and steps
 MAX_BARS = 4000  # requests drawn per contestant in the slots picture (a report may hold many more)
 SENTENCE_CHARS = 2000  # a finding names every point it is about: longer than a field of a report
+# What a sentence raises on a report that passed the format checks but lacks what it reads (an older or hand-made file)
+NOT_WORDED = (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError, OverflowError)
 
 
 def section(report: dict[str, Any]) -> dict[str, Any]:
@@ -177,15 +179,34 @@ def notices(report: dict[str, Any]) -> list[str]:
     return [str(n) for n in section(report).get("notices") or []]
 
 
-def findings_md(report: dict[str, Any], described: dict[str, list[str]] | None, why_not: str | None = None) -> str:
-    """What ran, the report's notices, and what it shows (core.load.report's findings, a list), as the page's
-    Markdown: text from the report is shown as text."""
+@dataclass(frozen=True)
+class Sentences:
+    """What a load report shows (its findings) and the CLI's text of it, in core.load.words' words; where the report
+    cannot be worded, neither, and `why_not` says why in one line."""
+
+    findings: list[str]
+    text: list[str]
+    why_not: str | None = None
+
+
+def sentences(report: dict[str, Any]) -> Sentences:
+    """The report's findings and the CLI's text, made in this process from the report alone."""
+    try:
+        return Sentences(findings=load_findings(report), text=load_text(report))
+    except NOT_WORDED as exc:
+        return Sentences(findings=[], text=[], why_not=f"its findings could not be worded ({type(exc).__name__}: "
+                                                       f"{str(exc)[:120]}); its tables and charts are shown")
+
+
+def findings_md(report: dict[str, Any], said: Sentences) -> str:
+    """What ran, the report's notices, and what it shows (`said`: its sentences), as the page's Markdown: text from
+    the report is shown as text."""
     head = [f"**What ran:** {plain(what_ran(report), SENTENCE_CHARS)}"]
     head += [f"Note: {plain(notice, SENTENCE_CHARS)}" for notice in notices(report)]
-    if described is None:
-        head += [f"*No findings: {plain(why_not, SENTENCE_CHARS)}*"] if why_not else []
+    if said.why_not is not None:
+        head += [f"*No findings: {plain(said.why_not, SENTENCE_CHARS)}*"]
         return "  \n".join(head)
-    findings = [f"- {plain(sentence, SENTENCE_CHARS)}" for sentence in described["findings"]]
+    findings = [f"- {plain(sentence, SENTENCE_CHARS)}" for sentence in said.findings]
     return "  \n".join([*head, "**What this run shows:**"]) + "\n\n" + "\n".join(findings)
 
 

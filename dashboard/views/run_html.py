@@ -2,9 +2,9 @@
 tunnel for Gradio's share link): the verdict, what the run shows, the summary tables, the charts and the timeline, and
 the audit's sites where the run had an audit; or, for a load report, what the Under load tab shows.
 
-Built from the report dict alone (and the page's record, or a load report's sentences, where there are some) by the
-page's own builders (dashboard.views.report_text, run_summary, step_time, charts, timeline, load_view, load_charts,
-audit_view), so the file shows what the page shows. plotly.js is inlined once; the file asks for nothing over the
+Built from the report dict alone (and the page's record where there is one) by the page's own builders
+(dashboard.views.report_text, run_summary, step_time, charts, timeline, load_view, load_charts, audit_view), so the
+file shows what the page shows. plotly.js is inlined once; the file asks for nothing over the
 network (no remote script, stylesheet, font or image), and its Content-Security-Policy would refuse it if it did.
 Everything that came from the report is escaped: a report can be hostile. No gradio, no torch.
 """
@@ -45,11 +45,9 @@ from dashboard.views.run_summary import (
 )
 from dashboard.views.step_time import STEP_TIME_HEADERS, STEP_TIME_LABEL, step_time_rows
 
-Described = dict[str, list[str]]
 log = logging.getLogger(__name__)
 OUTPUT_CHARS = 2000  # of each loop's output text (the Compare tab's panes show them)
 NOT_A_RUN = "this document is neither a benchmark report nor a load report of python -m core.bench"
-NO_SENTENCES = "the sentences on what this run shows were not made for this file"
 # Draws each chart from its JSON (a <script type="application/json"> beside its <div>): data, never code.
 DRAW_JS = """
 document.querySelectorAll("script.figure").forEach(function (data) {
@@ -105,15 +103,13 @@ class _Page:
         return '<div class="charts">' + "".join(self.chart(f, name) for f, name in figures) + "</div>"
 
 
-def run_html(document: dict[str, Any] | SavedReport, *, described: Described | None = None,
-             why_not: str | None = None) -> str:
-    """The HTML file of a bench report (or a page report, or its SavedReport) or of a load report; for a load report,
-    `described` is its sentences (dashboard.service.load_describe), or None with `why_not` saying why there are none.
-    ValueError for any other document."""
+def run_html(document: dict[str, Any] | SavedReport) -> str:
+    """The HTML file of a bench report (or a page report, or its SavedReport) or of a load report (with its sentences,
+    dashboard.views.load_view.sentences). ValueError for any other document."""
     if isinstance(document, SavedReport) or kind_of(document) in (BENCH, PAGE):
         return _bench_html(split_report(document))
     if kind_of(document) == LOAD:
-        return _load_html(document, described, why_not or (None if described else NO_SENTENCES))
+        return _load_html(document)
     raise ValueError(NOT_A_RUN)
 
 
@@ -136,12 +132,11 @@ def write_html(path: str | Path, text: str) -> Path:
     return target
 
 
-def html_download(path: Path, document: dict[str, Any] | SavedReport, *, described: Described | None = None,
-                  why_not: str | None = None) -> str | None:
+def html_download(path: Path, document: dict[str, Any] | SavedReport) -> str | None:
     """The page's "as HTML" download of `document` (see run_html), written at `path`; None where it could not be made
     (the server's log says why): the run's page and its other files are shown all the same."""
     try:
-        return str(write_html(path, run_html(document, described=described, why_not=why_not)))
+        return str(write_html(path, run_html(document)))
     except Exception:
         log.exception("a run could not be exported as HTML")
         return None
@@ -218,15 +213,15 @@ def _audit_sites(audits: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------ a load report
 
-def _load_html(report: dict[str, Any], described: Described | None, why_not: str | None) -> str:
-    page, env = _Page(), report.get("environment") or {}
+def _load_html(report: dict[str, Any]) -> str:
+    page, env, said = _Page(), report.get("environment") or {}, load_view.sentences(report)
     where = env.get("gpu") or env.get("device") or "unknown device"
     model = (report.get("model") or {}).get("spec", "?")
     dtype = f" ({clip(env['dtype'])})" if env.get("dtype") else ""
     facts = (f"{clip(model)} on {clip(where)}{dtype}, {load_view.section(report)['slots']} slots, created "
              f"{clip(report.get('created', '?'))}.")
     page.sections.append(_section("What this run shows",
-                                  markdown_html(load_view.findings_md(report, described, why_not))))
+                                  markdown_html(load_view.findings_md(report, said))))
     points = load_view.section(report)["points"]
     main = points[0]
     for point in points:
@@ -242,9 +237,8 @@ def _load_html(report: dict[str, Any], described: Described | None, why_not: str
               if isinstance(entry.get("sync_audit"), dict)}
     if audits:
         page.sections.append(_section("The sync audit: where each loop waited on the device", _audit_sites(audits)))
-    if described:
-        page.sections.append(_section("The run as the CLI prints it",
-                                      f"<pre>{_text(chr(10).join(described['text']))}</pre>"))
+    if said.text:
+        page.sections.append(_section("The run as the CLI prints it", f"<pre>{_text(chr(10).join(said.text))}</pre>"))
     title = f"syncscope under load: {clip(model)} on {clip(where)}, {clip(report.get('created', '?'))}"
     return _document(title, facts, str(report.get("command") or ""), page)
 

@@ -1,8 +1,7 @@
 """A load report on the page: what it shows in sentences, the contestants table of a point, the slots picture, the
 sweep's curves and table, each trial's throughput, the CLI's text and the command that repeats it. The Under load tab
 shows its run's report here, and Replay a load report it opens: both from the report dict alone
-(dashboard.views.load_view, dashboard.views.load_charts), the sentences from core.load.report
-(dashboard.service.load_describe).
+(dashboard.views.load_view, dashboard.views.load_charts), the sentences too (core.load.words).
 """
 
 from __future__ import annotations
@@ -81,22 +80,20 @@ class LoadReportPanel:
 
     # ---- a report
 
-    def shown(self, report: dict[str, Any], described: dict[str, list[str]] | None, why_not: str | None = None
-              ) -> dict[Any, Any]:
-        """Every part of the panel for `report`; `described` its sentences (None: `why_not` says why there are
-        none)."""
-        p = self.components
+    def shown(self, report: dict[str, Any]) -> dict[Any, Any]:
+        """Every part of the panel for `report`, its sentences worded here."""
+        p, said = self.components, load_view.sentences(report)
         main = load_view.section(report)["points"][0]
         chosen = load_view.default_slotted(main)
         figures = load_charts.report_figures(report, contestants=chosen)
-        update = {p["report"]: report, p["findings"]: findings_md(report, described, why_not),
+        update = {p["report"]: report, p["findings"]: findings_md(report, said),
                   p["point"]: gr.Dropdown(choices=load_view.point_names(report), value=load_view.point_name(main)),
                   p["table"]: load_view.contestant_rows(main["contestants"]),
                   p["slots_of"]: gr.CheckboxGroup(choices=slot_choices(main), value=chosen),
                   p["color_by"]: load_charts.BY_CONTESTANT,
                   p["slots_plot"]: figures["slots"], p["sweep_plot"]: figures["sweep"], p["rate_plot"]: figures["rate"],
                   p["sweep_table"]: {"headers": load_view.sweep_headers(report), "data": load_view.sweep_rows(report)},
-                  p["cli_text"]: "\n".join(described["text"]) if described else "",
+                  p["cli_text"]: "\n".join(said.text),
                   p["command"]: str(report.get("command") or "")}
         if p["throughput_plot"] is not None:
             update[p["throughput_plot"]] = figures["throughput"]

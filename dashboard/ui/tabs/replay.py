@@ -15,7 +15,6 @@ import gradio as gr
 
 from core.documents.schema import too_large
 from dashboard.edge.uploads import open_bench_report, open_replayable
-from dashboard.service.load_describe import LoadDescriber
 from dashboard.service.page_record import SavedReport
 from dashboard.service.rate_series import live_series_from_report
 from dashboard.ui.diff_panel import DiffPanel
@@ -74,7 +73,6 @@ class ReplayTab:
         self.components = components
         self.diff_panel = diff_panel
         self.load_panel = load_panel
-        self.describer = LoadDescriber()
 
     @classmethod
     def build(cls, page: PageContext, demo: gr.Blocks) -> Self:
@@ -183,8 +181,7 @@ class ReplayTab:
     def _html_button(self, opened: SavedReport | dict[str, Any], owner: str) -> gr.DownloadButton:
         """The report shown, as one HTML file that opens offline (a load report with the sentences shown above)."""
         path = self.page.downloads.folder_for(owner) / HTML_NAME
-        described, why_not = self._sentences(opened) if not isinstance(opened, SavedReport) else (None, None)
-        written = html_download(path, opened, described=described, why_not=why_not)
+        written = html_download(path, opened)
         return gr.DownloadButton(value=written, interactive=written is not None)
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
@@ -226,24 +223,15 @@ class ReplayTab:
         """A load report, as the Under load tab shows its run; the bench report's parts are emptied and hidden."""
         r, panel = self.components, self.load_panel
         assert panel is not None
-        described, why_not = self._sentences(report)
         status = (f"Showing {plain(source)}, a load report: {plain(what_ran(report), 600)}; created "
                   f"{plain(report.get('created', '?'))}.")
         update = {r["status"]: status, r["headline"]: "", r["shows"]: "", r["summary"]: [], r["summary_more"]: [],
                   r["step_time"]: [], r["command"]: "", r["timeline_note"]: "", r["timeline_plot"]: None,
                   r["tokens_plot"]: None, r["device_plot"]: None, r["steps_plot"]: None, r["gap_plot"]: None}
-        update.update(panel.shown(report, described, why_not))
+        update.update(panel.shown(report))
         update.update({r["bench_view"]: gr.Column(visible=False), r["load_view"]: gr.Column(visible=True)})
         update.update(self._view_of(report))
         return update
-
-    def _sentences(self, report: dict[str, Any]) -> tuple[dict[str, list[str]] | None, str | None]:
-        """A load report's findings and text (made once, in a child process: dashboard.service.load_describe), or why
-        not."""
-        try:
-            return self.describer.describe(report), None
-        except ValueError as exc:
-            return None, str(exc)
 
     # ---- two report files side by side
 

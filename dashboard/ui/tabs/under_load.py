@@ -191,7 +191,7 @@ class UnderLoadTab:
         if report is None:
             update[c["throughput_plot"]] = load_charts.throughput_figure(snap.get("runs") or [])
             return update
-        update.update(self.panel.shown(report, job.described))
+        update.update(self.panel.shown(report))
         update[c["report_view"]] = gr.Column(visible=True)
         update[c["throughput_plot"]] = load_charts.throughput_figure(load_view.trial_runs(report))
         update[c["report_file"]] = self._write_report(job)  # the API's callers get the path; enable_download follows
@@ -226,7 +226,7 @@ class UnderLoadTab:
         could not be made."""
         assert job.report is not None
         path = self.page.downloads.folder_for(job.owner or "anonymous") / HTML_NAME
-        return html_download(path, public_report(job.report), described=job.described)
+        return html_download(path, public_report(job.report))
 
     def _said(self, update: dict) -> dict:
         """`update` with the API's plain text of it: the status, and the findings once there are some."""
