@@ -25,6 +25,9 @@ from typing import Any
 
 VARIABLE_PREFIX = "SYNCSCOPE_"
 JSON_OBJECT = "a JSON object"  # the choices of a switch whose value is a JSON object (its row's `choices` is empty)
+# From this hidden size on, the kernels read late by default: Llama-8B's (4,096) measured faster so, Llama-1B's (2,048)
+# slower (docs/TUNING.md, "Every read before the arithmetic")
+LATE_READS_FROM_HIDDEN = 4096
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("SYNCSCOPE_STEP_COMMIT", ("argmax", "whole"),
            "what a greedy step-graph step compiles after the forward: the token choice only, or all of the step's "
            "bookkeeping with it (core.loops.step)", "step_commit"),
+    Switch("SYNCSCOPE_KERNEL_READS", ("auto", "first", "late"),
+           "when the project's decode kernels (attention, the gemv products, the q/k/v kernel) read what they use "
+           "after their arithmetic: first, before any of it, or late, where used (core.kernels.reads); auto: late "
+           f"where the model's hidden size is {LATE_READS_FROM_HIDDEN} or more, else first", "kernel_reads"),
 )
 SWITCH = {switch.key: switch for switch in SWITCHES}
 
@@ -147,6 +154,7 @@ class Tuning:
     decode_products: str = SWITCH["decode_products"].default
     decode_layer: str = SWITCH["decode_layer"].default
     step_commit: str = SWITCH["step_commit"].default
+    kernel_reads: str = SWITCH["kernel_reads"].default
 
     def __post_init__(self) -> None:
         for switch in SWITCHES:
@@ -178,6 +186,13 @@ class Tuning:
         if self.decode_products == "auto":
             return "triton" if step_graph else "inductor"
         return self.decode_products
+
+    def kernel_reads_for(self, hidden_size: int) -> str:
+        """When the project's kernels read for a model of `hidden_size`: "first" or "late" ("auto" resolved by the
+        A/B of docs/TUNING.md, "Every read before the arithmetic")."""
+        if self.kernel_reads == "auto":
+            return "late" if hidden_size >= LATE_READS_FROM_HIDDEN else "first"
+        return self.kernel_reads
 
 
 def _json_object(variable: str, raw: str) -> dict[str, Any]:

@@ -31,16 +31,17 @@ GEMV_VARIANTS = {  # each place the decode step uses the product kernel
 UNIT_STRIDES = {"sqd": 1, "skd": 1, "svd": 1}
 
 
-def gemv_ptx(**changes) -> str:
+def gemv_ptx(reads_first: bool = True, **changes) -> str:
     from tests.test_triton_layer import _compile_for_hopper
 
     gemv, _ = decode_layer._kernels()
     constants = {"k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": False, "RESIDUAL": False, "ADVANCE": False,
-                 "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, **changes}
+                 "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024, "READS_FIRST": reads_first,
+                 **changes}
     return _compile_for_hopper(gemv, GEMV_POINTERS, constants, {"eps": "fp64"}, aligned=True)
 
 
-def qkv_ptx() -> str:
+def qkv_ptx(reads_first: bool = True) -> str:
     """The q/k/v kernel as a Llama-1B layer launches it, compiled for sm_90."""
     from tests.test_triton_layer import _compile_for_hopper
 
@@ -50,10 +51,10 @@ def qkv_ptx() -> str:
     return _compile_for_hopper(
         qkv, {**pointers, "length_ptr": "*i64"},
         {"cos_stride": 1, "k": 2048, "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True,
-         "BLOCK_P": 2, "BLOCK_K": 1024}, {"eps": "fp64"}, aligned=True)
+         "BLOCK_P": 2, "BLOCK_K": 1024, "READS_FIRST": reads_first}, {"eps": "fp64"}, aligned=True)
 
 
-def attend_ptx(head_dim: int = 64, split: int = 64) -> str:
+def attend_ptx(head_dim: int = 64, split: int = 64, reads_first: bool = True) -> str:
     """The attend kernel as a Llama-1B layer launches it (or with `head_dim` and keys a program, `split`), compiled for
     sm_90, with pointers and strides aligned as a launch specializes them."""
     from core.kernels import triton_decode_kernels
@@ -63,7 +64,7 @@ def attend_ptx(head_dim: int = 64, split: int = 64) -> str:
     pointers.update(partial_ptr="*fp32", stats_ptr="*fp32")
     constants = {**UNIT_STRIDES, "SPLIT_LEN": split, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16,
                  "HEAD_DIM": head_dim, "BLOCK_KEYS": 64, "HAS_MASK": True, "MASK_IS_BOOL": False, "SINGLE": False,
-                 "PRECISION": "tf32", "UPCAST": False}
+                 "PRECISION": "tf32", "UPCAST": False, "READS_FIRST": reads_first}
     return _compile_for_hopper(triton_decode_kernels.attend, pointers, constants, {"scale": "fp32"}, aligned=True)
 
 
@@ -101,6 +102,15 @@ def test_attention_reads_its_keys_values_and_mask_before_its_first_product():
     assert not re.search(r"\bld\.global", code[first:])
 
 
+@needs_triton
+def test_reading_late_reads_after_the_arithmetic_as_before_8725825():
+    # the `kernel_reads` switch's other order (core.kernels.reads): each read where it is used
+    assert loads_after_the_last_shuffle(gemv_ptx(reads_first=False, **GEMV_VARIANTS["residual-bias"])) >= 2
+    assert loads_after_the_last_shuffle(qkv_ptx(reads_first=False)) >= 1
+    code = attend_ptx(reads_first=False)
+    assert re.search(r"\bld\.global", code[code.index("mma.sync"):])
+
+
 def _ptxas() -> Path | None:
     spec = importlib.util.find_spec("triton")
     if spec is None or spec.origin is None:
@@ -113,8 +123,11 @@ def _ptxas() -> Path | None:
 @pytest.mark.skipif(_ptxas() is None, reason="needs the ptxas that Triton ships")
 def test_reading_early_spills_no_register(tmp_path):
     kernels = {"attend": attend_ptx(), "attend-8b-long": attend_ptx(head_dim=128, split=512), "qkv_gemv": qkv_ptx(),
-               "combine": combine_ptx(),
-               **{f"gemv-{name}": gemv_ptx(**changes) for name, changes in GEMV_VARIANTS.items()}}
+               "combine": combine_ptx(), "attend-late": attend_ptx(reads_first=False),
+               "attend-8b-long-late": attend_ptx(head_dim=128, split=512, reads_first=False),
+               "qkv_gemv-late": qkv_ptx(reads_first=False),
+               **{f"gemv-{name}": gemv_ptx(**changes) for name, changes in GEMV_VARIANTS.items()},
+               **{f"gemv-{name}-late": gemv_ptx(False, **changes) for name, changes in GEMV_VARIANTS.items()}}
     for name, code in kernels.items():
         source = tmp_path / f"{name}.ptx"
         source.write_text(code)

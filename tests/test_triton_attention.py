@@ -77,6 +77,25 @@ def interpreter_errors() -> dict[str, float]:
     return errors
 
 
+def orders_agree() -> dict[str, bool]:
+    """Run as interpreter_errors: per case and dtype, whether the kernels reading first and reading late
+    (core.kernels.reads) give the same output, bit for bit."""
+    import core.kernels.triton_attention as module
+    from core.kernels.reads import ORDERS, reading
+
+    agree = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for case in CASES:
+            batch, heads, kv_heads, length, dim, mask_kind, split_keys = case
+            inputs = _case(dtype, batch, heads, kv_heads, length, dim, mask_kind)
+            outputs = []
+            for order in ORDERS:
+                with reading(order):
+                    outputs.append(_run_kernels_directly(module, *inputs, dim ** -0.5, split_keys))
+            agree[f"{dtype} {case}"] = torch.equal(*outputs)
+    return agree
+
+
 def _in_tritons_interpreter(function: str) -> dict[str, float]:
     """Run this module's `function` in a process of its own with TRITON_INTERPRET=1 (Triton reads it when it is
     first imported) and return what it returns."""
@@ -94,6 +113,13 @@ def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
     assert len(errors) == 2 * len(CASES)
     for name, error in errors.items():  # fp32: rounding only; bf16: at most one bf16 step at these magnitudes
         assert error <= (1e-6 if "float32" in name else 4e-3), (name, error)
+
+
+@pytest.mark.slow
+@needs_triton
+def test_reading_first_or_late_gives_the_same_bits_in_tritons_interpreter():
+    agree = _in_tritons_interpreter("orders_agree")
+    assert len(agree) == 2 * len(CASES) and all(agree.values()), agree
 
 
 @needs_triton
@@ -153,7 +179,8 @@ def test_the_kernels_compile_for_hopper_with_the_argument_types_a_launch_passes(
     buffer = "*fp32" if not single else f"*{dtype}"  # a single program is passed the output in their place
     constants = {"SPLIT_LEN": 128, "KV_HEADS": 4, "GROUP": group, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_KEYS": BLOCK_KEYS, "HAS_MASK": True, "MASK_IS_BOOL": mask_kind == "bool", "SINGLE": single,
-                 "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False}
+                 "PRECISION": "tf32" if dtype == "bf16" else "ieee", "UPCAST": False,
+                 "READS_FIRST": True}
     _compile_for_hopper(attend, {**elements, "partial_ptr": buffer, "stats_ptr": buffer}, constants,
                         {"scale": scale_type})
     if not single:

@@ -162,6 +162,30 @@ def test_the_fused_step_computes_transformers_layer_in_tritons_interpreter():
     check_layer_errors(json.loads(result.stdout.splitlines()[-1]), LAYER_CASES)
 
 
+def layer_errors_by_order() -> dict[str, dict[str, list[float]]]:
+    """layer_errors with the kernels reading first and reading late (core.kernels.reads), by order."""
+    from core.kernels.reads import ORDERS, reading
+
+    by_order = {}
+    for order in ORDERS:
+        with reading(order):
+            by_order[order] = layer_errors(LAYER_CASES[:1])
+    return by_order
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_fused_step_reading_late_computes_what_it_computes_reading_first():
+    script = ("import json; from tests.test_triton_layer import layer_errors_by_order; "
+              "print(json.dumps(layer_errors_by_order()))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parent.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_order = json.loads(result.stdout.splitlines()[-1])
+    check_layer_errors(by_order["late"], LAYER_CASES[:1])
+    assert by_order["late"] == by_order["first"]  # the same differences from transformers' layer, to the last bit
+
+
 def check_layer_errors(errors: dict[str, list[float]], cases: list) -> None:
     assert len(errors) == 2 * len(cases)
     for name, (output, key, value, moved, untouched) in errors.items():
@@ -216,6 +240,7 @@ def test_the_product_kernels_compile_for_hopper_with_what_a_launch_passes(varian
         "EVEN_K": True,
         "BLOCK_N": 2,
         "BLOCK_K": 1024,
+        "READS_FIRST": True,
     }
     ptx = _compile_for_hopper(gemv, pointers, constants, {"eps": "fp64"})  # a compile passes a Python float as fp64
     assert ".target sm_90" in ptx and f".entry {gemv.fn.__name__}" in ptx
@@ -238,6 +263,7 @@ def test_the_qkv_kernel_compiles_for_hopper_with_what_a_launch_passes():
         "EVEN_K": True,
         "BLOCK_P": 1,
         "BLOCK_K": 1024,
+        "READS_FIRST": True,
     }
     ptx = _compile_for_hopper(qkv, pointers, constants, {"eps": "fp64"})
     assert ".target sm_90" in ptx and f".entry {qkv.fn.__name__}" in ptx
@@ -293,14 +319,15 @@ def test_torchs_analysis_finds_what_each_kernel_writes(monkeypatch):
     pointers = ("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "norm_ptr", "residual_ptr")
     gemv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "n": 4096,
                  "w_row_stride": 2048, "eps": 1e-5, "k": 2048, "HAS_BIAS": False, "ACT_MUL": False, "NORM": True,
-                 "RESIDUAL": True, "ADVANCE": True, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024}
+                 "RESIDUAL": True, "ADVANCE": True, "EVEN_N": True, "EVEN_K": True, "BLOCK_N": 2, "BLOCK_K": 1024,
+                 "READS_FIRST": True}
     assert written(gemv, gemv_args) == {"out_ptr", "length_ptr"}
     assert written(gemv, {**gemv_args, "ADVANCE": False}) == {"out_ptr"}
     pointers = ("x_ptr", "norm_ptr", "w_ptr", "bias_ptr", "cos_ptr", "sin_ptr", "q_ptr", "key_ptr", "value_ptr")
     qkv_args = {**{name: tensor() for name in pointers}, "length_ptr": tensor(torch.int64), "w_row_stride": 2048,
                 "cos_stride": 1, "cache_head_stride": 4096, "cache_slot_stride": 64, "eps": 1e-5, "k": 2048,
                 "HEADS": 32, "KV_HEADS": 8, "HEAD_DIM": 64, "HAS_BIAS": False, "EVEN_K": True, "BLOCK_P": 2,
-                "BLOCK_K": 1024}
+                "BLOCK_K": 1024, "READS_FIRST": True}
     assert written(qkv, qkv_args) == {"q_ptr", "key_ptr", "value_ptr"}
     attend_args = {**{name: tensor() for name in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr", "out_ptr")},
                    "partial_ptr": tensor(torch.float32), "stats_ptr": tensor(torch.float32),
@@ -308,7 +335,7 @@ def test_torchs_analysis_finds_what_each_kernel_writes(monkeypatch):
                                     "smh", "sml"), 1),
                    "length": 512, "scale": 0.125, "SPLIT_LEN": 64, "KV_HEADS": 8, "GROUP": 4, "GROUP_PAD": 16,
                    "HEAD_DIM": 64, "BLOCK_KEYS": 64, "HAS_MASK": True, "MASK_IS_BOOL": False, "SINGLE": False,
-                   "PRECISION": "tf32", "UPCAST": False}
+                   "PRECISION": "tf32", "UPCAST": False, "READS_FIRST": True}
     assert written(triton_decode_kernels.attend, attend_args) == {"partial_ptr", "stats_ptr"}
     assert written(triton_decode_kernels.attend, {**attend_args, "SINGLE": True}) == {"out_ptr"}
     combine_args = {"partial_ptr": tensor(torch.float32), "stats_ptr": tensor(torch.float32), "out_ptr": tensor(),
@@ -358,12 +385,32 @@ def test_the_switch_is_read_once_when_the_model_is_prepared(monkeypatch, switch)
     assert ("decoder layers not fused: SYNCSCOPE_DECODE_LAYER=off" in prepared.not_prepared) is (switch == "off")
 
 
+def _loaded(decode_layers: bool, device: str, hidden_size: int, **switches) -> SimpleNamespace:
+    """What step_facts reads of a LoadedModel."""
+    config = SimpleNamespace(hidden_size=hidden_size)
+    config.get_text_config = lambda: config
+    return SimpleNamespace(device=torch.device(device), decode_layers=decode_layers, tuning=Tuning(**switches),
+                           model=SimpleNamespace(config=config))
+
+
+def test_the_kernels_read_late_from_llama_8bs_width_on_unless_the_switch_says_and_the_report_says_which():
+    from core.report.build import step_facts
+
+    def reads(hidden_size: int, mode: str = "step-graph", device: str = "cuda", **switches) -> str | None:
+        return step_facts(_loaded(True, device, hidden_size, **switches), mode)["kernel_reads"]
+
+    assert reads(2048) == "first"  # Llama-1B
+    assert reads(4096) == "late"  # Llama-8B
+    assert reads(4096, kernel_reads="first") == "first"
+    assert reads(2048, kernel_reads="late") == "late"
+    assert reads(4096, mode="off") is None and reads(4096, device="cpu") is None
+
+
 def test_the_report_says_where_the_fused_layers_ran():
     from core.report.build import step_facts
 
     def ran(decode_layers: bool, mode: str, device: str = "cuda", **switches) -> str | None:
-        loaded = SimpleNamespace(device=torch.device(device), decode_layers=decode_layers, tuning=Tuning(**switches))
-        return step_facts(loaded, mode)["decode_layer"]
+        return step_facts(_loaded(decode_layers, device, 2048, **switches), mode)["decode_layer"]
 
     assert ran(True, "step-graph") == "fused"
     assert ran(True, "reduce-overhead") == "off"  # the layers run transformers' code there

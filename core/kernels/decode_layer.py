@@ -43,6 +43,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from core.kernels import products, triton_ops_at_import
 from core.kernels.attention import IMPLEMENTATIONS
 from core.kernels.fusion import FusedAttention, FusedMLP, forward_fingerprint
+from core.kernels.reads import reads_first
 from core.kernels.triton_attention import head_size_fits
 from core.kernels.triton_gemv import Around, GemvConfig, config_for, launch_gemv, takes
 from core.tuning import SWITCH
@@ -300,6 +301,7 @@ def launch_qkv(
         EVEN_K=k % config.block_k == 0,
         BLOCK_P=block_p,
         BLOCK_K=config.block_k,
+        READS_FIRST=reads_first(),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

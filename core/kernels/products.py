@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from core.kernels.reads import FIRST, reading
 from core.kernels.triton_gemv import takes
 from core.tuning import SWITCH
 
@@ -31,21 +32,22 @@ _o_proj = SWITCH["o_proj"].default
 
 
 @contextmanager
-def traced_with(products: str, o_proj: str) -> Iterator[None]:
+def traced_with(products: str, o_proj: str, reads: str = FIRST) -> Iterator[None]:
     """Inside it, a compile traces with these products: "triton" or "inductor" (the `decode_products` switch resolved
-    for the compile's mode), and `o_proj`, the `o_proj` switch."""
+    for the compile's mode), `o_proj`, the `o_proj` switch, and the kernels' `reads` (core.kernels.reads)."""
     global _products, _o_proj
     previous = _products, _o_proj
     _products, _o_proj = products, o_proj
     try:
-        yield
+        with reading(reads):
+            yield
     finally:
         _products, _o_proj = previous
 
 
-def traced_by_default(products: str, o_proj: str) -> bool:
+def traced_by_default(products: str, o_proj: str, reads: str = FIRST) -> bool:
     """Whether a compile traces with these choices without `traced_with` (the module's own: no wrapper needed)."""
-    return (products, o_proj) == ("inductor", SWITCH["o_proj"].default)
+    return (products, o_proj, reads) == ("inductor", SWITCH["o_proj"].default, FIRST)
 
 
 def library_o_proj() -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from core.kernels import triton_ops_at_import
+from core.kernels.reads import reads_first
 
 BLOCK_KEYS = 64  # keys per loop iteration of one program
 MAX_SPLITS = 64  # the most programs sharing one KV head's keys
@@ -97,7 +98,7 @@ def _launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
         SPLIT_LEN=split_len, KV_HEADS=kv_heads, GROUP=group, GROUP_PAD=max(16, _next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_KEYS=BLOCK_KEYS, HAS_MASK=has_mask, MASK_IS_BOOL=has_mask and mask.dtype == torch.bool,
         SINGLE=splits == 1, PRECISION="ieee" if query.dtype == torch.float32 or _interpreted() else "tf32",
-        UPCAST=_interpreted(), num_warps=4, num_stages=2)
+        UPCAST=_interpreted(), READS_FIRST=reads_first(), num_warps=4, num_stages=2)
     if splits > 1:
         launch(combine)[(batch * heads,)](
             partial, stats, out, splits,

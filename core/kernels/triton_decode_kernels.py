@@ -32,7 +32,7 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
            length, scale,
            SPLIT_LEN: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
            HEAD_DIM: tl.constexpr, BLOCK_KEYS: tl.constexpr, HAS_MASK: tl.constexpr, MASK_IS_BOOL: tl.constexpr,
-           SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+           SINGLE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, READS_FIRST: tl.constexpr):
     row = tl.program_id(0)
     split = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -53,20 +53,23 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
         keys = first + start + tl.arange(0, BLOCK_KEYS)
         inside = keys < length
         keep = inside[None, :] & real[:, None]
-        # Every read of the block before any arithmetic: the keys, the values and the mask then come in one round
-        # trip to memory. The scores need none of the values, but a load written after them waits for them (the
-        # layout conversions between are barriers the compiler does not move loads across).
+        # With READS_FIRST every read of the block comes before any arithmetic: the keys, the values and the mask
+        # then come in one round trip to memory. The scores need none of the values, but a load written after them
+        # waits for them (the layout conversions between are barriers the compiler does not move loads across).
         k = tl.load(k_ptr + b * skb + kv * skh + keys[:, None] * skl + d[None, :] * skd, mask=inside[:, None],
                     other=0.0)
-        v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
-                    other=0.0)
-        if HAS_MASK:
-            m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
+        if READS_FIRST:
+            v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
+                        other=0.0)
+            if HAS_MASK:
+                m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
         if UPCAST:
             k = k.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32)
         scores = (scores * scale).to(tl.float32)  # inside a compile `scale` arrives as fp64
         if HAS_MASK:
+            if not READS_FIRST:
+                m = tl.load(mask_ptr + b * smb + head[:, None] * smh + keys[None, :] * sml, mask=keep, other=0)
             if MASK_IS_BOOL:
                 keep = keep & (m != 0)
             else:
@@ -76,6 +79,9 @@ def attend(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, partial_ptr, stats_ptr,
         shift = tl.where(new_best == float("-inf"), 0.0, new_best)
         weights = tl.exp(scores - shift[:, None])
         rescale = tl.exp(best - shift)
+        if not READS_FIRST:
+            v = tl.load(v_ptr + b * svb + kv * svh + keys[:, None] * svl + d[None, :] * svd, mask=inside[:, None],
+                        other=0.0)
         v = v.to(tl.float32)
         total = total * rescale + tl.sum(weights, 1)
         acc = acc * rescale[:, None] + tl.dot(weights, v, input_precision=PRECISION)

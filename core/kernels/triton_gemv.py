@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from core.kernels import triton_ops_at_import
+from core.kernels.reads import reads_first
 
 CONFIG_FILE = Path(__file__).with_name("gemv_configs.json")
 
@@ -163,6 +164,7 @@ def launch_gemv(
         EVEN_K=k % config.block_k == 0,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        READS_FIRST=reads_first(),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

@@ -35,15 +35,17 @@ def gemv(
     EVEN_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    READS_FIRST: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
-    # What the rows add after the product, read before it: a read after the sum would be one more round trip to
-    # memory at the end of every program, where these overlap the weights' reads.
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        residual = tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    # READS_FIRST (the `kernel_reads` switch, core.kernels.reads): what the rows add after the product, read before
+    # it, where a read after the sum is one more round trip to memory at the end of every program; else where used.
+    if READS_FIRST:
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if RESIDUAL:
+            residual = tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -67,9 +69,13 @@ def gemv(
     if NORM:
         out *= inverse_rms(squares, k, eps)
     if HAS_BIAS:
+        if not READS_FIRST:
+            bias = tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         out += bias
     if RESIDUAL:  # the product rounded as the Linear returns it, then the residual add, rounded once more
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        if not READS_FIRST:
+            residual = tl.load(residual_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         out += residual
     tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_ok)
     # the cache's length moved on by the token, once (what StaticLayer.update does); the constexpr test stays apart
@@ -103,6 +109,7 @@ def qkv_gemv(
     EVEN_K: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    READS_FIRST: tl.constexpr,
 ):
     """Each program owns BLOCK_P pairs of rows (d, d + HEAD_DIM / 2) of one head of the stacked q/k/v weight, the
     pairs the rotary embedding mixes; heads are q's, then k's, then v's."""
@@ -112,16 +119,18 @@ def qkv_gemv(
     pairs = (tl.program_id(0) % blocks_per_head) * BLOCK_P + tl.arange(0, BLOCK_P)
     low = head * HEAD_DIM + pairs
     high = low + half
-    # What the rows need after the product, read before it (see gemv): the bias, the rotary cos and sin (a value
-    # row's program reads them too, unused: a read under its test would wait for the sum), the cache's length.
-    if HAS_BIAS:
-        bias_low = tl.load(bias_ptr + low).to(tl.float32)
-        bias_high = tl.load(bias_ptr + high).to(tl.float32)
-    cos_low = tl.load(cos_ptr + pairs * cos_stride).to(tl.float32)
-    cos_high = tl.load(cos_ptr + (pairs + half) * cos_stride).to(tl.float32)
-    sin_low = tl.load(sin_ptr + pairs * cos_stride).to(tl.float32)
-    sin_high = tl.load(sin_ptr + (pairs + half) * cos_stride).to(tl.float32)
-    slot = tl.load(length_ptr)
+    # With READS_FIRST, what the rows need after the product, read before it (see gemv): the bias, the rotary cos and
+    # sin (a value row's program reads them too, unused: a read under its test would wait for the sum), the cache's
+    # length; else each where it is used.
+    if READS_FIRST:
+        if HAS_BIAS:
+            bias_low = tl.load(bias_ptr + low).to(tl.float32)
+            bias_high = tl.load(bias_ptr + high).to(tl.float32)
+        cos_low = tl.load(cos_ptr + pairs * cos_stride).to(tl.float32)
+        cos_high = tl.load(cos_ptr + (pairs + half) * cos_stride).to(tl.float32)
+        sin_low = tl.load(sin_ptr + pairs * cos_stride).to(tl.float32)
+        sin_high = tl.load(sin_ptr + (pairs + half) * cos_stride).to(tl.float32)
+        slot = tl.load(length_ptr)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc_low = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
     acc_high = tl.zeros([BLOCK_P, BLOCK_K], dtype=tl.float32)
@@ -154,11 +163,19 @@ def qkv_gemv(
     out_low = tl.sum(acc_low, axis=1) * rstd
     out_high = tl.sum(acc_high, axis=1) * rstd
     if HAS_BIAS:
+        if not READS_FIRST:
+            bias_low = tl.load(bias_ptr + low).to(tl.float32)
+            bias_high = tl.load(bias_ptr + high).to(tl.float32)
         out_low += bias_low
         out_high += bias_high
     out_low = out_low.to(dtype).to(tl.float32)  # rounded as the Linear returns them
     out_high = out_high.to(dtype).to(tl.float32)
     if head < HEADS + KV_HEADS:  # queries and keys: x * cos + rotate_half(x) * sin, as transformers turns them
+        if not READS_FIRST:
+            cos_low = tl.load(cos_ptr + pairs * cos_stride).to(tl.float32)
+            cos_high = tl.load(cos_ptr + (pairs + half) * cos_stride).to(tl.float32)
+            sin_low = tl.load(sin_ptr + pairs * cos_stride).to(tl.float32)
+            sin_high = tl.load(sin_ptr + (pairs + half) * cos_stride).to(tl.float32)
         turned_low = out_low * cos_low - out_high * sin_low
         out_high = out_high * cos_high + out_low * sin_high
         out_low = turned_low
@@ -166,6 +183,8 @@ def qkv_gemv(
         tl.store(q_ptr + low, out_low.to(dtype))
         tl.store(q_ptr + high, out_high.to(dtype))
     else:
+        if not READS_FIRST:
+            slot = tl.load(length_ptr)
         kv_head = (head - HEADS) % KV_HEADS
         offset = kv_head * cache_head_stride + slot * cache_slot_stride + pairs
         if head < HEADS + KV_HEADS:

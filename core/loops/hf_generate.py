@@ -67,7 +67,8 @@ def hf_run(loaded: LoadedModel, prompt: Any, options: GenerationOptions, deferre
     ranges = StepRanges(HF_DEFERRED if deferred else HF, options.max_new_tokens) \
         if on_step is not None and wanted(options, loaded.device.type) else None
     kernels = step_kernels(loaded, options.compile)  # generate() compiles the model's forward with them too
-    traced = traced_with(kernels.products, kernels.o_proj) if kernels is not None else contextlib.nullcontext()
+    traced = (traced_with(kernels.products, kernels.o_proj, kernels.reads) if kernels is not None
+              else contextlib.nullcontext())
     clock = StepClock(loaded.device, 1)
     clock.start()
     with _deferred_stop_check(deferred), torch.inference_mode(), traced:

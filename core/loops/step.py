@@ -32,13 +32,14 @@ class StepKernels:
     """What a decode step compiled in one mode runs, from the model's tuning and what prepare_for_decode did to it:
     the batch-1 products' kernel, "triton" (core.kernels.triton_gemv) or "inductor"; the output projection's where
     the gemv kernel does not take it, "library" or "inductor"; whether the decoder layers run
-    core.kernels.decode_layer's six kernels; and what a greedy step compiles after the forward, "argmax" or "whole"
-    (step-graph only)."""
+    core.kernels.decode_layer's six kernels; what a greedy step compiles after the forward, "argmax" or "whole"
+    (step-graph only); and when the project's kernels read what they use, "first" or "late" (core.kernels.reads)."""
 
     products: str
     o_proj: str
     fused_layers: bool
     commit: str | None
+    reads: str = "first"
 
 
 def step_kernels(loaded: LoadedModel, mode: str) -> StepKernels | None:
@@ -51,7 +52,8 @@ def step_kernels(loaded: LoadedModel, mode: str) -> StepKernels | None:
     on_cuda = loaded.device.type == "cuda"
     return StepKernels(products=products, o_proj=tuning.o_proj,
                        fused_layers=loaded.decode_layers and mode == STEP_GRAPH and on_cuda and products == "triton",
-                       commit=tuning.step_commit if mode == STEP_GRAPH else None)
+                       commit=tuning.step_commit if mode == STEP_GRAPH else None,
+                       reads=tuning.kernel_reads_for(loaded.model.config.get_text_config().hidden_size))
 
 
 @dataclass
@@ -338,7 +340,7 @@ def _traced_with_kernels(compiled: Callable[..., Any], kernels: StepKernels, mar
     def forward(*args: Any, **kwargs: Any) -> Any:
         if mark_steps:
             torch.compiler.cudagraph_mark_step_begin()
-        with traced_with(kernels.products, kernels.o_proj):
+        with traced_with(kernels.products, kernels.o_proj, kernels.reads):
             return compiled(*args, **kwargs)
 
     def marked(*args: Any, **kwargs: Any) -> Any:
@@ -346,7 +348,7 @@ def _traced_with_kernels(compiled: Callable[..., Any], kernels: StepKernels, mar
         return compiled(*args, **kwargs)
 
     # With the module's own choices the wrapper is left out: a reduce-overhead step calls the forward every step
-    if traced_by_default(kernels.products, kernels.o_proj):
+    if traced_by_default(kernels.products, kernels.o_proj, kernels.reads):
         return marked if mark_steps else compiled
     return forward
 

@@ -211,14 +211,15 @@ def step_facts(loaded: LoadedModel, compile_mode: str, greedy: bool = True) -> d
     """What the compiled steps ran (core.loops.step.step_kernels), None where it had no part: the output projection's
     kernel where the gemv kernel does not take it (`o_proj`), the batch-1 products of CUDA steps (`decode_products`),
     whether the decoder layers ran core.kernels.decode_layer's kernels (`decode_layer`: "fused" or "off", on CUDA),
-    and what a greedy step-graph step compiled after the forward (`step_commit`)."""
+    what a greedy step-graph step compiled after the forward (`step_commit`), and when the project's kernels read
+    (`kernel_reads`: "first" or "late", on CUDA)."""
     kernels = step_kernels(loaded, compile_mode)
     if kernels is None:
-        return dict.fromkeys(("o_proj", "decode_products", "decode_layer", "step_commit"))
+        return dict.fromkeys(("o_proj", "decode_products", "decode_layer", "step_commit", "kernel_reads"))
     on_cuda = loaded.device.type == "cuda"
     return {"o_proj": kernels.o_proj, "decode_products": kernels.products if on_cuda else None,
             "decode_layer": ("fused" if kernels.fused_layers else "off") if on_cuda else None,
-            "step_commit": kernels.commit if greedy else None}
+            "step_commit": kernels.commit if greedy else None, "kernel_reads": kernels.reads if on_cuda else None}
 
 
 def _pdl(loaded: LoadedModel, compile_mode: str) -> str:

@@ -33,8 +33,8 @@ from core.tuning import RETIRED, SWITCHES
 DIFFED_REQUEST = ("trials", "contestants", "min_seconds", "deterministic", "audit", "no_kernel_measurement", "stream")
 # What the run was and what its switches made of the model and its compiled steps (core.report.build.environment)
 DIFFED_ENVIRONMENT = ("gpu", "device", "dtype", "tp", "tp_all_reduce", "decode_attention", "fused_projections",
-                      "pdl", "o_proj", "decode_products", "decode_layer", "step_commit", "torch", "transformers",
-                      "python")
+                      "pdl", "o_proj", "decode_products", "decode_layer", "step_commit", "kernel_reads", "torch",
+                      "transformers", "python")
 # A retired switch is a setting only where a report set it (core.tuning.RETIRED); absent, it was at its default
 ABSENT_MEANS = {retired.variable: retired.default for retired in RETIRED}
 CONTROL_CANDIDATES = ("naive", NO_CHECK)  # in this order: the contestants a control may be
