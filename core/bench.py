@@ -40,8 +40,6 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.compare import InterruptedRun, compare, run_contestant
     from core.documents.files import check_output_path, check_profile_dir, write_json
     from core.documents.schema import BENCH, bench_report, load
-    from core.load.protocol import DEFAULT_LOAD_CONTESTANTS, LOAD_CONTESTANTS, LoadRequest
-    from core.load.workload import OUTPUT_LENGTHS, PROMPT_SOURCES, WorkloadSpec, parse_list
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace
@@ -52,7 +50,11 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.report.build import DTYPE_FLAGS, TABLE_KEY, audit_lines, compile_note, format_table
     from core.report.diff import diff_reports, diff_text
     from core.report.explain import what_this_run_shows
-    from core.request.options import HF_MODULES_HELP, LOOPS, BenchRequest, GenerationOptions
+    from core.request.load import LoadRequest
+    from core.request.load_schema import add_load_arguments, given_load_flags, load_command
+    from core.request.load_schema import request_from_values as load_request_from_values
+    from core.request.load_schema import values_from_args as load_values_from_args
+    from core.request.options import HF_MODULES_HELP, LOOPS, BenchRequest
     from core.request.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
     from core.text import escaped, printable
     from core.tuning import Tuning
@@ -121,35 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def add_load_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of a run under load (core.load): --requests turns it on."""
-    load = p.add_argument_group("under load (continuous batching; --requests N turns it on)")
-    load.add_argument("--requests", type=int, default=None, metavar="N",
-                      help="run N requests through B slots of continuous batching (the naive and pipelined loops, "
-                           "the ceiling, transformers' continuous batching) instead of one request")
-    load.add_argument("--max-batch", type=int, default=4, metavar="B", help="slots: requests decoded together")
-    load.add_argument("--rate", type=float, default=0.0, metavar="R",
-                      help="arrivals: a seeded Poisson process of R requests a second (0: all at once)")
-    load.add_argument("--sweep-batch", default=None, metavar="LIST", help="also run at these B, as 1,2,4,8")
-    load.add_argument("--sweep-rate", default=None, metavar="LIST", help="also run at these rates, as 1,2,4")
-    load.add_argument("--prompts", choices=PROMPT_SOURCES, default=None,
-                      help="synthetic token ids, or the built-in questions in turn (default: synthetic for a model "
-                           "with random weights, the built-in questions for a real one)")
-    load.add_argument("--prompt-lengths", default="8-32", metavar="MIN-MAX",
-                      help="synthetic prompts: token counts drawn uniformly from MIN to MAX (--prompt-tokens N: N)")
-    load.add_argument("--output-lengths", choices=OUTPUT_LENGTHS, default=None,
-                      help="lognormal: each request stops at a length drawn around --output-median, at most "
-                           "--max-new-tokens; max: at --max-new-tokens or EOS (default: lognormal for a model with "
-                           "random weights, max for a real one)")
-    load.add_argument("--output-median", type=int, default=0, metavar="N",
-                      help="the median of the log-normal output lengths (default: half of --max-new-tokens)")
-    load.add_argument("--workload-seed", type=int, default=0, metavar="S", help="the seed of the workload's draws")
-    load.add_argument("--contestants", default=",".join(DEFAULT_LOAD_CONTESTANTS), metavar="LIST",
-                      help=f"some of {','.join(LOAD_CONTESTANTS)}")
-    load.add_argument("--solo-checks", type=int, default=16, metavar="N",
-                      help="decode the first N requests alone too and check each one's tokens under batching")
-
-
 def request_from_args(args: argparse.Namespace) -> tuple[BenchRequest, list[str]]:
     """The request that parsed flags ask for, and notices of what was adjusted (core.request.run_schema: the same check
     as the page's, without its limits)."""
@@ -168,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return diff_files(*args.diff)
     if args.requests is not None:
         return run_load_cli(args)
+    given = given_load_flags(args)
+    if given:
+        return _fail(0, f"{', '.join(given)}: for a run under load, which --requests N turns on", 2)
     try:
         request, notices = request_from_args(args)
         check_output_path(args.json_path)
@@ -188,45 +164,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_bench(args, request, notices, received, tuning)
 
 
-def load_request_from_args(args: argparse.Namespace) -> tuple[LoadRequest, list[str]]:
-    """The load run that parsed flags ask for (core.load.protocol.LoadRequest), and notices of what was adjusted."""
-    random_weights = is_random_weights(args.model)
-    low, high = _lengths(args.prompt_lengths) if args.prompt_tokens is None else (args.prompt_tokens,
-                                                                                  args.prompt_tokens)
-    spec = WorkloadSpec(requests=args.requests, max_new_tokens=args.max_new_tokens, rate=args.rate,
-                        prompts=args.prompts or ("synthetic" if random_weights else "built-in"), prompt_min=low,
-                        prompt_max=high, output_lengths=args.output_lengths or ("lognormal" if random_weights
-                                                                                else "max"),
-                        output_median=args.output_median, seed=args.workload_seed)
-    notices: list[str] = []
+def load_request_from_args(args: argparse.Namespace) -> LoadRequest:
+    """The run under load that parsed flags ask for (core.request.load_schema: the same check as the page's, without
+    its limits); the prompts and output lengths not given follow the model's weights (random or real)."""
+    values = load_values_from_args(args)
+    if args.prompt_tokens is not None:
+        values["prompt_lengths"] = (args.prompt_tokens, args.prompt_tokens)
     eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
-    options = GenerationOptions(loop="naive", max_new_tokens=args.max_new_tokens, cache="static",
-                                compile=args.compile, lag=args.lag, ignore_eos=args.ignore_eos, eos_token_id=eos)
-    request = LoadRequest(workload=spec, slots=args.max_batch, options=options,
-                          contestants=tuple(parse_list(args.contestants, "--contestants", str)), trials=args.trials,
-                          sweep_slots=tuple(parse_list(args.sweep_batch, "--sweep-batch")) if args.sweep_batch else (),
-                          sweep_rates=tuple(parse_list(args.sweep_rate, "--sweep-rate", float))
-                          if args.sweep_rate else (),
-                          audit=args.audit, no_kernel_measurement=args.no_kernel_measurement,
-                          solo_checks=args.solo_checks)
-    return request, notices
-
-
-def _lengths(text: str) -> tuple[int, int]:
-    low, _, high = str(text).partition("-")
-    try:
-        return int(low), int(high or low)
-    except ValueError:
-        raise ValueError(f"--prompt-lengths must be MIN-MAX in tokens, as 8-32; got {text!r}") from None
+    return load_request_from_values(values, random_weights=is_random_weights(args.model), by_flag=True,
+                                    eos_token_id=eos)
 
 
 def run_load_cli(args: argparse.Namespace) -> int:
     """`--requests N`: the contestants under load (core.load), its table and findings, --json, --trace and --html."""
     from core.load.protocol import run_load
-    from core.load.report import build_load_report, load_command, load_findings, load_text, load_trace
+    from core.load.report import build_load_report, load_findings, load_text, load_trace
 
     try:
-        request, notices = load_request_from_args(args)
+        request = load_request_from_args(args)
         check_output_path(args.json_path)
         check_output_path(args.html_path, "--html")
         check_output_path(args.trace_path, "--trace")
@@ -259,7 +214,6 @@ def run_load_cli(args: argparse.Namespace) -> int:
     command = load_command(request, loaded.spec, device=device, dtype=DTYPE_FLAGS.get(loaded.dtype))
     report = build_load_report(loaded, request, section, command)
     report["wall_s"] = time.perf_counter() - started
-    report["load"]["notices"] = list(dict.fromkeys([*notices, *report["load"]["notices"]]))
     text = load_text(report)
     for line in text:
         _say(line)

@@ -87,12 +87,14 @@ def h200_html() -> str:
 
 @pytest.fixture(scope="module")
 def load_report(tiny) -> dict[str, Any]:
-    from core.load.protocol import LoadRequest, run_load
-    from core.load.report import build_load_report, load_command
-    from core.load.workload import WorkloadSpec
+    from core.load.protocol import run_load
+    from core.load.report import build_load_report
+    from core.request.load import LoadRequest, WorkloadSpec
+    from core.request.load_schema import load_command
 
-    request = LoadRequest(workload=WorkloadSpec(requests=6, max_new_tokens=8, prompt_min=8, prompt_max=16), slots=2,
-                          trials=1, contestants=("naive", "pipelined"), solo_checks=2, audit=True, sweep_slots=(1,))
+    request = LoadRequest(workload=WorkloadSpec(requests=6, max_new_tokens=8, prompt_min=8, prompt_max=16),
+                          max_batch=2, trials=1, contestants=("naive", "pipelined"), solo_checks=2, audit=True,
+                          sweep_batch=(1,))
     return build_load_report(tiny, request, run_load(tiny, request), load_command(request, "tiny-random",
                                                                                   device="cpu"))
 

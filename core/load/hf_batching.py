@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from core.load.batching import BatchedRun, RequestResult, TokensListener
-from core.load.workload import Workload
 from core.models.loading import LoadedModel
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC
+from core.request.workload import Workload
 
-HF_BATCH, HF_BATCH_ASYNC = "hf-batch", "hf-batch-async"
 HF_BATCHING = (HF_BATCH, HF_BATCH_ASYNC)
 PAGE_SIZE = 256  # transformers' default page: tokens of one layer a block holds
 RESULT_WAIT_S = 600.0  # a run whose manager gives no result for this long has failed

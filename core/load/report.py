@@ -13,12 +13,11 @@ from typing import Any
 
 from core.audit.words import per_step_words
 from core.documents.schema import LOAD_SCHEMA
-from core.load.protocol import LoadRequest
 from core.load.words import NAMES, gain, num, pair, pct, point_name, same
 from core.models.loading import LoadedModel
 from core.report.build import environment, model_facts
+from core.request.load import LoadRequest
 from core.request.options import NO_CHECK
-from core.request.run_schema import bench_words, shell_quote
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
 
@@ -28,31 +27,6 @@ def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[s
     return {"schema": LOAD_SCHEMA, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "environment": environment(loaded, section["options"]["compile"]), "model": model_facts(loaded),
             "command": command, "load": section}
-
-
-def load_command(request: LoadRequest, model: str, *, device: str | None = None, dtype: str | None = None) -> str:
-    """The `python -m core.bench` command that repeats this load run."""
-    spec, options = request.workload, request.options
-    words = [*bench_words(), "--model", model]
-    words += ["--device", device] if device else []
-    words += ["--dtype", dtype] if dtype else []
-    words += ["--requests", str(spec.requests), "--max-batch", str(request.slots)]
-    words += ["--rate", f"{spec.rate:g}"] if spec.rate else []
-    words += ["--sweep-batch", ",".join(map(str, request.sweep_slots))] if request.sweep_slots else []
-    words += ["--sweep-rate", ",".join(f"{r:g}" for r in request.sweep_rates)] if request.sweep_rates else []
-    words += ["--max-new-tokens", str(spec.max_new_tokens), "--prompts", spec.prompts]
-    if spec.prompts == "synthetic":
-        words += ["--prompt-lengths", f"{spec.prompt_min}-{spec.prompt_max}"]
-    words += ["--output-lengths", spec.output_lengths]
-    words += ["--output-median", str(spec.output_median)] if spec.output_median else []
-    words += ["--workload-seed", str(spec.seed)] if spec.seed else []
-    words += ["--cache", "static", "--compile", options.compile, "--lag", str(options.lag)]
-    words += ["--trials", str(request.trials), "--contestants", ",".join(request.contestants)]
-    words += ["--solo-checks", str(request.solo_checks)]
-    words += ["--ignore-eos"] if options.ignore_eos else []
-    words += ["--audit"] if request.audit else []
-    words += ["--no-kernel-measurement"] if request.no_kernel_measurement else []
-    return " ".join(shell_quote(word) for word in words)
 
 
 # ------------------------------------------------------------------------------------------------ text

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.request.options import NO_CHECK
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE, NO_CHECK, PIPELINED
 
-NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
-         "hf-batch-async": "hf-batch-async"}
+NAMES = {NAIVE: NAIVE, PIPELINED: PIPELINED, NO_CHECK: "ceiling (no-check)", HF_BATCH: HF_BATCH,
+         HF_BATCH_ASYNC: HF_BATCH_ASYNC}
 
 
 def point_name(point: dict[str, Any]) -> str:
