@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,6 @@ from dashboard.views.run_html import NO_SENTENCES, run_html
 from dashboard.views.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
 from tests.conftest import bench_report
 from tests.test_dashboard_browser import browser  # noqa: F401
-from tests.test_packaging import BLOCK_DASHBOARD
 
 REPO = Path(__file__).resolve().parent.parent
 H200_REPORT = REPO / "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
@@ -260,11 +260,11 @@ def test_core_bench_checks_the_html_path_before_any_work_and_lists_the_flag(tmp_
 
 def test_core_bench_says_in_one_line_how_to_get_the_dashboard_when_the_export_cannot_run(tmp_path, capsys,
                                                                                        monkeypatch, tiny_report):
-    import core.bench
+    from cli import common
 
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_DASHBOARD)  # plotly and gradio cannot be imported there
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    assert core.bench.write_html(str(tmp_path / "run.html"), tiny_report) is False
+    monkeypatch.setitem(sys.modules, "plotly", None)  # the dashboard extra is not installed: importing it fails
+    monkeypatch.delitem(sys.modules, "dashboard.views.run_html", raising=False)  # imported again, it needs plotly
+    assert common.write_html(str(tmp_path / "run.html"), tiny_report) is False
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"core.bench: error: --html {tmp_path / 'run.html'}: exporting")
     assert 'needs plotly (the dashboard extra), which is not installed here: run pip install ".[dashboard]"' in err

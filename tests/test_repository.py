@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 ROOT_NAMES = {
     ".ci", ".gitignore", "CONTRIBUTING.md", "MANIFEST.in", "Makefile", "README.md", "RELIABILITY.md", "app.py",
-    "benchmarks", "build_support", "core", "dashboard", "docs", "engine", "examples", "pyproject.toml",
+    "benchmarks", "build_support", "cli", "core", "dashboard", "docs", "engine", "examples", "pyproject.toml",
     "requirements-dev.txt", "requirements.txt", "setup.py", "tests",
 }
 
