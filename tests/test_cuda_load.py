@@ -72,6 +72,9 @@ def test_on_cuda_the_audit_finds_the_naive_read_and_none_in_the_pipelined_steps(
     assert entries["naive"]["reads_per_decode_step"] >= 1
     assert entries["naive"]["host_wait_us_per_step"] > 0 and entries["pipelined"]["device_idle_us_per_step"] >= 0
     assert entries["naive"]["kernel_busy_fraction"] is not None
+    measured = entries["pipelined"]["kernel_measurement"]  # as a single run's: per decode step, and by kind of kernel
+    assert measured["decode_steps"] > 0 and measured["kinds"] and measured["kernel_busy_ms_per_step"] > 0
+    assert measured["run_busy_fraction"] == entries["pipelined"]["kernel_busy_fraction"]
     assert entries["naive"]["repeatable"] and entries["pipelined"]["identical_to"]["identical"]
 
 

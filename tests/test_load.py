@@ -11,7 +11,8 @@ import pytest
 
 from core.bench import main
 from core.documents.schema import LOAD, ReportError, load
-from core.load.batching import run_batched
+from core.load import protocol
+from core.load.batching import BatchedRun, run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching
 from core.load.protocol import check_memory, run_load
 from core.load.report import build_load_report, load_findings, load_text, load_trace
@@ -217,6 +218,29 @@ def test_the_trace_has_a_lane_per_slot_and_marks_the_steps_past_a_stop(report):
     spans = [e for e in events if e.get("pid") == pipelined and e["ph"] == "X"]
     assert {e["tid"] for e in spans} == {0, 1, 2, 3}
     assert sum(1 for e in spans if e["name"] == "past its stop") == 12
+
+
+def test_the_kernel_measurement_under_load_is_a_single_runs_with_kernel_busy_over_the_run(monkeypatch):
+    """core.measure.kernel_measurement reads the measured run per decode step (its CUDA part is
+    tests/test_cuda_load.py's); under load it is given the trials' median step and adds kernel-busy from the first
+    kernel to the last and the whole run's slowdown."""
+    def batched(total_s: float, step_ms: float) -> BatchedRun:
+        return BatchedRun(loop="pipelined", requests=[], steps=10, slots=2, total_s=total_s,
+                          timings={"ms_per_token_p50": step_ms}, started_s=1.0)
+
+    asked = {}
+
+    def measured(run_once, timed_step_ms=None, center_step=None):
+        outcome = run_once()
+        asked.update(timed_step_ms=timed_step_ms, outcome=outcome)
+        return {"kernel_busy_ms": 30.0, "device_span_ms": 40.0, "kinds": [{"kind": "products", "ms_per_step": 1.0}]}
+
+    runner = type("Runner", (), {"run": lambda self, name, trial: batched(3.0, 9.0)})()
+    monkeypatch.setattr(protocol, "kernel_measurement", measured)
+    trials = [batched(1.0, 4.0), batched(2.0, 6.0), batched(3.0, 8.0)]
+    result = protocol._kernel_measurement(runner, "pipelined", trials)
+    assert asked == {"timed_step_ms": 6.0, "outcome": {"timings": {"ms_per_token_p50": 9.0}, "started_s": 1.0}}
+    assert result["kinds"] and result["run_busy_fraction"] == 0.75 and result["run_slowdown"] == 1.5
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

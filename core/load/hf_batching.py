@@ -65,7 +65,7 @@ def _timed(manager: Any, contestant: str, workload: Workload, prompt_ids: Sequen
     results = [RequestResult(r.index, r.arrival_s, len(prompt_ids[r.index])) for r in workload.requests]
     t0 = time.perf_counter()
     feeder = threading.Thread(target=_feed, args=(manager, workload, prompt_ids, t0, results), daemon=True,
-                              name="hf-batch arrivals")
+                              name=f"{HF_BATCH} arrivals")
     feeder.start()
     finished, last_s = 0, 0.0
     while finished < len(results):

@@ -216,6 +216,9 @@ def _kernel_measurements(runner: _Runner, contestants: list[str], trials: dict[s
 
 
 def _kernel_measurement(runner: _Runner, name: str, trials: list[BatchedRun]) -> dict[str, Any]:
+    """One more run of `name` read as core.measure.kernel_measurement reads a single run (against the trials' median
+    step), with kernel-busy over the whole run (`run_busy_fraction`) and its slowdown against the trials' median
+    run (`run_slowdown`)."""
     ran: list[BatchedRun] = []
 
     def run_once() -> dict[str, Any]:
