@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -19,7 +20,8 @@ from core.request.load import LoadOption, LoadRequest, WorkloadSpec
 from core.request.load_schema import LoadLimits, load_command, request_from_values
 from core.request.options import WHOLE, GenerationOptions
 from dashboard.service.load_form import form_defaults, request_from_form
-from dashboard.ui.tabs.under_load import option_field, settings_names
+from dashboard.ui.tabs import under_load
+from dashboard.ui.tabs.under_load import settings_names
 
 THROWAWAY = LoadOption("throwaway", WHOLE, 0, "Throwaway", "a throwaway load option", metavar="N", low=0, high=9,
                        page_high=7, exposed_high=5, group="checks")
@@ -48,9 +50,11 @@ def test_a_throwaway_option_is_a_flag_a_form_field_a_limit_a_setting_and_a_repro
     assert request.throwaway == 3 and request.value("throwaway") == 3
 
     assert "throwaway" in settings_names() and form_defaults()["throwaway"] == 0
+    runner = SimpleNamespace(model_choices=lambda: ["tiny-random"], model_spec="tiny-random", allow_any_model=False)
     with gr.Blocks():
-        field = option_field(THROWAWAY, 0)
-    assert field.elem_id == "load-throwaway" and field.label == "Throwaway"
+        fields = under_load._settings(SimpleNamespace(runner=runner), form_defaults())  # the tab's form, as it builds
+    field = fields["throwaway"]
+    assert field.elem_id == "load-throwaway" and field.label == "Throwaway" and field.value == 0
     assert request_from_form({"throwaway": "4"}).throwaway == 4
     with pytest.raises(ValueError, match=r"^throwaway must be between 0 and 5, got 6 \(this server's limit"):
         request_from_form({"throwaway": 6}, LoadLimits.exposed())
