@@ -22,6 +22,7 @@ from core.request.options import (
     RUN_OPTION,
     WHOLE,
     GenerationOptions,
+    OptionNaming,
     is_int,
     require,
 )
@@ -44,7 +45,7 @@ GROUPS = ("workload", "loops", "checks")  # where the page shows an option, in t
 
 
 @dataclass(frozen=True)
-class LoadOption:
+class LoadOption(OptionNaming):
     """One thing a run under load can be asked for, as the CLI, the Under load form, the server's limits, the report's
     settings and the reproduce command show it.
 
@@ -77,17 +78,6 @@ class LoadOption:
 
     def __post_init__(self) -> None:
         require(self.group in GROUPS, f"load option {self.name!r}: group {self.group!r}; use one of {GROUPS}")
-
-    @property
-    def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
-
-    @property
-    def called(self) -> str:
-        return self.noun or self.name.replace("_", " ")
-
-    def default_for(self, gpu: bool) -> Any:
-        return self.gpu_default if gpu and self.gpu_default is not None else self.default
 
     def check(self, value: Any) -> None:
         """ValueError unless `value` is of this option's kind and within its bounds."""
