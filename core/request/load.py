@@ -120,12 +120,13 @@ def bounds_text(low: float | None, high: float | None) -> str:
 
 def _shared(name: str, *, group: str, gpu_default: Any = None, page_high: float | None = None,
             exposed_high: float | None = None, high: float | None = None, part: str = OPTIONS,
-            fields: tuple[str, ...] = ()) -> LoadOption:
-    """The row of a run option that a run under load takes too, under the same flag, default and help."""
+            fields: tuple[str, ...] = (), label: str = "", info: str = "") -> LoadOption:
+    """The row of a run option that a run under load takes too, under the same flag, default and help (the form may
+    label it its own way)."""
     run = RUN_OPTION[name]
-    return LoadOption(name, run.kind, run.default, run.label, run.help, part=part, noun=run.noun, flag=run.flag,
-                      gpu_default=gpu_default, low=run.low, high=run.high if high is None else high,
-                      page_high=page_high, exposed_high=exposed_high,
+    return LoadOption(name, run.kind, run.default, label or run.label, run.help, part=part, noun=run.noun,
+                      flag=run.flag, info=info, gpu_default=gpu_default, low=run.low,
+                      high=run.high if high is None else high, page_high=page_high, exposed_high=exposed_high,
                       choices=run.choices, page_choices=run.page_choices, fields=fields, run_flag=True, group=group)
 
 
@@ -140,7 +141,7 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
                "arrivals: a seeded Poisson process of R requests a second (0: all at once)", part=WORKLOAD,
                noun="the arrival rate", metavar="R", info="0: all at once", low=0, high=MAX_RATE),
     _shared("max_new_tokens", part=WORKLOAD, group="workload", gpu_default=128, high=1_000_000, page_high=4096,
-            exposed_high=512),
+            exposed_high=512, info="a request's most"),
     LoadOption("prompts", CHOICE, "synthetic", "Prompts", "synthetic token ids, or the built-in questions in turn "
                "(default: synthetic for a model with random weights, the built-in questions for a real one)",
                part=WORKLOAD, by_model=("synthetic", "built-in"), choices=PROMPT_SOURCES),
@@ -162,7 +163,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
     _shared("compile", group="loops", gpu_default="reduce-overhead"),
     _shared("lag", group="loops"),
     _shared("ignore_eos", group="loops"),
-    _shared("trials", part=REQUEST, group="loops", gpu_default=3, high=50, page_high=20, exposed_high=5),
+    _shared("trials", part=REQUEST, group="loops", gpu_default=3, high=50, page_high=20, exposed_high=5,
+            label="Trials", info="timed runs of each contestant"),
     LoadOption("sweep_batch", WHOLES, (), "Batch sweep (optional)", "also run at these B, as 1,2,4,8",
                noun="the batch sweep", metavar="LIST", info="B values also run, at the arrival rate",
                gpu_default=(1, 4, 16), low=1, high=MAX_SLOTS, exposed_high=32, group="loops"),
@@ -171,7 +173,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
                group="loops"),
     LoadOption("contestants", NAMES, LOAD_CONTESTANTS, "Contestants", f"some of {','.join(LOAD_CONTESTANTS)}",
                metavar="LIST", choices=LOAD_CONTESTANTS, group="checks"),
-    _shared("audit", part=REQUEST, group="checks", gpu_default=True),
+    _shared("audit", part=REQUEST, group="checks", gpu_default=True,
+            label="Find the syncs (one audited run more per loop)"),
     _shared("no_kernel_measurement", part=REQUEST, group="checks"),
     LoadOption("solo_checks", WHOLE, 16, "Solo checks",
                "decode the first N requests alone too and check each one's tokens under batching", metavar="N",
