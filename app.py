@@ -28,6 +28,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from core.documents.files import read_report_bytes, report_paths
 from core.documents.schema import LOAD, MAX_REPORT_BYTES, kind_of
 from core.models.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
+from core.request.load_schema import LoadLimits
 from core.request.options import HF_MODULES_HELP
 from core.request.run_schema import (
     Limits,
@@ -47,7 +48,6 @@ from dashboard.service.limits import (
     MAX_BODY_BYTES,
     MAX_SESSIONS,
     SESSIONS_PER_ADDRESS,
-    LoadLimits,
     is_loopback,
 )
 from dashboard.service.page_record import parse_report

@@ -14,7 +14,8 @@ import io
 import re
 import tokenize
 
-TOP_LEVEL = ("app", "core", "dashboard", "engine")  # the checkout's importable names, all under PACKAGE when installed
+# The checkout's importable names, all under PACKAGE when installed.
+TOP_LEVEL = ("app", "cli", "core", "dashboard", "engine")
 PACKAGE = "syncscope"
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line as Python's tokenizer ends one
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_][\w.]*)?")

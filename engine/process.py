@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.models.specs import loading_note
+from core.request.load import LoadRequest
 from core.request.options import BenchRequest, Cancelled
 from core.tuning import Tuning
 from engine.protocol import (
@@ -40,7 +41,6 @@ from engine.protocol import (
     JobCancelled,
     JobEnd,
     Load,
-    LoadSettings,
     ModelFacts,
     Progress,
     Reply,
@@ -134,7 +134,7 @@ class EngineCore:
         elif isinstance(request, Compare):
             self._guarded(request.job, lambda: self._compare(request.job, request.spec, request.request))
         elif isinstance(request, UnderLoad):
-            self._guarded(request.job, lambda: self._under_load(request.job, request.spec, request.settings))
+            self._guarded(request.job, lambda: self._under_load(request.job, request.spec, request.request))
         else:
             self.send(Failed(job=job, error=f"unknown request {request!r}", category=FailureCategory.BUG,
                              loaded=self.loaded_spec))
@@ -209,13 +209,12 @@ class EngineCore:
         report["engine_process"] = engine_facts()
         self.send(Done(job=job, report=report if self.leader else None))
 
-    def _under_load(self, job: int, spec: str | None, settings: LoadSettings) -> None:
-        """A run under load: core.load's contestants on the settings' workload, and its load report (the page words
+    def _under_load(self, job: int, spec: str | None, request: LoadRequest) -> None:
+        """A run under load: core.load's contestants on the request's workload, and its load report (the page words
         it with core.load.words)."""
         from core.load.protocol import run_load
         from core.load.report import build_load_report
 
-        request = load_request(settings)  # its checks fail the job as an input error before any model is loaded
         if spec and self.loaded_spec != spec:
             self.send(self._load(spec, job))
         if self.loaded is None:
@@ -301,23 +300,10 @@ def model_facts_of(loaded: Any, job: int, load_s: float) -> ModelFacts:
     )
 
 
-def load_request(settings: LoadSettings) -> Any:
-    """The core.load.protocol.LoadRequest that `settings` ask for (ValueError in one line from its checks)."""
-    from core.load.protocol import LoadRequest
-    from core.request.options import GenerationOptions
-
-    options = GenerationOptions(loop="naive", max_new_tokens=settings.workload.max_new_tokens, cache="static",
-                                compile=settings.compile, lag=settings.lag)
-    extra = {"contestants": settings.contestants} if settings.contestants else {}
-    return LoadRequest(workload=settings.workload, slots=settings.slots, options=options, trials=settings.trials,
-                       sweep_slots=settings.sweep_slots, sweep_rates=settings.sweep_rates, audit=settings.audit,
-                       solo_checks=settings.solo_checks, **extra)
-
-
 def load_command_of(loaded: Any, request: Any) -> str:
     """The `python -m core.bench --requests ...` command that repeats a run under load, as the CLI writes it."""
-    from core.load.report import load_command
     from core.report.build import DTYPE_FLAGS
+    from core.request.load_schema import load_command
 
     device = loaded.device
     on_default_gpu = device.type == "cuda" and not device.index

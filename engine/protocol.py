@@ -1,6 +1,6 @@
 """What travels over the pipe between the server and an engine process: one frozen dataclass per message.
 
-    server -> engine   Load(job, spec)   Compare(job, spec, request)   UnderLoad(job, spec, settings)   Shutdown()
+    server -> engine   Load(job, spec)   Compare(job, spec, request)   UnderLoad(job, spec, request)   Shutdown()
     engine -> server   Hello (once, at start)   Started   Progress   ModelFacts   Events (a batch of core.bench events,
                        or of core.load's under load) and one of Done (the report), JobCancelled, Failed (with a
                        FailureCategory) to end each job
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from core.load.workload import WorkloadSpec
+from core.request.load import LoadRequest
 from core.request.options import BenchRequest
 
 
@@ -70,31 +70,6 @@ class Compare:
 
 
 @dataclass(frozen=True)
-class LoadSettings:
-    """What a run under load asks for, as the server can check it without torch: the workload (checked when made), the
-    slots, the loops' compile mode and lag, the contestants, the trials and the sweeps. The engine makes it a
-    core.load.protocol.LoadRequest, whose own checks (a ValueError in one line) end the job as an input failure."""
-
-    workload: WorkloadSpec
-    slots: int = 4
-    compile: str = "off"
-    lag: int = 1
-    trials: int = 2
-    contestants: tuple[str, ...] = ()  # () : core.load's default contestants
-    sweep_slots: tuple[int, ...] = ()
-    sweep_rates: tuple[float, ...] = ()
-    audit: bool = True
-    solo_checks: int = 16
-
-    def points(self) -> list[tuple[int, float]]:
-        """(slots, rate) of every point, in the order core.load.protocol.LoadRequest.points runs them."""
-        points = [(self.slots, self.workload.rate)]
-        points += [(b, self.workload.rate) for b in self.sweep_slots]
-        points += [(self.slots, r) for r in self.sweep_rates]
-        return list(dict.fromkeys(points))
-
-
-@dataclass(frozen=True)
 class UnderLoad:
     """Run core.load.protocol.run_load on `spec` (loaded first when another model, or none, is loaded) and build its
     load report (core.load.report)."""
@@ -102,7 +77,7 @@ class UnderLoad:
     type: ClassVar[MessageType] = MessageType.UNDER_LOAD
     job: int
     spec: str | None
-    settings: LoadSettings
+    request: LoadRequest
 
 
 @dataclass(frozen=True)

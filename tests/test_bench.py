@@ -73,7 +73,7 @@ def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_saved_elsewh
 
 
 def test_a_json_path_that_cannot_be_written_fails_before_any_work(capsys, monkeypatch):
-    from core import bench
+    from cli import bench
 
     def loading(*args, **kwargs):
         raise AssertionError("the model was loaded before the path was checked")
@@ -91,7 +91,7 @@ def test_an_eos_id_outside_the_vocabulary_is_refused(capsys):
 
 
 def test_help_gives_each_default_once():
-    from core.bench import build_parser
+    from cli.bench import build_parser
 
     bench_help = build_parser().format_help()
     assert "(default: None)" not in bench_help and "(default: 64)" in bench_help
@@ -311,7 +311,7 @@ def test_diff_writes_out_the_control_characters_of_a_reports_fields(tmp_path, ca
 
 
 def test_the_header_names_the_compiled_decode_attention_only_where_a_contestant_compiled():
-    from core.bench import transforms_used
+    from cli.bench import transforms_used
 
     transforms = ("fused qkv", "fused gate_up", "compiled decode attention: reduce")
     off = {"effective": {"naive": {"options": {"compile": "off"}}, "pipelined": {"options": {"compile": "off"}}}}

@@ -9,12 +9,12 @@ import pytest
 
 from core.load.batching import run_batched
 from core.load.hf_batching import HF_BATCH, HF_BATCH_ASYNC, run_hf_batching
-from core.load.protocol import LoadRequest, run_load
+from core.load.protocol import run_load
 from core.load.slots import Slots
-from core.load.workload import WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
 from core.models.loading import load_model
+from core.request.load import LoadRequest, WorkloadSpec
 from core.request.options import GenerationOptions, static_cache_length
 from tests.conftest import TINY_GPU_COMPILE, requires_cuda
 
@@ -64,7 +64,7 @@ def test_transformers_batching_sync_and_async_run_the_workload(fp32, solo):
 
 
 def test_on_cuda_the_audit_finds_the_naive_read_and_none_in_the_pipelined_steps(fp32):
-    request = LoadRequest(workload=SPEC, slots=4, trials=1, audit=True, contestants=("naive", "pipelined"),
+    request = LoadRequest(workload=SPEC, max_batch=4, trials=1, audit=True, contestants=("naive", "pipelined"),
                           options=GenerationOptions(cache="static", compile="reduce-overhead"), solo_checks=2)
     section = run_load(fp32, request)
     entries = section["contestants"]
@@ -72,6 +72,9 @@ def test_on_cuda_the_audit_finds_the_naive_read_and_none_in_the_pipelined_steps(
     assert entries["naive"]["reads_per_decode_step"] >= 1
     assert entries["naive"]["host_wait_us_per_step"] > 0 and entries["pipelined"]["device_idle_us_per_step"] >= 0
     assert entries["naive"]["kernel_busy_fraction"] is not None
+    measured = entries["pipelined"]["kernel_measurement"]  # as a single run's: per decode step, and by kind of kernel
+    assert measured["decode_steps"] > 0 and measured["kinds"] and measured["kernel_busy_ms_per_step"] > 0
+    assert measured["run_busy_fraction"] == entries["pipelined"]["kernel_busy_fraction"]
     assert entries["naive"]["repeatable"] and entries["pipelined"]["identical_to"]["identical"]
 
 
@@ -79,7 +82,7 @@ def test_bf16_under_load_repeats_and_both_loops_agree(fp32):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SYNCSCOPE_INDUCTOR_OPTIONS", TINY_GPU_COMPILE)
         bf16 = load_model("tiny-random", device="cuda", dtype="bf16")
-    request = LoadRequest(workload=SPEC, slots=4, trials=2, contestants=("naive", "pipelined"), solo_checks=0,
+    request = LoadRequest(workload=SPEC, max_batch=4, trials=2, contestants=("naive", "pipelined"), solo_checks=0,
                           options=GenerationOptions(cache="static", compile="step-graph"), no_kernel_measurement=True)
     entries = run_load(bf16, request)["contestants"]
     assert entries["naive"]["repeatable"] and entries["pipelined"]["repeatable"]

@@ -9,7 +9,9 @@
 
 Each module's imports are read with `ast`, those inside functions too; a layer whose rule would need an exception
 moves the piece it needs down, or is handed it. Nothing is left at dashboard/'s top level but its `__init__.py` and
-the command forwarder `export_html.py`, and core/ and engine/ import nothing of dashboard/.
+the command forwarder `export_html.py`, and core/ and engine/ import nothing of dashboard/. The benchmark's command
+line (cli/) sits above core: it imports the views (--html) and nothing else of the dashboard, and core reaches it only
+from core/bench.py's forwarder, inside the function that runs the command.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 DASHBOARD = REPO / "dashboard"
 LAYERS = ("service", "edge", "views", "ui")
 OTHER_FOLDERS = {"bundled", "__pycache__"}  # the page's bundled reports (app.py reads them), and bytecode
-# The one module left at the top level: `python -m dashboard.export_html`, the command core.bench --html and the docs
-# run, forwarded to the module that holds its code.
+# The one module left at the top level: `python -m dashboard.export_html`, the command the docs run, forwarded to the
+# module that holds its code.
 FORWARDERS = {"export_html.py": "dashboard.views.export_html"}
 WEB_SERVER = {"gradio", "gradio_client", "starlette", "fastapi", "uvicorn"}
 RULES = {  # layer: (the layers it may not import, the packages it may not import)
@@ -137,6 +139,21 @@ def test_core_and_engine_import_nothing_of_the_dashboard():
              for folder in ("core", "engine") for path in sorted((REPO / folder).rglob("*.py"))
              for line, module in imported(path) if module.split(".")[0] == "dashboard"]
     assert not named
+
+
+def test_the_command_line_imports_the_views_alone_and_core_reaches_it_only_from_its_forwarder():
+    """cli/ may import the HTML view (dashboard.views), no other layer; in core only core/bench.py names cli, and only
+    inside main(), so that importing any of core loads none of cli (nor, through it, the dashboard)."""
+    from_cli = [f"{path.relative_to(REPO)}:{line} imports {module}"
+                for path in sorted((REPO / "cli").rglob("*.py")) for line, module in imported(path)
+                if module.split(".")[0] == "dashboard" and layer_of(module) != "views"]
+    assert not from_cli
+    forwarder = REPO / "core" / "bench.py"
+    from_core = [f"{path.relative_to(REPO)}:{line}" for path in sorted((REPO / "core").rglob("*.py"))
+                 for line, module in imported(path) if module.split(".")[0] == "cli"]
+    assert all(where.startswith("core/bench.py:") for where in from_core), from_core
+    top = ast.parse(forwarder.read_text(encoding="utf-8")).body
+    assert not [node for node in top if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cli")]
 
 
 def test_the_service_and_the_views_load_without_gradio_or_torch():

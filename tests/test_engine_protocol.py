@@ -10,7 +10,7 @@ from multiprocessing import Pipe
 
 import pytest
 
-from core.load.workload import WorkloadSpec
+from core.request.load import LoadRequest, WorkloadSpec
 from core.request.options import BenchRequest, GenerationOptions
 from engine import protocol
 from engine.protocol import (
@@ -22,7 +22,6 @@ from engine.protocol import (
     Hello,
     JobCancelled,
     Load,
-    LoadSettings,
     MessageType,
     ModelFacts,
     Progress,
@@ -45,7 +44,7 @@ ONE_OF_EACH = (
     Events(job=2, events=[{"type": "tokens", "contestant": "naive", "tokens": [5], "host_time_s": 1.0}]),
     Done(job=2, report={"schema": "syncscope.bench/1"}), JobCancelled(job=2, loaded="tiny-random"),
     Failed(job=None, error="ImportError: no torch", category=FailureCategory.START),
-    UnderLoad(job=5, spec="tiny-random", settings=LoadSettings(workload=WorkloadSpec(requests=6), sweep_slots=(1, 2))),
+    UnderLoad(job=5, spec="tiny-random", request=LoadRequest(workload=WorkloadSpec(requests=6), sweep_batch=(1, 2))),
 )
 
 
@@ -94,9 +93,9 @@ def test_a_load_report_crosses_the_pipe_alone_its_reader_words_it():
 
 
 def test_a_run_under_load_names_its_points_as_the_load_protocol_runs_them():
-    settings = LoadSettings(workload=WorkloadSpec(requests=6, rate=2.0), slots=4, sweep_slots=(1, 4, 8),
-                            sweep_rates=(2.0, 8.0))
-    assert settings.points() == [(4, 2.0), (1, 2.0), (8, 2.0), (4, 8.0)]
+    request = LoadRequest(workload=WorkloadSpec(requests=6, rate=2.0), max_batch=4, sweep_batch=(1, 4, 8),
+                          sweep_rate=(2.0, 8.0))
+    assert request.points() == [(4, 2.0), (1, 2.0), (8, 2.0), (4, 8.0)]
 
 
 def test_a_job_ends_with_done_cancelled_or_failed():

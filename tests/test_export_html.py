@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,6 @@ from dashboard.views.run_html import run_html
 from dashboard.views.run_summary import DETAIL_HEADERS, EVIDENCE_HEADERS
 from tests.conftest import bench_report
 from tests.test_dashboard_browser import browser  # noqa: F401
-from tests.test_packaging import BLOCK_DASHBOARD
 
 REPO = Path(__file__).resolve().parent.parent
 H200_REPORT = REPO / "benchmarks/lab/results/h200-2026-12-01/audit-ro-1b.json.gz"
@@ -87,12 +87,14 @@ def h200_html() -> str:
 
 @pytest.fixture(scope="module")
 def load_report(tiny) -> dict[str, Any]:
-    from core.load.protocol import LoadRequest, run_load
-    from core.load.report import build_load_report, load_command
-    from core.load.workload import WorkloadSpec
+    from core.load.protocol import run_load
+    from core.load.report import build_load_report
+    from core.request.load import LoadRequest, WorkloadSpec
+    from core.request.load_schema import load_command
 
-    request = LoadRequest(workload=WorkloadSpec(requests=6, max_new_tokens=8, prompt_min=8, prompt_max=16), slots=2,
-                          trials=1, contestants=("naive", "pipelined"), solo_checks=2, audit=True, sweep_slots=(1,))
+    request = LoadRequest(workload=WorkloadSpec(requests=6, max_new_tokens=8, prompt_min=8, prompt_max=16),
+                          max_batch=2, trials=1, contestants=("naive", "pipelined"), solo_checks=2, audit=True,
+                          sweep_batch=(1,))
     return build_load_report(tiny, request, run_load(tiny, request), load_command(request, "tiny-random",
                                                                                   device="cpu"))
 
@@ -260,11 +262,11 @@ def test_core_bench_checks_the_html_path_before_any_work_and_lists_the_flag(tmp_
 
 def test_core_bench_says_in_one_line_how_to_get_the_dashboard_when_the_export_cannot_run(tmp_path, capsys,
                                                                                        monkeypatch, tiny_report):
-    import core.bench
+    from cli import common
 
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_DASHBOARD)  # plotly and gradio cannot be imported there
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    assert core.bench.write_html(str(tmp_path / "run.html"), tiny_report) is False
+    monkeypatch.setitem(sys.modules, "plotly", None)  # the dashboard extra is not installed: importing it fails
+    monkeypatch.delitem(sys.modules, "dashboard.views.run_html", raising=False)  # imported again, it needs plotly
+    assert common.write_html(str(tmp_path / "run.html"), tiny_report) is False
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"core.bench: error: --html {tmp_path / 'run.html'}: exporting")
     assert 'needs plotly (the dashboard extra), which is not installed here: run pip install ".[dashboard]"' in err

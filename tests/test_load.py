@@ -11,16 +11,18 @@ import pytest
 
 from core.bench import main
 from core.documents.schema import LOAD, ReportError, load
-from core.load.batching import run_batched
+from core.load import protocol
+from core.load.batching import BatchedRun, run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching
-from core.load.protocol import LoadRequest, check_memory, run_load
-from core.load.report import build_load_report, load_command, load_trace
+from core.load.protocol import check_memory, run_load
+from core.load.report import build_load_report, load_trace
 from core.load.slots import Slots
 from core.load.words import load_findings, load_text
-from core.load.workload import MAX_REQUESTS, WorkloadSpec, parse_list
 from core.loops.generation import run as solo_run
 from core.loops.prompt import resolve_eos_ids
 from core.models.loading import load_model
+from core.request.load import MAX_REQUESTS, LoadRequest, WorkloadSpec
+from core.request.load_schema import load_command
 from core.request.options import GenerationOptions, static_cache_length
 
 SPEC = WorkloadSpec(requests=12, max_new_tokens=24, seed=1)
@@ -52,25 +54,18 @@ def test_output_lengths_max_give_every_request_the_cap_and_built_in_prompts_are_
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"requests": 0}, "requests must be a whole number between 1 and"),
-    ({"requests": MAX_REQUESTS + 1}, "requests must be a whole number"),
-    ({"rate": -1}, "the arrival rate must be a number of requests a second >= 0"),
-    ({"rate": math.inf}, "the arrival rate must be"),
-    ({"prompt_min": 9, "prompt_max": 8}, "the longest prompt must be a whole number between 9"),
-    ({"output_lengths": "uniform"}, "unknown output length distribution 'uniform'; use one of: lognormal, max"),
-    ({"output_median": 99}, "the median output length must be a whole number between 0 and 24"),
+    ({"requests": 0}, "requests must be between 1 and 4096, got 0"),
+    ({"requests": MAX_REQUESTS + 1}, "requests must be between 1 and 4096"),
+    ({"requests": 2.0}, "requests must be a whole number, got 2.0"),
+    ({"rate": -1}, "the arrival rate must be between 0 and 10000, got -1"),
+    ({"rate": math.inf}, "the arrival rate must be between 0 and 10000, got inf"),
+    ({"prompt_min": 9, "prompt_max": 8}, r"prompt lengths must be MIN-MAX with MIN <= MAX, got \(9, 8\)"),
+    ({"output_lengths": "uniform"}, "unknown output lengths 'uniform'; use one of: lognormal, max"),
+    ({"output_median": 99}, r"the median output length must be between 0 and 24 \(max new tokens\), got 99"),
 ])
 def test_a_bad_workload_is_one_line(changes, message):
     with pytest.raises(ValueError, match=message):
         WorkloadSpec(**{"requests": 12, "max_new_tokens": 24, **changes})
-
-
-def test_a_sweep_list_is_checked():
-    assert parse_list("1, 2,4", "--sweep-batch") == [1, 2, 4]
-    with pytest.raises(ValueError, match="--sweep-batch: 'x' is not a whole number"):
-        parse_list("1,x", "--sweep-batch")
-    with pytest.raises(ValueError, match="--sweep-batch: 2 is given twice"):
-        parse_list("2,2", "--sweep-batch")
 
 
 # ------------------------------------------------------------------------------------------------ the loops
@@ -149,7 +144,7 @@ def test_transformers_continuous_batching_gives_the_solo_tokens(tiny, workload_a
 def test_a_sliding_window_model_is_refused_in_one_line():
     loaded = load_model("tiny-random:mistral-sliding", device="cpu")
     with pytest.raises(ValueError, match="cannot run under load here: its layers attend over a sliding window"):
-        run_load(loaded, LoadRequest(workload=WorkloadSpec(requests=2, max_new_tokens=4), slots=2, trials=1))
+        run_load(loaded, LoadRequest(workload=WorkloadSpec(requests=2, max_new_tokens=4), max_batch=2, trials=1))
 
 
 def test_a_cache_that_does_not_fit_is_one_line(tiny, monkeypatch):
@@ -163,7 +158,7 @@ def test_a_cache_that_does_not_fit_is_one_line(tiny, monkeypatch):
 
 @pytest.fixture(scope="module")
 def report(tiny):
-    request = LoadRequest(workload=SPEC, slots=4, trials=2, audit=True, sweep_slots=(2,))
+    request = LoadRequest(workload=SPEC, max_batch=4, trials=2, audit=True, sweep_batch=(2,))
     section = run_load(tiny, request)
     return build_load_report(tiny, request, section, load_command(request, "tiny-random", device="cpu"))
 
@@ -226,6 +221,29 @@ def test_the_trace_has_a_lane_per_slot_and_marks_the_steps_past_a_stop(report):
     assert sum(1 for e in spans if e["name"] == "past its stop") == 12
 
 
+def test_the_kernel_measurement_under_load_is_a_single_runs_with_kernel_busy_over_the_run(monkeypatch):
+    """core.measure.kernel_measurement reads the measured run per decode step (its CUDA part is
+    tests/test_cuda_load.py's); under load it is given the trials' median step and adds kernel-busy from the first
+    kernel to the last and the whole run's slowdown."""
+    def batched(total_s: float, step_ms: float) -> BatchedRun:
+        return BatchedRun(loop="pipelined", requests=[], steps=10, slots=2, total_s=total_s,
+                          timings={"ms_per_token_p50": step_ms}, started_s=1.0)
+
+    asked = {}
+
+    def measured(run_once, timed_step_ms=None, center_step=None):
+        outcome = run_once()
+        asked.update(timed_step_ms=timed_step_ms, outcome=outcome)
+        return {"kernel_busy_ms": 30.0, "device_span_ms": 40.0, "kinds": [{"kind": "products", "ms_per_step": 1.0}]}
+
+    runner = type("Runner", (), {"run": lambda self, name, trial: batched(3.0, 9.0)})()
+    monkeypatch.setattr(protocol, "kernel_measurement", measured)
+    trials = [batched(1.0, 4.0), batched(2.0, 6.0), batched(3.0, 8.0)]
+    result = protocol._kernel_measurement(runner, "pipelined", trials)
+    assert asked == {"timed_step_ms": 6.0, "outcome": {"timings": {"ms_per_token_p50": 9.0}, "started_s": 1.0}}
+    assert result["kinds"] and result["run_busy_fraction"] == 0.75 and result["run_slowdown"] == 1.5
+
+
 # ------------------------------------------------------------------------------------------------ the CLI
 
 def test_the_cli_runs_a_workload_and_writes_the_load_section(tmp_path, capsys):
@@ -243,10 +261,12 @@ def test_the_cli_runs_a_workload_and_writes_the_load_section(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--max-batch", "0"], "the number of slots (--max-batch) must be between 1 and 256, got 0"),
-    (["--prompt-lengths", "8-x"], "--prompt-lengths must be MIN-MAX in tokens, as 8-32; got '8-x'"),
-    (["--contestants", "naive,fast"], "unknown contestant(s) under load ['fast']"),
-    (["--sweep-rate", "1,-2"], "an arrival rate must be a number of requests a second >= 0, got -2.0"),
+    (["--max-batch", "0"], "--max-batch must be between 1 and 256, got 0"),
+    (["--prompt-lengths", "8-x"], "--prompt-lengths must be MIN-MAX, as 8-32; got '8-x'"),
+    (["--contestants", "naive,fast"], "unknown --contestants 'fast'; use some of: naive, pipelined"),
+    (["--sweep-rate", "1,-2"], "a value of --sweep-rate must be between 0 and 10000, got '-2'"),
+    (["--sweep-batch", "2,2"], "--sweep-batch: 2 is given twice"),
+    (["--lag", "65"], "--lag must be between 1 and 64, got 65"),
     (["--tp", "2"], "under load (--requests) the loops run on one device: leave out --tp"),
     (["--sample"], "--sample, --profile, --hf, --no-check and --aa are for a single request"),
 ])

@@ -38,7 +38,7 @@ def bars_drawn(page: Any, plot: str) -> int:
 
 def test_a_small_workload_runs_draws_its_table_and_slots_and_its_report_replays(page, tmp_path):
     page.get_by_role("tab", name="Under load").click()
-    for elem_id, value in (("load-requests", "6"), ("load-slots", "2"), ("load-max-new-tokens", "10"),
+    for elem_id, value in (("load-requests", "6"), ("load-max-batch", "2"), ("load-max-new-tokens", "10"),
                            ("load-prompt-lengths", "4-12"), ("load-trials", "1")):
         fill(page, elem_id, value)
     page.get_by_text("Contestants and checks").click()

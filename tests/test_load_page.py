@@ -17,11 +17,11 @@ from gradio_client import handle_file
 from core.documents.schema import LOAD, kind_of
 from core.documents.schema import load as load_document
 from core.load.words import load_findings, load_text
-from core.load.workload import WorkloadSpec
+from core.request.load import LoadRequest, WorkloadSpec
 from core.request.run_schema import python_command
 from dashboard.service.jobs import DONE, RUNNING, UNDER_LOAD, Job
 from dashboard.service.limits import EXPOSED_LOAD_LIMITS
-from dashboard.service.load_form import load_defaults, settings_from_values
+from dashboard.service.load_form import form_defaults, request_from_form
 from dashboard.service.load_live import LoadLiveView
 from dashboard.ui.tabs.compare import OUTPUTS as COMPARE_OUTPUTS
 from dashboard.ui.tabs.load_panel import findings_md
@@ -30,14 +30,15 @@ from dashboard.ui.tabs.under_load import OUTPUTS
 from dashboard.views import load_charts, load_view
 from dashboard.views.report_text import as_text
 from engine.process import EngineConfig, EngineCore
-from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, LoadSettings, Started, UnderLoad
+from engine.protocol import Done, Events, Failed, FailureCategory, JobCancelled, Started, UnderLoad
 from tests.conftest import TINY, page_client, serving
 
-SMALL = LoadSettings(workload=WorkloadSpec(requests=6, max_new_tokens=12, prompt_min=4, prompt_max=12), slots=2,
-                     trials=1, sweep_slots=(1,), contestants=("naive", "pipelined", "no-check"), solo_checks=2)
+SMALL = LoadRequest(workload=WorkloadSpec(requests=6, max_new_tokens=12, prompt_min=4, prompt_max=12), max_batch=2,
+                    trials=1, sweep_batch=(1,), contestants=("naive", "pipelined", "no-check"), solo_checks=2,
+                    audit=True)
 # What the page's form sends for a small run (dashboard.service.load_form's names).
-SMALL_FORM = {"requests": 6, "slots": 2, "max_new_tokens": 10, "prompt_lengths": "4-12", "trials": 1,
-              "sweep_slots": "1", "contestants": ["naive", "pipelined", "no-check"], "solo_checks": 2}
+SMALL_FORM = {"requests": 6, "max_batch": 2, "max_new_tokens": 10, "prompt_lengths": "4-12", "trials": 1,
+              "sweep_batch": "1", "contestants": ["naive", "pipelined", "no-check"], "solo_checks": 2, "audit": True}
 EVIL = '<img src=x onerror=alert(1)> **bold** <a href="http://evil.example">link</a>'
 
 
@@ -65,39 +66,41 @@ def engine(tiny):
 def ran(engine) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One small run under load through the engine: its report and its events."""
     core, sent = engine
-    core.handle(UnderLoad(job=7, spec=None, settings=SMALL))
+    core.handle(UnderLoad(job=7, spec=None, request=SMALL))
     (done,) = sent.of(7, Done)
     return done.report, [e for m in sent.of(7, Events) for e in m.events]
 
 
 # ------------------------------------------------------------------------------------------------ the settings
 
-def test_the_forms_defaults_make_a_workload_and_the_gpus_are_larger():
-    settings = settings_from_values({})
-    assert settings.workload == WorkloadSpec(requests=12, max_new_tokens=32, prompt_min=8, prompt_max=32)
-    assert settings.audit and settings.contestants[:2] == ("naive", "pipelined") and settings.points() == [(4, 0.0)]
-    gpu = load_defaults(gpu=True)
-    assert gpu["requests"] > load_defaults()["requests"] and gpu["compile"] != "off"
+def test_the_forms_defaults_are_the_requests_own_and_the_gpus_are_larger():
+    assert request_from_form({}) == LoadRequest(), "one default per option: the table's, on a CPU page and the CLI"
+    assert request_from_form(form_defaults()) == LoadRequest(), "the form's fields hold the defaults as text"
+    gpu = form_defaults(gpu=True)
+    assert gpu["requests"] > form_defaults()["requests"] and gpu["compile"] != "off" and gpu["sweep_batch"] == "1,4,16"
+    assert request_from_form(gpu).points() == [(8, 0.0), (1, 0.0), (4, 0.0), (16, 0.0)]
 
 
 @pytest.mark.parametrize(("changes", "said"), [
     ({"requests": 500}, "requests must be between 1 and 128, got 500 (this server's limit: a run under load here may "
-                        "ask for at most 128 requests, 32 slots, 512 new tokens"),
-    ({"slots": 2.5}, "slots must be a whole number, got 2.5"),
+                        "ask for at most: requests 128, max batch 32, max new tokens 512"),
+    ({"max_batch": 2.5}, "max batch must be a whole number, got 2.5"),
+    ({"max_batch": 33}, "max batch must be between 1 and 32, got 33 (this server's limit"),
     ({"max_new_tokens": ""}, "max new tokens is empty: enter a number"),
-    ({"sweep_slots": "1,2,x"}, "the slots sweep: 'x' is not a whole number"),
-    ({"sweep_slots": "1,2,4,8,16,32"}, "the sweeps add 5 points to the main one, more than 4"),
+    ({"sweep_batch": "1,2,x"}, "a value of the batch sweep must be a number, got 'x'"),
+    ({"sweep_batch": "1,2,4,8,16,32"}, "the sweeps add 5 points to the main one, more than 4"),
     ({"prompt_lengths": "32-8"}, "prompt lengths must be MIN-MAX with 1 <= MIN <= MAX, got '32-8'"),
-    ({"prompt_lengths": "8-5000"}, "the longest prompt must be at most 1024 tokens, got 5000"),
-    ({"rate": -1}, "the arrival rate must be between 0 (all at once)"),
-    ({"contestants": []}, "choose at least one contestant"),
-    ({"contestants": ["naive", "fast"]}, "unknown contestant(s) 'fast'"),
+    ({"prompt_lengths": "8-5000"}, "prompt lengths must be at most 1024 (MAX), got 5000 (this server's limit"),
+    ({"rate": -1}, "the arrival rate must be between 0 and 10000, got -1"),
+    ({"contestants": []}, "choose at least one of the contestants"),
+    ({"contestants": ["naive", "fast"]}, "unknown contestants 'fast'"),
     ({"compile": "warp"}, "unknown compile mode 'warp'"),
-    ({"output_median": 99}, "the median output length (0: half of max new tokens) must be between 0 and 32"),
+    ({"output_median": 99}, "the median output length must be between 0 and 64 (max new tokens), got 99"),
+    ({"audit": "no"}, "audit must be true or false, got 'no'"),
 ])
 def test_each_setting_is_checked_in_one_line_naming_the_servers_limits(changes, said):
     with pytest.raises(ValueError) as caught:
-        settings_from_values(changes, EXPOSED_LOAD_LIMITS)
+        request_from_form(changes, EXPOSED_LOAD_LIMITS)
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
 
 
@@ -108,8 +111,10 @@ def test_the_engine_runs_a_load_job_streams_its_events_and_its_report_says_what_
     report, events = ran
     assert sent.of(7, Started) and kind_of(report) == LOAD and load_document(json.dumps(report), expect=LOAD)
     assert [(p["slots"], p["rate"]) for p in report["load"]["points"]] == [(2, 0.0), (1, 0.0)]
-    assert report["command"].startswith(f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype "
-                                        "fp32 --requests 6 --max-batch 2 --sweep-batch 1")
+    assert report["command"] == (f"{python_command()} -m core.bench --model tiny-random --device cpu --dtype fp32 "
+                                 "--requests 6 --max-batch 2 --max-new-tokens 12 --prompts synthetic --prompt-lengths "
+                                 "4-12 --output-lengths lognormal --trials 1 --sweep-batch 1 --contestants "
+                                 "naive,pipelined,no-check --audit --solo-checks 2")
     kinds = {e["type"] for e in events}
     assert {"solo", "point", "phase", "load-run", "load-tokens"} <= kinds
     runs = [e for e in events if e["type"] == "load-run"]
@@ -121,17 +126,18 @@ def test_the_engine_runs_a_load_job_streams_its_events_and_its_report_says_what_
 
 def test_a_request_the_load_protocol_refuses_fails_as_input_in_one_line(engine):
     core, sent = engine
-    core.handle(UnderLoad(job=8, spec=None, settings=LoadSettings(workload=WorkloadSpec(requests=2), lag=200)))
+    too_long = LoadRequest(workload=WorkloadSpec(requests=2, max_new_tokens=10**6))
+    core.handle(UnderLoad(job=8, spec=None, request=too_long))
     (failed,) = sent.of(8, Failed)
     assert failed.category == FailureCategory.INPUT and failed.loaded == TINY
-    assert failed.error == "pipeline lag must be between 1 and 64, got 200"
+    assert "exceeds" in failed.error and "\n" not in failed.error, failed.error
 
 
 def test_a_cancelled_load_job_ends_cancelled_with_no_report(engine):
     core, sent = engine
     core.cancel_flag = SimpleNamespace(value=9)
     try:
-        core.handle(UnderLoad(job=9, spec=None, settings=SMALL))
+        core.handle(UnderLoad(job=9, spec=None, request=SMALL))
     finally:
         core.cancel_flag = None
     (cancelled,) = sent.of(9, JobCancelled)
@@ -142,7 +148,7 @@ def test_a_cancelled_load_job_ends_cancelled_with_no_report(engine):
 
 def test_the_status_line_names_the_point_the_phase_the_contestant_and_the_trial(ran):
     _, events = ran
-    job = Job(id=1, work=UNDER_LOAD, owner="a", model=None, settings=SMALL, state=RUNNING)
+    job = Job(id=1, work=UNDER_LOAD, owner="a", model=None, load_request=SMALL, state=RUNNING)
     view = LoadLiveView(job, lambda j: 0)
     job.add_events([e for e in events if e["type"] == "solo"][:1])
     assert view.snapshot()["status"].startswith("Decoding request 1 of 2 alone")

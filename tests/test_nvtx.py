@@ -16,7 +16,7 @@ import torch
 
 import core.loops.generation as generation
 import core.measure.nvtx as nvtx
-from core.bench import build_parser, main, request_from_args
+from cli.bench import build_parser, main, request_from_args
 from core.compare import compare
 from core.loops.generation import generate, run
 from core.loops.step import DecodeSetup

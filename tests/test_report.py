@@ -6,7 +6,7 @@ from dataclasses import asdict, replace
 import pytest
 
 import core.compare
-from core.bench import build_parser, request_from_args
+from cli.bench import build_parser, request_from_args
 from core.compare import compare
 from core.documents.schema import BENCH_SCHEMA, BenchReport
 from core.loops.prompt import encode_prompt, synthetic_prompt

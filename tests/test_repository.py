@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 ROOT_NAMES = {
     ".ci", ".gitignore", "CONTRIBUTING.md", "MANIFEST.in", "Makefile", "README.md", "RELIABILITY.md", "app.py",
-    "benchmarks", "build_support", "core", "dashboard", "docs", "engine", "examples", "pyproject.toml",
+    "benchmarks", "build_support", "cli", "core", "dashboard", "docs", "engine", "examples", "pyproject.toml",
     "requirements-dev.txt", "requirements.txt", "setup.py", "tests",
 }
 
@@ -79,7 +79,7 @@ CORE_TOP_LEVEL = {  # core/'s own modules: its entry points and what every group
     "__init__.py", "bench.py", "compare.py", "phases.py", "tuning.py", "text.py", "caches.py",
 }
 CORE_GROUPS = {  # a folder of core/ each, and the modules it holds
-    "request": {"options.py", "run_schema.py"},
+    "request": {"options.py", "run_schema.py", "load.py", "load_schema.py", "workload.py"},
     "models": {"loading.py", "sources.py", "size.py", "random_weights.py", "specs.py", "memory.py"},
     "documents": {"schema.py", "files.py"},
     "report": {"build.py", "diff.py", "explain.py"},

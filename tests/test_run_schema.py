@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import app
-from core.bench import build_parser, request_from_args
+from cli.bench import build_parser, request_from_args
 from core.request.options import CHOICE, FLAG, REAL, RUN_OPTIONS, WHOLE, BenchRequest, GenerationOptions, RunOption
 from core.request.run_schema import (
     Limits,

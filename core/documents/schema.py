@@ -172,12 +172,13 @@ class LoadPoint(TypedDict):
 
 class LoadSection(TypedDict):
     workload: dict[str, Any]
+    request: NotRequired[dict[str, Any]]  # core.request.load.LoadRequest.settings(): every load option by name
     slots: int
     options: dict[str, Any]
     notices: list[str]
     cache_len: int
     solo_checked: int
-    contestants: dict[str, LoadContestant]  # the main point's (--max-batch, --rate)
+    contestants: dict[str, LoadContestant]  # the main point's (the request's B and rate)
     points: list[LoadPoint]  # the main point first, then the sweeps'
     sweep: str | None  # "slots", "rate", "slots+rate" or None
 
@@ -211,7 +212,7 @@ NOT_AN_AUDIT_REPORT = (f"this JSON is not an audit report (no \"schema\": \"{AUD
 AUDIT_NOT_BENCH = "this JSON is an audit report of a program (python -m core.audit), not a benchmark report"
 BENCH_NOT_AUDIT = "this JSON is a benchmark report (python -m core.bench), not an audit report of a program"
 NOT_A_LOAD_REPORT = (f"this JSON is not a load report (no \"schema\": \"{LOAD_SCHEMA}\"); write one with "
-                     "python -m core.bench --requests N --max-batch B --json load.json")
+                     "python -m core.bench --requests N --json load.json")
 LOAD_NOT_BENCH = ("this JSON is a load report (python -m core.bench --requests N), not a benchmark report of one "
                   "request")
 

@@ -31,11 +31,11 @@ import torch
 
 from core.audit.dispatch import host_memory
 from core.load.slots import RECORD_FIELDS, Slots, unpack_record
-from core.load.workload import Workload
 from core.measure.step_times import StepClock
+from core.request.load import NAIVE, PIPELINED
 from core.request.options import NO_CHECK
+from core.request.workload import Workload
 
-NAIVE, PIPELINED = "naive", "pipelined"
 BATCHED_LOOPS = (NAIVE, PIPELINED, NO_CHECK)
 IDLE_POLL_S = 0.0005  # how often an idle loop looks for the next arrival, at most
 

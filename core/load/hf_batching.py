@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from core.load.batching import BatchedRun, RequestResult, TokensListener
-from core.load.workload import Workload
 from core.models.loading import LoadedModel
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC
+from core.request.workload import Workload
 
-HF_BATCH, HF_BATCH_ASYNC = "hf-batch", "hf-batch-async"
 HF_BATCHING = (HF_BATCH, HF_BATCH_ASYNC)
 PAGE_SIZE = 256  # transformers' default page: tokens of one layer a block holds
 RESULT_WAIT_S = 600.0  # a run whose manager gives no result for this long has failed
@@ -65,7 +65,7 @@ def _timed(manager: Any, contestant: str, workload: Workload, prompt_ids: Sequen
     results = [RequestResult(r.index, r.arrival_s, len(prompt_ids[r.index])) for r in workload.requests]
     t0 = time.perf_counter()
     feeder = threading.Thread(target=_feed, args=(manager, workload, prompt_ids, t0, results), daemon=True,
-                              name="hf-batch arrivals")
+                              name=f"{HF_BATCH} arrivals")
     feeder.start()
     finished, last_s = 0, 0.0
     while finished < len(results):

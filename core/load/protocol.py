@@ -15,76 +15,30 @@ A sweep over B (offline) and over the rate (online) gives the curves.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from core.audit.sync import SyncAudit
 from core.load.batching import BATCHED_LOOPS, NAIVE, BatchedRun, run_batched, step_bound
-from core.load.hf_batching import HF_BATCH, HF_BATCH_ASYNC, forget_managers, hf_batching_problem, run_hf_batching
+from core.load.hf_batching import HF_BATCHING, forget_managers, hf_batching_problem, run_hf_batching
 from core.load.slots import Slots, slot_cache_problem
 from core.load.stats import run_summary, summarize_trials
-from core.load.workload import MAX_SLOTS, Workload, WorkloadSpec
 from core.loops.generation import run as solo_run
 from core.loops.prompt import check_length, prompt_rows, resolve_eos_ids
-from core.measure.kernel_measurement import device_kernels_ns, merged_intervals
+from core.measure.kernel_measurement import kernel_measurement
 from core.models.loading import LoadedModel, check_support
 from core.phases import AUDIT, KERNEL_MEASUREMENT, TRIAL, WARMUP
+from core.request.load import LoadRequest, load_option
 from core.request.options import NO_CHECK, Cancelled, GenerationOptions, adapt_to_device, require, static_cache_length
+from core.request.workload import Workload
 
-LOAD_CONTESTANTS = (NAIVE, "pipelined", NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
-DEFAULT_LOAD_CONTESTANTS = (NAIVE, "pipelined", NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
 RING = 130  # record rows on the device: more than the longest lag (64) and the steps a copy may trail by
 LoadEvent = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class LoadRequest:
-    """One load run: the workload, B slots, the loops' options (the cache is static), the contestants, the trials,
-    and the sweeps (B values, arrival rates) around the main point. Checked when made."""
-
-    workload: WorkloadSpec
-    slots: int = 4
-    options: GenerationOptions = field(default_factory=lambda: GenerationOptions(cache="static"))
-    contestants: tuple[str, ...] = DEFAULT_LOAD_CONTESTANTS
-    trials: int = 3
-    sweep_slots: tuple[int, ...] = ()
-    sweep_rates: tuple[float, ...] = ()
-    audit: bool = False
-    no_kernel_measurement: bool = False
-    solo_checks: int = 16
-
-    def __post_init__(self) -> None:
-        for slots in (self.slots, *self.sweep_slots):
-            require(isinstance(slots, int) and 1 <= slots <= MAX_SLOTS,
-                    f"the number of slots (--max-batch) must be between 1 and {MAX_SLOTS}, got {slots!r}")
-        for rate in self.sweep_rates:
-            require(isinstance(rate, int | float) and math.isfinite(rate) and rate >= 0,
-                    f"an arrival rate must be a number of requests a second >= 0, got {rate!r}")
-        unknown = [c for c in self.contestants if c not in LOAD_CONTESTANTS]
-        require(not unknown and bool(self.contestants),
-                f"unknown contestant(s) under load {unknown}; use some of: {', '.join(LOAD_CONTESTANTS)}")
-        require(isinstance(self.trials, int) and 1 <= self.trials <= 50, f"trials must be between 1 and 50, "
-                                                                          f"got {self.trials!r}")
-        require(self.options.cache == "static", "under load the slots are rows of one static cache: --cache static")
-        require(not self.options.do_sample, "under load the loops decode greedily (--sample is for single runs)")
-        require(self.options.lag < RING - 2, f"the pipeline lag must be under {RING - 2} under load")
-        require(isinstance(self.solo_checks, int) and self.solo_checks >= 0,
-                f"the solo checks must be a whole number >= 0, got {self.solo_checks!r}")
-
-    def points(self) -> list[tuple[int, float]]:
-        """(slots, rate) of every point: the main one first, then the sweeps' (the B sweep at the main rate, the rate
-        sweep at the main B), each once."""
-        points = [(self.slots, self.workload.rate)]
-        points += [(b, self.workload.rate) for b in self.sweep_slots]
-        points += [(self.slots, r) for r in self.sweep_rates]
-        return list(dict.fromkeys(points))
 
 
 def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[LoadEvent], None] | None = None,
@@ -115,14 +69,15 @@ def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[L
                              solo, emit, stop))
     forget_managers(loaded)
     main = points[0]
-    return {"workload": base.summary(), "slots": request.slots, "options": _options_json(options),
+    return {"workload": base.summary(), "request": request.settings(), "slots": request.max_batch,
+            "options": _options_json(options),
             "contestants_asked": list(request.contestants), "notices": list(dict.fromkeys(notices)),
             "cache_len": cache_len, "solo_checked": len(solo), "contestants": main["contestants"],
             "points": points, "sweep": _sweep_kind(request)}
 
 
 def _sweep_kind(request: LoadRequest) -> str | None:
-    kinds = [name for name, values in (("slots", request.sweep_slots), ("rate", request.sweep_rates)) if values]
+    kinds = [name for name, values in (("slots", request.sweep_batch), ("rate", request.sweep_rate)) if values]
     return "+".join(kinds) or None
 
 
@@ -130,7 +85,7 @@ def _runnable(loaded: LoadedModel, contestants: tuple[str, ...]) -> tuple[list[s
     """The contestants that run here, naive first when the ceiling needs its lengths; a notice for each left out."""
     chosen, notices = [], []
     for name in contestants:
-        problem = hf_batching_problem(loaded, name) if name in (HF_BATCH, HF_BATCH_ASYNC) else None
+        problem = hf_batching_problem(loaded, name) if name in HF_BATCHING else None
         if problem:
             notices.append(f"{name} left out: {problem}")
         else:
@@ -185,7 +140,7 @@ def _point(loaded: LoadedModel, request: LoadRequest, options: GenerationOptions
             entry["copies_per_decode_step"] = audits[name]["copies_per_decode_step"]
         if name in kernels:
             entry["kernel_measurement"] = kernels[name]
-            entry["kernel_busy_fraction"] = kernels[name].get("kernel_busy_fraction")
+            entry["kernel_busy_fraction"] = kernels[name]["run_busy_fraction"]
         entries[name] = entry
     _identity_across(entries, trials)
     return {**point, "workload": workload.summary(), "contestants": entries}
@@ -247,24 +202,36 @@ def _queued_mark(audit: SyncAudit) -> Callable[[int], None]:
 
 def _kernel_measurements(runner: _Runner, contestants: list[str], trials: dict[str, list[BatchedRun]],
                          point: dict[str, Any], emit: Callable[[LoadEvent], None]) -> dict[str, dict[str, Any]]:
-    """Each batched loop once more under CUPTI: kernel-busy over the run, from its first kernel to its last (the
-    admissions' kernels count as busy: they run between the steps), and the slowdown the tracing cost."""
+    """Each batched loop once more under CUPTI, read per decode step as a single run's kernel measurement is
+    (core.measure.kernel_measurement: kernel-busy, the gaps, the time by kind); and under load, kernel-busy over the
+    whole run, from its first kernel to its last (the admissions' kernels count as busy: they run between the
+    steps), and the slowdown of the measured run against the trials' median."""
     measured = {}
     for name in contestants:
         if name not in BATCHED_LOOPS:
             continue
         emit({**KERNEL_MEASUREMENT.event(name, time.perf_counter()), **point})
-        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-            run = runner.run(name, trial=None)
-        kernels = merged_intervals(sorted((start, end) for start, end, _ in device_kernels_ns(profiler)))
-        busy_ms = sum(end - start for start, end in kernels) / 1e6
-        span_ms = (kernels[-1][1] - kernels[0][0]) / 1e6 if kernels else 0.0
-        timed = statistics.median(t.total_s for t in trials[name]) if trials[name] else None
-        measured[name] = {"kernel_busy_fraction": busy_ms / span_ms if span_ms > 0 else None,
-                          "kernel_busy_ms": busy_ms, "device_span_ms": span_ms, "kernels": len(kernels),
-                          "kernel_busy_ms_per_step": busy_ms / run.steps if run.steps else None,
-                          "slowdown": run.total_s / timed if timed else None}
+        measured[name] = _kernel_measurement(runner, name, trials[name])
     return measured
+
+
+def _kernel_measurement(runner: _Runner, name: str, trials: list[BatchedRun]) -> dict[str, Any]:
+    """One more run of `name` read as core.measure.kernel_measurement reads a single run (against the trials' median
+    step), with kernel-busy over the whole run (`run_busy_fraction`) and its slowdown against the trials' median
+    run (`run_slowdown`)."""
+    ran: list[BatchedRun] = []
+
+    def run_once() -> dict[str, Any]:
+        ran.append(runner.run(name, trial=None))
+        return {"timings": ran[-1].timings, "started_s": ran[-1].started_s}
+
+    steps = [t.timings["ms_per_token_p50"] for t in trials if t.timings.get("ms_per_token_p50")]
+    result = kernel_measurement(run_once, statistics.median(steps) if steps else None)
+    timed = statistics.median(t.total_s for t in trials) if trials else None
+    span_ms = result.get("device_span_ms") or 0.0
+    result.update(run_busy_fraction=(result.get("kernel_busy_ms") or 0.0) / span_ms if span_ms > 0 else None,
+                  run_slowdown=ran[0].total_s / timed if timed else None)
+    return result
 
 
 def _identity_across(entries: dict[str, dict[str, Any]], trials: dict[str, list[BatchedRun]]) -> None:
@@ -326,7 +293,7 @@ def check_memory(loaded: LoadedModel, slots: int, cache_len: int) -> None:
     if free is not None and need > free:
         raise ValueError(f"the KV cache of {slots} slots of {cache_len} positions (ours, and transformers' paged one "
                          f"beside it) needs {gib(need)}, and {gib(free)} is free on {where}: give fewer slots "
-                         "(--max-batch) or shorter requests")
+                         f"({load_option('max_batch').cli_flag}) or shorter requests")
 
 
 def _options_json(options: GenerationOptions) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The load report (core.documents.schema.LoadReport): built from core.load.protocol's section, its command line, and
-its Chrome trace (each slot a lane: which request held it, and the steps computed past a stop).
+"""The load report (core.documents.schema.LoadReport): built from core.load.protocol's section and its command line
+(core.request.load_schema), and its Chrome trace (each slot a lane: which request held it, and the steps computed
+past a stop).
 
 Its text for the CLI and what it shows in sentences are core.load.words', which reads only the report and imports no
 torch, so the page and Replay word it as the CLI does.
@@ -11,11 +12,10 @@ import datetime as dt
 from typing import Any
 
 from core.documents.schema import LOAD_SCHEMA
-from core.load.protocol import LoadRequest
 from core.load.words import NAMES
 from core.models.loading import LoadedModel
 from core.report.build import environment, model_facts
-from core.request.run_schema import bench_words, shell_quote
+from core.request.load import LoadRequest
 
 
 def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[str, Any],
@@ -23,31 +23,6 @@ def build_load_report(loaded: LoadedModel, request: LoadRequest, section: dict[s
     return {"schema": LOAD_SCHEMA, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "environment": environment(loaded, section["options"]["compile"]), "model": model_facts(loaded),
             "command": command, "load": section}
-
-
-def load_command(request: LoadRequest, model: str, *, device: str | None = None, dtype: str | None = None) -> str:
-    """The `python -m core.bench` command that repeats this load run."""
-    spec, options = request.workload, request.options
-    words = [*bench_words(), "--model", model]
-    words += ["--device", device] if device else []
-    words += ["--dtype", dtype] if dtype else []
-    words += ["--requests", str(spec.requests), "--max-batch", str(request.slots)]
-    words += ["--rate", f"{spec.rate:g}"] if spec.rate else []
-    words += ["--sweep-batch", ",".join(map(str, request.sweep_slots))] if request.sweep_slots else []
-    words += ["--sweep-rate", ",".join(f"{r:g}" for r in request.sweep_rates)] if request.sweep_rates else []
-    words += ["--max-new-tokens", str(spec.max_new_tokens), "--prompts", spec.prompts]
-    if spec.prompts == "synthetic":
-        words += ["--prompt-lengths", f"{spec.prompt_min}-{spec.prompt_max}"]
-    words += ["--output-lengths", spec.output_lengths]
-    words += ["--output-median", str(spec.output_median)] if spec.output_median else []
-    words += ["--workload-seed", str(spec.seed)] if spec.seed else []
-    words += ["--cache", "static", "--compile", options.compile, "--lag", str(options.lag)]
-    words += ["--trials", str(request.trials), "--contestants", ",".join(request.contestants)]
-    words += ["--solo-checks", str(request.solo_checks)]
-    words += ["--ignore-eos"] if options.ignore_eos else []
-    words += ["--audit"] if request.audit else []
-    words += ["--no-kernel-measurement"] if request.no_kernel_measurement else []
-    return " ".join(shell_quote(word) for word in words)
 
 
 # ------------------------------------------------------------------------------------------------ trace

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.audit.words import per_step_words
-from core.request.options import NO_CHECK
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE, NO_CHECK, PIPELINED
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
-NAMES = {"naive": "naive", "pipelined": "pipelined", NO_CHECK: "ceiling (no-check)", "hf-batch": "hf-batch",
-         "hf-batch-async": "hf-batch-async"}
+NAMES = {NAIVE: NAIVE, PIPELINED: PIPELINED, NO_CHECK: "ceiling (no-check)", HF_BATCH: HF_BATCH,
+         HF_BATCH_ASYNC: HF_BATCH_ASYNC}
 
 
 def point_name(point: dict[str, Any]) -> str:
@@ -25,8 +25,8 @@ def point_name(point: dict[str, Any]) -> str:
 
 def gain(entries: dict[str, Any]) -> float | None:
     """The pipelined loop's output tokens/s over the naive loop's, at one point."""
-    if "pipelined" in entries and "naive" in entries and entries["naive"]["tokens_per_s"]:
-        return entries["pipelined"]["tokens_per_s"] / entries["naive"]["tokens_per_s"]
+    if PIPELINED in entries and NAIVE in entries and entries[NAIVE]["tokens_per_s"]:
+        return entries[PIPELINED]["tokens_per_s"] / entries[NAIVE]["tokens_per_s"]
     return None
 
 
@@ -152,24 +152,24 @@ def _gain_sentences(section: dict[str, Any]) -> Iterator[str]:
 
 
 def _ceiling_sentence(main: dict[str, Any]) -> list[str]:
-    if NO_CHECK not in main or "pipelined" not in main:
+    if NO_CHECK not in main or PIPELINED not in main:
         return []
-    share = main["pipelined"]["tokens_per_s"] / main[NO_CHECK]["tokens_per_s"]
+    share = main[PIPELINED]["tokens_per_s"] / main[NO_CHECK]["tokens_per_s"]
     return [f"The pipelined loop reaches {share:.0%} of the ceiling (the loop told every output length beforehand, "
             f"{num(main[NO_CHECK]['tokens_per_s'])} tokens/s)."]
 
 
 def _against_transformers(section: dict[str, Any]) -> list[str]:
-    points = [p for p in section["points"] if "hf-batch-async" in p["contestants"] and "pipelined" in p["contestants"]]
+    points = [p for p in section["points"] if HF_BATCH_ASYNC in p["contestants"] and PIPELINED in p["contestants"]]
     if not points:
-        points = [p for p in section["points"] if "hf-batch" in p["contestants"] and "pipelined" in p["contestants"]]
-        name = "hf-batch"
+        points = [p for p in section["points"] if HF_BATCH in p["contestants"] and PIPELINED in p["contestants"]]
+        name = HF_BATCH
     else:
-        name = "hf-batch-async"
+        name = HF_BATCH_ASYNC
     if not points:
         return []
-    lost = [p for p in points if p["contestants"]["pipelined"]["tokens_per_s"] < p["contestants"][name]["tokens_per_s"]]
-    what = "transformers' async batching" if name == "hf-batch-async" else "transformers' continuous batching"
+    lost = [p for p in points if p["contestants"][PIPELINED]["tokens_per_s"] < p["contestants"][name]["tokens_per_s"]]
+    what = "transformers' async batching" if name == HF_BATCH_ASYNC else "transformers' continuous batching"
     if not lost:
         return [f"The pipelined loop beats {what} ({name}) at every point measured ({len(points)})."]
     where = ", ".join(f"{point_name(p)}: {num(p['contestants']['pipelined']['tokens_per_s'])} against "
@@ -178,7 +178,7 @@ def _against_transformers(section: dict[str, Any]) -> list[str]:
 
 
 def _waste_sentence(main: dict[str, Any], lag: int) -> list[str]:
-    entry = main.get("pipelined")
+    entry = main.get(PIPELINED)
     if not entry or not entry.get("slot_steps"):
         return []
     wasted, total = entry["wasted_slot_steps"] or 0, entry["slot_steps"]
@@ -188,7 +188,7 @@ def _waste_sentence(main: dict[str, Any], lag: int) -> list[str]:
 
 def _reads_sentence(main: dict[str, Any]) -> list[str]:
     said = []
-    for name in ("naive", "pipelined", NO_CHECK):
+    for name in (NAIVE, PIPELINED, NO_CHECK):
         entry = main.get(name)
         if entry is None or entry.get("reads_per_decode_step") is None:
             continue

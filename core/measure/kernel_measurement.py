@@ -138,6 +138,7 @@ def read_kernels(kernels_ns: Sequence[tuple[int, int]], timings: dict[str, Any],
         # every kernel's own time summed (kernels side by side on two streams count twice): the profiler's kernel share
         "kernel_time_fraction": sum(summed) / device_time if device_time > 0 else None,
         "kernel_busy_ms_per_step": _mean(busy), "kernel_busy_ms": sum(b - a for a, b in kernels),
+        "device_span_ms": kernels[-1][1] - kernels[0][0] if kernels else 0.0,  # first kernel's start to last's end
         "idle_inside_ms_per_step": _mean(inside),
         "gap_ms_per_step": _mean(gaps), "kernel_runs_per_step": statistics.median(counts) if counts else None,
         "per_step": {"busy_ms": _rounded(busy), "idle_inside_ms": _rounded(inside), "gap_ms": _rounded(gaps)},

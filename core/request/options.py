@@ -140,8 +140,30 @@ BENCH_REQUEST_FIELDS = ("trials", "min_seconds", "deterministic", "audit", "no_k
 TEXT, WHOLE, REAL, FLAG, CHOICE = "text", "whole", "real", "flag", "choice"  # RunOption.kind
 
 
+class OptionNaming:
+    """How a row of an options table (RunOption, core.request.load.LoadOption) is named and defaulted: its flag, the
+    words a message names it by, and its default for a device."""
+
+    name: str
+    flag: str
+    noun: str
+    default: Any
+    gpu_default: Any
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def called(self) -> str:
+        return self.noun or self.name.replace("_", " ")
+
+    def default_for(self, gpu: bool) -> Any:
+        return self.gpu_default if gpu and self.gpu_default is not None else self.default
+
+
 @dataclass(frozen=True)
-class RunOption:
+class RunOption(OptionNaming):
     """One thing a run can be asked for, as the form, the CLI, the reproduce command and the history show it.
 
     `part` says what it sets: a GenerationOptions field, a BenchRequest field (or the prompt and its batch), or a
@@ -177,17 +199,6 @@ class RunOption:
         require(self.group in (*PAGE_GROUPS, CLI_ONLY),
                 f"run option {self.name!r}: group {self.group!r} has no place on the page; use one of "
                 f"{', '.join(PAGE_GROUPS)} (the page's) or {CLI_ONLY!r} (the command line only)")
-
-    @property
-    def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
-
-    @property
-    def called(self) -> str:
-        return self.noun or self.name.replace("_", " ")
-
-    def default_for(self, gpu: bool) -> Any:
-        return self.gpu_default if gpu and self.gpu_default is not None else self.default
 
     def check(self, value: Any, called: str | None = None, high: float | None = None) -> None:
         """ValueError unless `value` is of this option's kind and within its bounds (`high` lowers the upper one)."""

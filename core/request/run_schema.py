@@ -119,7 +119,7 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
     if option.kind == TEXT:
         return _checked_text(value, called)
     if option.kind == FLAG:
-        return _flag(value, called)
+        return as_flag(value, called)
     if option.kind == CHOICE:
         value = value or option.default
         option.check(value, called)
@@ -137,7 +137,7 @@ def coerce(option: RunOption, value: Any, limits: Limits | None = None, called: 
 _FLAG_WORDS = {"true": True, "false": False}
 
 
-def _flag(value: Any, called: str) -> bool:
+def as_flag(value: Any, called: str) -> bool:
     """A flag from a form (a bool) or an API call (also the words true and false, in any case); anything else ("no",
     "1", "") is refused rather than guessed at."""
     if isinstance(value, bool):

@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.request.load import LoadRequest
 from core.request.options import BenchRequest
 from dashboard.service.page_record import PageRecord
-from engine.protocol import LoadSettings, MessageType
+from engine.protocol import MessageType
 
 QUEUED, LOADING, RUNNING, DONE, FAILED, CANCELLED = "queued", "loading", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
@@ -27,14 +28,14 @@ class Job:
 
     `report` is core.bench's report (or the load report) exactly as the engine sent it; `page` is what the page itself
     saw of a run (its live series, the device samples, its notices), kept apart so that each has one author. A run
-    under load carries its `settings`."""
+    under load carries its `load_request`."""
 
     id: int
     work: MessageType
     owner: str | None
     model: str | None
     request: BenchRequest | None = None
-    settings: LoadSettings | None = None
+    load_request: LoadRequest | None = None
     notices: list[str] = field(default_factory=list)
     state: str = QUEUED
     error: str | None = None

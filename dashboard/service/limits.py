@@ -2,15 +2,16 @@
 visitors. How much of one field from a file or a visitor a page shows back is core.text's (`clip`).
 
 The run options themselves (their bounds, defaults, flags and the command that repeats a run) are one table,
-core.request.options.RUN_OPTIONS, put to work by core.request.run_schema. No torch here.
+core.request.options.RUN_OPTIONS, put to work by core.request.run_schema; the load options' are
+core.request.load.LOAD_OPTIONS, put to work by core.request.load_schema. No torch here.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 from core.documents.schema import MAX_REPORT_BYTES
+from core.request.load_schema import LoadLimits
 from core.request.run_schema import Limits
 
 LOCAL_LIMITS = Limits()
@@ -19,30 +20,10 @@ LOCAL_LIMITS = Limits()
 EXPOSED_LIMITS = Limits(max_new_tokens=1024, batch=8, trials=10, min_seconds=10.0, max_run_s=300.0)
 
 
-@dataclass(frozen=True)
-class LoadLimits:
-    """How much one run under load (the Under load tab) may ask for: requests, slots, new tokens a request, the
-    longest synthetic prompt, trials, points of the sweeps together, and requests decoded alone as the reference.
-    A run still going after Limits.max_run_s is stopped, as a Compare run is."""
-
-    requests: int = 4096
-    slots: int = 256
-    max_new_tokens: int = 4096
-    prompt_tokens: int = 8192
-    trials: int = 20
-    sweep_points: int = 16
-    solo_checks: int = 64
-
-    def describe(self) -> str:
-        return (f"at most {self.requests} requests, {self.slots} slots, {self.max_new_tokens} new tokens a request, "
-                f"prompts of {self.prompt_tokens} tokens, {self.trials} trials, {self.sweep_points} sweep points and "
-                f"{self.solo_checks} solo checks")
-
-
-LOCAL_LOAD_LIMITS = LoadLimits()
-# Shared: every contestant runs each point (warm-up, trials, audit), so the sweep is the multiplier to bound.
-EXPOSED_LOAD_LIMITS = LoadLimits(requests=128, slots=32, max_new_tokens=512, prompt_tokens=1024, trials=5,
-                                 sweep_points=4, solo_checks=16)
+# What a run under load may ask for: each load option's `page_high` on a local page, its `exposed_high` on a shared one
+# (core.request.load.LOAD_OPTIONS), where every contestant runs each point, so the sweep is the multiplier to bound.
+LOCAL_LOAD_LIMITS = LoadLimits.local()
+EXPOSED_LOAD_LIMITS = LoadLimits.exposed()
 
 # What the server itself holds for visitors (dashboard.edge.http_guard): the largest request body it reads (a report's
 # upload excepted: core.documents.schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.

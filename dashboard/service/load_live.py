@@ -29,7 +29,7 @@ class LoadLiveView:
         self.job = job
         self.position = position
         self.cursor = 0
-        self.points = job.settings.points() if job.settings is not None else []
+        self.points = job.load_request.points() if job.load_request is not None else []
         self.point: dict[str, Any] | None = None
         self.phase: dict[str, Any] | None = None
         self.solo: dict[str, Any] | None = None
@@ -90,12 +90,12 @@ class LoadLiveView:
         name = str(event.get("contestant", "?"))
         if phase is None:  # an engine newer than this page: say what it said, plainly
             return f"running {name}: {event.get('phase')}…"
-        settings = self.job.settings
-        trials = settings.trials if settings is not None else 1
+        request = self.job.load_request
+        trials = request.trials if request is not None else 1
         trial = event.get("trial") if isinstance(event.get("trial"), int) else 0
         learned = f", {self.tokens:,} tokens so far" if self.tokens and phase.streams else ""
         if phase is WARMUP:  # core.phases' line speaks of the Compare tab's text panes, which this tab has not
-            compiling = settings is not None and settings.compile != "off"
+            compiling = request is not None and request.options.compile != "off"
             detail = "compiling can take a minute" if compiling else "compilation and set-up stay out of the timings"
             return f"Warming up {name} (untimed: {detail}{learned})…"
         text = phase.doing.format(contestant=name, trial=trial + 1, trials=max(trials, trial + 1), detail="")

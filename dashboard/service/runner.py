@@ -18,14 +18,16 @@ from typing import Any
 from core.measure.gpu_monitor import GpuMonitor, nvml_index
 from core.models.memory import admission_problem, bytes_per_element, free_gpu_bytes, free_host_bytes, memory_need
 from core.models.specs import DEFAULT_MODEL, loading_note
+from core.request.load import LoadRequest
+from core.request.load_schema import LoadLimits
 from core.request.options import BenchRequest, Cancelled
 from core.request.run_schema import Limits, request_from_values
 from dashboard.service.fair_share import LOCAL_SHARING, Client, FairShare, ShareRule
 from dashboard.service.job_queue import MAX_QUEUE, JobQueue
 from dashboard.service.jobs import CANCELLED, COMPARE, DONE, LOAD, RUNS, UNDER_LOAD, Job
-from dashboard.service.limits import LOCAL_LIMITS, LOCAL_LOAD_LIMITS, LoadLimits
+from dashboard.service.limits import LOCAL_LIMITS, LOCAL_LOAD_LIMITS
 from dashboard.service.live_view import LiveView, TextDecoder
-from dashboard.service.load_form import settings_from_values
+from dashboard.service.load_form import request_from_form
 from dashboard.service.load_live import LoadLiveView
 from dashboard.service.model_policy import ModelPolicy
 from dashboard.service.page_record import PageRecord
@@ -33,7 +35,7 @@ from dashboard.service.run_history import RunHistory, history_row
 from dashboard.service.supervisor import EngineSupervisor, RestartPolicy
 from engine.client import EngineClient
 from engine.inprocess import InProcessEngineClient
-from engine.protocol import LoadSettings, ModelFacts
+from engine.protocol import ModelFacts
 
 
 class Runner:
@@ -202,10 +204,10 @@ class Runner:
         if self.tp > 1:
             raise ValueError(f"under load the loops run on one device, and this server runs tensor parallel over "
                              f"{self.tp} GPUs: run python -m core.bench --requests N on one GPU instead")
-        settings = settings_from_values(values, self.load_limits)
+        request = request_from_form(values, self.load_limits)
         model = self.check_model(values["model"]) if values.get("model") else None
-        self._check_load_context(settings, model)
-        job = Job(id=self.queue.next_id(), work=UNDER_LOAD, owner=owner, model=model, settings=settings)
+        self._check_load_context(request, model)
+        job = Job(id=self.queue.next_id(), work=UNDER_LOAD, owner=owner, model=model, load_request=request)
         job.view = LoadLiveView(job, self.position)
         return self._queue_run(job, owner, address)
 
@@ -241,10 +243,10 @@ class Runner:
                              f"({request.options.max_new_tokens}) = {needed} exceeds the model's context of "
                              f"{loaded.context_length} tokens")
 
-    def _check_load_context(self, settings: LoadSettings, model: str | None) -> None:
+    def _check_load_context(self, request: LoadRequest, model: str | None) -> None:
         """Refuse, before it is queued, a run under load whose longest synthetic prompt and output cannot fit the
         loaded model's context (the engine checks each request exactly)."""
-        loaded, workload = self.model_facts, settings.workload
+        loaded, workload = self.model_facts, request.workload
         if loaded is None or (model is not None and model != loaded.spec) or workload.prompts != "synthetic":
             return
         needed = workload.prompt_max + workload.max_new_tokens

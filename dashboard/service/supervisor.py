@@ -355,7 +355,7 @@ def _request(job: Job) -> JobRequest:
         assert job.model is not None, "a load names its model"
         return Load(job=job.id, spec=job.model)
     if job.work == UNDER_LOAD:
-        assert job.settings is not None, "a run under load carries its settings"
-        return UnderLoad(job=job.id, spec=job.model, settings=job.settings)
+        assert job.load_request is not None, "a run under load carries its request"
+        return UnderLoad(job=job.id, spec=job.model, request=job.load_request)
     assert job.request is not None, "a run carries its request"
     return Compare(job=job.id, spec=job.model, request=job.request)

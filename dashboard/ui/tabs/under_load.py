@@ -7,6 +7,7 @@ reload finds the visitor's run again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -15,10 +16,12 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.request.options import RUN_OPTION
+import core.request.load as load
+from core.request.load import CONTESTANT_LABELS, GROUPS, NAMES, RANGE, REALS, WHOLES, LoadOption
+from core.request.options import CHOICE, FLAG, WHOLE
 from dashboard.service.jobs import UNDER_LOAD, Job
 from dashboard.service.limits import LOCAL_LOAD_LIMITS
-from dashboard.service.load_form import COMPILE_CHOICES, CONTESTANT_LABELS, LOAD_CONTESTANTS, load_defaults
+from dashboard.service.load_form import form_defaults
 from dashboard.service.page_record import public_report
 from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import typed_whole
@@ -32,9 +35,7 @@ from dashboard.views.run_html import html_download
 # The /run_load endpoint's outputs, in order (a client zips them with these names); the panel's controls follow them.
 OUTPUTS = ("status", "throughput_plot", "findings", "table", "sweep_table", "slots_plot", "sweep_plot", "rate_plot",
            "cli_text", "command", "report_file", "run_note", "text", "html_file")
-SETTINGS = ("model", "requests", "slots", "rate", "max_new_tokens", "prompts", "prompt_lengths", "output_lengths",
-            "output_median", "workload_seed", "compile", "lag", "trials", "sweep_slots", "sweep_rates", "contestants",
-            "audit", "solo_checks")
+GROUP_TITLES = {"checks": "Contestants and checks"}  # a group shown folded, under this title
 REPORT_NAME = "syncscope-load-report.json"
 HTML_NAME = "syncscope-load-report.html"
 INTRO = ("Many requests of different lengths share each decode step (continuous batching): a finished request's slot "
@@ -61,7 +62,7 @@ class UnderLoadTab:
     @classmethod
     def build(cls, page: PageContext) -> Self:
         c: dict[str, Any] = {}
-        d = {**load_defaults(page.runner.uses_cuda), "compile": _compile_default(page)}
+        d = {**form_defaults(page.runner.uses_cuda), "compile": _compile_default(page)}
         gr.Markdown(INTRO, elem_id="load-intro")
         with gr.Row(elem_id="load-row"):
             with gr.Column(scale=1, min_width=320, elem_id="load-controls"):
@@ -95,7 +96,7 @@ class UnderLoadTab:
     def _wire(self) -> None:
         c = self.components
         # As /run's: the runner's queue is the only queue, so every run it accepts has its handler.
-        c["run_btn"].click(self.run, inputs_kwargs={name: c[name] for name in SETTINGS}, outputs=self.outputs,
+        c["run_btn"].click(self.run, inputs_kwargs={name: c[name] for name in settings_names()}, outputs=self.outputs,
                            api_name="run_load", concurrency_limit=None, concurrency_id="run_load",
                            show_progress="hidden", trigger_mode="multiple").then(
             self.enable_download, outputs=[c["report_file"], c["html_file"]], api_visibility="private", queue=False)
@@ -116,7 +117,7 @@ class UnderLoadTab:
 
     def run(self, request: gr.Request, **settings: Any) -> Iterator[dict]:
         """Queue a run under load and stream it until it ends. `settings`: the model and the workload's settings by
-        name (dashboard.service.load_form.LOAD_DEFAULTS); API callers read the plain-text `text` output."""
+        name (core.request.load.LOAD_OPTIONS); API callers read the plain-text `text` output."""
         try:
             yield from self._run(request, settings)
         finally:
@@ -274,52 +275,47 @@ class UnderLoadTab:
             self._forget_copies(request)
 
 
+def settings_names() -> tuple[str, ...]:
+    """The settings' names, in the form's order: the model, then every load option (the /run_load endpoint's
+    parameters)."""
+    return ("model", *(option.name for option in load.LOAD_OPTIONS))
+
+
 def _settings(page: PageContext, d: dict[str, Any]) -> dict[str, Any]:
-    """The settings' controls by name (SETTINGS). Number fields have no minimum or maximum: the run's check says what
-    is wrong and what is allowed, in one line."""
+    """The settings' controls by name: the model, then a field per load option, two to a row, by group. Number fields
+    have no minimum or maximum: the run's check says what is wrong and what is allowed, in one line."""
     runner, c = page.runner, {}
     c["model"] = gr.Dropdown(runner.model_choices(), value=runner.model_spec or runner.model_choices()[0],
                              label="Model", allow_custom_value=runner.allow_any_model, elem_id="load-model")
-    with gr.Row():
-        c["requests"] = typed_whole(gr.Number(d["requests"], label="Requests N", elem_id="load-requests"))
-        c["slots"] = typed_whole(gr.Number(d["slots"], label="Slots B", elem_id="load-slots",
-                                           info="requests decoded together"))
-    with gr.Row():
-        c["rate"] = gr.Number(d["rate"], label="Arrival rate (requests/s)", elem_id="load-rate", info="0: all at once")
-        c["max_new_tokens"] = typed_whole(gr.Number(d["max_new_tokens"], label="Max new tokens",
-                                                    elem_id="load-max-new-tokens", info="a request's most"))
-    with gr.Row():
-        c["prompts"] = gr.Radio(["synthetic", "built-in"], value=d["prompts"], label="Prompts", elem_id="load-prompts")
-        c["prompt_lengths"] = gr.Textbox(d["prompt_lengths"], label="Prompt lengths (tokens)",
-                                         elem_id="load-prompt-lengths", info="MIN-MAX, of synthetic prompts")
-    with gr.Row():
-        c["output_lengths"] = gr.Radio(["lognormal", "max"], value=d["output_lengths"], label="Output lengths",
-                                       elem_id="load-output-lengths", info="lognormal: stops drawn around the median")
-        c["output_median"] = typed_whole(gr.Number(d["output_median"], label="Median output length",
-                                                   elem_id="load-output-median", info="0: half of max new tokens"))
-    with gr.Row():
-        c["compile"] = gr.Dropdown(list(COMPILE_CHOICES), value=d["compile"], label="Compile", elem_id="load-compile")
-        c["lag"] = typed_whole(gr.Number(d["lag"], label=RUN_OPTION["lag"].label, elem_id="load-lag"))
-    with gr.Row():
-        c["trials"] = typed_whole(gr.Number(d["trials"], label="Trials", elem_id="load-trials",
-                                            info="timed runs of each contestant"))
-        c["workload_seed"] = typed_whole(gr.Number(d["workload_seed"], label="Workload seed",
-                                                   elem_id="load-workload-seed", info="the requests' draws"))
-    with gr.Row():
-        c["sweep_slots"] = gr.Textbox(d["sweep_slots"], label="Slots sweep (optional)", placeholder="1,2,4,8",
-                                      elem_id="load-sweep-slots", info="B values also run, at the arrival rate")
-        c["sweep_rates"] = gr.Textbox(d["sweep_rates"], label="Rate sweep (optional)", placeholder="2,8,32",
-                                      elem_id="load-sweep-rates", info="rates also run, at B slots")
-    with gr.Accordion("Contestants and checks", open=False):
-        c["contestants"] = gr.CheckboxGroup([(CONTESTANT_LABELS[n], n) for n in LOAD_CONTESTANTS],
-                                            value=list(d["contestants"]), label="Contestants",
-                                            elem_id="load-contestants")
-        with gr.Row():
-            c["audit"] = gr.Checkbox(d["audit"], label="Find the syncs (one audited run more per loop)",
-                                     elem_id="load-audit")
-            c["solo_checks"] = typed_whole(gr.Number(d["solo_checks"], label="Solo checks", elem_id="load-solo-checks",
-                                                     info="requests decoded alone, as the reference"))
+    for group in GROUPS:
+        options = [option for option in load.LOAD_OPTIONS if option.group == group]
+        title = GROUP_TITLES.get(group)
+        with gr.Accordion(title, open=False) if title else contextlib.nullcontext():
+            for first in range(0, len(options), 2):
+                with gr.Row():
+                    for option in options[first:first + 2]:
+                        c[option.name] = option_field(option, d[option.name])
     return c
+
+
+def option_field(option: LoadOption, value: Any) -> Any:
+    """The form's field of one load option, as its kind asks: a number, a checkbox, a choice, a text (a list, or
+    MIN-MAX) or the contestants' checkboxes."""
+    where = {"label": option.label, "elem_id": "load-" + option.name.replace("_", "-")}
+    info = {"info": option.info} if option.info else {}
+    if option.kind == FLAG:
+        return gr.Checkbox(value, **where)
+    if option.kind == CHOICE:
+        choices = list(option.page_choices or option.choices)
+        return gr.Radio(choices, value=value, **where, **info) if len(choices) <= 3 else \
+            gr.Dropdown(choices, value=value, **where, **info)
+    if option.kind == NAMES:
+        return gr.CheckboxGroup([(CONTESTANT_LABELS.get(n, n), n) for n in option.choices], value=list(value),
+                                **where)
+    if option.kind in (WHOLES, REALS, RANGE):
+        return gr.Textbox(value, placeholder="1,2,4,8" if option.kind != RANGE else "8-32", **where, **info)
+    number = gr.Number(value, **where, **info)
+    return typed_whole(number) if option.kind == WHOLE else number
 
 
 def _limits_note(page: PageContext) -> str:
@@ -331,4 +327,6 @@ def _limits_note(page: PageContext) -> str:
 def _compile_default(page: PageContext) -> str:
     """The page's compile default (app.py's --compile, or the device's), where runs under load may use it."""
     chosen = page.config.defaults.get("compile")
-    return chosen if chosen in COMPILE_CHOICES else load_defaults(page.runner.uses_cuda)["compile"]
+    compile_option = load.load_option("compile")
+    allowed = compile_option.page_choices or compile_option.choices
+    return chosen if chosen in allowed else form_defaults(page.runner.uses_cuda)["compile"]

@@ -1,0 +1,113 @@
+"""`python -m core.bench --requests N`: the contestants under load (core.load, docs/LOAD.md) on one workload, its
+table and findings, and its files (--json, --trace, --html). The request is the load options' (core.request.load),
+read from the flags as the page reads its form (core.request.load_schema)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import torch
+
+from cli.common import (
+    PROG,
+    fail,
+    failure_line,
+    ignore_interrupts,
+    interrupt_signals,
+    interrupted_code,
+    say,
+    signal_name,
+    write_html,
+)
+from core.documents.files import check_output_path, write_json
+from core.load.protocol import run_load
+from core.load.report import build_load_report, load_trace
+from core.load.words import load_text
+from core.models.loading import load_model
+from core.models.specs import is_random_weights
+from core.phases import phase_named
+from core.report.build import DTYPE_FLAGS
+from core.request.load import LoadRequest, load_option
+from core.request.load_schema import load_command, request_from_values, values_from_args
+from core.text import printable
+from core.tuning import Tuning
+
+SINGLE_RUN_ONLY = ("do_sample", "profile", "hf", "no_check", "aa")  # flags that mean nothing under load
+
+
+def load_request_from_args(args: argparse.Namespace) -> LoadRequest:
+    """The run under load that parsed flags ask for (the same check as the page's, without its limits); the prompts
+    and output lengths not given follow the model's weights (random or real)."""
+    values = values_from_args(args)
+    if args.prompt_tokens is not None:
+        values["prompt_lengths"] = (args.prompt_tokens, args.prompt_tokens)
+    eos = args.eos_token_id[0] if args.eos_token_id and len(args.eos_token_id) == 1 else args.eos_token_id
+    return request_from_values(values, random_weights=is_random_weights(args.model), by_flag=True, eos_token_id=eos)
+
+
+def run_load_cli(args: argparse.Namespace) -> int:
+    """`--requests N`: check everything, then load, run, print and write."""
+    try:
+        request = load_request_from_args(args)
+        check_output_path(args.json_path)
+        check_output_path(args.html_path, "--html")
+        check_output_path(args.trace_path, "--trace")
+        tuning = Tuning.from_environment()  # once, before any work: a malformed switch is refused here
+        if args.tp != 1:
+            raise ValueError("under load (--requests) the loops run on one device: leave out --tp")
+        if any(getattr(args, name) for name in SINGLE_RUN_ONLY):
+            raise ValueError("--sample, --profile, --hf, --no-check and --aa are for a single request; under load "
+                             "--contestants names who runs")
+    except ValueError as exc:
+        return fail(0, str(exc), 2)
+    started = time.perf_counter()
+    with interrupt_signals() as received:
+        try:
+            loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules,
+                                tuning=tuning)
+            section = run_load(loaded, request, on_event=_load_progress if args.progress else None)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{PROG}: interrupted ({signal_name(received)}) under load; no report written\n")
+            return interrupted_code(received)
+        except ValueError as exc:
+            return fail(0, str(exc), 2)
+        except torch.cuda.OutOfMemoryError:
+            return fail(0, f"CUDA out of memory; try fewer slots ({load_option('max_batch').cli_flag}) or shorter "
+                           "requests", 3)
+        except Exception as exc:  # a command line answers in one line, not a traceback
+            return fail(0, failure_line(exc), 1)
+    ignore_interrupts()
+    device = None if loaded.device.type == "cuda" and not loaded.device.index else str(loaded.device)
+    command = load_command(request, loaded.spec, device=device, dtype=DTYPE_FLAGS.get(loaded.dtype))
+    report = build_load_report(loaded, request, section, command)
+    report["wall_s"] = time.perf_counter() - started
+    return 0 if _print_and_write(args, report) else 1
+
+
+def _print_and_write(args: argparse.Namespace, report: dict[str, Any]) -> bool:
+    """The report's lines, then its files; False where one could not be written (after one line on stderr)."""
+    text = load_text(report)
+    for line in text:
+        say(line)
+    written = not args.json_path or write_json(args.json_path, report, "report", indent=1) == args.json_path
+    if args.trace_path:
+        written = write_json(args.trace_path, load_trace(report), "trace") == args.trace_path and written
+    if args.html_path:
+        written = write_html(args.html_path, report) and written
+    return written
+
+
+def _load_progress(event: dict[str, Any]) -> None:
+    """--progress under load: each point and phase as it begins, one line on stderr."""
+    if event["type"] == "point":
+        line = f"B={event['slots']}, rate {event['rate']:g}"
+    elif event["type"] == "phase":
+        phase = phase_named(event.get("phase"))
+        line = f"{phase.noun if phase else event.get('phase')} of {event['contestant']}"
+    else:
+        return
+    sys.stderr.write(f"{PROG}: {printable(line)}\n")
+    sys.stderr.flush()
