@@ -8,7 +8,8 @@ import pytest
 import core.compare
 from core.bench import build_parser, request_from_args
 from core.compare import compare
-from core.documents.schema import BENCH_SCHEMA, BenchReport
+from core.documents.bench_report import BenchReport
+from core.documents.kinds import BENCH_SCHEMA
 from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.report.build import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
 from core.request.options import BenchRequest, GenerationOptions, effective_options

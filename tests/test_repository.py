@@ -81,7 +81,8 @@ CORE_TOP_LEVEL = {  # core/'s own modules: its entry points and what every group
 CORE_GROUPS = {  # a folder of core/ each, and the modules it holds
     "request": {"options.py", "run_schema.py"},
     "models": {"loading.py", "sources.py", "size.py", "random_weights.py", "specs.py", "memory.py"},
-    "documents": {"schema.py", "files.py"},
+    "documents": {"schema.py", "files.py", "kinds.py", "fields.py", "upgrades.py", "bench_report.py", "load_report.py",
+                  "audit_report.py", "page_report.py"},
     "report": {"build.py", "diff.py", "explain.py"},
 }
 

@@ -1,8 +1,8 @@
 """The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
-`format_table` is the report as the CLI prints it. Its keys and schema are core.documents.schema's (BenchReport); old
-reports are upgraded to them when loaded.
+`format_table` is the report as the CLI prints it. Its keys and schema are core.documents.bench_report's
+(BenchReport); old reports are upgraded to them when loaded.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from core.audit.words import copies_per_step, per_step_words
-from core.documents.schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
+from core.documents.bench_report import BenchReport, kernel_share_of_timed_steps
+from core.documents.kinds import BENCH_SCHEMA
 from core.kernels.pdl import pdl_in_effect
 from core.loops.step import step_kernels
 from core.measure import identity
@@ -171,8 +172,9 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
 
 def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
                 total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran (core.documents.schema.kernel_share_of_timed_steps,
-    which also fills it in for a report written before the summary held it)."""
+    """The share of the timed trials' device time that kernels ran
+    (core.documents.bench_report.kernel_share_of_timed_steps, which also fills it in for a report written before the
+    summary held it)."""
     return kernel_share_of_timed_steps(kernel_measurement, step_ms, total_ms)
 
 

@@ -2,7 +2,7 @@
 
 A *report* is the JSON of `python -m core.bench --json`; the engine writes it and nothing here changes it. What the
 page itself saw of a run (its live series, the device samples, the form's notices, NVML means) is a PageRecord,
-kept next to the report. The page's download holds both, each under its own key (core.documents.schema's page report):
+kept next to the report. The page's download holds both, each under its own key (core.documents.page_report):
 
     {"schema": "syncscope.page-report/1", "report": <the report>, "page": <the PageRecord> or null}
 
@@ -16,8 +16,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.documents import schema as report_schema
-from core.documents.schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport, PageReport
+from core.documents.bench_report import BenchReport
+from core.documents.files import MAX_REPORT_BYTES
+from core.documents.kinds import BENCH, PAGE, PAGE_REPORT_SCHEMA, kind_of
+from core.documents.page_report import PageReport
+from core.documents.schema import load
+from core.documents.upgrades import upgrade
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class PageRecord:
 
     @classmethod
     def from_json(cls, section: dict[str, Any]) -> PageRecord:
-        """A record from its JSON: the "page" of a page report, upgraded (core.documents.schema.upgrade_page)."""
+        """A record from its JSON: the "page" of a page report, upgraded (core.documents.upgrades.upgrade_page)."""
         return cls(t_end=section.get("t_end"), series=section["series"], spans=section["spans"],
                    monitor=dict(section.get("monitor", no_monitor())), notices=tuple(section["notices"]),
                    nvml_by_contestant=section["nvml_by_contestant"])
@@ -82,11 +86,11 @@ def public_report(report: dict[str, Any]) -> dict[str, Any]:
 
 def split_report(document: dict[str, Any] | SavedReport) -> SavedReport:
     """Any document this project writes (a report, a page report, an old page download) as its two parts, each
-    upgraded (core.documents.schema.upgrade)."""
+    upgraded (core.documents.upgrades.upgrade)."""
     if isinstance(document, SavedReport):
         return document
-    upgraded = report_schema.upgrade(document)
-    if report_schema.kind_of(upgraded) == PAGE:
+    upgraded = upgrade(document)
+    if kind_of(upgraded) == PAGE:
         page = upgraded["page"]
         return SavedReport(upgraded["report"], PageRecord.from_json(page) if isinstance(page, dict) else None)
     return SavedReport(upgraded)
@@ -103,7 +107,7 @@ def report_notices(report: dict[str, Any] | SavedReport, page: PageRecord | None
 def open_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> SavedReport:
     """A complete report and the page's record of it (if the page saved it) from JSON text (core.documents.schema.load);
     ValueError naming the first thing that is missing or wrong. Only parses: never opens paths."""
-    return split_report(report_schema.load(data, max_bytes, expect=BENCH))
+    return split_report(load(data, max_bytes, expect=BENCH))
 
 
 def parse_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> BenchReport:

@@ -15,7 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.documents.schema import MAX_REPORT_BYTES
+from core.documents.files import MAX_REPORT_BYTES
 from core.request.run_schema import option_defaults
 from dashboard.edge.downloads import DownloadFolders
 from dashboard.edge.session_copies import SessionCopies

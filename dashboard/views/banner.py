@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.request.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
 from dashboard.service.jobs import LOAD, LOADING
 from dashboard.service.runner import Runner

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.documents import schema as report_schema
 from core.documents.files import check_output_path, read_bounded
-from core.documents.schema import AUDIT, LOAD
+from core.documents.kinds import AUDIT, LOAD, kind_of
+from core.documents.schema import load
 from core.request.run_schema import OneLineParser
 from core.text import escaped
 
@@ -51,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_output_path(args.out, "cannot write")
-        document = report_schema.load(Path(args.report))
-        if report_schema.kind_of(document) == AUDIT:
+        document = load(Path(args.report))
+        if kind_of(document) == AUDIT:
             raise ValueError(f"{args.report}: {AUDIT_REPORT}")
         described = read_described(Path(args.described)) if args.described else None
     except ValueError as exc:
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as missing:
         return _fail(NEEDS_EXTRA.format(missing=missing.name), 1)
     why_not = None
-    if report_schema.kind_of(document) == LOAD and described is None:
+    if kind_of(document) == LOAD and described is None:
         described, why_not = _described_in_child(document)
     try:
         write_html(args.out, run_html(document, described=described, why_not=why_not))

@@ -1,6 +1,6 @@
-"""A load report (`python -m core.bench --requests N --json`, core.documents.schema.LoadReport) as the page shows it, in
-plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's throughput, and
-the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
+"""A load report (`python -m core.bench --requests N --json`, core.documents.load_report.LoadReport) as the page
+shows it, in plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's
+throughput, and the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
 
 The sentences (what the run shows, and the CLI's text) are core.load.report's, which imports torch: the engine sends
 them with a run's report (engine.protocol.Done.described), and Replay has them made in a child process

@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from core.audit.words import per_step_words
-from core.documents.schema import BENCH, LOAD, PAGE, kind_of
+from core.documents.kinds import BENCH, LOAD, PAGE, kind_of
 from core.text import clip
 from dashboard.service.audit_digest import MAX_SITES
 from dashboard.service.page_record import SavedReport, split_report

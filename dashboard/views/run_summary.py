@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.report.explain import what_this_run_shows
 from core.text import clip
 from dashboard.service.page_record import PageRecord

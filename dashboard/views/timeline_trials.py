@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.measure.waits import step_work_ms
 from core.report.explain import report_device_type
 from core.request.options import LOOPS, NO_CHECK

@@ -13,7 +13,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.documents.schema import too_large
+from core.documents.files import too_large
 from dashboard.edge.uploads import open_bench_report, open_replayable
 from dashboard.service.load_describe import LoadDescriber
 from dashboard.service.page_record import SavedReport
