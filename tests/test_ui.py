@@ -521,7 +521,7 @@ def test_replay_and_the_file_diff_say_in_words_what_they_cannot_draw(monkeypatch
 
     data = read_report_bytes(REPO / H200_REPORT)
     page = replay_page().replay
-    monkeypatch.setattr(replay.charts, "all_figures", broken)
+    monkeypatch.setattr(replay.run_charts, "all_figures", broken)
     status = text_of(page.replay_upload(data)["status"])
     assert status == f"Cannot show this file: {replay.CANNOT_DRAW}.", status
     monkeypatch.setattr(diff_panel, "diff_reports", broken)

@@ -47,7 +47,7 @@ class PageRecord:
                    notices=tuple(notices), nvml_by_contestant=nvml)
 
     def live_series(self) -> dict[str, Any]:
-        """The chart data (dashboard.views.charts' live series)."""
+        """The chart data (dashboard.views.live_charts' live series)."""
         return {"t_end": self.t_end, "series": self.series, "spans": self.spans, "monitor": self.monitor}
 
     def to_json(self) -> dict[str, Any]:

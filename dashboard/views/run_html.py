@@ -31,7 +31,7 @@ from core.text import clip
 from dashboard.service.audit_digest import MAX_SITES
 from dashboard.service.page_record import SavedReport, split_report
 from dashboard.service.rate_series import live_series_from_report
-from dashboard.views import charts, load_charts, load_view, timeline
+from dashboard.views import load_charts, load_view, run_charts, timeline
 from dashboard.views.audit_view import SITES_CSS, sites_html
 from dashboard.views.markdown_html import markdown_html
 from dashboard.views.report_text import headline_md, replay_command, trials_shown
@@ -170,7 +170,7 @@ def _bench_html(saved: SavedReport) -> str:
     lanes = (f"<p><em>{_text(note)}</em></p>" if note else "") + page.chart(timeline.timeline_figure(report),
                                                                            "timeline")
     page.sections.append(_section(timeline.TITLE, lanes))
-    figures = charts.all_figures(live_series_from_report(saved), saved)
+    figures = run_charts.all_figures(live_series_from_report(saved), saved)
     page.sections.append(_section("Charts", page.charts(list(zip(figures, ("tokens/s", "device", "step latency",
                                                                            "idle gap"))))))
     if report.get("sync_audit"):

@@ -20,7 +20,7 @@ from core.measure.waits import step_work_ms
 from core.report.explain import report_device_type
 from core.request.options import LOOPS, NO_CHECK
 from core.text import SENTENCE_FIELD_CHARS, clip
-from dashboard.views import charts
+from dashboard.views import charts, step_charts
 
 # The most reads of a replayed report's audited run drawn on a trial (each with its hover): the histograms' bound.
 MAX_SYNC_MARKS = charts.MAX_POINTS
@@ -160,7 +160,7 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
     kernel_measurements = report.get("kernel_measurement", {})  # NotRequired: only where the measurement ran
     audits = report.get("sync_audit", {})
     for name in LOOPS:
-        run = charts.representative_run(report, name)
+        run = step_charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
             trial = loop_trial(run, cpu)
             busy = (kernel_measurements.get(name) or {}).get("kernel_busy_ms_per_step")
