@@ -12,7 +12,7 @@ import pytest
 from core.compare import compare
 from core.report.explain import report_device_type
 from core.request.options import BenchRequest, GenerationOptions
-from dashboard.service.page_record import PageRecord, page_report
+from dashboard.service.page_record import LiveSeries, PageRecord, live_series, page_report
 from dashboard.service.rate_series import live_series_from_report
 from dashboard.views import charts, live_charts, run_charts, step_charts
 
@@ -40,8 +40,8 @@ def nvml_samples(n: int = 5, gpu: int | None = 0) -> list[dict]:
              "sm_clock_mhz": 1980.0} for i in range(n)]
 
 
-def nvml(samples: list[dict], **timeline) -> dict:
-    return {"monitor": {"source": "nvml", "description": "H200", "samples": samples}, **timeline}
+def nvml(samples: list[dict], **timeline) -> LiveSeries:
+    return live_series(monitor={"source": "nvml", "description": "H200", "samples": samples}, **timeline)
 
 
 def timings(clock: str, steps: list[float], gaps: list[float] | None = None, rate: float = 100.0) -> dict:
@@ -63,7 +63,7 @@ def names(fig) -> list[str]:
     return [trace.name for trace in fig.data]
 
 
-def busy_timeline() -> dict:
+def busy_timeline() -> LiveSeries:
     """Five contestants with warm-ups, trials, tokens/s series and two GPUs: the most a chart has to show."""
     spans, cursor = [], 0.0
     for phase, trial, length in (("warmup", None, 0.4), ("trial", 0, 1.0), ("trial", 1, 1.0)):
@@ -84,7 +84,7 @@ def busy_report() -> dict:
 # ------------------------------------------------------------------------------------------------ tokens/s
 
 def test_tokens_per_s_has_one_line_per_loop_and_shaded_spans():
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": SPANS})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=SPANS))
     assert names(fig) == ["naive", "pipelined"]
     assert list(fig.data[1].y) == [140.0, 150.0, 148.0]
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
@@ -97,28 +97,28 @@ def test_a_long_warm_up_is_left_out_of_view_but_not_out_of_the_data():
     spans = [{"contestant": "naive", "phase": "warmup", "trial": None, "t0": 0.0, "t1": 20.0},
              {"contestant": "naive", "phase": "trial", "trial": 0, "t0": 20.0, "t1": 21.0},
              {"contestant": "pipelined", "phase": "trial", "trial": 0, "t0": 21.0, "t1": 22.0}]
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 22.0})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=spans, t_end=22.0))
     assert fig.layout.xaxis.range[0] == pytest.approx(19.96) and fig.layout.xaxis.range[1] == 22.0
     assert len(fig.layout.shapes) == 3
-    short = live_charts.tokens_per_s_figure({"series": SERIES, "spans": SPANS, "t_end": 2.2})
+    short = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=SPANS, t_end=2.2))
     assert tuple(short.layout.xaxis.range) == (0.0, 2.2)
 
 
 def test_contestants_without_token_times_get_a_legend_entry_for_their_span():
     spans = [*SPANS, {"contestant": "hf", "phase": "trial", "trial": 0, "t0": 2.2, "t1": 3.0}]
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": spans})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=spans))
     assert names(fig) == ["naive", "pipelined", "hf (span only)"]
     assert list(fig.data[2].x) == [2.6]
 
 
 def test_open_span_is_not_drawn_until_it_ends():
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": [{**SPANS[1], "t1": None}]})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=[{**SPANS[1], "t1": None}]))
     assert not fig.layout.shapes
 
 
 def test_the_a_a_control_has_its_own_lighter_dashed_colour():
     series = {**SERIES, "pipelined-again": {"t": [2.3, 2.4], "tokens_per_s": [150.0, 149.0]}}
-    again = live_charts.tokens_per_s_figure({"series": series, "spans": SPANS}).data[2]
+    again = live_charts.tokens_per_s_figure(live_series(series=series, spans=SPANS)).data[2]
     assert again.name == "pipelined-again" and again.line.dash == "dash"
     assert again.line.color == charts.color("pipelined-again") != charts.color("pipelined")
     assert charts.color("pipelined-again") != charts.color("unknown")
@@ -148,8 +148,9 @@ def test_the_busiest_charts_show_every_contestant_and_metric():
 
 def test_time_axis_shows_plain_seconds_and_at_least_one_second():
     samples = [{**s, "t": s["t"] * 1e-7} for s in nvml_samples()]
-    device = live_charts.device_figure({"monitor": {"source": "cpu", "samples": samples}})
-    tokens = live_charts.tokens_per_s_figure({"series": {"naive": {"t": [1e-7, 2e-7], "tokens_per_s": [1.0, 2.0]}}})
+    device = live_charts.device_figure(live_series(monitor={"source": "cpu", "samples": samples}))
+    series = {"naive": {"t": [1e-7, 2e-7], "tokens_per_s": [1.0, 2.0]}}
+    tokens = live_charts.tokens_per_s_figure(live_series(series=series))
     for axis in (device.layout.xaxis2, tokens.layout.xaxis):
         assert axis.exponentformat == "none" and axis.tickformat.endswith("f")
         assert axis.range[0] == 0 and axis.range[1] - axis.range[0] >= live_charts.MIN_TIME_SPAN_S
@@ -166,7 +167,7 @@ def test_span_labels_are_left_out_rather_than_run_together():
         spans.append({"contestant": name, "phase": "trial", "trial": 0, "t0": cursor, "t1": cursor + 0.1})
         cursor += 0.1
     spans.append({"contestant": "naive", "phase": "trial", "trial": 1, "t0": cursor, "t1": 10.0})
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 10.0})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=spans, t_end=10.0))
     assert len(fig.layout.shapes) == len(spans)
     assert [a.text for a in fig.layout.annotations] == ["naive"] and fig.layout.annotations[0].x == pytest.approx(0.9)
 
@@ -175,7 +176,7 @@ def test_span_labels_are_left_out_rather_than_run_together():
 def test_no_two_span_labels_overlap(length):
     spans = [{"contestant": name, "phase": "trial", "trial": 0, "t0": i * length, "t1": (i + 1) * length}
              for i, name in enumerate(["naive", "pipelined", "no-check", "pipelined-again", "hf-deferred", "hf"])]
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 6 * length})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=spans, t_end=6 * length))
     view = fig.layout.xaxis.range
     notes = sorted(fig.layout.annotations, key=lambda a: a.x)
     seconds_per_char = 7 / 600 * (view[1] - view[0])  # a generous estimate of a 10 px character
@@ -241,21 +242,23 @@ def test_each_metric_is_drawn_through_the_samples_that_have_it():
 
 def test_device_figure_without_gpu_says_so_and_shows_cpu():
     samples = [{**s, "gpu": None, "power_w": None, "sm_clock_mhz": None} for s in nvml_samples()]
-    fig = live_charts.device_figure({"monitor": {"source": "cpu", "description": "No NVIDIA GPU", "samples": samples}})
+    monitor = {"source": "cpu", "description": "No NVIDIA GPU", "samples": samples}
+    fig = live_charts.device_figure(live_series(monitor=monitor))
     assert names(fig) == ["engine CPU % (of all cores)", "engine RSS MiB (all ranks)"]
     assert "no NVIDIA GPU" in fig.layout.title.text
     assert fig.layout.yaxis3.range[0] == 0
 
 
 def test_device_figure_without_samples_shows_the_reason():
-    fig = live_charts.device_figure({"monitor": {"source": "none", "description": "no samples in this report"}})
+    fig = live_charts.device_figure(live_series(monitor={"source": "none", "description": "no samples in this report"}))
     assert fig.layout.annotations[0].text == "no samples in this report"
 
 
 # ------------------------------------------------------------------------------------------------ empty states
 
 def test_empty_states_say_what_will_appear():
-    for fig in (live_charts.tokens_per_s_figure({}), step_charts.step_latency_figure({}), step_charts.gap_figure({})):
+    for fig in (live_charts.tokens_per_s_figure(live_series()), step_charts.step_latency_figure({}),
+                step_charts.gap_figure({})):
         assert not fig.data and fig.layout.annotations[0].text
 
 
@@ -395,12 +398,12 @@ def test_unvalidated_figures_match_validated_ones(monkeypatch):
 
 def test_prebuild_builds_every_figure():
     built = [json.loads(figure) for figure in run_charts.prebuild()]
-    assert len(built) == len(run_charts.all_figures({}, None)) and all(figure["data"] for figure in built)
+    assert len(built) == len(run_charts.all_figures(live_series(), None)) and all(figure["data"] for figure in built)
 
 
 def test_long_titles_are_broken_to_fit_a_phones_chart():
     report = {"runs": [], "summary": {}}
-    figures = [*run_charts.all_figures({}, report), step_charts.step_latency_figure(report),
+    figures = [*run_charts.all_figures(live_series(), report), step_charts.step_latency_figure(report),
                step_charts.gap_figure(report), live_charts.device_figure(nvml(nvml_samples(), spans=SPANS))]
     for fig in figures:
         lines = fig.layout.title.text.split("<br>")
@@ -415,7 +418,7 @@ def test_the_a_a_controls_spans_are_labelled_where_their_name_would_not_fit():
     spans = [{"contestant": name, "phase": "trial", "trial": trial, "t0": (3 * trial + i) * 0.6,
               "t1": (3 * trial + i + 1) * 0.6}
              for trial in range(3) for i, name in enumerate(["naive", "pipelined", "pipelined-again"])]
-    fig = live_charts.tokens_per_s_figure({"series": SERIES, "spans": spans, "t_end": 5.4})
+    fig = live_charts.tokens_per_s_figure(live_series(series=SERIES, spans=spans, t_end=5.4))
     labels = [note.text for note in fig.layout.annotations]
     assert labels.count("pipelined") == 3 and labels.count("A/A") == 3, labels
 
@@ -449,7 +452,7 @@ def test_notes_write_numbers_out_never_in_scientific_notation():
 def test_a_reports_device_chart_draws_only_samples_of_its_own_device():
     samples = [{"t": 0.1 * i, "gpu": 0, "util_pct": 50.0, "mem_used_mb": 100.0, "power_w": 80.0,
                 "sm_clock_mhz": 1900.0} for i in range(5)]
-    live = {"spans": SPANS, "t_end": 2.2, "series": {}, "monitor": {"source": "nvml", "samples": samples}}
+    live = live_series(spans=SPANS, t_end=2.2, monitor={"source": "nvml", "samples": samples})
     cpu_report = {"environment": {"device": "cpu", "gpu": None}}
     gpu_report = {"environment": {"device": "cuda:0", "gpu": "NVIDIA H200"}}
     assert report_device_type(cpu_report) == "cpu" and report_device_type(gpu_report) == "cuda"

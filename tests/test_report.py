@@ -62,6 +62,8 @@ def test_identity_check_can_fail(tiny):
     assert report["identical"] == {"naive": True, "pipelined": False}
     assert report["all_identical"] is False
     assert report["self_consistent"] == {"naive": True, "pipelined": True}
+    assert "sync_audit" not in report and "kernel_measurement" not in report, "a phase that did not run: no section"
+    assert report["summary"]["naive"]["reads_per_step"] is report["summary"]["naive"]["kernel_ms_per_step"] is None
     runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings,
                  "prompt_tokens": 3})
     assert build_report(tiny, request, runs, warmups={}, **ran_with(tiny, request))["self_consistent"][

@@ -14,6 +14,7 @@ import pytest
 
 from dashboard.service.jobs import COMPARE, DONE, RUNNING, Job
 from dashboard.service.limits import EXPOSED_LIMITS
+from dashboard.service.page_record import live_series
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_timeline import lane_labels
@@ -403,7 +404,7 @@ class OneRunRunner(QuietRunner):
         self.job, self.status, self.rows = job, status, rows
 
     def snapshot(self, job):
-        return {"status": self.status, "runs": [], "panes": {}}
+        return {"status": self.status, "runs": [], "panes": {}, **live_series()}  # as the runner's, its live series
 
     def latest_run(self, owner):
         return self.job

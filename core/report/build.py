@@ -40,8 +40,9 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     run's `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with
     (`effective`, core.request.options.effective_options) and what the loops ran with (`loops_ran`), as
     core.compare.compare used them."""
-    summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
-                               (kernel_measurements or {}).get(name), loop_runs(runs)) for name in request.contestants}
+    audited, measured = audits or {}, kernel_measurements or {}  # None: the phase did not run (no section)
+    summary = {name: summarize([r for r in runs if r["contestant"] == name], audited.get(name), measured.get(name),
+                               loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
     for entry in runs:
         entry["first_difference"] = first_difference(entry["token_ids"], reference)
@@ -124,8 +125,8 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
     """One contestant's medians over its trials; per decode step its waits (core.measure.waits, with the step's
     device work from the kernel measurement, else from the spans of `loops`); where the extra runs ran, its device
     reads per step (the sync audit) and the share of the device's time kernels ran (the kernel measurement)."""
-    work_ms, work_source = step_work_ms(loops if loops is not None else [runs],
-                                        (kernel_measurement or {}).get("kernel_busy_ms_per_step"))
+    measured = kernel_measurement or {}  # None: no kernel measurement of this contestant
+    work_ms, work_source = step_work_ms(loops if loops is not None else [runs], measured.get("kernel_busy_ms_per_step"))
     if not any(r["timings"].get("device_start_ms") for r in runs):  # generate(), the CPU: no step spans to split
         work_ms = work_source = None
     def median_of(key: str) -> float | None:
@@ -160,11 +161,11 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
         "overshoot_steps": median_of("overshoot_steps"),
         **{f"{key}_per_step": value for key, value in trial_waits(runs, work_ms).items()},
         "step_work_ms": work_ms, "step_work_source": work_source,
-        "reads_per_step": (audit or {}).get("reads_per_decode_step"),
+        "reads_per_step": audit.get("reads_per_decode_step") if audit else None,
         # The kernel measurement's own share, as its profiler measured it (its host is slowed by the tracing, its
         # slowdown in the measurement), and the kernels' time per step, which the tracing does not change.
-        "kernel_busy_fraction": (kernel_measurement or {}).get("kernel_busy_fraction"),
-        "kernel_ms_per_step": (kernel_measurement or {}).get("kernel_busy_ms_per_step"),
+        "kernel_busy_fraction": measured.get("kernel_busy_fraction"),
+        "kernel_ms_per_step": measured.get("kernel_busy_ms_per_step"),
         "kernel_busy_of_timed_steps": kernel_busy(kernel_measurement, median_of("ms_per_token_p50"),
                                                   median_of("total_ms")),
     }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from core.documents.bench_report import BenchReport
 from core.documents.files import MAX_REPORT_BYTES
@@ -37,16 +37,15 @@ class PageRecord:
     nvml_by_contestant: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
-    def of_run(cls, live: dict[str, Any], notices: list[str] | tuple[str, ...]) -> PageRecord:
+    def of_run(cls, live: LiveSeries, notices: list[str] | tuple[str, ...]) -> PageRecord:
         """The record of a finished run, from its final live series (dashboard.service.live_view)."""
-        monitor = live.get("monitor") or no_monitor()
-        spans = live.get("spans", [])
+        monitor, spans = live["monitor"], live["spans"]
         # On the CPU fallback the samples are the engine's CPU %, not NVML's: the NVML column gets a dash.
         nvml = nvml_means(monitor.get("samples", []), spans) if monitor.get("source") == "nvml" else {}
-        return cls(t_end=live.get("t_end"), series=live.get("series", {}), spans=spans, monitor=monitor,
+        return cls(t_end=live["t_end"], series=live["series"], spans=spans, monitor=monitor,
                    notices=tuple(notices), nvml_by_contestant=nvml)
 
-    def live_series(self) -> dict[str, Any]:
+    def live_series(self) -> LiveSeries:
         """The chart data (dashboard.views.live_charts' live series)."""
         return {"t_end": self.t_end, "series": self.series, "spans": self.spans, "monitor": self.monitor}
 
@@ -126,6 +125,24 @@ def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> di
         if means:
             out[name] = {**means, "samples": len(inside)}
     return out
+
+
+class LiveSeries(TypedDict):
+    """A run's live series as the charts draw it (dashboard.views.live_charts), every part there: the page streams it
+    (dashboard.service.live_view), keeps it (PageRecord) or rebuilds it for a report (dashboard.service.rate_series)."""
+
+    t_end: float | None
+    series: dict[str, dict[str, list[float | None]]]
+    spans: list[dict[str, Any]]
+    monitor: dict[str, Any]
+
+
+def live_series(*, t_end: float | None = None, series: dict[str, dict[str, list[float | None]]] | None = None,
+                spans: list[dict[str, Any]] | None = None, monitor: dict[str, Any] | None = None) -> LiveSeries:
+    """A live series of the parts given, each other part empty: what the charts show before a run has any."""
+    return {"t_end": t_end, "series": {} if series is None else series, "spans": [] if spans is None else spans,
+            "monitor": {"source": "none", "description": "No utilization samples.", "samples": []}
+            if monitor is None else monitor}
 
 
 def no_monitor() -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from core.phases import phase_named
+from dashboard.service.page_record import LiveSeries
 from dashboard.views.charts import HEIGHT, MARGIN, Spec, color, dash, empty_figure, figure, line, zero_based
 
 SHORT_LABELS = {"pipelined-again": "A/A", "hf-deferred": "hf-def"}  # span labels where the name does not fit
@@ -100,24 +101,24 @@ def _label_width_s(text: str, view: Sequence[float]) -> float:
     return (len(text) * LABEL_CHAR_PX + LABEL_PAD_PX) / PLOT_WIDTH_PX * (view[1] - view[0])
 
 
-def time_range(live: dict[str, Any]) -> list[float] | None:
+def time_range(live: LiveSeries) -> list[float] | None:
     """The same x range on the tokens/s and device charts: the whole run, or only the timed trials when the
     warm-up (compilation, often seconds against trials of a fraction of one) would squeeze them into a sliver;
     never under MIN_TIME_SPAN_S, so a run that has barely started does not zoom to nanoseconds.
     Double-clicking a chart shows everything."""
-    end = live.get("t_end") or _data_end(live)
+    end = live["t_end"] or _data_end(live)
     if end is None:
         return None
-    starts = [s["t0"] for s in live.get("spans") or [] if s["phase"] == "trial"]
+    starts = [s["t0"] for s in live["spans"] if s["phase"] == "trial"]
     first_trial = min(starts) if starts else 0.0
     start = first_trial - 0.02 * (end - first_trial) if first_trial > 0.5 * end else 0.0
     return [start, max(end, start + MIN_TIME_SPAN_S)]
 
 
-def _data_end(live: dict[str, Any]) -> float | None:
-    times = [t for s in (live.get("series") or {}).values() for t in s.get("t") or [] if t is not None]
-    times += [s.get("t1") or s["t0"] for s in live.get("spans") or []]
-    times += [s["t"] for s in (live.get("monitor") or {}).get("samples") or []]
+def _data_end(live: LiveSeries) -> float | None:
+    times = [t for s in live["series"].values() for t in s.get("t") or [] if t is not None]
+    times += [s.get("t1") or s["t0"] for s in live["spans"]]
+    times += [s["t"] for s in live["monitor"].get("samples") or []]
     return max(times, default=None)
 
 
@@ -127,16 +128,16 @@ def _time_axis(view: list[float] | None) -> Spec:
 
 # ------------------------------------------------------------------------------------------------ tokens/s
 
-def tokens_per_s_figure(live: dict[str, Any]) -> go.Figure:
+def tokens_per_s_figure(live: LiveSeries) -> go.Figure:
     """Tokens/s over time for each contestant (a rate over the last few steps), with the spans shaded."""
     title = "Tokens/s over time"
-    series = live.get("series") or {}
+    series = live["series"]
     if not any(s.get("t") for s in series.values()):
         return empty_figure(title, "Tokens/s per loop appear here while a run streams.")
     timed = {name: s for name, s in series.items() if s.get("t")}
     data = [line(s["t"], s["tokens_per_s"], name, color(name), dash=dash(name), connectgaps=False)
             for name, s in timed.items()]
-    spans = live.get("spans") or []
+    spans = live["spans"]
     view = time_range(live)
     shapes, notes = span_shapes(spans, view)
     for span in _untimed_spans(spans, set(timed)):
@@ -181,11 +182,11 @@ NVML_SUBTITLE = "util % = share of each ~1/6 s sample period in which any kernel
 CPU_TITLE = "Engine CPU use (no NVIDIA GPU here)"
 
 
-def device_figure(live: dict[str, Any], device_type: str | None = None) -> go.Figure:
+def device_figure(live: LiveSeries, device_type: str | None = None) -> go.Figure:
     """Utilization over time with the spans shaded; memory, power and SM clock below (NVML), or host RSS (CPU).
     One line per GPU and metric, through the samples that read that metric. With `device_type` (a report's:
     "cuda" or "cpu"), samples of another kind of device than the report's own are not drawn, and it says why."""
-    monitor = live.get("monitor") or {}
+    monitor = live["monitor"]
     samples = monitor.get("samples") or []
     if not samples:
         return empty_figure("Device utilization", monitor.get("description") or "No utilization samples.")
@@ -195,7 +196,7 @@ def device_figure(live: dict[str, Any], device_type: str | None = None) -> go.Fi
     gpu = monitor.get("source") == "nvml"
     data, ranges = _device_traces(samples, GPU_METRICS if gpu else CPU_METRICS)
     view = time_range(live)
-    spans = live.get("spans") or []
+    spans = live["spans"]
     top_shapes, notes = span_shapes(spans, view, xref="x", yref="y domain", label_at="bottom")
     bottom_shapes, _ = span_shapes(spans, view, labels=False, xref="x2", yref="y3 domain")
     right = {"side": "right", "showgrid": False, "tickmode": "auto", "nticks": 5}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.documents.load_report import LoadReport
 from core.load.words import NAMES, gain, num, pair, pct, point_name, same
 from core.request.options import NO_CHECK
 from dashboard.views.report_text import plain
@@ -162,13 +163,13 @@ def slot_bars(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ words
 
-def what_ran(report: dict[str, Any]) -> str:
+def what_ran(report: LoadReport) -> str:
     """One line on what the report measured: model, device, slots, loop options and the workload (plain text)."""
-    load, env = section(report), report.get("environment") or {}
-    options = load.get("options") or {}
+    load, env = section(report), report["environment"]
+    options = load["options"]
     where = env.get("gpu") or env.get("device") or "an unknown device"
     dtype = f" ({env['dtype']})" if env.get("dtype") else ""
-    workload = (load.get("workload") or {}).get("description") or "its workload"
+    workload = load["workload"].get("description") or "its workload"
     return (f"{report['model']['spec']} on {where}{dtype}, {load['slots']} slots of a static cache, compile "
             f"{options.get('compile', '?')}, lag {options.get('lag', '?')}: {workload}")
 

@@ -8,12 +8,12 @@ from typing import Any
 import plotly.graph_objects as go
 
 from core.report.explain import report_device_type
-from dashboard.service.page_record import SavedReport, split_report
+from dashboard.service.page_record import LiveSeries, SavedReport, live_series, split_report
 from dashboard.views.live_charts import device_figure, tokens_per_s_figure
 from dashboard.views.step_charts import gap_figure, step_latency_figure
 
 
-def all_figures(live: dict[str, Any], report: dict[str, Any] | SavedReport | None) -> tuple[go.Figure, ...]:
+def all_figures(live: LiveSeries, report: dict[str, Any] | SavedReport | None) -> tuple[go.Figure, ...]:
     """The four charts of the page: tokens/s, device, step latency, idle gap (`report`: a report, or any document
     the page saves one in)."""
     report = split_report(report).report if report else {}
@@ -27,6 +27,6 @@ def prebuild() -> list[str]:
     spans = [{"contestant": "naive", "phase": "trial", "trial": 0, "t0": 0.0, "t1": 1.0}]
     sample = {"t": 0.0, "gpu": 0, "util_pct": 1.0, "mem_used_mb": 1.0, "power_w": 1.0, "sm_clock_mhz": 1.0}
     run = {"contestant": "naive", "timings": {"clock": "host", "tokens_per_s": 1.0, "step_ms": [1.0, 2.0]}}
-    live = {"series": {"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, "spans": spans,
-            "monitor": {"source": "nvml", "samples": [sample]}}
+    live = live_series(series={"naive": {"t": [0.0, 1.0], "tokens_per_s": [1.0, 2.0]}}, spans=spans,
+                       monitor={"source": "nvml", "samples": [sample]})
     return [fig.to_json() for fig in all_figures(live, {"runs": [run]})]

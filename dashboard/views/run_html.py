@@ -26,7 +26,9 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from core.audit.words import per_step_words
+from core.documents.bench_report import BenchReport
 from core.documents.kinds import BENCH, LOAD, PAGE, kind_of
+from core.documents.load_report import LoadReport
 from core.text import clip
 from dashboard.service.audit_digest import MAX_SITES
 from dashboard.service.page_record import SavedReport, split_report
@@ -151,7 +153,7 @@ def html_download(path: Path, document: dict[str, Any] | SavedReport, *, describ
 
 def _bench_html(saved: SavedReport) -> str:
     report, page = saved.report, _Page()
-    env, model = report.get("environment") or {}, report.get("model") or {}
+    env, model = report["environment"], report["model"]
     where = env.get("gpu") or env.get("device") or "unknown device"
     tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
     facts = (f"{clip(model.get('spec', '?'))} on {clip(where)} ({clip(env.get('dtype', '?'))}{tp}), "
@@ -181,9 +183,9 @@ def _bench_html(saved: SavedReport) -> str:
     return _document(title, facts, replay_command(report), page)
 
 
-def _outputs(report: dict[str, Any]) -> str:
+def _outputs(report: BenchReport) -> str:
     """The prompt, and each contestant's output text in its first trial (the Compare tab's panes), clipped."""
-    prompt = (report.get("request") or {}).get("prompt")
+    prompt = report["request"].get("prompt")
     parts = [f"<p><b>Prompt:</b></p><pre>{_text(clip(prompt, OUTPUT_CHARS))}</pre>"] if isinstance(prompt, str) else []
     shown: set[str] = set()
     for run in report.get("runs") or []:
@@ -218,10 +220,10 @@ def _audit_sites(audits: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------ a load report
 
-def _load_html(report: dict[str, Any], described: Described | None, why_not: str | None) -> str:
-    page, env = _Page(), report.get("environment") or {}
+def _load_html(report: LoadReport, described: Described | None, why_not: str | None) -> str:
+    page, env = _Page(), report["environment"]
     where = env.get("gpu") or env.get("device") or "unknown device"
-    model = (report.get("model") or {}).get("spec", "?")
+    model = report["model"]["spec"]
     dtype = f" ({clip(env['dtype'])})" if env.get("dtype") else ""
     facts = (f"{clip(model)} on {clip(where)}{dtype}, {load_view.section(report)['slots']} slots, created "
              f"{clip(report.get('created', '?'))}.")

@@ -10,6 +10,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from core.documents.bench_report import BenchReport
+from core.documents.upgrades import upgrade_report
 from core.measure import stats
 from core.request.options import RUN_OPTION
 from dashboard.service.report_numbers import clock_of
@@ -25,6 +27,7 @@ def step_latency_figure(report: dict[str, Any]) -> go.Figure:
     """Distribution of per-step latency of every contestant with per-step times, over all trials, on shared bins
     and a window that leaves far outliers out (and says how many). On the host clock, a pipelined loop's steps whose
     tokens arrive together are left out, and the subtitle says why (host_clock_steps)."""
+    report = upgrade_report(report)
     gpu = clock_of(report) == "cuda-events"
     clock = "GPU clock, CUDA events" if gpu else "host clock: time between tokens known on the host"
     title = f"Per-step latency ({clock})"
@@ -49,7 +52,7 @@ def step_latency_figure(report: dict[str, Any]) -> go.Figure:
     return figure(data, layout, title, subtitle=left_out_note(left_out))
 
 
-def host_clock_steps(report: dict[str, Any], name: str, run: dict[str, Any]) -> tuple[list[float], int]:
+def host_clock_steps(report: BenchReport, name: str, run: dict[str, Any]) -> tuple[list[float], int]:
     """A run's step times on the host clock (the time between tokens known on the host) without the steps that say
     nothing of a step: a pipelined loop reads each step's tokens `lag` steps late, so its first step holds the
     `lag` steps queued before the first read, and its last `lag` steps' tokens arrive together at the end (~0 ms).
@@ -61,13 +64,12 @@ def host_clock_steps(report: dict[str, Any], name: str, run: dict[str, Any]) -> 
     return values[1:-lag], lag + 1
 
 
-def _lag(report: dict[str, Any], name: str) -> int | None:
+def _lag(report: BenchReport, name: str) -> int | None:
     """The lag `name` ran with, where lag is its option (the pipelined loops), else None."""
     if name not in RUN_OPTION["lag"].affects:
         return None
-    ran = ((report.get("effective") or {}).get(name) or {}).get("options") or {}
-    asked = (report.get("request") or {}).get("options") or {}
-    lag = ran.get("lag", asked.get("lag", 1))
+    ran = report["effective"][name]["options"] if name in report["effective"] else {}  # not in reports of before
+    lag = ran.get("lag", report["request"]["options"].get("lag", 1))
     return lag if isinstance(lag, int) and not isinstance(lag, bool) and lag > 0 else 1
 
 
@@ -115,6 +117,7 @@ def _hidden_note(count: int, unit: str, beyond: float) -> list[Spec]:
 def gap_figure(report: dict[str, Any]) -> go.Figure:
     """Per-step GPU idle gap of each contestant's median trial (CUDA events); on the CPU, host time per step, without
     a pipelined loop's steps whose tokens arrive together (host_clock_steps, said in the subtitle)."""
+    report = upgrade_report(report)
     gpu = clock_of(report) == "cuda-events"
     title = ("GPU idle gap before each step (CUDA events, median trial)" if gpu else
              "Host time per step (host clock; no CUDA events on the CPU)")

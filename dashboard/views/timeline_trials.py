@@ -163,10 +163,11 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
         run = step_charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
             trial = loop_trial(run, cpu)
-            busy = (kernel_measurements.get(name) or {}).get("kernel_busy_ms_per_step")
+            measured = kernel_measurements.get(name)  # None: the measurement did not reach this loop
+            busy = measured.get("kernel_busy_ms_per_step") if measured else None
             trial.work_ms = _work_ms([group for group in loops if group], busy)
             if trial.complete and not trial.cpu:
-                trial.kernels = _kernels_onto(trial, kernel_measurements.get(name))
+                trial.kernels = _kernels_onto(trial, measured)
             if trial.complete:
                 trial.syncs = _syncs_onto(trial, audits.get(name))
             trials.append(trial)

@@ -16,6 +16,7 @@ from core.phases import TRIAL
 from core.request.options import RUN_OPTION
 from dashboard.edge.session_copies import SessionCopies
 from dashboard.service.jobs import COMPARE, FAILED, RUNNING, Job
+from dashboard.service.page_record import live_series
 from dashboard.service.runner import Runner
 from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import build_form, from_widget
@@ -90,9 +91,9 @@ class CompareTab:
             c["timeline_plot"] = gr.Plot(timeline.timeline_figure({}), elem_id="plot-lanes", show_label=False,
                                          label="timeline")
         with gr.Row():
-            c["tokens_plot"] = gr.Plot(live_charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False,
-                                       label="tokens/s chart")
-            c["device_plot"] = gr.Plot(live_charts.device_figure({"monitor": _idle_monitor(runner)}),
+            c["tokens_plot"] = gr.Plot(live_charts.tokens_per_s_figure(live_series()), elem_id="plot-tokens",
+                                       show_label=False, label="tokens/s chart")
+            c["device_plot"] = gr.Plot(live_charts.device_figure(live_series(monitor=_idle_monitor(runner))),
                                        elem_id="plot-device", show_label=False, label="device chart")
         with gr.Row():
             c["steps_plot"] = gr.Plot(step_charts.step_latency_figure({}), elem_id="plot-steps", show_label=False,
@@ -203,7 +204,7 @@ class CompareTab:
                   c["summary_more"]: [], c["shows"]: "",
                   c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
-                          run_charts.all_figures({}, None)))
+                          run_charts.all_figures(live_series(), None)))
         update[c["timeline_plot"]] = timeline.timeline_figure({})
         update.update(self._live_update(self.page.runner.snapshot(job)))
         return update
