@@ -45,7 +45,7 @@ def upgrade(document: Any) -> Any:
     kind = kind_of(document)
     if kind == PAGE:
         return {**document, "report": upgrade_report(document.get("report")),
-                "page": upgrade_page(document.get("page"))}
+                "page": upgrade_page(document.get("page"), version_of(document))}
     if kind in (AUDIT, LOAD):
         return apply_steps(STEPS[kind], document, version_of(document))
     return upgrade_report(document)
@@ -56,9 +56,10 @@ def upgrade_report(report: Any) -> Any:
     return apply_steps(BENCH_STEPS, report, version_of(report)) if isinstance(report, dict) else report
 
 
-def upgrade_page(page: Any) -> Any:
-    """The page's record (a page report's "page") in today's form; None (no record) as it is."""
-    return apply_steps(PAGE_RECORD_STEPS, page, 1) if isinstance(page, dict) else page
+def upgrade_page(page: Any, version: int = 1) -> Any:
+    """The page's record (a page report's "page", of the page report's `version`) in today's form; None (no record)
+    as it is."""
+    return apply_steps(PAGE_RECORD_STEPS, page, version) if isinstance(page, dict) else page
 
 
 def apply_steps(steps: tuple[Step, ...], document: Document, version: int) -> Document:
