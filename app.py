@@ -25,8 +25,8 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from core.documents.files import read_report_bytes, report_paths
-from core.documents.schema import LOAD, MAX_REPORT_BYTES, kind_of
+from core.documents.files import MAX_REPORT_BYTES, read_report_bytes, report_paths
+from core.documents.kinds import LOAD, kind_of
 from core.models.specs import BUILTIN_SPECS, DEFAULT_MODEL, cache_dir
 from core.request.load_schema import LoadLimits
 from core.request.options import HF_MODULES_HELP
@@ -252,10 +252,11 @@ def _bundled_kind(path: Path) -> str | None:
 
 def _checker_version() -> str:
     """What decides a file's kind: this file and the modules that parse reports, by their size and time."""
-    from core.documents import schema as report_schema
+    from core.documents import schema
     from dashboard.service import audit_digest, page_record
 
-    modules = [Path(module.__file__) for module in (sys.modules[__name__], report_schema, page_record, audit_digest)]
+    documents = sorted(Path(schema.__file__).parent.glob("*.py"))  # every kind's, upgrades
+    modules = [Path(module.__file__) for module in (sys.modules[__name__], page_record, audit_digest)] + documents
     return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in modules)
 
 

@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.documents.files import report_paths  # noqa: E402
-from core.documents.schema import BENCH, bench_report, load  # noqa: E402
+from core.documents.kinds import BENCH  # noqa: E402
+from core.documents.schema import bench_report, load  # noqa: E402
 from core.report.diff import diff_settings  # noqa: E402
 from core.report.explain import rate_metric  # noqa: E402
 

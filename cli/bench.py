@@ -43,7 +43,8 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from cli.load import run_load_cli
     from core.compare import InterruptedRun, compare, run_contestant
     from core.documents.files import check_output_path, check_profile_dir, write_json
-    from core.documents.schema import BENCH, bench_report, load
+    from core.documents.kinds import BENCH
+    from core.documents.schema import bench_report, load
     from core.loops.prompt import synthetic_prompt
     from core.measure.nvtx import with_ranges
     from core.measure.trace import build_trace

@@ -121,7 +121,7 @@ class ServedApp:
 
 def serve(runner: Any, defaults: Any = None, **build: Any) -> ServedApp:
     """The page for `runner`, launched as app.py launches it (the upload limit is Replay's report limit)."""
-    from core.documents.schema import MAX_REPORT_BYTES
+    from core.documents.files import MAX_REPORT_BYTES
     from dashboard.ui import CSS, build_demo
 
     demo = build_demo(runner, defaults=defaults or fast_settings(), **build)

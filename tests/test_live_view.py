@@ -7,7 +7,7 @@ import pytest
 from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.jobs import COMPARE, RUNNING, Job
 from dashboard.service.live_view import LiveView
-from dashboard.views import charts, timeline
+from dashboard.views import step_charts, timeline
 from tests.conftest import TINY, fast_settings, page_request
 from tests.test_timeline import lane_labels
 
@@ -58,7 +58,7 @@ def test_the_live_view_keeps_each_trials_run_for_the_timeline(cuda_report):
     job = Job(id=1, work=COMPARE, owner=None, model=TINY, request=request, state="running", t0=100.0)
     view = LiveView(job, lambda: None, None, lambda j: 0)
     assert view.snapshot()["runs"] == []
-    naive = charts.representative_run(cuda_report, "naive")
+    naive = step_charts.representative_run(cuda_report, "naive")
     job.add_events([{"type": "phase", "phase": "trial", "contestant": "naive", "trial": 0, "t": 100.1},
                     {"type": "run", "t": 100.5, **naive}])
     runs = view.snapshot()["runs"]

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from core.bench import main
-from core.documents.schema import LOAD, ReportError, load
+from core.documents.kinds import LOAD, ReportError
+from core.documents.schema import load
 from core.load import protocol
 from core.load.batching import BatchedRun, run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.documents.schema import LOAD, kind_of
+from core.documents.kinds import LOAD, kind_of
 from tests.conftest import serving
 from tests.test_dashboard_browser import TIMEOUT_MS, browser, click_run_and_wait, opened_page  # noqa: F401
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from gradio_client import handle_file
 
-from core.documents.schema import LOAD, kind_of
+from core.documents.kinds import LOAD, kind_of
 from core.documents.schema import load as load_document
 from core.load.words import load_findings, load_text
 from core.request.load import LoadRequest, WorkloadSpec

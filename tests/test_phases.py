@@ -13,7 +13,7 @@ from core.phases import PHASE, PHASES, TRIAL, WARMUP, phase_named
 from dashboard.service.jobs import COMPARE, DONE, RUNNING, Job
 from dashboard.service.live_view import LiveView, status_line
 from dashboard.service.page_record import PageRecord, open_report, page_report
-from dashboard.views import charts
+from dashboard.views import live_charts, run_charts
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_timeline import lane_labels
@@ -89,12 +89,12 @@ def test_the_live_view_keeps_the_trials_texts_through_the_untimed_runs_after_the
     for name in CONTESTANTS:
         pane = snap["panes"][name]
         assert pane["text"] == f"{name} text" and pane["tokens_per_s"] == 100.0, "the audit did not blank the pane"
-    for figure in charts.all_figures(snap, None):
+    for figure in run_charts.all_figures(snap, None):
         assert figure is not None
-    shapes = charts.span_shapes(snap["spans"], [0.0, 10.0])[0]
+    shapes = live_charts.span_shapes(snap["spans"], [0.0, 10.0])[0]
     timed = [s for s, span in zip(shapes, snap["spans"]) if phase_named(span["phase"]).timed]
-    assert timed and all(s["fillcolor"] != charts.WARMUP_COLOR for s in timed)
-    assert all(s["fillcolor"] == charts.WARMUP_COLOR for s, span in zip(shapes, snap["spans"])
+    assert timed and all(s["fillcolor"] != live_charts.WARMUP_COLOR for s in timed)
+    assert all(s["fillcolor"] == live_charts.WARMUP_COLOR for s, span in zip(shapes, snap["spans"])
                if not phase_named(span["phase"]).timed), "untimed runs are grey"
 
 

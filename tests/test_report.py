@@ -8,7 +8,8 @@ import pytest
 import core.compare
 from cli.bench import build_parser, request_from_args
 from core.compare import compare
-from core.documents.schema import BENCH_SCHEMA, BenchReport
+from core.documents.bench_report import BenchReport
+from core.documents.kinds import BENCH_SCHEMA
 from core.loops.prompt import encode_prompt, synthetic_prompt
 from core.report.build import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
 from core.request.options import BenchRequest, GenerationOptions, effective_options
@@ -61,6 +62,8 @@ def test_identity_check_can_fail(tiny):
     assert report["identical"] == {"naive": True, "pipelined": False}
     assert report["all_identical"] is False
     assert report["self_consistent"] == {"naive": True, "pipelined": True}
+    assert "sync_audit" not in report and "kernel_measurement" not in report, "a phase that did not run: no section"
+    assert report["summary"]["naive"]["reads_per_step"] is report["summary"]["naive"]["kernel_ms_per_step"] is None
     runs.append({"contestant": "pipelined", "trial": 1, "token_ids": [[1, 2]], "timings": timings,
                  "prompt_tokens": 3})
     assert build_report(tiny, request, runs, warmups={}, **ran_with(tiny, request))["self_consistent"][

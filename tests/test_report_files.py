@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from core.documents.files import read_report_bytes, report_paths, write_json
-from core.documents.schema import BENCH, bench_report, load
+from core.documents.kinds import BENCH
+from core.documents.schema import bench_report, load
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
 

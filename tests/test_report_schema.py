@@ -1,4 +1,4 @@
-"""core.documents.schema: one way in for the three documents, torch-free, and every committed report still loads."""
+"""core.documents.schema: one way in for the four documents, torch-free, and every committed report still loads."""
 
 import gzip
 import json
@@ -8,16 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from core.documents import schema as report_schema
+from core.documents import bench_report, fields
 from core.documents.files import report_paths
-from core.documents.schema import AUDIT, BENCH, LOAD, PAGE, ReportError, kind_of, load, upgrade
+from core.documents.kinds import AUDIT, BENCH, LOAD, PAGE, PAGE_REPORT_SCHEMA, ReportError, kind_of
+from core.documents.schema import load
+from core.documents.upgrades import upgrade
 from core.tuning import Tuning
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "lab" / "results"
+DOCUMENTS = Path(__file__).resolve().parent.parent / "core" / "documents"
 
 
-def test_the_schema_module_imports_no_torch():
-    code = "import sys, core.documents.schema; print('torch' in sys.modules)"
+def test_the_documents_modules_import_no_torch():
+    modules = sorted(f"core.documents.{p.stem}" for p in DOCUMENTS.glob("*.py") if p.stem != "__init__")
+    assert {"core.documents.schema", "core.documents.upgrades", "core.documents.bench_report"} <= set(modules)
+    code = f"import sys, {', '.join(modules)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -44,7 +49,7 @@ def test_an_old_report_gets_todays_sections_and_names():
     old = {"schema": "syncscope.bench/1", "warmup": {"naive": {"total_ms": 1.0, "engine_warmup_ms": 2.0}},
            "dashboard": {"t_end": 1.0, "monitor": {"kind": "nvml", "samples": []}, "notices": None}}
     page = upgrade(old)
-    assert page["schema"] == report_schema.PAGE_REPORT_SCHEMA and "dashboard" not in page["report"]
+    assert page["schema"] == PAGE_REPORT_SCHEMA and "dashboard" not in page["report"]
     assert page["report"]["warmup"]["naive"] == {"total_ms": 1.0, "setup_ms": 2.0}
     assert page["page"]["monitor"] == {"source": "nvml", "samples": []} and page["page"]["notices"] == []
     assert page["report"]["verdict"] is None and page["report"]["self_consistent"] == {}
@@ -57,7 +62,7 @@ def test_an_old_reports_kernel_trial_is_read_as_the_kernel_measurement():
            "kernel_trial": {"naive": {"kernel_busy_ms_per_step": 0.1}}}
     report = upgrade(old)
     assert report["kernel_measurement"] == {"naive": {"kernel_busy_ms_per_step": 0.1}} and "kernel_trial" not in report
-    assert report["request"] == {"no_kernel_measurement": True}
+    assert report["request"] == {"no_kernel_measurement": True, "options": {}}
 
 
 def test_an_old_reports_kernel_numbers_are_filled_in_as_todays_summary_derives_them():
@@ -111,19 +116,19 @@ def test_a_document_of_the_other_kind_says_so(tmp_path):
 def test_a_report_from_before_the_product_kernel_was_recorded_gets_it_from_its_command(device, o_proj, command,
                                                                                        products):
     old = {"schema": "syncscope.bench/1", "command": command, "environment": {"device": device, "o_proj": o_proj}}
-    assert report_schema.upgrade(old)["environment"]["decode_products"] == products
+    assert upgrade(old)["environment"]["decode_products"] == products
     recorded = {**old, "environment": {**old["environment"], "decode_products": "inductor"}}
-    assert report_schema.upgrade(recorded)["environment"]["decode_products"] == "inductor"  # as it was written
+    assert upgrade(recorded)["environment"]["decode_products"] == "inductor"  # as it was written
     # the fused decoder layers came after both: a report from before ran without them where it compiled on CUDA
-    assert report_schema.upgrade(old)["environment"]["decode_layer"] == ("off" if products else None)
+    assert upgrade(old)["environment"]["decode_layer"] == ("off" if products else None)
     fused = {**old, "environment": {**old["environment"], "decode_layer": "fused"}}
-    assert report_schema.upgrade(fused)["environment"]["decode_layer"] == "fused"
+    assert upgrade(fused)["environment"]["decode_layer"] == "fused"
 
 
 def _tuning_of(command: str | None = None, request: dict | None = None, **environment) -> dict:
     """environment.tuning of a report from before it was recorded, as upgrade() fills it in."""
     old = {"schema": "syncscope.bench/1", "command": command, "request": request or {}, "environment": environment}
-    return report_schema.upgrade(old)["environment"]["tuning"]
+    return upgrade(old)["environment"]["tuning"]
 
 
 def test_a_report_from_before_the_tuning_was_recorded_gets_every_switch_from_its_command_and_fields():
@@ -140,7 +145,7 @@ def test_a_report_from_before_the_tuning_was_recorded_gets_every_switch_from_its
     quoted = _tuning_of("""SYNCSCOPE_INDUCTOR_OPTIONS='{"max_autotune": false}' SYNCSCOPE_DECODE_LAYER='off' python""")
     assert quoted == {**Tuning().as_report(), "inductor_options": {"max_autotune": False}, "decode_layer": "off"}
     recorded = {"schema": "syncscope.bench/1", "environment": {"tuning": {"pdl": "inductor"}}}
-    assert report_schema.upgrade(recorded)["environment"]["tuning"] == {"pdl": "inductor"}  # as it was written
+    assert upgrade(recorded)["environment"]["tuning"] == {"pdl": "inductor"}  # as it was written
 
 
 @pytest.mark.parametrize(("compile_mode", "ran", "switch"), [
@@ -174,9 +179,9 @@ def test_a_report_that_set_a_switch_removed_since_keeps_it_and_only_then():
     ({"compile": "reduce-overhead"}, None), ({}, None)])
 def test_a_report_from_before_the_step_commit_says_what_its_step_compiled(options, commit):
     old = {"schema": "syncscope.bench/1", "request": {"options": options}, "environment": {}}
-    assert report_schema.upgrade(old)["environment"]["step_commit"] == commit
+    assert upgrade(old)["environment"]["step_commit"] == commit
     whole = {**old, "environment": {"step_commit": "whole"}}
-    assert report_schema.upgrade(whole)["environment"]["step_commit"] == "whole"
+    assert upgrade(whole)["environment"]["step_commit"] == "whole"
 
 
 @pytest.mark.parametrize(("values", "numbers"), [
@@ -185,12 +190,12 @@ def test_a_report_from_before_the_step_commit_says_what_its_step_compiled(option
     ([1.0, True], False), ([1.0, "2"], False), ([1.0, None], False),
 ])
 def test_a_list_of_numbers_is_told_apart_as_item_by_item(values, numbers):
-    assert report_schema._all_numbers(values) is numbers
-    assert all(report_schema._is_number(v) for v in values) is numbers
+    assert fields.all_numbers(values) is numbers
+    assert all(fields.is_number(v) for v in values) is numbers
     report = {"contestant": "naive", "trial": 1, "order": 0,
               "timings": {"tokens_per_s": 1.0, "total_ms": 1.0, "step_ms": values}}
     if numbers:
-        report_schema._check_run(report, 0)
+        bench_report.check_run(report, 0)
     else:
         with pytest.raises(ReportError, match=r"timings\.step_ms is not a list of numbers"):
-            report_schema._check_run(report, 0)
+            bench_report.check_run(report, 0)

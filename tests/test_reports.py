@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from core.compare import compare
-from core.documents.files import read_report_bytes
-from core.documents.schema import MAX_REPORT_BYTES, PAGE_REPORT_SCHEMA
+from core.documents.files import MAX_REPORT_BYTES, read_report_bytes
+from core.documents.kinds import PAGE_REPORT_SCHEMA
 from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.page_record import (
     PageRecord,

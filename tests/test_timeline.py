@@ -18,7 +18,7 @@ import pytest
 from core.documents.files import read_report_bytes
 from core.report.build import summarize
 from core.report.explain import contestant_waits
-from dashboard.views import charts, timeline, timeline_trials
+from dashboard.views import charts, step_charts, timeline, timeline_trials
 from tests import timeline_reports
 
 MAX_LINE = 50  # characters: a line of the statistics block that fits a phone's chart
@@ -143,7 +143,7 @@ def test_each_loop_has_a_host_lane_and_a_device_lane_naive_above(cuda_report):
 def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
     fig = timeline.timeline_figure(cuda_report)
     for name in ("naive", "pipelined"):
-        t = charts.representative_run(cuda_report, name)["timings"]
+        t = step_charts.representative_run(cuda_report, name)["timings"]
         queued = rectangles(trace(fig, f"{name} · host queues a step"))
         assert same_spans(queued, t["host_step_start_ms"], t["host_queued_ms"])
         waits = rectangles(trace(fig, f"{name} · host blocked waiting"))
@@ -154,7 +154,7 @@ def test_the_host_lane_has_every_queue_span_wait_and_known_tick(cuda_report):
 
 def test_naive_has_a_device_gap_at_every_step_and_pipelined_none(cuda_report):
     fig = timeline.timeline_figure(cuda_report)
-    naive = charts.representative_run(cuda_report, "naive")["timings"]
+    naive = step_charts.representative_run(cuda_report, "naive")["timings"]
     busy = rectangles(trace(fig, "naive · GPU busy"))
     assert same_spans(busy, naive["device_start_ms"], naive["device_end_ms"])
     idle = rectangles(trace(fig, "naive · GPU idle"))
@@ -162,7 +162,7 @@ def test_naive_has_a_device_gap_at_every_step_and_pipelined_none(cuda_report):
     assert same_spans(idle, naive["device_end_ms"], naive["device_start_ms"][1:])
     assert trace(fig, "naive · GPU idle").fillpattern.shape == "/", "gaps are hatched"
     assert rectangles(trace(fig, "pipelined · GPU idle")) == []
-    pipelined = charts.representative_run(cuda_report, "pipelined")["timings"]
+    pipelined = step_charts.representative_run(cuda_report, "pipelined")["timings"]
     assert len(rectangles(trace(fig, "pipelined · GPU busy"))) == pipelined["computed_steps"], "overshoot included"
 
 
@@ -174,7 +174,7 @@ def test_the_first_view_holds_10_to_20_decode_steps_of_each_loop_from_the_middle
     fig = timeline.timeline_figure(report)
     view = list(fig.layout.xaxis.range)
     for name in ("naive", "pipelined"):
-        run = charts.representative_run(report, name)
+        run = step_charts.representative_run(report, name)
         steps = steps_in_view(run, view)
         assert 10 <= len(steps) <= 20, (name, len(steps))
         assert 0.25 * kept <= statistics.median(steps) <= 0.75 * kept, "from the middle of the trial"
@@ -208,7 +208,7 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
     view = list(fig.layout.xaxis.range)
     means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
-        run = charts.representative_run(cuda_report, name)
+        run = step_charts.representative_run(cuda_report, name)
         summary = cuda_report["summary"][name]  # the table states the summary's figures: one per loop on the page
         assert table[name]["host wait"] == f"{summary['host_wait_ms_per_step'] * 1000:,.1f}"
         assert table[name]["device gap"] == f"{summary['device_gap_ms_per_step'] * 1000:,.1f}"
@@ -225,7 +225,7 @@ def test_the_stated_means_are_the_datas_over_the_trial_and_the_windows_over_the_
 def test_the_trials_mean_gap_is_the_summarys_idle_gap_for_that_trial(cuda_report):
     means = timeline_means(cuda_report)
     for name in ("naive", "pipelined"):
-        run = charts.representative_run(cuda_report, name)
+        run = step_charts.representative_run(cuda_report, name)
         assert means[name]["trial"].gap_us == pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
     single = timeline_reports.report(128, trials=1)
     for name in ("naive", "pipelined"):
@@ -242,7 +242,7 @@ def test_on_the_cpu_each_loop_has_one_lane_and_no_device_gap_and_says_why():
     fig = timeline.timeline_figure(report)
     assert lane_labels(fig) == ["naive · host", "pipelined · host"]
     assert timeline.CPU_LINE in block_lines(fig) and timeline.LAUNCH_KEY not in block_lines(fig)
-    run = charts.representative_run(report, "naive")
+    run = step_charts.representative_run(report, "naive")
     t = run["timings"]
     compute = rectangles(trace(fig, "naive · host computes a step"))
     assert same_spans(compute, t["host_step_start_ms"], t["host_queued_ms"])
@@ -273,11 +273,11 @@ def test_tensor_parallel_gets_one_device_lane_per_rank():
     fig = timeline.timeline_figure(report)
     assert lane_labels(fig) == ["naive · host", "naive · GPU 0", "naive · GPU 1", "pipelined · host",
                                 "pipelined · GPU 0", "pipelined · GPU 1"]
-    rank1 = charts.representative_run(report, "naive")["timings"]["rank_device_spans"][1]
+    rank1 = step_charts.representative_run(report, "naive")["timings"]["rank_device_spans"][1]
     assert same_spans(rectangles(trace(fig, "naive · GPU 1 busy")), rank1["device_start_ms"], rank1["device_end_ms"])
     assert len(rectangles(trace(fig, "naive · GPU 1 idle"))) == 63
     # The stated gap is rank 0's, the one the summary's idle gap measures.
-    run = charts.representative_run(report, "naive")
+    run = step_charts.representative_run(report, "naive")
     assert timeline_means(report)["naive"]["trial"].gap_us == \
         pytest.approx(summarize([run])["gpu_gap_ms_mean"] * 1000, abs=1e-6)
 
@@ -289,7 +289,7 @@ def test_an_old_report_draws_queued_and_known_ticks_and_says_what_is_missing(cud
     assert note == timeline.OLD_REPORT_NOTE and "\n" not in note
     fig = timeline.timeline_figure(old)
     assert lane_labels(fig) == ["naive · host", "pipelined · host"]
-    t = charts.representative_run(old, "naive")["timings"]
+    t = step_charts.representative_run(old, "naive")["timings"]
     assert tick_times(fig, "naive · step queued") == pytest.approx(t["host_queued_ms"], abs=1e-3)
     assert tick_times(fig, "naive · tokens known") == pytest.approx(t["host_known_ms"], abs=1e-3)
     table = stated(fig)
@@ -444,7 +444,7 @@ def test_the_legend_says_in_words_what_solid_hatched_and_pale_mean(cuda_report):
 
 def test_each_bars_hover_names_its_step_and_defines_its_number(cuda_report):
     fig = timeline.timeline_figure(cuda_report)
-    naive = charts.representative_run(cuda_report, "naive")["timings"]
+    naive = step_charts.representative_run(cuda_report, "naive")["timings"]
     steps, waits = hover_numbers(trace(fig, "naive · host blocked waiting"))
     assert steps == list(range(naive["kept_steps"]))
     assert waits == pytest.approx([(k - w) * 1000 for w, k in zip(naive["host_wait_start_ms"],
@@ -493,7 +493,7 @@ def test_two_reports_are_drawn_on_one_axis_each_lane_and_row_named_by_its_label(
     table = stated(fig)
     for label, report in (("static", cuda_report), ("dyn <b>x</b>", other)):
         for name in ("naive", "pipelined"):
-            run = charts.representative_run(report, name)
+            run = step_charts.representative_run(report, name)
             wait, gap = expected_means(run, list(range(1, run["timings"]["kept_steps"])))
             row = table[f"{html.escape(label, quote=False)} · {name}"]
             assert row["host wait"] == f"{wait:,.1f}" and row["device gap"] == f"{gap:,.1f}"

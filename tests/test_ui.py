@@ -14,6 +14,7 @@ import pytest
 
 from dashboard.service.jobs import COMPARE, DONE, RUNNING, Job
 from dashboard.service.limits import EXPOSED_LIMITS
+from dashboard.service.page_record import live_series
 from tests.conftest import TINY, bench_report, fast_settings, page_request
 from tests.test_dashboard_client import text_of
 from tests.test_timeline import lane_labels
@@ -403,7 +404,7 @@ class OneRunRunner(QuietRunner):
         self.job, self.status, self.rows = job, status, rows
 
     def snapshot(self, job):
-        return {"status": self.status, "runs": [], "panes": {}}
+        return {"status": self.status, "runs": [], "panes": {}, **live_series()}  # as the runner's, its live series
 
     def latest_run(self, owner):
         return self.job
@@ -521,7 +522,7 @@ def test_replay_and_the_file_diff_say_in_words_what_they_cannot_draw(monkeypatch
 
     data = read_report_bytes(REPO / H200_REPORT)
     page = replay_page().replay
-    monkeypatch.setattr(replay.charts, "all_figures", broken)
+    monkeypatch.setattr(replay.run_charts, "all_figures", broken)
     status = text_of(page.replay_upload(data)["status"])
     assert status == f"Cannot show this file: {replay.CANNOT_DRAW}.", status
     monkeypatch.setattr(diff_panel, "diff_reports", broken)

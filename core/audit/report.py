@@ -14,7 +14,7 @@ import torch
 
 from core.audit.sync import SyncAudit
 from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
-from core.documents.schema import AUDIT_SCHEMA
+from core.documents.kinds import AUDIT_SCHEMA
 from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
 
 PROG = "python -m core.audit"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from core.documents.schema import LOAD_SCHEMA
+from core.documents.kinds import LOAD_SCHEMA
 from core.load.words import NAMES
 from core.models.loading import LoadedModel
 from core.report.build import environment, model_facts

@@ -192,7 +192,7 @@ def _reads_sentence(main: dict[str, Any]) -> list[str]:
         entry = main.get(name)
         if entry is None or entry.get("reads_per_decode_step") is None:
             continue
-        sites = (entry.get("sync_audit") or {}).get("sites") or []
+        sites = entry["sync_audit"]["sites"] if "sync_audit" in entry else []
         where = f" ({sites[0]['file']}:{sites[0]['line']})" if sites and entry["reads_per_decode_step"] else ""
         words = per_step_words(entry["reads_per_decode_step"], entry.get("copies_per_decode_step"))
         said.append(f"{NAMES[name]}: {words}{where}")

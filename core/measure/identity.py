@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.request.options import static_cache_length
 
 REPRODUCIBLE_KEYS = 256  # the most keys over which bf16 attention was seen to be bitwise reproducible
@@ -83,7 +83,7 @@ def footnote(identity: dict[str, Any] | None) -> str | None:
 
 def sameness(report: dict[str, Any], name: str) -> str:
     """A contestant's "same tokens" cell: yes; NO; or NO* when its own trials differ from each other (run-to-run
-    numerics, not the loop). Any report, old ones too (core.documents.schema.upgrade_report)."""
+    numerics, not the loop). Any report, old ones too (core.documents.upgrades.upgrade_report)."""
     report = upgrade_report(report)
     if report["identical"].get(name):
         return "yes"

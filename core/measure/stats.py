@@ -45,8 +45,10 @@ def timeline_center_steps(runs_by_loop: dict[str, list[dict[str, Any]]]) -> dict
     is centred on the earliest of their representative trials' middle steps (dashboard.views.timeline.first_view)."""
     starts = {}
     for name, runs in runs_by_loop.items():
-        timings = (representative_run(runs) or {}).get("timings", {})
-        times = (timings.get("host_step_start_ms") or [])[:timings.get("kept_steps") or 0]
+        run = representative_run(runs)
+        if run is None:
+            continue
+        times = (run["timings"].get("host_step_start_ms") or [])[:run["timings"].get("kept_steps") or 0]
         if len(times) > 2:
             starts[name] = times
     if not starts:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 
 RUNS_TID, HOST_TID, SYNC_TID, DEVICE_TID = 0, 1, 2, 10  # device rank r is track DEVICE_TID + r
 PROFILER_PID_BASE = 1000                   # torch.profiler's processes, when merged, count from here
@@ -29,7 +29,7 @@ Event = dict[str, Any]
 
 def chrome_trace(report: dict[str, Any]) -> dict[str, Any]:
     """The whole report as a trace-event JSON object (dict ready for json.dump); any report, old ones too
-    (core.documents.schema.upgrade_report gives it today's names and sections)."""
+    (core.documents.upgrades.upgrade_report gives it today's names and sections)."""
     report = upgrade_report(report)
     contestants = _contestants(report)
     starts = _run_starts(report)

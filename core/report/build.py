@@ -1,8 +1,8 @@
 """The report of one run (`python -m core.bench --json`): what was asked and what ran, every trial's timings,
 medians per contestant, the ratios and the verdict, whether the tokens are identical and why not, and the machine.
 
-`format_table` is the report as the CLI prints it. Its keys and schema are core.documents.schema's (BenchReport); old
-reports are upgraded to them when loaded.
+`format_table` is the report as the CLI prints it. Its keys and schema are core.documents.bench_report's
+(BenchReport); old reports are upgraded to them when loaded.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from core.audit.words import copies_per_step, per_step_words
-from core.documents.schema import BENCH_SCHEMA, BenchReport, kernel_share_of_timed_steps
+from core.documents.bench_report import BenchReport, kernel_share_of_timed_steps
+from core.documents.kinds import BENCH_SCHEMA
 from core.kernels.pdl import pdl_in_effect
 from core.loops.step import step_kernels
 from core.measure import identity
@@ -39,8 +40,9 @@ def build_report(loaded: LoadedModel, request: BenchRequest, runs: list[dict[str
     run's `prompt_tokens` (the prompt's width; left out of the report's runs), what each contestant ran with
     (`effective`, core.request.options.effective_options) and what the loops ran with (`loops_ran`), as
     core.compare.compare used them."""
-    summary = {name: summarize([r for r in runs if r["contestant"] == name], (audits or {}).get(name),
-                               (kernel_measurements or {}).get(name), loop_runs(runs)) for name in request.contestants}
+    audited, measured = audits or {}, kernel_measurements or {}  # None: the phase did not run (no section)
+    summary = {name: summarize([r for r in runs if r["contestant"] == name], audited.get(name), measured.get(name),
+                               loop_runs(runs)) for name in request.contestants}
     reference = next((r["token_ids"] for r in runs if r["contestant"] == request.contestants[0]), None)
     for entry in runs:
         entry["first_difference"] = first_difference(entry["token_ids"], reference)
@@ -123,8 +125,8 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
     """One contestant's medians over its trials; per decode step its waits (core.measure.waits, with the step's
     device work from the kernel measurement, else from the spans of `loops`); where the extra runs ran, its device
     reads per step (the sync audit) and the share of the device's time kernels ran (the kernel measurement)."""
-    work_ms, work_source = step_work_ms(loops if loops is not None else [runs],
-                                        (kernel_measurement or {}).get("kernel_busy_ms_per_step"))
+    measured = kernel_measurement or {}  # None: no kernel measurement of this contestant
+    work_ms, work_source = step_work_ms(loops if loops is not None else [runs], measured.get("kernel_busy_ms_per_step"))
     if not any(r["timings"].get("device_start_ms") for r in runs):  # generate(), the CPU: no step spans to split
         work_ms = work_source = None
     def median_of(key: str) -> float | None:
@@ -159,11 +161,11 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
         "overshoot_steps": median_of("overshoot_steps"),
         **{f"{key}_per_step": value for key, value in trial_waits(runs, work_ms).items()},
         "step_work_ms": work_ms, "step_work_source": work_source,
-        "reads_per_step": (audit or {}).get("reads_per_decode_step"),
+        "reads_per_step": audit.get("reads_per_decode_step") if audit else None,
         # The kernel measurement's own share, as its profiler measured it (its host is slowed by the tracing, its
         # slowdown in the measurement), and the kernels' time per step, which the tracing does not change.
-        "kernel_busy_fraction": (kernel_measurement or {}).get("kernel_busy_fraction"),
-        "kernel_ms_per_step": (kernel_measurement or {}).get("kernel_busy_ms_per_step"),
+        "kernel_busy_fraction": measured.get("kernel_busy_fraction"),
+        "kernel_ms_per_step": measured.get("kernel_busy_ms_per_step"),
         "kernel_busy_of_timed_steps": kernel_busy(kernel_measurement, median_of("ms_per_token_p50"),
                                                   median_of("total_ms")),
     }
@@ -171,8 +173,9 @@ def summarize(runs: list[dict[str, Any]], audit: dict[str, Any] | None = None,
 
 def kernel_busy(kernel_measurement: dict[str, Any] | None, step_ms: float | None,
                 total_ms: float | None) -> float | None:
-    """The share of the timed trials' device time that kernels ran (core.documents.schema.kernel_share_of_timed_steps,
-    which also fills it in for a report written before the summary held it)."""
+    """The share of the timed trials' device time that kernels ran
+    (core.documents.bench_report.kernel_share_of_timed_steps, which also fills it in for a report written before the
+    summary held it)."""
     return kernel_share_of_timed_steps(kernel_measurement, step_ms, total_ms)
 
 

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.measure.drift import PROCESS_DRIFT, ProcessDrift, device_words, drift_between, drift_words, not_comparable
 from core.measure.stats import (
     HOST_CLOCK_CONFIDENCE,
@@ -79,7 +79,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "evidence" (the one noise figure the run itself printed: its interval, or for a verdict from before
         intervals, its ±noise).
 
-    Any reports, old ones too (core.documents.schema.upgrade_report).
+    Any reports, old ones too (core.documents.upgrades.upgrade_report).
     """
     a, b = upgrade_report(a), upgrade_report(b)
     names_a, names_b = list(a["summary"]), list(b["summary"])
@@ -146,7 +146,7 @@ def _switch_value(value: Any) -> Any:
 
 
 def _loop_ran(report: dict[str, Any]) -> dict[str, Any]:
-    effective = report["effective"] or {}  # None: a report from before it recorded what ran
+    effective = report["effective"]  # empty: a report from before it recorded what ran
     return next((effective[name]["options"] for name in (*ALL_LOOPS, NO_CHECK) if name in effective), {})
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.measure.waits import WAIT_KEYS, step_work_ms, trial_waits
 from core.phases import phase_named
 from core.request.options import (
@@ -36,7 +36,7 @@ READ_NAMES = {
 
 def what_this_run_shows(report: dict[str, Any]) -> list[str]:
     """Two to four plain sentences on what the report's numbers show (no Markdown beyond `code` quotes). Any report,
-    old ones too (core.documents.schema.upgrade_report)."""
+    old ones too (core.documents.upgrades.upgrade_report)."""
     report = upgrade_report(report)
     summary = report["summary"]
     if not {"naive", "pipelined"} <= set(summary):

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.documents.schema import GZIP_MAGIC, ReportError, too_large
+from core.documents.files import GZIP_MAGIC, too_large
+from core.documents.kinds import ReportError
 from dashboard.service import audit_digest
 
 IN_PROCESS_BYTES = 2**20  # parsing a plain JSON file this small costs the server a few tens of MiB at most

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.documents import schema as report_schema
-from core.documents.schema import AUDIT, BENCH, LOAD, MAX_REPORT_BYTES
+from core.documents.files import MAX_REPORT_BYTES
+from core.documents.kinds import AUDIT, AUDIT_NOT_BENCH, BENCH, LOAD, ReportError, kind_of
+from core.documents.schema import load
 from dashboard.service.page_record import SavedReport, split_report
 
 OPEN_AUDITS_IN_YOUR_LOOP = "open it in the Your loop tab"
@@ -19,18 +20,18 @@ def open_bench_report(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES)
     """A bench report (or a page's download of one) and the page's record of it; ReportError in one line, which for
     an audit report says where it opens."""
     try:
-        return split_report(report_schema.load(source, limit, expect=BENCH))
-    except report_schema.ReportError as exc:
+        return split_report(load(source, limit, expect=BENCH))
+    except ReportError as exc:
         if exc.found == AUDIT:
-            raise report_schema.ReportError(f"{exc}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT) from None
+            raise ReportError(f"{exc}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT) from None
         raise
 
 
 def open_replayable(source: bytes | str | Path, limit: int = MAX_REPORT_BYTES) -> SavedReport | dict[str, Any]:
-    """What Replay shows: a bench report (or a page's download of one) with the page's record, or a load report (the
-    dict, core.documents.schema.LoadReport); ReportError in one line, which for an audit report says where it opens."""
-    document = report_schema.load(source, limit)
-    found = report_schema.kind_of(document)
+    """What Replay shows: a bench report (or a page's download of one) with the page's record, or a load report
+    (core.documents.load_report.LoadReport); ReportError in one line, which for an audit report says where it opens."""
+    document = load(source, limit)
+    found = kind_of(document)
     if found == AUDIT:
-        raise report_schema.ReportError(f"{report_schema.AUDIT_NOT_BENCH}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT)
+        raise ReportError(f"{AUDIT_NOT_BENCH}: {OPEN_AUDITS_IN_YOUR_LOOP}", AUDIT)
     return document if found == LOAD else split_report(document)

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from core.audit.fixes import MAX_CODE_LINES
-from core.documents import schema as report_schema
-from core.documents.schema import AUDIT, BENCH, PAGE, ReportError
+from core.documents.kinds import AUDIT, BENCH, NOT_AN_AUDIT_REPORT, PAGE, ReportError, kind_of
+from core.documents.schema import json_bytes
 from core.text import SENTENCE_FIELD_CHARS, SHOWN_FIELD_CHARS, clip
 
 # The chart's window: a few thousand steps hold many screens of the 12-step first view, and the figure stays well
@@ -134,7 +134,7 @@ def parse_bounded(text: str) -> tuple[dict[str, Any], dict[str, int]]:
     reader = _Reader(text.removeprefix("\ufeff"))
     if reader.next_char() != "{":
         reader.value()  # not JSON at all says so; any other JSON value is not an audit report
-        raise ReportError(report_schema.NOT_AN_AUDIT_REPORT)
+        raise ReportError(NOT_AN_AUDIT_REPORT)
     reader.at += 1
     document: dict[str, Any] = {}
     lengths: dict[str, int] = {}
@@ -176,7 +176,7 @@ def _list(reader: _Reader, kept: _Kept) -> _Kept:
 def text_of_bytes(data: bytes, limit: int) -> str:
     """The JSON text of an uploaded file's bytes: gunzipped where it is gzip, at most `limit` bytes either way."""
     try:
-        raw = report_schema._json_bytes(data, limit)  # the size limit, gzip and the empty file, as uploads have them
+        raw = json_bytes(data, limit)  # the size limit, gzip and the empty file, as uploads have them
     except ReportError as exc:
         if str(exc).startswith(NOT_GZIP) and "cut short" not in str(exc):  # zlib's own words: "Error -3 while ..."
             raise ReportError(f"{NOT_GZIP} (its compressed data is damaged)") from None
@@ -190,8 +190,8 @@ def text_of_bytes(data: bytes, limit: int) -> str:
 # ------------------------------------------------------------------------------------------------ the digest
 
 def is_audit(document: Any) -> bool:
-    """Whether a parsed JSON document is an audit report (core.documents.schema's kind of it)."""
-    return report_schema.kind_of(document) == AUDIT
+    """Whether a parsed JSON document is an audit report (core.documents.kinds.kind_of)."""
+    return kind_of(document) == AUDIT
 
 
 def digest_bytes(data: bytes, limit: int) -> dict[str, Any]:
@@ -204,11 +204,11 @@ def digest(document: dict[str, Any], lengths: dict[str, int]) -> dict[str, Any]:
     chart's window cut to whole steps, and `shown`: how many steps, reads and sites the file holds and the chart
     and table show."""
     schema = document.get("schema")
-    kind = report_schema.kind_of(document) if isinstance(schema, str) else None  # kind_of str()s any other value
+    kind = kind_of(document) if isinstance(schema, str) else None  # kind_of str()s any other value
     if kind in (BENCH, PAGE):
         raise ReportError(IN_REPLAY, kind)
     if kind != AUDIT:
-        raise ReportError(report_schema.NOT_AN_AUDIT_REPORT, kind)
+        raise ReportError(NOT_AN_AUDIT_REPORT, kind)
     out: dict[str, Any] = {"schema": _clipped(schema, 40)}
     out.update(_texts(document, TEXT_FIELDS, ""))
     out["environment"] = _environment(document.get("environment"))

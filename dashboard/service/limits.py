@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from core.documents.schema import MAX_REPORT_BYTES
+from core.documents.files import MAX_REPORT_BYTES
 from core.request.load_schema import LoadLimits
 from core.request.run_schema import Limits
 
@@ -26,7 +26,7 @@ LOCAL_LOAD_LIMITS = LoadLimits.local()
 EXPOSED_LOAD_LIMITS = LoadLimits.exposed()
 
 # What the server itself holds for visitors (dashboard.edge.http_guard): the largest request body it reads (a report's
-# upload excepted: core.documents.schema.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
+# upload excepted: core.documents.files.MAX_REPORT_BYTES, streamed to disk), and the sessions whose state it keeps.
 MAX_BODY_BYTES = 4 * 2**20
 MAX_SESSIONS = 1000
 # A session with no page open in a browser (an API client's, or a page that closed) and nothing queued or running

@@ -17,6 +17,7 @@ from typing import Any
 from core.phases import WARMUP, phase_named
 from core.request.options import NO_CHECK
 from dashboard.service.jobs import CANCELLED, DONE, LOAD, LOADING, QUEUED, RUNNING, Job
+from dashboard.service.page_record import LiveSeries
 from dashboard.service.rate_series import RATE_WINDOW, window_rate
 
 SERIES_MIN_DT_S = 0.02   # a point of the live curve every 20 ms ...
@@ -110,7 +111,7 @@ class LiveView:
                 **self.live_series(final=job.done, locked=True),
             }
 
-    def live_series(self, final: bool = False, locked: bool = False) -> dict[str, Any]:
+    def live_series(self, final: bool = False, locked: bool = False) -> LiveSeries:
         """Series, spans and monitor samples, with times in seconds since the job started."""
         if not locked:
             with self.lock:

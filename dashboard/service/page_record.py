@@ -2,7 +2,7 @@
 
 A *report* is the JSON of `python -m core.bench --json`; the engine writes it and nothing here changes it. What the
 page itself saw of a run (its live series, the device samples, the form's notices, NVML means) is a PageRecord,
-kept next to the report. The page's download holds both, each under its own key (core.documents.schema's page report):
+kept next to the report. The page's download holds both, each under its own key (core.documents.page_report):
 
     {"schema": "syncscope.page-report/1", "report": <the report>, "page": <the PageRecord> or null}
 
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from core.documents import schema as report_schema
-from core.documents.schema import BENCH, MAX_REPORT_BYTES, PAGE, PAGE_REPORT_SCHEMA, BenchReport, PageReport
+from core.documents.bench_report import BenchReport
+from core.documents.files import MAX_REPORT_BYTES
+from core.documents.kinds import BENCH, PAGE, PAGE_REPORT_SCHEMA, kind_of
+from core.documents.page_report import PageReport
+from core.documents.schema import load
+from core.documents.upgrades import upgrade
 
 
 @dataclass(frozen=True)
@@ -33,17 +37,16 @@ class PageRecord:
     nvml_by_contestant: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
-    def of_run(cls, live: dict[str, Any], notices: list[str] | tuple[str, ...]) -> PageRecord:
+    def of_run(cls, live: LiveSeries, notices: list[str] | tuple[str, ...]) -> PageRecord:
         """The record of a finished run, from its final live series (dashboard.service.live_view)."""
-        monitor = live.get("monitor") or no_monitor()
-        spans = live.get("spans", [])
+        monitor, spans = live["monitor"], live["spans"]
         # On the CPU fallback the samples are the engine's CPU %, not NVML's: the NVML column gets a dash.
         nvml = nvml_means(monitor.get("samples", []), spans) if monitor.get("source") == "nvml" else {}
-        return cls(t_end=live.get("t_end"), series=live.get("series", {}), spans=spans, monitor=monitor,
+        return cls(t_end=live["t_end"], series=live["series"], spans=spans, monitor=monitor,
                    notices=tuple(notices), nvml_by_contestant=nvml)
 
-    def live_series(self) -> dict[str, Any]:
-        """The chart data (dashboard.views.charts' live series)."""
+    def live_series(self) -> LiveSeries:
+        """The chart data (dashboard.views.live_charts' live series)."""
         return {"t_end": self.t_end, "series": self.series, "spans": self.spans, "monitor": self.monitor}
 
     def to_json(self) -> dict[str, Any]:
@@ -51,7 +54,7 @@ class PageRecord:
 
     @classmethod
     def from_json(cls, section: dict[str, Any]) -> PageRecord:
-        """A record from its JSON: the "page" of a page report, upgraded (core.documents.schema.upgrade_page)."""
+        """A record from its JSON: the "page" of a page report, upgraded (core.documents.upgrades.upgrade_page)."""
         return cls(t_end=section.get("t_end"), series=section["series"], spans=section["spans"],
                    monitor=dict(section.get("monitor", no_monitor())), notices=tuple(section["notices"]),
                    nvml_by_contestant=section["nvml_by_contestant"])
@@ -82,11 +85,11 @@ def public_report(report: dict[str, Any]) -> dict[str, Any]:
 
 def split_report(document: dict[str, Any] | SavedReport) -> SavedReport:
     """Any document this project writes (a report, a page report, an old page download) as its two parts, each
-    upgraded (core.documents.schema.upgrade)."""
+    upgraded (core.documents.upgrades.upgrade)."""
     if isinstance(document, SavedReport):
         return document
-    upgraded = report_schema.upgrade(document)
-    if report_schema.kind_of(upgraded) == PAGE:
+    upgraded = upgrade(document)
+    if kind_of(upgraded) == PAGE:
         page = upgraded["page"]
         return SavedReport(upgraded["report"], PageRecord.from_json(page) if isinstance(page, dict) else None)
     return SavedReport(upgraded)
@@ -103,7 +106,7 @@ def report_notices(report: dict[str, Any] | SavedReport, page: PageRecord | None
 def open_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> SavedReport:
     """A complete report and the page's record of it (if the page saved it) from JSON text (core.documents.schema.load);
     ValueError naming the first thing that is missing or wrong. Only parses: never opens paths."""
-    return split_report(report_schema.load(data, max_bytes, expect=BENCH))
+    return split_report(load(data, max_bytes, expect=BENCH))
 
 
 def parse_report(data: bytes | str, max_bytes: int = MAX_REPORT_BYTES) -> BenchReport:
@@ -122,6 +125,24 @@ def nvml_means(samples: list[dict[str, Any]], spans: list[dict[str, Any]]) -> di
         if means:
             out[name] = {**means, "samples": len(inside)}
     return out
+
+
+class LiveSeries(TypedDict):
+    """A run's live series as the charts draw it (dashboard.views.live_charts), every part there: the page streams it
+    (dashboard.service.live_view), keeps it (PageRecord) or rebuilds it for a report (dashboard.service.rate_series)."""
+
+    t_end: float | None
+    series: dict[str, dict[str, list[float | None]]]
+    spans: list[dict[str, Any]]
+    monitor: dict[str, Any]
+
+
+def live_series(*, t_end: float | None = None, series: dict[str, dict[str, list[float | None]]] | None = None,
+                spans: list[dict[str, Any]] | None = None, monitor: dict[str, Any] | None = None) -> LiveSeries:
+    """A live series of the parts given, each other part empty: what the charts show before a run has any."""
+    return {"t_end": t_end, "series": {} if series is None else series, "spans": [] if spans is None else spans,
+            "monitor": {"source": "none", "description": "No utilization samples.", "samples": []}
+            if monitor is None else monitor}
 
 
 def no_monitor() -> dict[str, Any]:

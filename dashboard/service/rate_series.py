@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.request.options import NO_CHECK
-from dashboard.service.page_record import PageRecord, SavedReport, no_monitor, split_report
+from dashboard.service.page_record import LiveSeries, PageRecord, SavedReport, no_monitor, split_report
 
 RATE_WINDOW = 8  # steps per point of a tokens/s curve, live (dashboard.service.live_view) or rebuilt from a report
 
@@ -20,7 +20,7 @@ def window_rate(window: Sequence[tuple[float, float]]) -> float | None:
     return sum(count for _, count in window[1:]) / (window[-1][0] - window[0][0])
 
 
-def live_series_from_report(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> dict[str, Any]:
+def live_series_from_report(report: dict[str, Any] | SavedReport, page: PageRecord | None = None) -> LiveSeries:
     """Chart data for a saved report: the page's recorded live series when the page made it, else one rebuilt from
     the per-step host timestamps, with the runs laid end to end in the order they ran."""
     saved = split_report(report)

@@ -4,7 +4,8 @@ loops were timed on. Plain data: the run history (dashboard.service.run_history)
 
 from __future__ import annotations
 
-from core.documents.schema import BenchReport, upgrade_report
+from core.documents.bench_report import BenchReport
+from core.documents.upgrades import upgrade_report
 from core.request.options import LOOPS
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from core.documents.schema import BenchReport
+from core.documents.bench_report import BenchReport
 from core.request.options import HF, LOOPS, NO_CHECK, RUN_OPTIONS, adapt_to_device
 from dashboard.service.report_numbers import clock_of, percent, rounded
 

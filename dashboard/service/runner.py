@@ -30,7 +30,7 @@ from dashboard.service.live_view import LiveView, TextDecoder
 from dashboard.service.load_form import request_from_form
 from dashboard.service.load_live import LoadLiveView
 from dashboard.service.model_policy import ModelPolicy
-from dashboard.service.page_record import PageRecord
+from dashboard.service.page_record import PageRecord, live_series
 from dashboard.service.run_history import RunHistory, history_row
 from dashboard.service.supervisor import EngineSupervisor, RestartPolicy
 from engine.client import EngineClient
@@ -293,7 +293,7 @@ class Runner:
             from dashboard.service.live_view import status_line
 
             return {"id": job.id, "state": job.state, "status": status_line(job, self.position(job)),
-                    "error": job.error}
+                    "error": job.error, **live_series()}  # nothing streamed yet
         return job.view.snapshot()
 
     def latest_run(self, owner: str, work: str = COMPARE) -> Job | None:
@@ -331,7 +331,7 @@ class Runner:
         job.t_end = time.perf_counter()
         if self.monitor is not None:
             self.monitor.sample_now()  # the utilization line reaches the run's end, not the last periodic poll
-        job.page = PageRecord.of_run(job.view.live_series(final=True) if job.view else {}, job.notices)
+        job.page = PageRecord.of_run(job.view.live_series(final=True) if job.view else live_series(), job.notices)
 
     def _finished(self, job: Job) -> None:
         """A job ended: a run that started gets its history row (one cancelled while queued never ran)."""

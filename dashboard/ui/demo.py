@@ -2,7 +2,7 @@
 Replay, Your loop) and the Explain section, put together by `build_demo(runner)`.
 
 Everything the page shows comes from `dashboard.service.runner` (one queue in front of the engine process) and
-`dashboard.views.charts` (figures from plain data). `build_demo(runner)` builds the page without launching it, so tests
+`dashboard.views` (figures from plain data). `build_demo(runner)` builds the page without launching it, so tests
 can serve it in-process. Text that came from a user or a file is shown as text, never as HTML (`plain`).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.documents.schema import MAX_REPORT_BYTES
+from core.documents.files import MAX_REPORT_BYTES
 from core.request.run_schema import option_defaults
 from dashboard.edge.downloads import DownloadFolders
 from dashboard.edge.session_copies import SessionCopies
@@ -25,7 +25,7 @@ from dashboard.ui.tabs.compare import CompareTab
 from dashboard.ui.tabs.replay import ReplayTab
 from dashboard.ui.tabs.under_load import UnderLoadTab
 from dashboard.ui.tabs.your_loop import YourLoopTab
-from dashboard.views import charts, timeline
+from dashboard.views import run_charts, timeline
 from dashboard.views.banner import ServerBanner
 
 CSS = """
@@ -68,7 +68,7 @@ CSS = """
   .js-plotly-plot .modebar-container { display: none; }
   .js-plotly-plot .gtitle { font-size: 12px !important; }
   .js-plotly-plot .gtitle-subtitle { font-size: 10px !important; }
-  /* span labels (charts.span_shapes: the 10 px annotations of these charts) are placed for a desktop width */
+  /* span labels (live_charts.span_shapes: the 10 px annotations of these charts) are placed for a desktop width */
   :is(#plot-tokens, #plot-device, #replay-plot-tokens, #replay-plot-device)
     .annotation-text[style*="font-size: 10px"] { display: none; }
 }
@@ -141,7 +141,7 @@ def build_demo(runner: Runner, *, defaults: Mapping[str, Any] | None = None,
                         chart_interval_s=chart_interval_s,
                         max_report_bytes=max_report_bytes)
     banner = ServerBanner(runner)
-    charts.prebuild()
+    run_charts.prebuild()
     timeline.prebuild()
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown("# syncscope: where does the GPU wait for the host?\nThe naive decode loop (one host sync per "

@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.documents.schema import MAX_REPORT_BYTES
+from core.documents.files import MAX_REPORT_BYTES
 from dashboard.edge.downloads import DownloadFolders
 from dashboard.service.runner import Runner
 from dashboard.views.banner import ServerBanner

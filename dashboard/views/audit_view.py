@@ -98,8 +98,8 @@ def _copies(report: dict[str, Any]) -> float | None:
     its sites' (where the page holds every site)."""
     if _number(report.get("copies_per_decode_step")):
         return report["copies_per_decode_step"]
-    shown = report.get("shown") or {}
-    return copies_per_step(report.get("sites", [])) if shown.get("sites") == shown.get("shown_sites") else None
+    shown = report["shown"]
+    return copies_per_step(report["sites"]) if shown["sites"] == shown["shown_sites"] else None
 
 
 def _top_site_lines(report: dict[str, Any]) -> list[str]:

@@ -7,11 +7,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
+from core.report.explain import report_device_type
 from core.request.options import DECODE_LAYERS_TRANSFORM, STEP_GRAPH
 from dashboard.service.jobs import LOAD, LOADING
 from dashboard.service.runner import Runner
-from dashboard.views import charts
 from dashboard.views.report_text import plain
 
 REPORT_ON_CPU = ("**The report shown in Replay was measured on the CPU** ({where}), where host and device are one "
@@ -119,7 +119,7 @@ def report_device(report: dict[str, Any]) -> dict[str, str]:
     """Where a report was measured: {"type": "cuda" or "cpu", "where": the GPU's name or the device}."""
     env = upgrade_report(report)["environment"]
     where = env.get("gpu") or env.get("device") or "unknown device"
-    return {"type": charts.report_device_type(report) or "unknown", "where": str(where)[:80]}
+    return {"type": report_device_type(report) or "unknown", "where": str(where)[:80]}
 
 
 def replayed_line(device: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """`python -m dashboard.export_html REPORT.json[.gz] OUT.html`: a run's report (core.bench's, the page's download of
 one, or a load report) as one self-contained HTML file that opens offline, with no server and no network
-(dashboard.views.run_html); `python -m core.bench ... --html OUT.html` runs this after its run.
+(dashboard.views.run_html); `python -m core.bench ... --html OUT.html` writes the same file in process.
 
 A load report's sentences (what the run shows, the CLI's text) are worded here as Replay words them (core.load.words),
 or left out with a line saying why. Whatever cannot be exported is one line on stderr: exit code 2 for a file that is
@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.documents import schema as report_schema
 from core.documents.files import check_output_path
-from core.documents.schema import AUDIT
+from core.documents.kinds import AUDIT, kind_of
+from core.documents.schema import load
 from core.request.run_schema import OneLineParser
 from core.text import escaped
 
@@ -41,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_output_path(args.out, "cannot write")
-        document = report_schema.load(Path(args.report))
-        if report_schema.kind_of(document) == AUDIT:
+        document = load(Path(args.report))
+        if kind_of(document) == AUDIT:
             raise ValueError(f"{args.report}: {AUDIT_REPORT}")
     except ValueError as exc:
         return _fail(str(exc), 2)

@@ -170,7 +170,7 @@ RATE_TITLE = "TTFT p99 against the arrival rate"
 
 def sweep_figure(series: dict[str, Any]) -> go.Figure:
     """Output tokens/s against B, per contestant (load_view.sweep_series)."""
-    curves = series.get("tokens_per_s_by_slots") or {}
+    curves = series["tokens_per_s_by_slots"]
     if not curves:
         return charts.empty_figure(SWEEP_TITLE, "Give a slots sweep (as 1,2,4,8) to see how each loop's throughput "
                                                 "grows with the batch.")
@@ -186,7 +186,7 @@ def sweep_figure(series: dict[str, Any]) -> go.Figure:
 
 def rate_figure(series: dict[str, Any]) -> go.Figure:
     """TTFT p99 against the arrival rate, per contestant that sees its tokens' times (load_view.sweep_series)."""
-    curves = series.get("ttft_p99_by_rate") or {}
+    curves = series["ttft_p99_by_rate"]
     if not curves:
         return charts.empty_figure(RATE_TITLE, "Give a rate sweep (as 0,2,8 requests a second) to see how long the "
                                                "first token takes as requests arrive faster.")

@@ -1,6 +1,6 @@
-"""A load report (`python -m core.bench --requests N --json`, core.documents.schema.LoadReport) as the page shows it, in
-plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's throughput, and
-the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
+"""A load report (`python -m core.bench --requests N --json`, core.documents.load_report.LoadReport) as the page
+shows it, in plain data: its points, the contestants table of a point, the sweep's table and curves, each trial's
+throughput, and the slots picture's bars. The Under load tab and Replay both draw from here, from the report dict alone.
 
 The sentences (what the run shows, and the CLI's text) are core.load.words', made here from the report as the CLI
 makes them (`sentences`); `findings_md` puts them on the page. No torch, gradio or plotly here.
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.documents.load_report import LoadReport
 from core.load.words import NAMES, gain, load_findings, load_text, num, pair, pct, point_name, same
 from core.request.options import NO_CHECK
 from dashboard.views.report_text import plain
@@ -164,13 +165,13 @@ def slot_bars(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ words
 
-def what_ran(report: dict[str, Any]) -> str:
+def what_ran(report: LoadReport) -> str:
     """One line on what the report measured: model, device, slots, loop options and the workload (plain text)."""
-    load, env = section(report), report.get("environment") or {}
-    options = load.get("options") or {}
+    load, env = section(report), report["environment"]
+    options = load["options"]
     where = env.get("gpu") or env.get("device") or "an unknown device"
     dtype = f" ({env['dtype']})" if env.get("dtype") else ""
-    workload = (load.get("workload") or {}).get("description") or "its workload"
+    workload = load["workload"].get("description") or "its workload"
     return (f"{report['model']['spec']} on {where}{dtype}, {load['slots']} slots of a static cache, compile "
             f"{options.get('compile', '?')}, lag {options.get('lag', '?')}: {workload}")
 

@@ -12,7 +12,7 @@ import html
 import re
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.measure.identity import difference_note
 from core.measure.stats import spread, verdict_sentence
 from core.request.options import LOOPS, MAX_PROMPT_CHARS

@@ -26,12 +26,14 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from core.audit.words import per_step_words
-from core.documents.schema import BENCH, LOAD, PAGE, kind_of
+from core.documents.bench_report import BenchReport
+from core.documents.kinds import BENCH, LOAD, PAGE, kind_of
+from core.documents.load_report import LoadReport
 from core.text import clip
 from dashboard.service.audit_digest import MAX_SITES
 from dashboard.service.page_record import SavedReport, split_report
 from dashboard.service.rate_series import live_series_from_report
-from dashboard.views import charts, load_charts, load_view, timeline
+from dashboard.views import load_charts, load_view, run_charts, timeline
 from dashboard.views.audit_view import SITES_CSS, sites_html
 from dashboard.views.markdown_html import markdown_html
 from dashboard.views.report_text import headline_md, replay_command, trials_shown
@@ -146,7 +148,7 @@ def html_download(path: Path, document: dict[str, Any] | SavedReport) -> str | N
 
 def _bench_html(saved: SavedReport) -> str:
     report, page = saved.report, _Page()
-    env, model = report.get("environment") or {}, report.get("model") or {}
+    env, model = report["environment"], report["model"]
     where = env.get("gpu") or env.get("device") or "unknown device"
     tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
     facts = (f"{clip(model.get('spec', '?'))} on {clip(where)} ({clip(env.get('dtype', '?'))}{tp}), "
@@ -165,7 +167,7 @@ def _bench_html(saved: SavedReport) -> str:
     lanes = (f"<p><em>{_text(note)}</em></p>" if note else "") + page.chart(timeline.timeline_figure(report),
                                                                            "timeline")
     page.sections.append(_section(timeline.TITLE, lanes))
-    figures = charts.all_figures(live_series_from_report(saved), saved)
+    figures = run_charts.all_figures(live_series_from_report(saved), saved)
     page.sections.append(_section("Charts", page.charts(list(zip(figures, ("tokens/s", "device", "step latency",
                                                                            "idle gap"))))))
     if report.get("sync_audit"):
@@ -176,9 +178,9 @@ def _bench_html(saved: SavedReport) -> str:
     return _document(title, facts, replay_command(report), page)
 
 
-def _outputs(report: dict[str, Any]) -> str:
+def _outputs(report: BenchReport) -> str:
     """The prompt, and each contestant's output text in its first trial (the Compare tab's panes), clipped."""
-    prompt = (report.get("request") or {}).get("prompt")
+    prompt = report["request"].get("prompt")
     parts = [f"<p><b>Prompt:</b></p><pre>{_text(clip(prompt, OUTPUT_CHARS))}</pre>"] if isinstance(prompt, str) else []
     shown: set[str] = set()
     for run in report.get("runs") or []:
@@ -213,10 +215,10 @@ def _audit_sites(audits: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------ a load report
 
-def _load_html(report: dict[str, Any]) -> str:
-    page, env, said = _Page(), report.get("environment") or {}, load_view.sentences(report)
+def _load_html(report: LoadReport) -> str:
+    page, env, said = _Page(), report["environment"], load_view.sentences(report)
     where = env.get("gpu") or env.get("device") or "unknown device"
-    model = (report.get("model") or {}).get("spec", "?")
+    model = report["model"]["spec"]
     dtype = f" ({clip(env['dtype'])})" if env.get("dtype") else ""
     facts = (f"{clip(model)} on {clip(where)}{dtype}, {load_view.section(report)['slots']} slots, created "
              f"{clip(report.get('created', '?'))}.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.report.explain import what_this_run_shows
 from core.text import clip
 from dashboard.service.page_record import PageRecord
@@ -84,7 +84,7 @@ def _positive(value: Any) -> bool:
 
 def _decode_rate(summary: dict[str, Any], name: Any) -> float | None:
     """A contestant's median decode rate as the report holds it (not the table's rounded cell); None without one."""
-    rate = (summary.get(name) or {}).get("decode_tokens_per_s") if isinstance(name, str) else None
+    rate = summary[name].get("decode_tokens_per_s") if isinstance(name, str) and name in summary else None
     return float(rate) if _positive(rate) and not isinstance(rate, bool) else None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.documents.schema import BenchReport
+from core.documents.bench_report import BenchReport
 
 # Shares of the measurement's own step: tracing slows its host, so its gaps are longer than the timed trials' (the
 # summary's "kernel % of the timed step" relates the same kernel time to the timed step).

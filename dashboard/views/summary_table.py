@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.documents.schema import BenchReport
+from core.documents.bench_report import BenchReport
 from core.measure.identity import sameness
 from core.report.explain import contestant_waits
 from core.request.options import LOOPS, is_int
@@ -13,8 +13,8 @@ from dashboard.service.page_record import PageRecord, SavedReport, split_report
 from dashboard.service.report_numbers import clock_of, micro, percent, rounded
 
 # The verdict's evidence first (rate, its spread, same tokens), so it is in view without scrolling sideways.
-# The kernel share is of the timed trials' step (core.documents.schema.kernel_share_of_timed_steps), as the CLI's table
-# and the README's say it: the kernel measurement's own steps are slower (tracing costs the host).
+# The kernel share is of the timed trials' step (core.documents.bench_report.kernel_share_of_timed_steps), as the CLI's
+# table and the README's say it: the kernel measurement's own steps are slower (tracing costs the host).
 SUMMARY_HEADERS = ("contestant", "decode tok/s", "decode spread %", "same tokens", "host wait µs/step",
                    "device idle µs/step", "device reads/step (audit)", "kernel ms/step (kernel measurement)",
                    "kernel % of the timed step", "NVML util %", "end-to-end tok/s", "TTFT ms", "ms/tok p50",

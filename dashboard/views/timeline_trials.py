@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from core.documents.schema import upgrade_report
+from core.documents.upgrades import upgrade_report
 from core.measure.waits import step_work_ms
 from core.report.explain import report_device_type
 from core.request.options import LOOPS, NO_CHECK
 from core.text import SENTENCE_FIELD_CHARS, clip
-from dashboard.views import charts
+from dashboard.views import charts, step_charts
 
 # The most reads of a replayed report's audited run drawn on a trial (each with its hover): the histograms' bound.
 MAX_SYNC_MARKS = charts.MAX_POINTS
@@ -160,13 +160,14 @@ def loop_trials(report: dict[str, Any]) -> list[LoopTrial]:
     kernel_measurements = report.get("kernel_measurement", {})  # NotRequired: only where the measurement ran
     audits = report.get("sync_audit", {})
     for name in LOOPS:
-        run = charts.representative_run(report, name)
+        run = step_charts.representative_run(report, name)
         if run is not None and run["timings"].get("host_known_ms"):
             trial = loop_trial(run, cpu)
-            busy = (kernel_measurements.get(name) or {}).get("kernel_busy_ms_per_step")
+            measured = kernel_measurements.get(name)  # None: the measurement did not reach this loop
+            busy = measured.get("kernel_busy_ms_per_step") if measured else None
             trial.work_ms = _work_ms([group for group in loops if group], busy)
             if trial.complete and not trial.cpu:
-                trial.kernels = _kernels_onto(trial, kernel_measurements.get(name))
+                trial.kernels = _kernels_onto(trial, measured)
             if trial.complete:
                 trial.syncs = _syncs_onto(trial, audits.get(name))
             trials.append(trial)

@@ -16,12 +16,13 @@ from core.phases import TRIAL
 from core.request.options import RUN_OPTION
 from dashboard.edge.session_copies import SessionCopies
 from dashboard.service.jobs import COMPARE, FAILED, RUNNING, Job
+from dashboard.service.page_record import live_series
 from dashboard.service.runner import Runner
 from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import build_form, from_widget
 from dashboard.ui.page import PageContext
 from dashboard.ui.tabs.history import HistoryTab
-from dashboard.views import charts, timeline
+from dashboard.views import live_charts, run_charts, step_charts, timeline
 from dashboard.views.report_text import as_text, headline_md, plain, rate_md, status_md
 from dashboard.views.run_summary import (
     DETAIL_HEADERS,
@@ -90,14 +91,14 @@ class CompareTab:
             c["timeline_plot"] = gr.Plot(timeline.timeline_figure({}), elem_id="plot-lanes", show_label=False,
                                          label="timeline")
         with gr.Row():
-            c["tokens_plot"] = gr.Plot(charts.tokens_per_s_figure({}), elem_id="plot-tokens", show_label=False,
-                                       label="tokens/s chart")
-            c["device_plot"] = gr.Plot(charts.device_figure({"monitor": _idle_monitor(runner)}),
+            c["tokens_plot"] = gr.Plot(live_charts.tokens_per_s_figure(live_series()), elem_id="plot-tokens",
+                                       show_label=False, label="tokens/s chart")
+            c["device_plot"] = gr.Plot(live_charts.device_figure(live_series(monitor=_idle_monitor(runner))),
                                        elem_id="plot-device", show_label=False, label="device chart")
         with gr.Row():
-            c["steps_plot"] = gr.Plot(charts.step_latency_figure({}), elem_id="plot-steps", show_label=False,
+            c["steps_plot"] = gr.Plot(step_charts.step_latency_figure({}), elem_id="plot-steps", show_label=False,
                                       label="step latency chart")
-            c["gap_plot"] = gr.Plot(charts.gap_figure({}), elem_id="plot-gap", show_label=False,
+            c["gap_plot"] = gr.Plot(step_charts.gap_figure({}), elem_id="plot-gap", show_label=False,
                                     label="idle gap chart")
         c.update(model=form.model, run_note=form.run_note, run_btn=form.run_btn, cancel_btn=form.cancel_btn)
         tab = cls(page, c, HistoryTab.build(page))
@@ -203,7 +204,7 @@ class CompareTab:
                   c["summary_more"]: [], c["shows"]: "",
                   c["command"]: "", c["naive_text"]: "", c["pipelined_text"]: ""}
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]),
-                          charts.all_figures({}, None)))
+                          run_charts.all_figures(live_series(), None)))
         update[c["timeline_plot"]] = timeline.timeline_figure({})
         update.update(self._live_update(self.page.runner.snapshot(job)))
         return update
@@ -223,8 +224,8 @@ class CompareTab:
                     update[c["status"]] += f" {CPU_QUIET_NOTE.format(config.cpu_trial_interval_s)}"
                 elif time.monotonic() - last_chart >= config.chart_interval_s:
                     last_chart = time.monotonic()
-                    update[c["tokens_plot"]] = charts.tokens_per_s_figure(snap)
-                    update[c["device_plot"]] = charts.device_figure(snap)
+                    update[c["tokens_plot"]] = live_charts.tokens_per_s_figure(snap)
+                    update[c["device_plot"]] = live_charts.device_figure(snap)
                 runs = snap.get("runs") or []
                 if len(runs) != timeline_runs:  # a trial ended: redraw the timeline from the trials so far
                     timeline_runs = len(runs)
@@ -287,7 +288,7 @@ class CompareTab:
         snap = runner.snapshot(job)
         update = self._live_update(snap)
         report = job.report
-        figures = charts.all_figures(snap, report)
+        figures = run_charts.all_figures(snap, report)
         update.update(zip((c["tokens_plot"], c["device_plot"], c["steps_plot"], c["gap_plot"]), figures))
         update[c["timeline_plot"]] = timeline.timeline_figure(report or {"runs": snap.get("runs") or []})
         update[c["headline"]] = headline_md(report, job.page) if report else ""

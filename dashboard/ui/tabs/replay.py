@@ -13,7 +13,7 @@ from typing import Any, Self
 
 import gradio as gr
 
-from core.documents.schema import too_large
+from core.documents.files import too_large
 from dashboard.edge.uploads import open_bench_report, open_replayable
 from dashboard.service.page_record import SavedReport
 from dashboard.service.rate_series import live_series_from_report
@@ -21,7 +21,7 @@ from dashboard.ui.diff_panel import DiffPanel
 from dashboard.ui.page import PageContext, upload_row
 from dashboard.ui.tabs.compare import summary_components
 from dashboard.ui.tabs.load_panel import LoadReportPanel
-from dashboard.views import charts, timeline
+from dashboard.views import run_charts, timeline
 from dashboard.views.banner import report_device
 from dashboard.views.load_view import what_ran
 from dashboard.views.report_text import headline_md, plain, replay_command, trials_shown
@@ -186,7 +186,7 @@ class ReplayTab:
 
     def _replay(self, saved: SavedReport, source: str) -> dict:
         r, report = self.components, saved.report
-        figures = charts.all_figures(live_series_from_report(saved), report)
+        figures = run_charts.all_figures(live_series_from_report(saved), report)
         env, model = report.get("environment", {}), report.get("model", {})
         where = env.get("gpu") or env.get("device") or "unknown device"
         tp = f", tensor parallel over {env['tp']} GPUs" if isinstance(env.get("tp"), int) and env["tp"] > 1 else ""
