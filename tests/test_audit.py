@@ -217,6 +217,21 @@ def test_the_summary_counts_copies_as_copies_and_names_a_tie_as_a_tie():
     assert nothing.startswith("python -m core.audit: flat.py: no steps found\n") and "none found" not in nothing
 
 
+def test_the_summary_s_sites_past_its_list_add_what_they_read_so_the_lines_add_up():
+    rates = [1.0] * 8 + [0.25, 0.1]  # ten sites; the summary lists eight
+    sites = [{"index": i, "file": "loop.py", "line": 10 + i, "code": "x", "kind": "item", "count": round(rate * 20),
+              "in_decode_steps": round(rate * 20), "per_step": rate} for i, rate in enumerate(rates)]
+    setup = {"index": 10, "file": "loop.py", "line": 3, "code": "x", "kind": "h2d-copy", "count": 1,
+             "in_decode_steps": 0, "per_step": 0.0}
+    report = {"script": "loop.py", "steps": 22, "step_module": "Model", "decode_steps": 20, "sites": [*sites, setup],
+              "reads_per_decode_step": 8.35, "copies_per_decode_step": 0.0, "most_reads_in_a_decode_step": 10}
+    text = " ".join(summary_text(report).split())
+    listed = [float(n) for n in re.findall(r"([\d.]+)/step ", text)]
+    more = re.search(r"and 2 more sites, ([\d.]+) a step in all \(the report lists them all\)", text)
+    assert listed == [1.0] * 8 and more and sum(listed) + float(more.group(1)) == pytest.approx(8.35)
+    assert "and 1 site(s) read only in setup, the first or last step, not counted above: loop.py:3" in text
+
+
 def test_watch_counts_the_steps_it_is_told_of():
     x = torch.arange(4.0)
     with watch() as audit:
