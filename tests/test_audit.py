@@ -359,3 +359,12 @@ def test_what_was_seen_is_kept_when_the_run_must_end_at_once(tmp_path, case):
     assert report["steps"] >= 5 and report["reads_per_decode_step"] == pytest.approx(1.0, abs=1.5 / report["steps"])
     assert any(line.startswith("the run ended at once") for line in report["not_seen"])
     assert report["stopped_by"] == ("the program called os._exit(7)" if case == "os._exit" else "--timeout 10")
+
+
+@pytest.mark.parametrize(("started", "usage"), [("/venv/bin/syncscope-audit", "usage: syncscope-audit [--json PATH]"),
+                                                (str(REPO / "core/audit/__main__.py"), "usage: python -m core.audit ")])
+def test_the_usage_line_is_the_command_as_it_was_started(started, usage, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [started, "--help"])
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith(usage)

@@ -221,3 +221,13 @@ def test_installed_the_dashboard_command_without_its_extra_says_how_to_install_i
     assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
     assert done.stderr == ('syncscope: error: the dashboard needs gradio and plotly, which are not installed: run pip '
                            'install ".[dashboard]" in the syncscope checkout (or make run there)\n')
+
+
+@pytest.mark.slow
+def test_installed_each_usage_line_is_the_command_as_it_was_started(installed):
+    commands = [((str(installed.site / "bin" / name),), name) for name in ("syncscope-audit", "syncscope")]
+    commands += [((sys.executable, "-m", name), f"python -m {name}")
+                 for name in ("syncscope.core.audit", "syncscope.app", "syncscope.dashboard.export_html")]
+    for started, name in commands:
+        done = _run(installed, *started, "--help")
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: {name} "), done.stdout + done.stderr

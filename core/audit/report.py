@@ -27,8 +27,15 @@ from core.audit.words import (
 )
 from core.documents.schema import AUDIT_SCHEMA
 from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
+from core.text import command_name
 
-PROG = "python -m core.audit"
+AUDIT_SCRIPT = "syncscope-audit"  # the installed command (pyproject.toml's [project.scripts])
+
+
+def prog() -> str:
+    """The audit's command as it was started: syncscope-audit, or python -m core.audit (python -m
+    syncscope.core.audit installed)."""
+    return command_name(__package__, AUDIT_SCRIPT)
 
 
 def describe(audit: SyncAudit, **extra: Any) -> dict[str, Any]:
@@ -106,7 +113,7 @@ def summary_text(report: dict[str, Any]) -> str:
     found = steps_found(report.get("steps"), report.get("step_module"))
     counted = f" ({steps:,} decode steps counted: the first and last are left out, where every loop waits)" \
         if report.get("steps") else ""
-    lines = [_wrapped(f"{PROG}: {report.get('script', '?')}: {found}{counted}", 2)]
+    lines = [_wrapped(f"{prog()}: {report.get('script', '?')}: {found}{counted}", 2)]
     if per_step is None:
         lines.append("  no decode steps found: give --steps-of the function or module each step calls, or mark "
                      "steps with core.audit.watch()")
