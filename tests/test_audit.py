@@ -229,7 +229,7 @@ def test_the_summary_s_sites_past_its_list_add_what_they_read_so_the_lines_add_u
     listed = [float(n) for n in re.findall(r"([\d.]+)/step ", text)]
     more = re.search(r"and 2 more sites, ([\d.]+) a step in all \(the report lists them all\)", text)
     assert listed == [1.0] * 8 and more and sum(listed) + float(more.group(1)) == pytest.approx(8.35)
-    assert "and 1 site(s) read only in setup, the first or last step, not counted above: loop.py:3" in text
+    assert "and 1 site read only in setup, the first or last step, not counted above (the report lists them)" in text
 
 
 def test_watch_counts_the_steps_it_is_told_of():

@@ -138,4 +138,4 @@ def test_a_batched_loops_printed_sites_add_up_to_its_reads_per_decode_step(capsy
     finished_row = text[text.index("0.16/step"):text.index("fix:", text.index("0.16/step"))]
     assert "(3 reads in 19 decode steps)" in finished_row and "first or last step" not in finished_row
     assert text.count("first or last step") == 1
-    assert "and 1 site(s) read only in setup, the first or last step, not counted above" in text
+    assert "and 1 site read only in setup, the first or last step, not counted above" in text

@@ -107,4 +107,4 @@ def test_the_page_lists_a_batched_loops_sites_with_the_terminals_numbers_and_wor
     opened = page.split("</details>")
     assert "<b>Read:</b> 3 reads in 19 decode steps." in opened[2] and "(3 reads in 19 decode steps)" in terminal
     assert "<b>Read:</b> only in setup, the first or last step." in opened[3]
-    assert "read only in setup, the first or last step, not counted above: gpt.py:9" in terminal
+    assert "and 1 site read only in setup, the first or last step, not counted above" in terminal

@@ -71,7 +71,7 @@ def site_lines(report: dict[str, Any], top: int = 8) -> list[str]:
     """Each site read in the decode steps (the first `top`), most per step first, with its reads per step, what it
     costs and what to do, and for a site read in fewer than half the steps how many reads that is; the sites past
     `top` in one line with their reads per step in all, so that the lines add up to the reads per decode step; then
-    the sites read only in setup, the first or last step, which that count leaves out."""
+    how many sites were read only in setup, the first or last step, which that count leaves out."""
     sites = report.get("sites") or []
     in_decode = [s for s in sites if read_in_decode(s)]
     lines = []
@@ -79,11 +79,10 @@ def site_lines(report: dict[str, Any], top: int = 8) -> list[str]:
         lines += _site_lines(site, report)
     if len(in_decode) > top:
         lines.append(f"  and {more_sites(in_decode[top:])} (the report lists them all)")
-    outside = [s for s in sites if not read_in_decode(s)]
+    outside = len(sites) - len(in_decode)
     if outside:
-        named = ", ".join(f"{s['file']}:{s['line']}" for s in outside[:4]) + (" ..." if len(outside) > 4 else "")
-        lines.append(_wrapped(f"  and {len(outside)} site(s) read only in {OUTSIDE_DECODE}, not counted above: "
-                              f"{named}", 4))
+        lines.append(f"  and {outside} site{'s' if outside != 1 else ''} read only in {OUTSIDE_DECODE}, not counted "
+                     "above (the report lists them)")
     return lines
 
 
