@@ -38,6 +38,7 @@ from core.request.run_schema import (
     static_cache_for,
     values_from_args,
 )
+from core.text import command_name
 from core.tuning import Tuning
 from dashboard.service.limits import (
     EXPOSED_LIMITS,
@@ -59,9 +60,11 @@ BUNDLED_INDEX = "bundled-reports.json"  # in the cache folder: what find_bundled
 BUNDLED_KINDS = ("report", "audit", None)  # a bundled file's kind in that index (None: neither, or does not load)
 MAX_UPLOAD = MAX_REPORT_BYTES  # Replay's limit; the page refuses a larger file in its status line
 GRADIO_CACHE_CLEANUP = (3600, 24 * 3600)  # every hour, the files Gradio cached for this page over a day ago go
+APP_SCRIPT = "syncscope"  # the installed command (pyproject.toml's [project.scripts])
 DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python app.py", description=__doc__.split("\n\n")[0])
+    name = command_name(__spec__.name if __spec__ else None, APP_SCRIPT)
+    p = OneLineParser(prog=name, description=__doc__.split("\n\n")[0].replace("python app.py", name))
     p.add_argument("--model", action="append", default=None, metavar="SPEC",
                    help=f"model to load at start; repeat to offer more (default: {DEFAULT_MODEL})")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA when present, else cpu)")

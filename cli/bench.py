@@ -57,8 +57,14 @@ try:  # Ctrl-C while torch and transformers load (seconds) is an answer too, not
     from core.report.explain import what_this_run_shows
     from core.request.load_schema import add_load_arguments, given_load_flags
     from core.request.options import HF_MODULES_HELP, LOOPS, BenchRequest
-    from core.request.run_schema import OneLineParser, add_run_arguments, request_from_values, values_from_args
-    from core.text import printable
+    from core.request.run_schema import (
+        BENCH_MODULE,
+        OneLineParser,
+        add_run_arguments,
+        request_from_values,
+        values_from_args,
+    )
+    from core.text import command_name, printable
     from core.tuning import Tuning
 except KeyboardInterrupt:
     sys.stderr.write("core.bench: interrupted while starting (loading torch); nothing was run\n")
@@ -77,7 +83,7 @@ class _DefaultsWhereUseful(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog=command_name(BENCH_MODULE, "syncscope-bench"), description=__doc__.split("\n\n")[0],
                        formatter_class=_DefaultsWhereUseful)
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"a built-in spec ({', '.join(BUILTIN_SPECS)}), a Hugging Face id or a local path")

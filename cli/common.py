@@ -12,9 +12,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.parallel.ranks import interrupts_handled
+from core.request.run_schema import BENCH_MODULE
 from core.text import escaped, printable
 
-PROG = "core.bench"  # how the command names itself on stderr
+PROG = BENCH_MODULE  # how the command names itself on stderr
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal's number, as a shell reports it
 NEEDS_DASHBOARD = ("exporting a run as HTML needs {missing} (the dashboard extra), which is not installed here: run "
                    "pip install \".[dashboard]\" in the syncscope checkout")

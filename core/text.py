@@ -1,11 +1,13 @@
 """Text from a file or a visitor, made short enough to show (a report can hold a field of any size). Torch-free: the
 page, the CLI, the report's checks and the sentences about a run all clip with `clip`, by one of the two limits here.
+And a command's name as it was started (`command_name`), for its usage line and its messages.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any
 
 SENTENCE_FIELD_CHARS = 120  # the most of a report's field that a sentence about the run quotes (core.report.explain)
@@ -35,6 +37,16 @@ def shown_path(path: Any) -> str:
         text = "/".join(text.split("/")[-3:]) if "transformers/" not in text else \
             "transformers/" + text.rsplit("transformers/", 1)[1]
     return clip(text, SENTENCE_FIELD_CHARS)
+
+
+def command_name(module: str | None, script: str | None = None, started: str | None = None) -> str:
+    """A command as it was started (`started`: sys.argv[0]), for its usage line: `script` where that is the installed
+    command that ran (syncscope-audit); else `python -m MODULE`, the module's name as imported (core.audit in the
+    checkout, syncscope.core.audit installed); else, for a file run as a script (no module), `python FILE` as given."""
+    started = sys.argv[0] if started is None else started
+    if script and os.path.basename(started).removesuffix(".exe") == script:
+        return script
+    return f"python -m {module}" if module else f"python {started}"
 
 
 # C0 (tab and newline among them), DEL and C1, and the bidirectional overrides and isolates ("Trojan Source"): what a

@@ -215,7 +215,8 @@ def labels() -> list[tuple[str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.tuning", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else __name__}",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--labels", action="store_true",
                         help="print each label floor_ab.sh takes and the assignment it stands for, one a line")
     args = parser.parse_args(argv)

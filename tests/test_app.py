@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
@@ -44,3 +45,15 @@ def test_a_port_with_a_listener_is_still_refused():
                                              (["--host", "0.0.0.0"], app.SESSIONS_PER_ADDRESS)])
 def test_sessions_are_bounded_per_address_only_when_others_can_reach_the_page(argv, bound):
     assert app.sessions_per_address(app.build_parser().parse_args(argv)) == bound
+
+
+
+@pytest.mark.parametrize(("started", "name"), [("/venv/bin/syncscope", "syncscope"), ("app.py", "python app.py")])
+def test_the_usage_line_is_the_command_as_it_was_started(started, name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [started, "--help"])
+    if started == "app.py":
+        monkeypatch.setattr(app, "__spec__", None)  # a file run as a script has no module spec
+    with pytest.raises(SystemExit):
+        app.build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: {name} [-h]") and f"`{name}` opens" in " ".join(out.split())

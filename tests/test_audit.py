@@ -217,6 +217,21 @@ def test_the_summary_counts_copies_as_copies_and_names_a_tie_as_a_tie():
     assert nothing.startswith("python -m core.audit: flat.py: no steps found\n") and "none found" not in nothing
 
 
+def test_the_summary_s_sites_past_its_list_add_what_they_read_so_the_lines_add_up():
+    rates = [1.0] * 8 + [0.25, 0.1]  # ten sites; the summary lists eight
+    sites = [{"index": i, "file": "loop.py", "line": 10 + i, "code": "x", "kind": "item", "count": round(rate * 20),
+              "in_decode_steps": round(rate * 20), "per_step": rate} for i, rate in enumerate(rates)]
+    setup = {"index": 10, "file": "loop.py", "line": 3, "code": "x", "kind": "h2d-copy", "count": 1,
+             "in_decode_steps": 0, "per_step": 0.0}
+    report = {"script": "loop.py", "steps": 22, "step_module": "Model", "decode_steps": 20, "sites": [*sites, setup],
+              "reads_per_decode_step": 8.35, "copies_per_decode_step": 0.0, "most_reads_in_a_decode_step": 10}
+    text = " ".join(summary_text(report).split())
+    listed = [float(n) for n in re.findall(r"([\d.]+)/step ", text)]
+    more = re.search(r"and 2 more sites, ([\d.]+) a step in all \(the report lists them all\)", text)
+    assert listed == [1.0] * 8 and more and sum(listed) + float(more.group(1)) == pytest.approx(8.35)
+    assert "and 1 site read only in setup, the first or last step, not counted above (the report lists them)" in text
+
+
 def test_watch_counts_the_steps_it_is_told_of():
     x = torch.arange(4.0)
     with watch() as audit:
@@ -344,3 +359,12 @@ def test_what_was_seen_is_kept_when_the_run_must_end_at_once(tmp_path, case):
     assert report["steps"] >= 5 and report["reads_per_decode_step"] == pytest.approx(1.0, abs=1.5 / report["steps"])
     assert any(line.startswith("the run ended at once") for line in report["not_seen"])
     assert report["stopped_by"] == ("the program called os._exit(7)" if case == "os._exit" else "--timeout 10")
+
+
+@pytest.mark.parametrize(("started", "usage"), [("/venv/bin/syncscope-audit", "usage: syncscope-audit [--json PATH]"),
+                                                (str(REPO / "core/audit/__main__.py"), "usage: python -m core.audit ")])
+def test_the_usage_line_is_the_command_as_it_was_started(started, usage, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [started, "--help"])
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith(usage)

@@ -126,3 +126,16 @@ def test_fail_on_sync_zero_fails_the_threaded_streamer(capsys):
     code = main(["--fail-on-sync", "0", "--", str(LOOPS / "threaded_streamer.py"), "cpu", str(NEW_TOKENS)])
     assert code == 1, capsys.readouterr().out
     assert "FAIL: a decode step reads the device 2 times (--fail-on-sync 0)" in capsys.readouterr().out
+
+
+def test_a_batched_loops_printed_sites_add_up_to_its_reads_per_decode_step(capsys):
+    assert main(["--", str(LOOPS / "finished_rows.py"), "cpu", "21"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the summary, unwrapped
+    headline = re.search(r"([\d.]+) reads of device values per decode step", text)
+    listed = [float(n) for n in re.findall(r"([\d.]+)/step ", text)]
+    assert headline and listed == [1.0, 0.16], text
+    assert sum(listed) == pytest.approx(float(headline.group(1)), abs=0.005 * len(listed))
+    finished_row = text[text.index("0.16/step"):text.index("fix:", text.index("0.16/step"))]
+    assert "(3 reads in 19 decode steps)" in finished_row and "first or last step" not in finished_row
+    assert text.count("first or last step") == 1
+    assert "and 1 site read only in setup, the first or last step, not counted above" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from core.audit.report import summary_text
 from dashboard.service import audit_digest
 from dashboard.views import audit_view
 from dashboard.views.audit_view import ROWS_AT_ONCE, SITE_COLUMNS, sites_html, summary_md
@@ -86,3 +87,24 @@ def test_a_program_without_steps_says_so_plainly():
     report = {**report_with(), "steps": 0, "step_module": None, "reads_per_decode_step": None}
     summary = summary_md(audit_digest.digest(report, {}))
     assert "no steps found" in summary and "none found" not in summary and "0 steps" not in summary
+
+
+def test_the_page_lists_a_batched_loops_sites_with_the_terminals_numbers_and_words():
+    """The issue's batched loop: two sites every decode step, a finished row's read in 3 of 19, and a read before
+    the steps."""
+    report = report_with({"line": 25, "in_decode_steps": 38, "per_step": 2.0},
+                         {"line": 26, "kind": "h2d-copy", "in_decode_steps": 19, "per_step": 1.0},
+                         {"line": 30, "kind": "tolist", "in_decode_steps": 3, "per_step": 3 / 19},
+                         {"line": 9, "kind": "h2d-copy", "in_decode_steps": 0, "per_step": 0.0},
+                         steps=21, decode_steps=19, reads_per_decode_step=60 / 19, copies_per_decode_step=1.0)
+    digest = audit_digest.digest(report, {})
+    page = sites_html(digest)
+    page_rates = [re.findall(r"<span title=\"[^\"]*\">(.*?)</span>", row)[0] for row in summaries(page)]
+    terminal = " ".join(summary_text(report).split())
+    assert page_rates[:3] == re.findall(r"([\d.]+)/step ", terminal) == ["2.00", "1.00", "0.16"]
+    assert "2.16 reads of device values and 1 host-to-device copy per decode step" in summary_md(digest)
+    assert "2.16 reads of device values and 1 host-to-device copy per decode step" in terminal
+    opened = page.split("</details>")
+    assert "<b>Read:</b> 3 reads in 19 decode steps." in opened[2] and "(3 reads in 19 decode steps)" in terminal
+    assert "<b>Read:</b> only in setup, the first or last step." in opened[3]
+    assert "and 1 site read only in setup, the first or last step, not counted above" in terminal

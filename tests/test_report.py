@@ -11,7 +11,7 @@ from core.compare import compare
 from core.documents.bench_report import BenchReport
 from core.documents.kinds import BENCH_SCHEMA
 from core.loops.prompt import encode_prompt, synthetic_prompt
-from core.report.build import DTYPE_FLAGS, _identity, build_report, environment, reproduce_command
+from core.report.build import DTYPE_FLAGS, _identity, audit_lines, build_report, environment, reproduce_command
 from core.request.options import BenchRequest, GenerationOptions, effective_options
 from core.request.run_schema import cli_command, python_command
 
@@ -132,3 +132,13 @@ def test_the_report_is_written_through_the_schema(tiny):
     assert report["schema"] == BENCH_SCHEMA
     required, optional = BenchReport.__required_keys__, BenchReport.__optional_keys__
     assert required <= set(report) <= required | optional
+
+
+def test_the_audit_lines_say_what_the_sites_they_leave_out_read_so_they_add_up():
+    sites = [{"file": "loop.py", "line": line, "code": "x", "kind": "item", "in_decode_steps": reads,
+              "per_step": reads / 20} for line, reads in ((3, 20), (5, 20), (7, 20), (9, 3), (11, 1), (13, 0))]
+    audit = {"reads_per_decode_step": 3.2, "copies_per_decode_step": 0.0, "decode_steps": 20, "sites": sites}
+    lines = audit_lines({"sync_audit": {"naive": audit}})
+    assert lines[1] == "  naive: 3.20 reads of device values per decode step, over 20 decode steps"
+    assert [line.split("/step")[0].strip() for line in lines[2:5]] == ["1.00"] * 3
+    assert lines[5:] == ["    and 2 more sites, 0.20 a step in all"]

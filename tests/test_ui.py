@@ -572,3 +572,16 @@ def test_a_reloads_old_page_closing_leaves_the_new_pages_downloads_and_the_last_
     assert forgotten == [browser]
     visitors.leave(api, when_last=forgotten.append)  # an API client: its session is its owner
     assert forgotten == [browser, "s-api"]
+
+
+def test_the_your_loop_tab_says_how_to_audit_as_the_readme_does():
+    from dashboard.ui.tabs.your_loop import HOW_TO_AUDIT
+
+    status = text_of(quiet_page().your_loop.audit_upload(None)["status"])
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    audit_section = " ".join(readme.split("## Audit your own loop")[1].split("\n## ")[0].split())
+    for said in (status, audit_section):
+        assert ".venv/bin/python -m core.audit" in said and "syncscope-audit" in said and "checkout" in said, said
+    assert HOW_TO_AUDIT in status
+    commands = [line for line in readme.splitlines() if "-m core.audit " in line]
+    assert commands and all(".venv/bin/python -m core.audit" in line for line in commands), commands

@@ -13,11 +13,29 @@ from typing import Any
 import torch
 
 from core.audit.sync import SyncAudit
-from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
+from core.audit.words import (
+    OUTSIDE_DECODE,
+    RECURRING,
+    copies_per_step,
+    more_sites,
+    per_step_words,
+    read_in_decode,
+    steps_found,
+    tie_sentence,
+    top_sites,
+    when_read,
+)
 from core.documents.kinds import AUDIT_SCHEMA
 from core.measure.kernel_measurement import clipped_intervals, merged_intervals, on_run_clock
+from core.text import command_name
 
-PROG = "python -m core.audit"
+AUDIT_SCRIPT = "syncscope-audit"  # the installed command (pyproject.toml's [project.scripts])
+
+
+def prog() -> str:
+    """The audit's command as it was started: syncscope-audit, or python -m core.audit (python -m
+    syncscope.core.audit installed)."""
+    return command_name(__package__, AUDIT_SCRIPT)
 
 
 def describe(audit: SyncAudit, **extra: Any) -> dict[str, Any]:
@@ -49,32 +67,42 @@ def kernel_steps(intervals_ns: list[tuple[int, int]], audit: SyncAudit, clocks: 
             "kernel_busy_fraction": statistics.median(shares) if shares else None}
 
 
-def site_lines(report: dict[str, Any], top: int = 8, every: float = 0.5) -> list[str]:
-    """The sites read in at least `every` of the decode steps, most per step first, with what each costs and what to
-    do; then, in one line, the sites read in fewer (a run's setup, a first or last step)."""
-    sites = [s for s in report.get("sites", []) if s.get("in_decode_steps")]
-    recurring = [s for s in sites if (s.get("per_step") or 0) >= every]
+def site_lines(report: dict[str, Any], top: int = 8) -> list[str]:
+    """Each site read in the decode steps (the first `top`), most per step first, with its reads per step, what it
+    costs and what to do, and for a site read in fewer than half the steps how many reads that is; the sites past
+    `top` in one line with their reads per step in all, so that the lines add up to the reads per decode step; then
+    how many sites were read only in setup, the first or last step, which that count leaves out."""
+    sites = report.get("sites") or []
+    in_decode = [s for s in sites if read_in_decode(s)]
     lines = []
-    for site in recurring[:top]:
-        cost = ""
-        if site.get("host_blocked_ms_per_step") is not None:
-            cost = f"; host blocked {site['host_blocked_ms_per_step'] * 1000:.0f} us/step"
-        if site.get("device_idle_after_ms_per_step") is not None:
-            cost += f", device idle after {site['device_idle_after_ms_per_step'] * 1000:.0f} us/step (at most what " \
-                    "removing it gives back)"
-        thread = f" (thread {site['thread']})" if site.get("thread") not in (None, report.get("step_thread")) else ""
-        lines.append(_wrapped(f"  {site['per_step']:.2f}/step  {site['kind']:<13} {site['file']}:{site['line']}  "
-                              f"{site['code'][:80]}{thread}{cost}", 13))
-        if site.get("callers") and site.get("where") == "inside a step" and os.path.isfile(site["file"]):
-            lines.append(f"      called from {site['callers'][0]}")  # a helper of the program's forward, say
-        if site.get("fix"):
-            lines.append(_wrapped(f"      fix: {site['fix']}", 11))
-    if len(recurring) > top:
-        lines.append(f"  and {len(recurring) - top} more site(s) read as often (the report lists them all)")
-    rare = [s for s in sites if s not in recurring]
-    if rare:
-        named = ", ".join(f"{s['file']}:{s['line']}" for s in rare[:4]) + (" ..." if len(rare) > 4 else "")
-        lines.append(f"  and {len(rare)} site(s) read in fewer steps (a run's setup, its first or last step): {named}")
+    for site in in_decode[:top]:
+        lines += _site_lines(site, report)
+    if len(in_decode) > top:
+        lines.append(f"  and {more_sites(in_decode[top:])} (the report lists them all)")
+    outside = len(sites) - len(in_decode)
+    if outside:
+        lines.append(f"  and {outside} site{'s' if outside != 1 else ''} read only in {OUTSIDE_DECODE}, not counted "
+                     "above (the report lists them)")
+    return lines
+
+
+def _site_lines(site: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """A site read in the decode steps: its reads per step, kind, place, code, thread and cost; where it was called
+    from and its fix."""
+    cost = ""
+    if site.get("host_blocked_ms_per_step") is not None:
+        cost = f"; host blocked {site['host_blocked_ms_per_step'] * 1000:.0f} us/step"
+    if site.get("device_idle_after_ms_per_step") is not None:
+        cost += f", device idle after {site['device_idle_after_ms_per_step'] * 1000:.0f} us/step (at most what " \
+                "removing it gives back)"
+    thread = f" (thread {site['thread']})" if site.get("thread") not in (None, report.get("step_thread")) else ""
+    rare = f" ({when_read(site, report.get('decode_steps'))})" if site["per_step"] < RECURRING else ""
+    lines = [_wrapped(f"  {site['per_step']:.2f}/step  {site['kind']:<13} {site['file']}:{site['line']}  "
+                      f"{site['code'][:80]}{thread}{rare}{cost}", 13)]
+    if site.get("callers") and site.get("where") == "inside a step" and os.path.isfile(site["file"]):
+        lines.append(f"      called from {site['callers'][0]}")  # a helper of the program's forward, say
+    if site.get("fix"):
+        lines.append(_wrapped(f"      fix: {site['fix']}", 11))
     return lines
 
 
@@ -84,7 +112,7 @@ def summary_text(report: dict[str, Any]) -> str:
     found = steps_found(report.get("steps"), report.get("step_module"))
     counted = f" ({steps:,} decode steps counted: the first and last are left out, where every loop waits)" \
         if report.get("steps") else ""
-    lines = [_wrapped(f"{PROG}: {report.get('script', '?')}: {found}{counted}", 2)]
+    lines = [_wrapped(f"{prog()}: {report.get('script', '?')}: {found}{counted}", 2)]
     if per_step is None:
         lines.append("  no decode steps found: give --steps-of the function or module each step calls, or mark "
                      "steps with core.audit.watch()")

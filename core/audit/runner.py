@@ -55,7 +55,7 @@ CACHE_NOTICES = usable_compile_caches()  # before torch is imported, which reads
 import torch  # noqa: E402
 
 from core.audit.compile import audited_compiles  # noqa: E402
-from core.audit.report import PROG, audit_trace, describe, kernel_steps, site_lines, summary_text  # noqa: E402
+from core.audit.report import audit_trace, describe, kernel_steps, prog, site_lines, summary_text  # noqa: E402
 from core.audit.sites import in_program, path_from_root  # noqa: E402
 from core.audit.steps import StepsOf, StepWatcher  # noqa: E402
 from core.audit.stop import Stops  # noqa: E402
@@ -126,8 +126,9 @@ def assert_no_syncs(step: Callable[[], Any], steps: int = 4, warmup: int = 1, al
 def build_parser() -> argparse.ArgumentParser:
     from core.request.run_schema import OneLineParser
 
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                      usage=f"{PROG} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] "
+    name = prog()
+    p = OneLineParser(prog=name, description=__doc__.split("\n\n")[0],
+                      usage=f"{name} [--json PATH] [--trace PATH] [--steps-of NAME] [--fail-on-sync N] [--no-kernels] "
                             "[--timeout SECONDS] -- SCRIPT [ARGS...]")
     p.add_argument("--json", dest="json_path", metavar="PATH",
                    help="write the audit report here (the page's Your loop tab opens it)")
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args([*own, *program[:1]])
     program_args = program[1:] if program else args.args
     for notice in CACHE_NOTICES:
-        sys.stderr.write(f"{PROG}: note: {printable(notice)}\n")
+        sys.stderr.write(f"{prog()}: note: {printable(notice)}\n")
     try:
         check_output_path(args.json_path)
         check_output_path(args.trace_path, "--trace")
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
         steps_of = StepsOf(args.steps_of, args.script) if args.steps_of else None
     except ValueError as exc:
-        sys.stderr.write(f"{PROG}: error: {escaped(exc)}\n")
+        sys.stderr.write(f"{prog()}: error: {escaped(exc)}\n")
         return 2
 
     def keep(report: dict[str, Any], exit_code: int) -> int:
@@ -224,11 +225,11 @@ def _print_and_write(args: argparse.Namespace, report: dict[str, Any], exit_code
         written = write_json(args.trace_path, audit_trace(report), "trace") == args.trace_path and written
     if report.get("stopped_by"):
         at = f" at {escaped(report['stopped_at'])}" if report.get("stopped_at") else ""
-        print(printable(f"{PROG}: {args.script} ended early ({report['stopped_by']}){at}, exit status {exit_code}; "
+        print(printable(f"{prog()}: {args.script} ended early ({report['stopped_by']}){at}, exit status {exit_code}; "
                         "the audit covers what it ran until then"))
     elif exit_code:
         message = f": {escaped(report['exit_message'])}" if report.get("exit_message") else ""
-        print(printable(f"{PROG}: {args.script} exited with {exit_code}{message}; the audit covers what it ran"))
+        print(printable(f"{prog()}: {args.script} exited with {exit_code}{message}; the audit covers what it ran"))
     sys.stdout.flush()
     return ci_gate(report, args.fail_on_sync) or (exit_code if written else 1)
 
@@ -239,12 +240,12 @@ def ci_gate(report: dict[str, Any], limit: int | None) -> int:
     if limit is None:
         return 0
     if report.get("reads_per_decode_step") is None:
-        print(f"{PROG}: FAIL: no decode step was seen, so --fail-on-sync {limit} checked nothing: pass --steps-of NAME "
-              "(what each step calls: package.module:QualName, or a function or class of the script)")
+        print(f"{prog()}: FAIL: no decode step was seen, so --fail-on-sync {limit} checked nothing: pass --steps-of "
+              "NAME (what each step calls: package.module:QualName, or a function or class of the script)")
         return 2
     worst = report.get("most_reads_in_a_decode_step") or 0
     if worst > limit:
-        print(f"{PROG}: FAIL: a decode step reads the device {worst} times (--fail-on-sync {limit})")
+        print(f"{prog()}: FAIL: a decode step reads the device {worst} times (--fail-on-sync {limit})")
         return 1
     return 0
 

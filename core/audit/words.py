@@ -13,6 +13,7 @@ from typing import Any
 COPY_KIND = "h2d-copy"  # core.audit.sync.KINDS: a blocking copy from host memory to the device
 RECURRING = 0.5  # a site read in at least half the decode steps is one of the loop's own
 TIE_DIGITS = 2  # sites whose per-step counts print alike (1.00 and 1.00) tie
+OUTSIDE_DECODE = "setup, the first or last step"  # where a loop's reads are not counted per decode step
 _NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
@@ -73,6 +74,32 @@ def tie_sentence(tied: Sequence[dict[str, Any]], escape: Callable[[Any], str] = 
         names.append(f"{len(tied) - named} more")
     listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     return f"{number_word(len(tied))} sites tie at {tied[0]['per_step']:.2f} a step: {listed}"
+
+
+def read_in_decode(site: dict[str, Any]) -> bool:
+    """Whether a site was read in a decode step (a site read only in setup, the first or last step was not)."""
+    reads = site.get("in_decode_steps")
+    return _number(reads) and reads > 0
+
+
+def when_read(site: dict[str, Any], decode_steps: Any) -> str:
+    """When a site was read, as a count: "3 reads in 19 decode steps" (`decode_steps` the report's; "in the decode
+    steps" where it has none); for a site read in no decode step, "only in setup, the first or last step"
+    (OUTSIDE_DECODE), which the reads per decode step leave out."""
+    if not read_in_decode(site):
+        return f"only in {OUTSIDE_DECODE}"
+    reads = site["in_decode_steps"]
+    said = f"{reads:,} read{'s' if reads != 1 else ''}" if isinstance(reads, int) else f"{amount(reads)} reads"
+    if not isinstance(decode_steps, int) or isinstance(decode_steps, bool):
+        return f"{said} in the decode steps"
+    return f"{said} in {decode_steps:,} decode step{'s' if decode_steps != 1 else ''}"
+
+
+def more_sites(rest: Sequence[dict[str, Any]]) -> str:
+    """Sites read in decode steps that a list leaves out, with what they add to the reads per decode step, so that
+    the list adds up: "2 more sites, 0.32 a step in all"."""
+    total = sum(s["per_step"] for s in rest if _number(s.get("per_step")))
+    return f"{len(rest):,} more site{'s' if len(rest) != 1 else ''}, {total:.2f} a step in all"
 
 
 def site_name(site: dict[str, Any], escape: Callable[[Any], str] = str) -> str:

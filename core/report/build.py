@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.audit.words import copies_per_step, per_step_words
+from core.audit.words import copies_per_step, more_sites, per_step_words, read_in_decode
 from core.documents.bench_report import BenchReport, kernel_share_of_timed_steps
 from core.documents.kinds import BENCH_SCHEMA
 from core.kernels.pdl import pdl_in_effect
@@ -335,7 +335,8 @@ def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
         cost_text = f"; audited run at {cost:.0%} of the timed rate" if cost else ""
         said = per_step_words(per_step, copies) if per_step is not None else "no decode step seen"
         lines.append(f"  {name}: {said}, over {audit.get('decode_steps', 0)} decode steps{cost_text}")
-        for site in [s for s in audit.get("sites", []) if s.get("in_decode_steps")][:top]:
+        in_decode = [s for s in audit.get("sites", []) if read_in_decode(s)]
+        for site in in_decode[:top]:
             cost = ""
             if site.get("host_blocked_ms_per_step") is not None:
                 cost = f", host blocked {site['host_blocked_ms_per_step'] * 1000:.0f} us/step"
@@ -343,6 +344,8 @@ def audit_lines(report: dict[str, Any], top: int = 3) -> list[str]:
                 cost += f", device idle after {site['device_idle_after_ms_per_step'] * 1000:.0f} us/step"
             lines.append(f"    {site['per_step']:.2f}/step {site['kind']:<14} {site['file']}:{site['line']}  "
                          f"{site['code'][:70]}{cost}")
+        if len(in_decode) > top:
+            lines.append(f"    and {more_sites(in_decode[top:])}")
     note = next((a["note"] for a in audits.values() if a.get("note")), None)
     if note:
         lines.append(f"  ({note})")

@@ -264,9 +264,14 @@ def cli_command(request: BenchRequest, model: str, device: str | None = None, dt
     return "".join(assignments) + " ".join(shell_quote(word) for word in words)
 
 
+# The benchmark's module as this process imports it: core.bench in a checkout, syncscope.core.bench installed
+BENCH_MODULE = __name__.removesuffix("request.run_schema") + "bench"
+
+
 def bench_words() -> list[str]:
-    """The first words of every command that repeats a run: this interpreter, running core.bench."""
-    return [python_command(), "-m", "core.bench"]
+    """The first words of every command that repeats a run: this interpreter, running the benchmark's module as this
+    process imports it (BENCH_MODULE), so that the command runs where this one did."""
+    return [python_command(), "-m", BENCH_MODULE]
 
 
 def python_command(executable: str | None = None, cwd: str | None = None) -> str:

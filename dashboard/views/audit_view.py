@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core.audit.fixes import MAX_CODE_LINES
-from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites
+from core.audit.words import copies_per_step, per_step_words, steps_found, tie_sentence, top_sites, when_read
 from core.text import clip
 from dashboard.service.audit_digest import HELD_CHARS
 from dashboard.views import charts
@@ -148,7 +148,7 @@ def sites_html(report: dict[str, Any]) -> str:
     caption = ("<p>Each line of the program that waits on the device, the most per decode step first; open a row "
                "for what to do about it.</p>")
     head = "".join(f"<span>{html.escape(title)}</span>" for title in SITE_COLUMNS)
-    rows = [site_html(site) for site in sites]
+    rows = [site_html(site, report.get("decode_steps")) for site in sites]
     listed = "".join(rows[:ROWS_AT_ONCE])
     if len(rows) > ROWS_AT_ONCE:
         listed += (f'<details class="more"><summary>{len(rows) - ROWS_AT_ONCE:,} more sites, read less often'
@@ -156,19 +156,20 @@ def sites_html(report: dict[str, Any]) -> str:
     return f'<div class="sites">{caption}<div class="row">{head}</div>{listed}</div>'
 
 
-def site_html(site: dict[str, Any]) -> str:
-    """One site: a one-line row (per step, kind, file:line, its line of code, its cost) that opens onto what to do."""
+def site_html(site: dict[str, Any], decode_steps: Any = None) -> str:
+    """One site: a one-line row (per step, kind, file:line, its line of code, its cost) that opens onto what to do
+    and when it was read (of the report's `decode_steps`)."""
     line = site.get("line")
     where = f"{_held(site.get('file'))}:{line if isinstance(line, int) and not isinstance(line, bool) else '?'}"
     code = _held(site.get("code") or "")
     cells = [_per_step_text(site.get("per_step")), _held(site.get("kind") or "?"), where, code, cost_text(site)]
     summary = "".join(f'<span title="{_attr(cell)}">{_text(cell)}</span>' for cell in cells)
-    return f"<details><summary>{summary}</summary>{fix_html(site)}</details>"
+    return f"<details><summary>{summary}</summary>{fix_html(site, decode_steps)}</details>"
 
 
-def fix_html(site: dict[str, Any]) -> str:
+def fix_html(site: dict[str, Any], decode_steps: Any = None) -> str:
     """What a site's row opens onto: the fix, its pattern's lines (at most MAX_CODE_LINES) as code, the line
-    itself, and where it was called from."""
+    itself, when it was read (as the terminal says it, core.audit.words.when_read) and where it was called from."""
     parts = []
     if site.get("fix"):
         parts.append(f"<p><b>What to do:</b> {_text(_held(site['fix']).rstrip('.'))}.</p>")
@@ -177,6 +178,7 @@ def fix_html(site: dict[str, Any]) -> str:
         lines = [_held(line) for line in code.splitlines() if line.strip()][:MAX_CODE_LINES]
         parts.append(f"<p>The pattern:</p><pre><code>{_text(chr(10).join(lines))}</code></pre>")
     parts.append(f"<p><b>The line:</b> <code>{_text(_held(site.get('code') or '?'))}</code></p>")
+    parts.append(f"<p><b>Read:</b> {_text(when_read(site, decode_steps))}.</p>")
     if (calls := called_from(site)) != "–":
         parts.append(f"<p><b>Called from:</b> {_text(calls)}</p>")
     return f'<div class="fix">{"".join(parts)}</div>'

@@ -22,7 +22,9 @@ from core.documents.schema import load
 from core.request.run_schema import OneLineParser
 from core.text import escaped
 
-PROG = "python -m dashboard.export_html"
+# The command, dashboard/export_html.py beside this package: python -m dashboard.export_html in the checkout,
+# python -m syncscope.dashboard.export_html installed.
+PROG = f"python -m {__package__.rpartition('.')[0]}.export_html"
 NEEDS_EXTRA = ("exporting a run as HTML needs {missing} (the dashboard extra), which is not installed here: run pip "
                "install \".[dashboard]\" in the syncscope checkout")
 AUDIT_REPORT = ("this JSON is an audit report of a program (python -m core.audit): open it in the dashboard's Your "

@@ -207,7 +207,8 @@ def _audit_sites(audits: dict[str, Any]) -> str:
         over = f", over {steps:,} decode steps" if isinstance(steps, int) and not isinstance(steps, bool) else ""
         sites = audit.get("sites") if isinstance(audit.get("sites"), list) else []
         parts.append(f"<h3>{_text(name)}: {_text(said)}{over}</h3>")
-        parts.append(sites_html({"sites": [s for s in sites if isinstance(s, dict)][:MAX_SITES]}))
+        shown = [s for s in sites if isinstance(s, dict)][:MAX_SITES]
+        parts.append(sites_html({"sites": shown, "decode_steps": steps}))
         if audit.get("note"):
             parts.append(f"<p><em>{_text(clip(audit['note']))}</em></p>")
     return "".join(parts)

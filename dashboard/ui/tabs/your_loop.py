@@ -1,6 +1,6 @@
-"""The Your loop tab: an audit of the visitor's own program (`python -m core.audit --json audit.json --
-your_script.py`), read from its file (dashboard.views.audit_view draws it); nothing of it runs here. Uploads are read
-one at a time (AUDITS_AT_ONCE), each in a child process bounded in memory (dashboard.edge.audit_process)."""
+"""The Your loop tab: an audit of the visitor's own program (HOW_TO_AUDIT says how to write one), read from its file
+(dashboard.views.audit_view draws it); nothing of it runs here. Uploads are read one at a time (AUDITS_AT_ONCE), each
+in a child process bounded in memory (dashboard.edge.audit_process)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from dashboard.views import audit_view
 from dashboard.views.report_text import plain
 
 OUTPUTS = ("status", "summary", "sites", "plot")
+# How to write an audit, as the README's "Audit your own loop" says: the checkout's interpreter (a bare python has no
+# torch, and elsewhere no core), or the installed command anywhere.
+HOW_TO_AUDIT = ("in the syncscope checkout, `.venv/bin/python -m core.audit --json audit.json -- your_script.py` (or "
+                "`syncscope-audit --json audit.json -- your_script.py` anywhere, once installed with `pip install .`)")
 # How many audits the server reads at once (upload and bundled together): each may take a child process up to
 # dashboard.edge.audit_process.CHILD_MEMORY_BYTES for a few seconds, so a burst of uploads queues instead of adding up.
 AUDITS_AT_ONCE = 1
-CANNOT_SHOW = ("it passed the checks of an audit report but could not be drawn; write it again with python -m "
-               "core.audit")
+CANNOT_SHOW = ("it passed the checks of an audit report but could not be drawn; audit the program again "
+               "(.venv/bin/python -m core.audit in the syncscope checkout, or syncscope-audit)")
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +40,10 @@ class YourLoopTab:
     @classmethod
     def build(cls, page: PageContext) -> Self:
         a: dict[str, Any] = {}
-        gr.Markdown("Audit your own decode loop where it runs: `python -m core.audit --json audit.json -- "
-                    "your_script.py` (or `syncscope-audit` after `pip install` of this project), then open "
-                    "`audit.json` here. It lists each line of your program that waits on the device (a read of a "
-                    "device value, or a blocking copy to it), how often per decode step, what it costs on a GPU and "
-                    "what to do about it. The file is only parsed; nothing in it runs here.")
+        gr.Markdown(f"Audit your own decode loop where it runs: {HOW_TO_AUDIT}, then open `audit.json` here. It "
+                    "lists each line of your program that waits on the device (a read of a device value, or a blocking "
+                    "copy to it), how often per decode step, what it costs on a GPU and what to do about it. The file "
+                    "is only parsed; nothing in it runs here.")
         upload_row(a, "audit", "Audit JSON", page.config.audit_files, "Bundled audits (examples/)", as_path=True)
         a["status"] = gr.Markdown(elem_id="audit-status")
         a["summary"] = gr.Markdown(elem_id="audit-summary")
@@ -63,8 +66,7 @@ class YourLoopTab:
     def audit_upload(self, data: bytes | str | None) -> dict:
         """An uploaded audit: the path Gradio saved it to (the page), or its bytes."""
         if data is None:
-            return {self.components["status"]: "Choose a JSON file written by `python -m core.audit --json "
-                                                "audit.json -- your_script.py`."}
+            return {self.components["status"]: f"Choose the JSON file of an audit: {HOW_TO_AUDIT}."}
         limit = self.page.config.max_report_bytes
         return self._audit_guarded(lambda: audit_process.read_audit(data, limit), "the file")
 
