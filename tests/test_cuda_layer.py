@@ -25,6 +25,14 @@ def test_the_fused_step_computes_transformers_layer():
     check_layer_errors(layer_errors(GPU_LAYER_CASES, device="cuda", ops=torch.ops.syncscope), GPU_LAYER_CASES)
 
 
+def test_the_fused_step_reading_late_computes_transformers_layer_too():
+    from core.kernels.reads import reading
+
+    with reading("late"):  # the operators called eagerly: each launch reads the order it is called in
+        errors = layer_errors(GPU_LAYER_CASES, device="cuda", ops=torch.ops.syncscope)
+    check_layer_errors(errors, GPU_LAYER_CASES)
+
+
 def _traced_launches(monkeypatch) -> list[str]:
     """The names of the layer's kernels as a compile traces them (once per compiled graph)."""
     import core.kernels.triton_gemv as triton_gemv

@@ -77,23 +77,23 @@ def interpreter_errors() -> dict[str, float]:
     return errors
 
 
-def orders_agree() -> dict[str, bool]:
-    """Run as interpreter_errors: per case and dtype, whether the kernels reading first and reading late
-    (core.kernels.reads) give the same output, bit for bit."""
+def orders_apart(device: str = "cpu") -> dict[str, float]:
+    """Per case and dtype, the largest difference between the kernels' outputs reading first and reading late
+    (core.kernels.reads); on the CPU run it as interpreter_errors."""
     import core.kernels.triton_attention as module
     from core.kernels.reads import ORDERS, reading
 
-    agree = {}
+    apart = {}
     for dtype in (torch.float32, torch.bfloat16):
         for case in CASES:
             batch, heads, kv_heads, length, dim, mask_kind, split_keys = case
-            inputs = _case(dtype, batch, heads, kv_heads, length, dim, mask_kind)
+            inputs = _case(dtype, batch, heads, kv_heads, length, dim, mask_kind, device)
             outputs = []
             for order in ORDERS:
                 with reading(order):
                     outputs.append(_run_kernels_directly(module, *inputs, dim ** -0.5, split_keys))
-            agree[f"{dtype} {case}"] = torch.equal(*outputs)
-    return agree
+            apart[f"{dtype} {case}"] = (outputs[0].float() - outputs[1].float()).abs().max().item()
+    return apart
 
 
 def _in_tritons_interpreter(function: str) -> dict[str, float]:
@@ -118,8 +118,8 @@ def test_the_kernels_match_the_reduction_form_in_tritons_interpreter():
 @pytest.mark.slow
 @needs_triton
 def test_reading_first_or_late_gives_the_same_bits_in_tritons_interpreter():
-    agree = _in_tritons_interpreter("orders_agree")
-    assert len(agree) == 2 * len(CASES) and all(agree.values()), agree
+    apart = _in_tritons_interpreter("orders_apart")
+    assert len(apart) == 2 * len(CASES) and not any(apart.values()), apart
 
 
 @needs_triton
@@ -214,3 +214,14 @@ def test_the_compiled_op_matches_and_repeats_bitwise_on_cuda(case):
     assert all(torch.equal(compiled(query, key, value, mask, None), first) for _ in range(5))
     unsplit = _run_kernels_directly(module, query, key, value, mask, dim ** -0.5, length)  # the one-kernel path
     torch.testing.assert_close(unsplit, expected, atol=1.6e-2, rtol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+def test_reading_first_or_late_differs_by_rounding_at_most_on_cuda():
+    # Compiled for the GPU the two orders are scheduled apart, and some fp32 cases differ in their last bits (seen on
+    # an H100, 2026-12-06): within rounding, as the reduction form's bounds above allow
+    apart = orders_apart("cuda")
+    assert len(apart) == 2 * len(CASES), apart
+    for name, difference in apart.items():
+        assert difference <= (1e-6 if "float32" in name else 4e-3), (name, difference)

@@ -2,8 +2,10 @@
 core.tuning): "first", everything before any arithmetic, so a program waits for memory once (attention its keys,
 values and mask together; the products their residual and bias, the q/k/v kernel its rotary and the cache's length,
 before their sums); "late", each where it is used, as before 8725825. The same arithmetic in the same order either
-way, so the same bits. A compile traces with one (core.kernels.products.traced_with); the launchers read it while
-they are traced and give it to the kernels as the constant READS_FIRST. docs/TUNING.md has the A/B."""
+way: the same bits in Triton's interpreter; compiled for an H100 some fp32 cases differ in their last bits (the two
+are scheduled apart), within rounding (tests/test_triton_attention.py, tests/test_cuda_layer.py). A compile traces
+with one (core.kernels.products.traced_with); the launchers read it while they are traced and give it to the kernels
+as the constant READS_FIRST. docs/TUNING.md has the A/B."""
 
 from __future__ import annotations
 
