@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,10 +24,10 @@ from cli.common import (
     write_html,
 )
 from core.documents.files import check_output_path, write_json
-from core.load.protocol import run_load
+from core.load.protocol import InterruptedLoad, run_load
 from core.load.report import build_load_report, load_trace
 from core.load.words import load_text
-from core.models.loading import load_model
+from core.models.loading import LoadedModel, load_model
 from core.models.specs import is_random_weights
 from core.phases import phase_named
 from core.report.build import DTYPE_FLAGS
@@ -69,8 +70,11 @@ def run_load_cli(args: argparse.Namespace) -> int:
             loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules,
                                 tuning=tuning)
             section = run_load(loaded, request, on_event=_load_progress if args.progress else None)
+        except InterruptedLoad as cut:
+            return _keep_interrupted(args, loaded, request, cut.section, started, received)
         except KeyboardInterrupt:
-            sys.stderr.write(f"{PROG}: interrupted ({signal_name(received)}) under load; no report written\n")
+            sys.stderr.write(f"{PROG}: interrupted ({signal_name(received)}) under load before its first point "
+                             "finished; no report written\n")
             return interrupted_code(received)
         except ValueError as exc:
             return fail(0, str(exc), 2)
@@ -80,11 +84,24 @@ def run_load_cli(args: argparse.Namespace) -> int:
         except Exception as exc:  # a command line answers in one line, not a traceback
             return fail(0, failure_line(exc), 1)
     ignore_interrupts()
+    return 0 if _print_and_write(args, _report(loaded, request, section, started)) else 1
+
+
+def _keep_interrupted(args: argparse.Namespace, loaded: LoadedModel, request: LoadRequest, section: dict[str, Any],
+                      started: float, received: Sequence[int]) -> int:
+    """An interrupt after the main point: the text and files of the points that finished, then the signal's code."""
+    ignore_interrupts()  # a second Ctrl-C now would only lose what finished
+    section["interrupted"]["signal"] = signal_name(received)
+    _print_and_write(args, _report(loaded, request, section, started))
+    return interrupted_code(received)
+
+
+def _report(loaded: LoadedModel, request: LoadRequest, section: dict[str, Any], started: float) -> dict[str, Any]:
     device = None if loaded.device.type == "cuda" and not loaded.device.index else str(loaded.device)
     command = load_command(request, loaded.spec, device=device, dtype=DTYPE_FLAGS.get(loaded.dtype))
     report = build_load_report(loaded, request, section, command)
     report["wall_s"] = time.perf_counter() - started
-    return 0 if _print_and_write(args, report) else 1
+    return report
 
 
 def _print_and_write(args: argparse.Namespace, report: dict[str, Any]) -> bool:
