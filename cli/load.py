@@ -24,7 +24,8 @@ from cli.common import (
     write_html,
 )
 from core.documents.files import check_output_path, write_json
-from core.load.protocol import InterruptedLoad, run_load
+from core.load.batching import BATCHED_LOOPS
+from core.load.protocol import InterruptedLoad, run_load, runnable_contestants
 from core.load.report import build_load_report, load_trace
 from core.load.words import load_text
 from core.models.loading import LoadedModel, load_model
@@ -33,6 +34,7 @@ from core.phases import phase_named
 from core.report.build import DTYPE_FLAGS
 from core.request.load import LoadRequest, load_option
 from core.request.load_schema import load_command, request_from_values, values_from_args
+from core.request.options import CUDA_GRAPH_COMPILE_MODES
 from core.text import printable
 from core.tuning import Tuning
 
@@ -69,6 +71,8 @@ def run_load_cli(args: argparse.Namespace) -> int:
         try:
             loaded = load_model(args.model, device=args.device, dtype=args.dtype, hf_modules=args.hf_modules,
                                 tuning=tuning)
+            contestants = runnable_contestants(loaded, request.contestants)[0]
+            sys.stderr.write(f"{PROG}: {plan_line(request, contestants, loaded.device.type)}\n")
             section = run_load(loaded, request, on_event=_load_progress if args.progress else None)
         except InterruptedLoad as cut:
             return _keep_interrupted(args, loaded, request, cut.section, started, received)
@@ -85,6 +89,25 @@ def run_load_cli(args: argparse.Namespace) -> int:
             return fail(0, failure_line(exc), 1)
     ignore_interrupts()
     return 0 if _print_and_write(args, _report(loaded, request, section, started)) else 1
+
+
+def plan_line(request: LoadRequest, contestants: Sequence[str], device_type: str) -> str:
+    """What a run under load will do, counted in runs of its workload (a run's time depends on the model, the device
+    and the loop: this is not a forecast in seconds)."""
+    points, trials = request.points(), request.trials
+    runs = len(points) * len(contestants) * (1 + trials)
+    batched = sum(name in BATCHED_LOOPS for name in contestants)
+    extra = [f"{batched} under the sync audit"] if request.audit and batched else []
+    if device_type == "cuda" and not request.no_kernel_measurement and batched:
+        extra.append(f"{batched} under CUPTI")
+    more = f", and at B={points[0][0]} {' and '.join(extra)}" if extra else ""
+    line = (f"under load: {runs} runs of {request.workload.requests} requests ({len(points)} point(s) x "
+            f"{len(contestants)} contestant(s) x 1 warm-up + {trials} trial(s)){more}")
+    compiled = request.options.compile
+    if device_type == "cuda" and compiled != "off":
+        captured = " and captures" if compiled in CUDA_GRAPH_COMPILE_MODES else ""
+        line += f"; each B's warm-up compiles{captured} its step first, untimed"
+    return line
 
 
 def _keep_interrupted(args: argparse.Namespace, loaded: LoadedModel, request: LoadRequest, section: dict[str, Any],

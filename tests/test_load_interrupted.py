@@ -9,15 +9,18 @@ import io
 import json
 import os
 import signal
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from cli.load import plan_line
 from core.bench import main
 from core.documents.kinds import LOAD, ReportError
 from core.documents.schema import load as load_document
 from core.load.words import load_findings, load_text
 from core.request.load import LoadRequest, WorkloadSpec
+from core.request.options import GenerationOptions
 from dashboard.service.jobs import CANCELLED, UNDER_LOAD
 from dashboard.views import load_view
 from engine.process import EngineConfig, EngineCore
@@ -138,3 +141,17 @@ def test_the_supervisor_keeps_a_cancelled_load_jobs_report():
     kept = {"schema": "syncscope.load/1", "load": {"interrupted": {"by": "cancel"}}}
     supervisor._on_message(JobCancelled(job=job.id, report=kept))
     assert job.state == CANCELLED and job.report == kept
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+def test_the_cli_says_before_a_run_how_many_runs_of_the_workload_it_makes():
+    request = LoadRequest(workload=WorkloadSpec(requests=6), max_batch=4, trials=2, sweep_batch=(2,), audit=True,
+                          contestants=("naive", "pipelined", "hf-batch"))
+    assert plan_line(request, request.contestants, "cpu") == (
+        "under load: 18 runs of 6 requests (2 point(s) x 3 contestant(s) x 1 warm-up + 2 trial(s)), and at B=4 2 "
+        "under the sync audit")
+    graphed = replace(request, options=GenerationOptions(cache="static", compile="step-graph"), audit=False)
+    assert plan_line(graphed, ("naive",), "cuda") == (
+        "under load: 6 runs of 6 requests (2 point(s) x 1 contestant(s) x 1 warm-up + 2 trial(s)), and at B=4 1 "
+        "under CUPTI; each B's warm-up compiles and captures its step first, untimed")

@@ -50,7 +50,7 @@ def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[L
     problem = slot_cache_problem(loaded.model)
     require(problem is None, f"{loaded.spec} cannot run under load here: {problem}")
     check_support(loaded, options.compile)
-    contestants, skipped = _runnable(loaded, request.contestants)
+    contestants, skipped = runnable_contestants(loaded, request.contestants)
     notices += skipped
     base = request.workload.build()
     prompt_ids = [_ids(loaded, r.prompt) for r in base.requests]
@@ -142,7 +142,7 @@ def _sweep_kind(request: LoadRequest) -> str | None:
     return "+".join(kinds) or None
 
 
-def _runnable(loaded: LoadedModel, contestants: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def runnable_contestants(loaded: LoadedModel, contestants: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The contestants that run here, naive first when the ceiling needs its lengths; a notice for each left out."""
     chosen, notices = [], []
     for name in contestants:
