@@ -23,6 +23,7 @@ from core.request.load import LoadRequest, WorkloadSpec
 from core.request.options import GenerationOptions
 from dashboard.service.jobs import CANCELLED, UNDER_LOAD
 from dashboard.views import load_view
+from dashboard.views.run_html import run_html
 from engine.process import EngineConfig, EngineCore
 from engine.protocol import Done, Events, JobCancelled, UnderLoad
 from tests.test_supervisor import Supervised, add, model_facts
@@ -92,6 +93,7 @@ def test_the_cut_report_loads_and_renders_in_replay(cut_by_signal, tmp_path):
     said = load_view.sentences(loaded)
     assert said.why_not is None and said.findings[0].startswith("This run was cut short by SIG")
     assert "This run was cut short" in load_view.findings_md(loaded, said)
+    assert "This run was cut short" in run_html(loaded), "the HTML export words it as Replay does"
     assert load_view.point_names(loaded) and load_view.sweep_rows(loaded) is not None
     damaged = {**report, "load": {**report["load"], "interrupted": {"by": "power cut"}}}
     with pytest.raises(ReportError, match=r"load\.interrupted does not say what cut the run"):
