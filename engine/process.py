@@ -212,7 +212,7 @@ class EngineCore:
     def _under_load(self, job: int, spec: str | None, request: LoadRequest) -> None:
         """A run under load: core.load's contestants on the request's workload, and its load report (the page words
         it with core.load.words)."""
-        from core.load.protocol import run_load
+        from core.load.protocol import CancelledLoad, run_load
         from core.load.report import build_load_report
 
         if spec and self.loaded_spec != spec:
@@ -226,6 +226,10 @@ class EngineCore:
         started = time.perf_counter()
         try:
             section = run_load(self.loaded, request, on_event=batcher, should_stop=self._stop_check(job))
+        except CancelledLoad as cut:  # the finished points' report goes with the JobCancelled (_guarded)
+            cut.report = build_load_report(self.loaded, request, cut.section, load_command_of(self.loaded, request))
+            cut.report["wall_s"] = time.perf_counter() - started
+            raise
         except BaseException:
             for key in set(self.loaded.setups) - setups_before:  # as _compare: a failed run's buffers go
                 del self.loaded.setups[key]
@@ -251,7 +255,7 @@ class EngineCore:
         outcome: JobEnd | None = None
         try:
             work()
-        except Cancelled as exc:  # a cancel after the first round keeps that round's report (core.compare.CancelledRun)
+        except Cancelled as exc:  # a cancel after the first round (point) keeps its report: CancelledRun, CancelledLoad
             kept = getattr(exc, "report", None)
             outcome = JobCancelled(job=job, report=kept if self.leader else None)
         except ValueError as exc:

@@ -58,6 +58,20 @@ class LoadPoint(TypedDict):
     contestants: dict[str, LoadContestant]
 
 
+class LoadInterruption(TypedDict):
+    """What an interrupted run under load left out (core.load.protocol: the point being run when it was cut is
+    left out whole, so every point in the report has every contestant's trials)."""
+
+    by: str  # "interrupt" (a signal) or "cancel" (the page's Cancel)
+    point: dict[str, Any] | None  # the point cut: {"slots", "rate"}
+    phase: str  # the phase cut (core.phases' id), or "set-up" (the point's slots being built)
+    contestant: str | None  # the contestant whose phase was cut, None in the set-up
+    points_done: int
+    points_planned: int
+    points_left_out: list[dict[str, Any]]  # {"slots", "rate"} of each point not in the report, the cut one first
+    signal: NotRequired[str]  # the CLI's: SIGINT or SIGTERM
+
+
 class LoadSection(TypedDict):
     workload: dict[str, Any]
     request: NotRequired[dict[str, Any]]  # core.request.load.LoadRequest.settings(): every load option by name
@@ -69,6 +83,7 @@ class LoadSection(TypedDict):
     contestants: dict[str, LoadContestant]  # the main point's (the request's B and rate)
     points: list[LoadPoint]  # the main point first, then the sweeps'
     sweep: str | None  # "slots", "rate", "slots+rate" or None
+    interrupted: NotRequired[LoadInterruption]  # only in the report of a run cut after its main point
 
 
 class LoadReport(TypedDict):
@@ -107,6 +122,18 @@ def check_load(report: dict[str, Any]) -> None:
         _check_contestants(point.get("contestants"), where)
     _check_contestants(section.get("contestants"), "load")
     expect(are_sentences(section.get("notices", [])), "load.notices are not sentences")
+    if "interrupted" in section:
+        _check_interruption(section["interrupted"])
+
+
+def _check_interruption(cut: Any) -> None:
+    expect(isinstance(cut, dict) and cut.get("by") in ("interrupt", "cancel"),
+           "load.interrupted does not say what cut the run")
+    expect(is_int(cut.get("points_done")) and is_int(cut.get("points_planned")),
+           "load.interrupted does not count its points")
+    expect(isinstance(cut.get("points_left_out"), list)
+           and all(isinstance(p, dict) and is_int(p.get("slots")) and is_number(p.get("rate"))
+                   for p in cut["points_left_out"]), "load.interrupted.points_left_out is not a list of points")
 
 
 def _check_contestants(contestants: Any, where: str) -> None:

@@ -50,7 +50,7 @@ def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[L
     problem = slot_cache_problem(loaded.model)
     require(problem is None, f"{loaded.spec} cannot run under load here: {problem}")
     check_support(loaded, options.compile)
-    contestants, skipped = _runnable(loaded, request.contestants)
+    contestants, skipped = runnable_contestants(loaded, request.contestants)
     notices += skipped
     base = request.workload.build()
     prompt_ids = [_ids(loaded, r.prompt) for r in base.requests]
@@ -60,20 +60,81 @@ def run_load(loaded: LoadedModel, request: LoadRequest, *, on_event: Callable[[L
     cache_len = static_cache_length(max(map(len, prompt_ids)), base.longest_output, options.lag)
     check_memory(loaded, max(b for b, _ in request.points()), cache_len)
     solo = _solo_tokens(loaded, base, prompt_ids, options, request.solo_checks, emit, stop)
-    points = []
-    for index, (slots, rate) in enumerate(request.points()):
-        workload = replace(request.workload, rate=rate).build() if rate != base.spec.rate else base
-        # the audit and the kernel measurement at the main point only: each is one more run of every loop
-        asked = request if index == 0 else replace(request, audit=False, no_kernel_measurement=True)
-        points.append(_point(loaded, asked, options, contestants, workload, prompt_ids, slots, cache_len, eos_ids,
-                             solo, emit, stop))
+    place = _Place(emit)
+    points: list[dict[str, Any]] = []
+    cut = None
+    try:
+        for index, (slots, rate) in enumerate(request.points()):
+            workload = replace(request.workload, rate=rate).build() if rate != base.spec.rate else base
+            # the audit and the kernel measurement at the main point only: each is one more run of every loop
+            asked = request if index == 0 else replace(request, audit=False, no_kernel_measurement=True)
+            points.append(_point(loaded, asked, options, contestants, workload, prompt_ids, slots, cache_len,
+                                 eos_ids, solo, place, stop))
+    except (KeyboardInterrupt, Cancelled) as stopped:
+        if not points:  # the main point did not finish: there is nothing whole to keep
+            raise
+        cut = place.interruption(stopped, request, points)
     forget_managers(loaded)
     main = points[0]
-    return {"workload": base.summary(), "request": request.settings(), "slots": request.max_batch,
-            "options": _options_json(options),
-            "contestants_asked": list(request.contestants), "notices": list(dict.fromkeys(notices)),
-            "cache_len": cache_len, "solo_checked": len(solo), "contestants": main["contestants"],
-            "points": points, "sweep": _sweep_kind(request)}
+    section = {"workload": base.summary(), "request": request.settings(), "slots": request.max_batch,
+               "options": _options_json(options),
+               "contestants_asked": list(request.contestants), "notices": list(dict.fromkeys(notices)),
+               "cache_len": cache_len, "solo_checked": len(solo), "contestants": main["contestants"],
+               "points": points, "sweep": _sweep_kind(request)}
+    if cut is not None:
+        section["interrupted"] = cut
+        raise CancelledLoad(section) if cut["by"] == "cancel" else InterruptedLoad(section)
+    return section
+
+
+class InterruptedLoad(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, or SIGTERM where the caller turns it into one) after the main point had finished:
+    `section` is the load section of the points that finished, its `interrupted` part saying what was cut. A
+    KeyboardInterrupt still, so that whoever does not look for it stops as before."""
+
+    def __init__(self, section: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.section = section
+
+
+class CancelledLoad(Cancelled):
+    """A cancel (the page's Cancel button) after the main point had finished: `section` as InterruptedLoad's; the
+    engine sets `report`, the load report of it, which goes with the job's end. A Cancelled still."""
+
+    def __init__(self, section: dict[str, Any]) -> None:
+        super().__init__("cancelled")
+        self.section = section
+        self.report: dict[str, Any] | None = None
+
+
+class _Place:
+    """Passes every event on, noting where the run is: the point begun last, and its phase and contestant."""
+
+    def __init__(self, emit: Callable[[LoadEvent], None]) -> None:
+        self.emit = emit
+        self.point: dict[str, Any] | None = None
+        self.phase: str | None = None
+        self.contestant: str | None = None
+
+    def __call__(self, event: LoadEvent) -> None:
+        if event["type"] == "point":
+            self.point, self.phase, self.contestant = {"slots": event["slots"], "rate": event["rate"]}, None, None
+        elif event["type"] == "phase":
+            self.phase, self.contestant = event["phase"], event["contestant"]
+        self.emit(event)  # noted first: a listener that stops the run here stops it at this place
+
+    def interruption(self, stopped: BaseException, request: LoadRequest,
+                     points: list[dict[str, Any]]) -> dict[str, Any]:
+        """What was cut: the point (left out of the report whole), its phase ("set-up" before its first warm-up:
+        the slots' compile and capture) and contestant, and the points that finished and did not."""
+        done = [(p["slots"], p["rate"]) for p in points]
+        left = [{"slots": b, "rate": r} for b, r in request.points() if (b, r) not in done]
+        return {"by": "cancel" if isinstance(stopped, Cancelled) else "interrupt", "point": self.point,
+                "phase": self.phase or SET_UP, "contestant": self.contestant, "points_done": len(points),
+                "points_planned": len(request.points()), "points_left_out": left}
+
+
+SET_UP = "set-up"  # a point cut before its first warm-up began: while its slots were built (compile and capture)
 
 
 def _sweep_kind(request: LoadRequest) -> str | None:
@@ -81,7 +142,7 @@ def _sweep_kind(request: LoadRequest) -> str | None:
     return "+".join(kinds) or None
 
 
-def _runnable(loaded: LoadedModel, contestants: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def runnable_contestants(loaded: LoadedModel, contestants: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The contestants that run here, naive first when the ceiling needs its lengths; a notice for each left out."""
     chosen, notices = [], []
     for name in contestants:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.audit.words import per_step_words
+from core.phases import phase_named
 from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE, NO_CHECK, PIPELINED
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
@@ -59,6 +60,8 @@ def load_text(report: dict[str, Any]) -> list[str]:
              f"{section['options']['compile']}, "
              f"lag {section['options']['lag']}: {section['workload']['description']}"]
     lines += [f"note: {notice}" for notice in section["notices"]]
+    if "interrupted" in section:
+        lines.append(f"note: {interrupted_sentence(section)}")
     main = section["points"][0]
     lines += [f"at {point_name(main)}:", *contestant_table(main["contestants"])]
     if len(section["points"]) > 1:
@@ -111,7 +114,8 @@ def load_findings(report: dict[str, Any]) -> list[str]:
     batching beside it, the waste of learning late, the reads the audit found, and the tokens' identity."""
     section = report["load"]
     main = section["points"][0]["contestants"]
-    sentences = list(_gain_sentences(section))
+    sentences = [interrupted_sentence(section)] if "interrupted" in section else []
+    sentences += _gain_sentences(section)
     if report["environment"].get("device", "").startswith("cpu"):
         sentences.append("On the CPU host and device are one processor: a read of the step's tokens waits for nothing, "
                          "so here the pipelined loop can only lose its steps past a stop; the comparison is for GPUs.")
@@ -121,6 +125,25 @@ def load_findings(report: dict[str, Any]) -> list[str]:
     sentences += _reads_sentence(main)
     sentences += _identity_sentence(main, section)
     return sentences
+
+
+def interrupted_sentence(section: dict[str, Any]) -> str:
+    """What an interrupted run's report holds: where it was cut, by what, and which points its numbers cover."""
+    cut = section["interrupted"]
+    by = cut.get("signal") or ("the page's Cancel" if cut["by"] == "cancel" else "an interrupt")
+    phase = phase_named(cut["phase"])
+    doing = f"the {phase.noun} of {NAMES.get(cut['contestant'], cut['contestant'])}" if phase and cut["contestant"] \
+        else "building its slots (compile and capture)"
+    at = f" at {point_name(cut['point'])}" if cut["point"] else ""
+    kept = "; ".join(point_name(p) for p in section["points"])
+    return (f"This run was cut short by {by} during {doing}{at}: the numbers cover the {cut['points_done']} of "
+            f"{cut['points_planned']} points that finished ({kept}), each with every contestant's trials; "
+            f"{_points_words(cut['points_left_out'])} not run to the end and left out.")
+
+
+def _points_words(points: list[dict[str, Any]]) -> str:
+    names = ", ".join(point_name(p) for p in points)
+    return f"{names} was" if len(points) == 1 else f"{names} were"
 
 
 def _gain_sentences(section: dict[str, Any]) -> Iterator[str]:

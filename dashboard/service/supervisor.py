@@ -252,6 +252,8 @@ class EngineSupervisor:
             if job.work == COMPARE and message.report is not None:  # the rounds finished before the cancel
                 job.report = message.report
                 self.on_report(job)
+            elif job.work == UNDER_LOAD:  # the points finished before the cancel, where the main one had
+                job.report = message.report
             self._stop_causes.pop(job.id, None)
             self.queue.finish(job, CANCELLED, job.error)
         elif isinstance(message, Failed):
