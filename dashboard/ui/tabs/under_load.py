@@ -167,6 +167,11 @@ class UnderLoadTab:
                 c["report_view"]: gr.Column(visible=False)}
 
     def _follow(self, job: Job) -> Iterator[dict]:
+        yield from self._while_going(job)
+        yield self._said(self._final(job))
+
+    def _while_going(self, job: Job) -> Iterator[dict]:
+        """The status line, and the throughput chart as each trial ends, until `job` ends."""
         c, runner = self.components, self.page.runner
         drawn = -1
         with self.watchers.watching(job):
@@ -177,7 +182,6 @@ class UnderLoadTab:
                     drawn = len(snap.get("runs") or [])
                     update[c["throughput_plot"]] = load_charts.throughput_figure(snap.get("runs") or [])
                 yield self._said(update)
-        yield self._said(self._final(job))
 
     def _live(self, job: Job, snap: dict[str, Any] | None = None) -> dict:
         snap = snap or self.page.runner.snapshot(job)
@@ -262,13 +266,15 @@ class UnderLoadTab:
             job = self.page.runner.latest_run(owner, UNDER_LOAD)
             if job is None:
                 return
-            if job.wait(0):
-                yield self._final(job)
-            else:
+            if not job.wait(0):
                 yield {**self._cleared(), **self._live(job)}
-                yield from self._follow(job)
+                yield from self._while_going(job)
+            # One update with the downloads in it, and none after: for an update that leaves a component out, the
+            # browser takes that component's value back from what it has drawn, which for the table and charts of a
+            # tab not shown yet is still empty, so an update after this one emptied them again.
             report_file, html_file = self.enable_download(request)
-            yield {self.components["report_file"]: report_file, self.components["html_file"]: html_file}
+            yield {**self._final(job), self.components["report_file"]: report_file,
+                   self.components["html_file"]: html_file}
         except Exception:  # drawing a run again must not break the page's load; the run itself is unaffected
             log.exception("showing the latest run under load again failed")
         finally:
