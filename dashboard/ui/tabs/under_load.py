@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -26,7 +27,7 @@ from dashboard.service.page_record import public_report
 from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import typed_whole
 from dashboard.ui.page import PageContext, Visitors
-from dashboard.ui.tabs.compare import address_of
+from dashboard.ui.tabs.compare import CPU_QUIET_NOTE, address_of, quiet_now
 from dashboard.ui.tabs.load_panel import LoadReportPanel
 from dashboard.views import load_charts, load_view
 from dashboard.views.report_text import as_text, plain
@@ -171,16 +172,24 @@ class UnderLoadTab:
         yield self._said(self._final(job))
 
     def _while_going(self, job: Job) -> Iterator[dict]:
-        """The status line, and the throughput chart as each trial ends, until `job` ends."""
-        c, runner = self.components, self.page.runner
-        drawn = -1
+        """The status line, and the throughput chart as trials end, until `job` ends. While a trial is timed on a
+        CPU host, as on the Compare tab, the status only every PageConfig.cpu_trial_interval_s and no chart."""
+        c, runner, config = self.components, self.page.runner, self.page.config
+        drawn, last_shown = -1, 0.0
         with self.watchers.watching(job):
-            while not job.wait(self.page.config.live_interval_s):
+            while not job.wait(config.live_interval_s):
                 snap = runner.snapshot(job)
+                quiet = quiet_now(snap, runner.uses_cuda)
+                if quiet and time.monotonic() - last_shown < config.cpu_trial_interval_s:
+                    continue
+                last_shown = time.monotonic()
                 update = self._live(job, snap)
-                if len(snap.get("runs") or []) != drawn:  # a trial ended: its point joins the chart
-                    drawn = len(snap.get("runs") or [])
-                    update[c["throughput_plot"]] = load_charts.throughput_figure(snap.get("runs") or [])
+                runs = snap.get("runs") or []
+                if quiet:
+                    update[c["status"]] += f" {CPU_QUIET_NOTE.format(config.cpu_trial_interval_s)}"
+                elif len(runs) != drawn:  # trials ended: their points join the chart
+                    drawn = len(runs)
+                    update[c["throughput_plot"]] = load_charts.throughput_figure(runs)
                 yield self._said(update)
 
     def _live(self, job: Job, snap: dict[str, Any] | None = None) -> dict:
