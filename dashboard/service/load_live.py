@@ -44,7 +44,8 @@ class LoadLiveView:
             ahead = self.position(job)
             status = self._running_line() if job.state == RUNNING else status_line(job, ahead)
             return {"id": job.id, "state": job.state, "status": status, "position": ahead, "error": job.error,
-                    "model": job.model, "runs": list(self.runs), "report": job.report}
+                    "model": job.model, "phase": (self.phase or {}).get("phase"), "runs": list(self.runs),
+                    "report": job.report}
 
     def _consume(self) -> None:
         events = self.job.events

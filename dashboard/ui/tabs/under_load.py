@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -26,7 +27,7 @@ from dashboard.service.page_record import public_report
 from dashboard.service.watchers import JobWatchers
 from dashboard.ui.form import typed_whole
 from dashboard.ui.page import PageContext, Visitors
-from dashboard.ui.tabs.compare import address_of
+from dashboard.ui.tabs.compare import CPU_QUIET_NOTE, address_of, quiet_now
 from dashboard.ui.tabs.load_panel import LoadReportPanel
 from dashboard.views import load_charts, load_view
 from dashboard.views.report_text import as_text, plain
@@ -167,17 +168,29 @@ class UnderLoadTab:
                 c["report_view"]: gr.Column(visible=False)}
 
     def _follow(self, job: Job) -> Iterator[dict]:
-        c, runner = self.components, self.page.runner
-        drawn = -1
-        with self.watchers.watching(job):
-            while not job.wait(self.page.config.live_interval_s):
-                snap = runner.snapshot(job)
-                update = self._live(job, snap)
-                if len(snap.get("runs") or []) != drawn:  # a trial ended: its point joins the chart
-                    drawn = len(snap.get("runs") or [])
-                    update[c["throughput_plot"]] = load_charts.throughput_figure(snap.get("runs") or [])
-                yield self._said(update)
+        yield from self._while_going(job)
         yield self._said(self._final(job))
+
+    def _while_going(self, job: Job) -> Iterator[dict]:
+        """The status line, and the throughput chart as trials end, until `job` ends. While a trial is timed on a
+        CPU host, as on the Compare tab, the status only every PageConfig.cpu_trial_interval_s and no chart."""
+        c, runner, config = self.components, self.page.runner, self.page.config
+        drawn, last_shown = -1, 0.0
+        with self.watchers.watching(job):
+            while not job.wait(config.live_interval_s):
+                snap = runner.snapshot(job)
+                quiet = quiet_now(snap, runner.uses_cuda)
+                if quiet and time.monotonic() - last_shown < config.cpu_trial_interval_s:
+                    continue
+                last_shown = time.monotonic()
+                update = self._live(job, snap)
+                runs = snap.get("runs") or []
+                if quiet:
+                    update[c["status"]] += f" {CPU_QUIET_NOTE.format(config.cpu_trial_interval_s)}"
+                elif len(runs) != drawn:  # trials ended: their points join the chart
+                    drawn = len(runs)
+                    update[c["throughput_plot"]] = load_charts.throughput_figure(runs)
+                yield self._said(update)
 
     def _live(self, job: Job, snap: dict[str, Any] | None = None) -> dict:
         snap = snap or self.page.runner.snapshot(job)
@@ -262,13 +275,15 @@ class UnderLoadTab:
             job = self.page.runner.latest_run(owner, UNDER_LOAD)
             if job is None:
                 return
-            if job.wait(0):
-                yield self._final(job)
-            else:
+            if not job.wait(0):
                 yield {**self._cleared(), **self._live(job)}
-                yield from self._follow(job)
+                yield from self._while_going(job)
+            # One update with the downloads in it, and none after: for an update that leaves a component out, the
+            # browser takes that component's value back from what it has drawn, which for the table and charts of a
+            # tab not shown yet is still empty, so an update after this one emptied them again.
             report_file, html_file = self.enable_download(request)
-            yield {self.components["report_file"]: report_file, self.components["html_file"]: html_file}
+            yield {**self._final(job), self.components["report_file"]: report_file,
+                   self.components["html_file"]: html_file}
         except Exception:  # drawing a run again must not break the page's load; the run itself is unaffected
             log.exception("showing the latest run under load again failed")
         finally:
