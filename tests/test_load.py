@@ -300,3 +300,23 @@ def test_the_sweep_sentence_says_where_the_gain_is(ratios, said):
     from core.load.words import _gain_sentences
 
     assert said in " ".join(_gain_sentences(section))
+
+
+def _hf_point(slots: int, ours: float, theirs: float, spread: float | None) -> dict:
+    entry = {"tokens_per_s": ours, "spread": spread}
+    return {"slots": slots, "rate": 0.0, "contestants": {"pipelined": entry,
+                                                         "hf-batch-async": {"tokens_per_s": theirs, "spread": spread}}}
+
+
+def test_the_sentence_against_transformers_calls_no_winner_inside_the_trials_spread():
+    from core.load.words import _against_transformers
+
+    ahead = _against_transformers({"points": [_hf_point(4, 120.0, 100.0, 0.05), _hf_point(16, 300.0, 200.0, 0.1)]})
+    assert ahead == ["The pipelined loop beats transformers' async batching (hf-batch-async) at every point measured "
+                     "(2), by more than the trials' spread."]
+    # a 0.8% lead inside 12-44% spreads is no win, and a loss beyond the spread is said as one
+    (said,) = _against_transformers({"points": [_hf_point(4, 100.8, 100.0, 0.44), _hf_point(16, 150.0, 200.0, 0.1),
+                                                _hf_point(64, 90.0, 80.0, None)]})
+    assert "beats" not in said
+    assert "behind it at 1 (B=16" in said and "within the trials' spread at 1 (B=4" in said
+    assert "one trial, no spread to judge by at 1 (B=64" in said

@@ -191,13 +191,35 @@ def _against_transformers(section: dict[str, Any]) -> list[str]:
         name = HF_BATCH_ASYNC
     if not points:
         return []
-    lost = [p for p in points if p["contestants"][PIPELINED]["tokens_per_s"] < p["contestants"][name]["tokens_per_s"]]
-    what = "transformers' async batching" if name == HF_BATCH_ASYNC else "transformers' continuous batching"
-    if not lost:
-        return [f"The pipelined loop beats {what} ({name}) at every point measured ({len(points)})."]
-    where = ", ".join(f"{point_name(p)}: {num(p['contestants']['pipelined']['tokens_per_s'])} against "
-                      f"{num(p['contestants'][name]['tokens_per_s'])}" for p in lost)
-    return [f"{what} ({name}) beats the pipelined loop at {len(lost)} of {len(points)} points ({where})."]
+    kind = "transformers' async batching" if name == HF_BATCH_ASYNC else "transformers' continuous batching"
+    what = f"{kind} ({name})"
+    calls = [_call(p["contestants"][PIPELINED], p["contestants"][name]) for p in points]
+    if all(call == "ahead" for call in calls):
+        return [f"The pipelined loop beats {what} at every point measured ({len(points)}), by more than the trials' "
+                "spread."]
+    parts = []
+    for call, said in (("ahead", "ahead of it"), ("behind", "behind it"), ("within", "within the trials' spread"),
+                       ("unknown", "one trial, no spread to judge by")):
+        where = [_against(point, name) for point, c in zip(points, calls, strict=True) if c == call]
+        if where:
+            parts.append(f"{said} at {len(where)} ({'; '.join(where)})")
+    return [f"Against {what} the pipelined loop is " + ", ".join(parts) + "."]
+
+
+def _call(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
+    """"ahead", "behind", "within" (the difference inside either's trial spread) or "unknown" (a single trial)."""
+    spreads = [ours.get("spread"), theirs.get("spread")]
+    if any(spread is None for spread in spreads):
+        return "unknown"
+    difference = (ours["tokens_per_s"] - theirs["tokens_per_s"]) / theirs["tokens_per_s"]
+    if abs(difference) <= max(spreads):
+        return "within"
+    return "ahead" if difference > 0 else "behind"
+
+
+def _against(point: dict[str, Any], name: str) -> str:
+    return (f"{point_name(point)}: {num(point['contestants'][PIPELINED]['tokens_per_s'])} against "
+            f"{num(point['contestants'][name]['tokens_per_s'])}")
 
 
 def _waste_sentence(main: dict[str, Any], lag: int) -> list[str]:
