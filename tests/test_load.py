@@ -289,7 +289,8 @@ def test_the_help_names_the_built_in_models_and_the_load_flags(capsys):
     ({4: 1.3, 16: 1.2, 64: 1.1}, "keeps its gain at every B (B=4 1.30x, B=16 1.20x, B=64 1.10x)"),
     ({4: 1.3, 16: 1.02, 64: 0.99}, "gain is gone (under 5%) from B=16 on"),
     ({1: 0.76, 2: 1.09}, "gains less than 5% at B=1 and more elsewhere (B=1 0.76x, B=2 1.09x)"),
-    ({1: 1.01, 2: 0.99}, "gains less than 5% at every B"),
+    ({1: 1.01, 2: 0.99}, "gains less than 5% at every B, and slower at B=2 (B=1 1.01x, B=2 0.99x)"),
+    ({1: 0.74, 2: 0.9}, "is slower than the naive loop at every B (B=1 0.74x, B=2 0.90x)"),
 ])
 def test_the_sweep_sentence_says_where_the_gain_is(ratios, said):
     def point(slots, ratio):
@@ -320,3 +321,12 @@ def test_the_sentence_against_transformers_calls_no_winner_inside_the_trials_spr
     assert "beats" not in said
     assert "behind it at 1 (B=16" in said and "within the trials' spread at 1 (B=4" in said
     assert "one trial, no spread to judge by at 1 (B=64" in said
+
+
+def test_a_pipelined_loop_above_the_ceiling_is_said_to_be_noise():
+    from core.load.words import _ceiling_sentence
+
+    (said,) = _ceiling_sentence({"pipelined": {"tokens_per_s": 125.0}, "no-check": {"tokens_per_s": 100.0}})
+    assert "125% of the ceiling, above the bound it cannot pass" in said and "noise" in said
+    (said,) = _ceiling_sentence({"pipelined": {"tokens_per_s": 98.0}, "no-check": {"tokens_per_s": 100.0}})
+    assert said.startswith("The pipelined loop reaches 98% of the ceiling")

@@ -162,8 +162,13 @@ def _gain_sentences(section: dict[str, Any]) -> Iterator[str]:
         gone = next((b for i, (b, _) in enumerate(ratios) if all(r < GAIN_GONE for _, r in ratios[i:])), None)
         listed = ", ".join(f"B={b} {r:.2f}x" for b, r in ratios)
         lost = [b for b, r in ratios if r < GAIN_GONE]
-        if gone == ratios[0][0]:
-            yield f"Over the batch sweep the pipelined loop gains less than {GAIN_GONE - 1:.0%} at every B ({listed})."
+        slower = [f"B={b}" for b, r in ratios if r < 1]
+        if gone == ratios[0][0] and len(slower) == len(ratios):
+            yield f"Over the batch sweep the pipelined loop is slower than the naive loop at every B ({listed})."
+        elif gone == ratios[0][0]:
+            loses = f", and slower at {', '.join(slower)}" if slower else ""
+            yield (f"Over the batch sweep the pipelined loop gains less than {GAIN_GONE - 1:.0%} at every "
+                   f"B{loses} ({listed}).")
         elif not lost:
             yield f"Over the batch sweep the pipelined loop keeps its gain at every B ({listed})."
         elif gone is None:
@@ -178,6 +183,10 @@ def _ceiling_sentence(main: dict[str, Any]) -> list[str]:
     if NO_CHECK not in main or PIPELINED not in main:
         return []
     share = main[PIPELINED]["tokens_per_s"] / main[NO_CHECK]["tokens_per_s"]
+    if share > 1:  # no loop outruns the one told every length: what is left is this run's noise
+        return [f"The pipelined loop measured {share:.0%} of the ceiling, above the bound it cannot pass: the "
+                f"difference is this run's noise (the ceiling, told every output length beforehand, "
+                f"{num(main[NO_CHECK]['tokens_per_s'])} tokens/s)."]
     return [f"The pipelined loop reaches {share:.0%} of the ceiling (the loop told every output length beforehand, "
             f"{num(main[NO_CHECK]['tokens_per_s'])} tokens/s)."]
 
