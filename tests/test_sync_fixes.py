@@ -11,8 +11,10 @@ import types
 import pytest
 
 from core.audit.fixes import (
+    BATCHED_READ_FIX,
     FIXES,
     H2D_FIXES,
+    IN_THE_BATCHED_LOOPS,
     IN_THE_PROJECT,
     MAX_CODE_LINES,
     POSITION_FIX,
@@ -144,3 +146,22 @@ def test_generates_stop_check_gets_deferred_stop_check_only_where_transformers_h
     monkeypatch.setitem(sys.modules, "transformers.generation.utils", older)
     fix, code = suggest(STOP_CHECK, "this_peer_finished = unfinished_sequences.max() == 0", "item")
     assert "DeferredStopCheck" not in fix + (code or "")
+
+
+@pytest.mark.parametrize("code", ["if finished[i].item():", "if tokens[i].item() == eos_id:",
+                                  "token = next_ids[row].item()"])
+def test_a_read_per_row_is_fixed_as_the_pipelined_batched_loop_reads_every_row_at_once(code):
+    fix, pattern = suggest(USER, code, "item")
+    assert fix == BATCHED_READ_FIX and "pinned[step % ring].copy_(record, non_blocking=True)" in pattern
+
+
+@pytest.mark.parametrize(("code", "kind"), [("return bool(state.done[index].item())", "bool"),
+                                            ("tok = next_token[0].item()", "item")])
+def test_a_read_indexed_by_a_step_or_a_number_is_not_taken_for_a_read_per_row(code, kind):
+    assert suggest(USER, code, kind)[0] != BATCHED_READ_FIX
+
+
+def test_every_read_in_the_batched_loops_names_the_pipelined_batched_loop_as_its_fix():
+    for code, kind in (("finished = fields[3].item()", "item"), ("row = record.tolist()", "tolist")):
+        fix, _ = suggest("core/load/batching.py", code, kind, in_project=True)
+        assert fix == BATCHED_READ_FIX + IN_THE_BATCHED_LOOPS, code

@@ -74,6 +74,9 @@ BATCHED_STATE_CODE = "\n".join([
     "live &= ~stopped"])
 # Per-row bookkeeping in a line: a loop over rows, a name for rows or their stops, or a list built row by row.
 _ROWS = re.compile(r"\benumerate\(|\b(finished\w*|stopped|done)\b|\[.*\bfor\b.*\bin\b")
+# One row's value read (`if tokens[i].item() == eos`), the index named as rows' usually are (a step's is not): a read
+# per row, in a loop over rows.
+_ONE_ROW = re.compile(r"\[\s*(i|j|b|r|row|slot|seq)\s*\]\s*\.item\(\)")
 IN_THE_BATCHED_LOOPS = " (core/load/batching.py: the pipelined loop's _PinnedRows)"
 POSITION_FIX = ("the same step needs this position, so it cannot be read a step late: keep it as a host integer "
                 "beside the device counter and advance both (the host knows how far each step moves)")
@@ -128,7 +131,8 @@ def suggest(file: str, code: str, kind: str, what: str | None = None, in_project
     if known is not None:
         return known.fix, known.code
     fix, pattern = _by_kind(code, kind, what, function)
-    if in_project and file.endswith("core/load/batching.py") and fix in (FIXES["tolist"], BATCHED_READ_FIX):
+    if in_project and file.endswith("core/load/batching.py") and fix in (FIXES["tolist"], FIXES["item"], FIXES["bool"],
+                                                                           BATCHED_READ_FIX):
         return BATCHED_READ_FIX + IN_THE_BATCHED_LOOPS, BATCHED_READ_CODE
     if in_project and fix in (FIXES["item"], FIXES["bool"], FIXES["tolist"]):
         fix += IN_THE_PROJECT
@@ -152,7 +156,7 @@ def _has_deferred_stop_check() -> bool:
 
 def _by_kind(code: str, kind: str, what: str | None, function: str) -> tuple[str, str | None]:
     batched = _ROWS.search(_strip_comment(code)) is not None
-    if kind == "tolist" and batched:
+    if (kind == "tolist" and batched) or (kind in ("item", "bool") and _ONE_ROW.search(code)):
         return BATCHED_READ_FIX, BATCHED_READ_CODE
     if kind == "h2d-copy" and batched and (what or _h2d_from_code(code)) == "built":
         return BATCHED_STATE_FIX, BATCHED_STATE_CODE
