@@ -11,10 +11,11 @@ import pytest
 
 from core.compare import compare
 from core.report.explain import report_device_type
+from core.request.load import CONTESTANT_CHOICES
 from core.request.options import BenchRequest, GenerationOptions
 from dashboard.service.page_record import LiveSeries, PageRecord, live_series, page_report
 from dashboard.service.rate_series import live_series_from_report
-from dashboard.views import charts, live_charts, run_charts, step_charts
+from dashboard.views import charts, live_charts, load_charts, run_charts, step_charts
 
 pytestmark = pytest.mark.usefixtures("validated")  # figures are built with plotly's validation on
 
@@ -484,3 +485,8 @@ def test_on_the_host_clock_a_pipelined_loops_late_read_steps_are_left_out_and_sa
             "Left out of pipelined: the first step and the last 4 steps. It reads tokens 4 steps late")
     on_gpu = {"runs": [run("pipelined", 0, pipelined)], "request": {"options": {"lag": 4}}}
     assert len(step_charts.step_latency_figure(on_gpu).data[0].x) == len(pipelined), "CUDA events time every step"
+
+
+def test_every_contestant_under_load_has_a_colour_of_its_own():
+    colours = [load_charts.COLORS.get(name) for name in CONTESTANT_CHOICES]
+    assert None not in colours and len(set(colours)) == len(colours)

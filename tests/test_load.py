@@ -4,6 +4,7 @@ request's tokens must equal its solo decode)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
@@ -13,7 +14,7 @@ from core.bench import main
 from core.documents.kinds import LOAD, ReportError
 from core.documents.schema import load
 from core.load import protocol
-from core.load.batching import BatchedRun, run_batched
+from core.load.batching import BatchedRun, read_row_by_row, run_batched
 from core.load.hf_batching import HF_BATCH, run_hf_batching
 from core.load.protocol import check_memory, run_load
 from core.load.report import build_load_report, load_trace
@@ -85,7 +86,8 @@ def slots_for(loaded, workload, prompts, count=4):
     return Slots(loaded, count, cache_len, 130, STATIC)
 
 
-@pytest.mark.parametrize(("loop", "lag"), [("naive", 1), ("pipelined", 1), ("pipelined", 3), ("no-check", 1)])
+@pytest.mark.parametrize(("loop", "lag"), [("naive", 1), ("naive-per-row", 1), ("pipelined", 1), ("pipelined", 3),
+                                         ("no-check", 1)])
 def test_every_request_decoded_in_slots_gives_its_solo_tokens(tiny, workload_and_solo, loop, lag):
     workload, prompts, solo = workload_and_solo
     slots = slots_for(tiny, workload, prompts)
@@ -181,6 +183,41 @@ def test_both_loops_decode_the_workload_identically_to_solo_and_only_the_naive_o
     assert main_point["no-check"]["ttft_ms_p50"] is None, "the ceiling learns its tokens only at the end"
 
 
+@pytest.fixture(scope="module")
+def per_row_report(tiny):
+    request = LoadRequest(workload=WorkloadSpec(requests=8, max_new_tokens=16, seed=1), max_batch=4, trials=1,
+                          audit=True, contestants=("naive", "naive-per-row"))
+    section = run_load(tiny, request)
+    return build_load_report(tiny, request, section, load_command(request, "tiny-random", device="cpu"))
+
+
+def test_the_per_row_loop_gives_the_naive_loops_tokens_and_the_audit_finds_two_reads_per_live_row(per_row_report):
+    per_row = per_row_report["load"]["contestants"]["naive-per-row"]
+    assert per_row["identical_to"] == {"contestant": "naive", "identical": True}
+    assert per_row["identical_to_solo"] is True and per_row["wasted_slot_steps"] == 0
+    audit = per_row["sync_audit"]
+    # Every arrival at 0 s: the audited run admits as the timed one did, so its requests' steps are the report's.
+    # A request's row is read from its first step to the one that freed it; the audit counts the steps but the first
+    # and the last, so the mean is over those, and the reads match it exactly.
+    live_rows = [sum(r["first_step"] <= step <= r["released_step"] for r in per_row["requests"])
+                 for step in range(1, audit["steps"] - 1)]
+    assert len(live_rows) == audit["decode_steps"] and max(live_rows) == 4
+    assert per_row["reads_per_decode_step"] == pytest.approx(2 * sum(live_rows) / len(live_rows), abs=1e-9)
+    assert per_row_report["load"]["contestants"]["naive"]["reads_per_decode_step"] == 1
+
+
+def test_the_per_row_loops_reads_are_at_its_two_lines_and_their_fix_is_the_pipelined_batched_loop(per_row_report):
+    lines, first = inspect.getsourcelines(read_row_by_row)
+    reading = {first + i for i, line in enumerate(lines) if ".item()" in line and not line.lstrip().startswith("#")}
+    sites = per_row_report["load"]["contestants"]["naive-per-row"]["sync_audit"]["sites"]
+    assert len(reading) == 2 and {(s["file"], s["line"]) for s in sites} == {("core/load/batching.py", line)
+                                                                             for line in reading}
+    assert all("(as the pipelined batched loop does)" in s["fix"] for s in sites)
+    said = [line for line in load_findings(per_row_report) if line.startswith("The sync audit, per loop")]
+    per_row_said = said[0].split("naive, per row: ")[1]
+    assert all(f"core/load/batching.py:{line}" in per_row_said for line in reading), said
+
+
 def test_the_report_holds_each_request_and_each_point(report):
     section = report["load"]
     assert [(p["slots"], p["rate"]) for p in section["points"]] == [(4, 0.0), (2, 0.0)]
@@ -264,7 +301,7 @@ def test_the_cli_runs_a_workload_and_writes_the_load_section(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--max-batch", "0"], "--max-batch must be between 1 and 256, got 0"),
     (["--prompt-lengths", "8-x"], "--prompt-lengths must be MIN-MAX, as 8-32; got '8-x'"),
-    (["--contestants", "naive,fast"], "unknown --contestants 'fast'; use some of: naive, pipelined"),
+    (["--contestants", "naive,fast"], "unknown --contestants 'fast'; use some of: naive, naive-per-row, pipelined"),
     (["--sweep-rate", "1,-2"], "a value of --sweep-rate must be between 0 and 10000, got '-2'"),
     (["--sweep-batch", "2,2"], "--sweep-batch: 2 is given twice"),
     (["--lag", "65"], "--lag must be between 1 and 64, got 65"),

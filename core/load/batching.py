@@ -4,6 +4,9 @@ the host learns which rows finished and what they produced:
 
 - naive: after each step it reads the step's record row (tokens and finished flags) to the host, retires the
   finished rows and admits waiting requests into their slots before the next step;
+- naive-per-row: the naive loop as people write it (`if finished[i].item(): ...`, then `token = chosen[i].item()`
+  to stream it): after each step, for each row a request holds, one read of its finished flag and one of its token,
+  2 reads per live row a step where the naive loop makes one; the rest is the naive loop's;
 - pipelined: each record row goes by a non_blocking copy into pinned memory and is read `lag` steps later, once its
   event says it landed; a finished row keeps its slot, its extra steps computed and discarded, until the host learns
   it finished; then the next request is admitted there;
@@ -32,11 +35,11 @@ import torch
 from core.audit.dispatch import host_memory
 from core.load.slots import RECORD_FIELDS, Slots, unpack_record
 from core.measure.step_times import StepClock
-from core.request.load import NAIVE, PIPELINED
+from core.request.load import NAIVE, NAIVE_PER_ROW, PIPELINED
 from core.request.options import NO_CHECK
 from core.request.workload import Workload
 
-BATCHED_LOOPS = (NAIVE, PIPELINED, NO_CHECK)
+BATCHED_LOOPS = (NAIVE, NAIVE_PER_ROW, PIPELINED, NO_CHECK)
 IDLE_POLL_S = 0.0005  # how often an idle loop looks for the next arrival, at most
 
 
@@ -211,7 +214,7 @@ def run_batched(loop: str, slots: Slots, workload: Workload, prompt_ids: Sequenc
     host = _Host(workload, prompt_ids, slots, on_tokens)
     capacity = clock_steps or step_bound(workload, slots.count, lag)
     clock = _clock_for(slots, capacity)
-    run = {NAIVE: _naive, PIPELINED: _pipelined, NO_CHECK: _ceiling}[loop]
+    run = {NAIVE: _naive, NAIVE_PER_ROW: _naive_per_row, PIPELINED: _pipelined, NO_CHECK: _ceiling}[loop]
     with torch.inference_mode():
         slots.begin(eos_ids, ignore_eos)
         setup_ms = slots.set_up() if not slots.ready else 0.0
@@ -280,6 +283,16 @@ class _LoopContext:
 # ------------------------------------------------------------------------------------------------------ the loops
 
 def _naive(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -> int:
+    return _read_each_step(ctx, read_record_row)
+
+
+def _naive_per_row(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -> int:
+    return _read_each_step(ctx, lambda slots, step: read_row_by_row(slots, step, ctx.host))
+
+
+def _read_each_step(ctx: _LoopContext, read: Callable[[Slots, int], list[int]]) -> int:
+    """The naive loops: after each step the host waits for what it produced (`read` gives its record row), learns
+    it and admits waiting requests into the slots it freed before queueing the next."""
     slots, host, clock = ctx.slots, ctx.host, ctx.clock
     step = 0
     while host.unfinished():
@@ -290,7 +303,7 @@ def _naive(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -> 
             continue
         ctx.queue(step)
         clock.waiting(step)
-        row = read_record_row(slots, step)
+        row = read(slots, step)
         clock.known(step)
         host.learn(step, row, released_step=step)
         step += 1
@@ -300,6 +313,25 @@ def _naive(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -> 
 def read_record_row(slots: Slots, step: int) -> list[int]:
     """The naive loop's per-step sync: the host waits here until the device has computed step `step`."""
     return slots.state.record[step % slots.ring].tolist()
+
+
+def read_row_by_row(slots: Slots, step: int, host: _Host) -> list[int]:
+    """The per-row loop's syncs: for each row a request holds, its finished flag and then its token, each read on its
+    own, put together as the record row the host learns from (rows no request holds left 0, unread). At a request's
+    first step its token read takes the prefill's token and whether the row went on with it (a request whose prefill
+    ended it is held, not live): one `.tolist()` of three values, still one read."""
+    count, row = slots.count, [0] * (RECORD_FIELDS * slots.count)
+    record = slots.state.record[step % slots.ring]
+    for slot, index in enumerate(host.holder):
+        if index is None:
+            continue
+        fields = record[slot::count]  # this row's fed token, chosen token, live before, finished after: a view
+        first = step == host.results[index].first_step
+        finished = fields[3].item()
+        # Past its first step a held row was live before the step: a step that finished it freed it at once.
+        fed, chosen, live = fields[:3].tolist() if first else (0, fields[1].item(), 1)
+        row[slot], row[count + slot], row[2 * count + slot], row[3 * count + slot] = fed, chosen, live, finished
+    return row
 
 
 def _pipelined(ctx: _LoopContext, lag: int, known_lengths: Sequence[int] | None) -> int:

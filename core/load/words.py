@@ -11,11 +11,11 @@ from typing import Any
 
 from core.audit.words import per_step_words
 from core.phases import phase_named
-from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE, NO_CHECK, PIPELINED
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE, NAIVE_PER_ROW, NO_CHECK, PIPELINED
 
 GAIN_GONE = 1.05  # the pipelined loop's gain counts as gone from the B where it decodes less than 5% faster
-NAMES = {NAIVE: NAIVE, PIPELINED: PIPELINED, NO_CHECK: "ceiling (no-check)", HF_BATCH: HF_BATCH,
-         HF_BATCH_ASYNC: HF_BATCH_ASYNC}
+NAMES = {NAIVE: NAIVE, NAIVE_PER_ROW: "naive, per row", PIPELINED: PIPELINED, NO_CHECK: "ceiling (no-check)",
+         HF_BATCH: HF_BATCH, HF_BATCH_ASYNC: HF_BATCH_ASYNC}
 
 
 def point_name(point: dict[str, Any]) -> str:
@@ -242,12 +242,14 @@ def _waste_sentence(main: dict[str, Any], lag: int) -> list[str]:
 
 def _reads_sentence(main: dict[str, Any]) -> list[str]:
     said = []
-    for name in (NAIVE, PIPELINED, NO_CHECK):
+    for name in (NAIVE, NAIVE_PER_ROW, PIPELINED, NO_CHECK):
         entry = main.get(name)
         if entry is None or entry.get("reads_per_decode_step") is None:
             continue
-        sites = entry["sync_audit"]["sites"] if "sync_audit" in entry else []
-        where = f" ({sites[0]['file']}:{sites[0]['line']})" if sites and entry["reads_per_decode_step"] else ""
+        audited = entry["sync_audit"]["sites"] if "sync_audit" in entry else []
+        sites = [site for site in audited if site.get("in_decode_steps", 1)]
+        lines = ", ".join(f"{site['file']}:{site['line']}" for site in sites)
+        where = f" ({lines})" if sites and entry["reads_per_decode_step"] else ""
         words = per_step_words(entry["reads_per_decode_step"], entry.get("copies_per_decode_step"))
         said.append(f"{NAMES[name]}: {words}{where}")
     return [f"The sync audit, per loop: {'; '.join(said)}."] if said else []

@@ -28,9 +28,12 @@ from core.request.options import (
 )
 
 NAIVE, PIPELINED = LOOPS
+NAIVE_PER_ROW = "naive-per-row"  # the naive loop reading each live row's stop and token with an .item() apiece
 HF_BATCH, HF_BATCH_ASYNC = "hf-batch", "hf-batch-async"  # transformers' continuous batching (core.load.hf_batching)
-LOAD_CONTESTANTS = (NAIVE, PIPELINED, NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
-CONTESTANT_LABELS = {NAIVE: "naive", PIPELINED: "pipelined", NO_CHECK: "ceiling (no-check)",
+LOAD_CONTESTANTS = (NAIVE, PIPELINED, NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)  # run unless the contestants are named
+CONTESTANT_CHOICES = (NAIVE, NAIVE_PER_ROW, PIPELINED, NO_CHECK, HF_BATCH, HF_BATCH_ASYNC)
+CONTESTANT_LABELS = {NAIVE: "naive", NAIVE_PER_ROW: "naive, per row (an .item() per live row, twice)",
+                     PIPELINED: "pipelined", NO_CHECK: "ceiling (no-check)",
                      HF_BATCH: "hf-batch (transformers' continuous batching)",
                      HF_BATCH_ASYNC: "hf-batch-async (transformers' async batching, CUDA)"}
 MAX_RATE = 10_000.0  # requests a second: far past what any device here serves
@@ -171,8 +174,8 @@ LOAD_OPTIONS: tuple[LoadOption, ...] = (
     LoadOption("sweep_rate", REALS, (), "Rate sweep (optional)", "also run at these rates, as 1,2,4",
                noun="the rate sweep", metavar="LIST", info="rates also run, at B slots", low=0, high=MAX_RATE,
                group="loops"),
-    LoadOption("contestants", NAMES, LOAD_CONTESTANTS, "Contestants", f"some of {','.join(LOAD_CONTESTANTS)}",
-               metavar="LIST", choices=LOAD_CONTESTANTS, group="checks"),
+    LoadOption("contestants", NAMES, LOAD_CONTESTANTS, "Contestants", f"some of {','.join(CONTESTANT_CHOICES)}",
+               metavar="LIST", choices=CONTESTANT_CHOICES, group="checks"),
     _shared("audit", part=REQUEST, group="checks", gpu_default=True,
             label="Find the syncs (one audited run more per loop)"),
     _shared("no_kernel_measurement", part=REQUEST, group="checks"),

@@ -14,10 +14,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from core.request.load import HF_BATCH, HF_BATCH_ASYNC
+from core.request.load import HF_BATCH, HF_BATCH_ASYNC, NAIVE_PER_ROW
 from dashboard.views import charts, load_view
 
-COLORS = {**charts.COLORS, HF_BATCH: "#009E73", HF_BATCH_ASYNC: "#CC79A7"}
+COLORS = {**charts.COLORS, NAIVE_PER_ROW: "#E69F00", HF_BATCH: "#009E73", HF_BATCH_ASYNC: "#CC79A7"}
 PAST_STOP_COLOR = "#9e9e9e"
 PAST_STOP = "computed past a stop"
 # Requests coloured one by one cycle through these (Okabe-Ito's and Tableau's, without black and grey).

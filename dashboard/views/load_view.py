@@ -21,7 +21,8 @@ TABLE_HEADERS = ("contestant", "output tok/s", "requests/s", "TTFT p50 / p99 ms"
                  "same as solo", "trial spread")
 TABLE_WIDTHS = ["150px", "85px", "85px", "105px", "105px", "75px", "85px", "85px", "85px", "75px", "75px", "70px",
                 "70px"]  # 1150 px: the page's width at 1400 px
-SLOTTED = ("naive", "pipelined", NO_CHECK)  # the loops over core.load.slots: each request has its slot and steps
+# the loops over core.load.slots: each request has its slot and steps
+SLOTTED = ("naive", "naive-per-row", "pipelined", NO_CHECK)
 MAX_BARS = 4000  # requests drawn per contestant in the slots picture (a report may hold many more)
 SENTENCE_CHARS = 2000  # a finding names every point it is about: longer than a field of a report
 # What a sentence raises on a report that passed the format checks but lacks what it reads (an older or hand-made file)
