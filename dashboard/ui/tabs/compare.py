@@ -268,10 +268,16 @@ class CompareTab:
                                                                                          job.page)}
         else:
             yield {**update, **self._cleared(job)}
-            yield from self._follow(job, browser_id)
-            # A run's own page enables its downloads after it (enable_downloads); a page that picked the run up
-            # on load has no such step, so it enables them here.
-            yield history.downloads(browser_id, job.report, job.page)
+            # A run's own page enables its downloads after it (enable_downloads); a page that picked the run up on
+            # load has no such step, so they come here, in the run's last update and not in one after it: for an
+            # update that leaves a component out the browser takes its value back from what it has drawn, which
+            # under load can still be the history before the run's row (the Under load tab's reload had the same).
+            updates = self._follow(job, browser_id)
+            last = next(updates)
+            for later in updates:
+                yield last
+                last = later
+            yield {**last, **history.downloads(browser_id, job.report, job.page)}
 
     def _live_update(self, snap: dict[str, Any]) -> dict:
         c = self.components
